@@ -1,0 +1,70 @@
+"""Torch references for the routed and shared experts of a MoE layer.
+
+These define the numbers every MoE GEMM scheduler is checked against, so they favour clarity and
+fp32 accumulation over speed, while rounding at the same point a kernel does (the SiLU output is
+stored in the activation dtype before the down projection).
+"""
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from kernels.dense.reference import linear as dense_linear
+
+
+def router_topk(logits: Tensor, top_k: int) -> tuple[Tensor, Tensor]:
+    """Pick the top_k experts of each token: (topk_ids int32 (T, K), topk_weights float32 (T, K)).
+
+    The weights are a softmax over the selected logits only, so each token's weights sum to 1.
+    """
+    values, ids = logits.float().topk(top_k, dim=-1)
+    return ids.to(torch.int32), torch.softmax(values, dim=-1)
+
+
+def moe_reference(
+    x: Tensor, topk_ids: Tensor, topk_weights: Tensor, w_gate_up: Tensor, w_down: Tensor
+) -> Tensor:
+    """Routed-expert output (T, H) in x.dtype.
+
+    For each token t and slot k with e = topk_ids[t, k]: h = silu(x[t] @ gate_e.T) * (x[t] @
+    up_e.T), y = h @ w_down[e].T, out[t] += topk_weights[t, k] * y, where w_gate_up[e] stacks
+    gate_e (first I rows) over up_e. Loops over the experts that received tokens.
+    """
+    num_tokens, top_k = topk_ids.shape
+    num_experts, two_i, _ = w_gate_up.shape
+    inter = two_i // 2
+    flat_ids = topk_ids.reshape(-1).long()
+    flat_weights = topk_weights.reshape(-1).float()
+    slot_token = torch.arange(num_tokens * top_k, device=x.device) // top_k
+    order = torch.argsort(flat_ids, stable=True)
+    counts = torch.bincount(flat_ids, minlength=num_experts).tolist()
+
+    out = torch.zeros(num_tokens, x.shape[1], dtype=torch.float32, device=x.device)
+    for expert, slots in enumerate(order.split(counts)):
+        if slots.numel() == 0:
+            continue
+        tokens = slot_token.index_select(0, slots)
+        gate_up = x.index_select(0, tokens).float() @ w_gate_up[expert].float().T
+        h = (F.silu(gate_up[:, :inter]) * gate_up[:, inter:]).to(x.dtype)
+        y = h.float() @ w_down[expert].float().T
+        # index_put_ rather than index_add_: torch 2.13's multithreaded CPU index_add_ takes
+        # milliseconds per call at any size, which would swamp a CPU profile.
+        out.index_put_((tokens,), y * flat_weights.index_select(0, slots)[:, None], accumulate=True)
+    return out.to(x.dtype)
+
+
+def shared_expert(
+    x: Tensor,
+    w_gate_up: Tensor,
+    w_down: Tensor,
+    linear: Callable[[Tensor, Tensor], Tensor] = dense_linear,
+) -> Tensor:
+    """Always-on expert: linear(silu(g) * u, w_down) with g, u the halves of linear(x, w_gate_up).
+
+    `linear` is injectable so the shared expert can be timed with any dense GEMM variant.
+    """
+    gate, up = linear(x, w_gate_up).chunk(2, dim=-1)
+    h = (F.silu(gate.float()) * up.float()).to(x.dtype)
+    return linear(h, w_down)

@@ -1,0 +1,51 @@
+"""The `workbench` command: tables, artifacts and HTML written; errors without tracebacks."""
+
+import subprocess
+import sys
+
+from workbench.cli import main
+
+
+def test_profile_prints_both_tables_and_writes_html(tmp_path, capsys):
+    html = tmp_path / "report.html"
+    code = main(
+        [
+            "profile",
+            "--prompt-tokens",
+            "300",
+            "--decode-tokens",
+            "2",
+            "--prefill-chunk",
+            "128",
+            "--out",
+            str(tmp_path / "raw"),
+            "--html",
+            str(html),
+            "--no-progress",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Prefill" in out and "Decode, per step (2 steps)" in out and "CPU run" in out
+    assert html.stat().st_size > 1_000_000  # plotly.js is inlined
+    (run_dir,) = (tmp_path / "raw").iterdir()
+    assert (run_dir / "run.json").is_file()
+
+    assert main(["show", str(run_dir), str(run_dir)]) == 0
+    assert "Decode, per step (mean ms)" in capsys.readouterr().out
+
+
+def test_user_errors_exit_2_with_one_clear_line(tmp_path, capsys):
+    assert main(["trace", str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("workbench: error: trace") and "Traceback" not in err
+    assert main(["profile", "--prompt-tokens", "0", "--out", str(tmp_path)]) == 2
+    assert "prompt_tokens=0 is below 1" in capsys.readouterr().err
+
+
+def test_help_names_every_command():
+    out = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "--help"], capture_output=True, text=True
+    ).stdout
+    for command in ("profile", "show", "trace"):
+        assert command in out

@@ -1,0 +1,101 @@
+"""The stock-scheduled Triton MoE against moe_reference (under the interpreter on CPU)."""
+
+import pytest
+import torch
+from helpers import relative_error
+
+from kernels import moe
+from kernels.moe import moe_reference, moe_stock, router_topk
+
+EXPERTS, TOP_K = 8, 2
+TOLERANCE = {torch.bfloat16: 1e-2, torch.float32: 1e-4}
+SMALL_TILES = {"block_n": 32, "block_k": 32}  # several N and K tiles, each with a ragged edge
+
+
+def make_problem(tokens, hidden, inter, dtype, device, seed, topk_ids=None):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(tokens, hidden, generator=gen)
+    w_gate_up = torch.randn(EXPERTS, 2 * inter, hidden, generator=gen) / hidden**0.5
+    w_down = torch.randn(EXPERTS, hidden, inter, generator=gen) / inter**0.5
+    ids, weights = router_topk(torch.randn(tokens, EXPERTS, generator=gen), TOP_K)
+    ids = ids if topk_ids is None else topk_ids.to(torch.int32)
+    tensors = (x.to(dtype), ids, weights, w_gate_up.to(dtype), w_down.to(dtype))
+    return tuple(t.to(device) for t in tensors)
+
+
+def check_against_reference(problem, **kwargs):
+    out = moe_stock(*problem, **kwargs)
+    x = problem[0]
+    assert out.shape == x.shape and out.dtype == x.dtype
+    assert relative_error(out, moe_reference(*problem)) < TOLERANCE[x.dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("groups", [1, 3])
+@pytest.mark.parametrize(("tokens", "hidden", "inter"), [(1, 64, 32), (5, 96, 48), (37, 72, 40)])
+def test_matches_reference(device, dtype, groups, tokens, hidden, inter):
+    problem = make_problem(tokens, hidden, inter, dtype, device, seed=tokens + groups)
+    check_against_reference(problem, groups=groups, **SMALL_TILES)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_all_tokens_on_one_expert(device, dtype):
+    ids = torch.full((37, TOP_K), 6)  # 74 rows: several block_m tiles on one expert
+    check_against_reference(make_problem(37, 72, 40, dtype, device, 7, ids), groups=3)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_several_empty_experts(device, dtype):
+    ids = torch.tensor([[0, 2], [7, 0], [2, 7], [0, 7], [7, 2]])  # experts 1, 3-6 get nothing
+    check_against_reference(make_problem(5, 72, 40, dtype, device, 8, ids), groups=3, **SMALL_TILES)
+
+
+def test_default_groups_and_tiles(device):
+    check_against_reference(make_problem(5, 72, 40, torch.bfloat16, device, 9))
+
+
+def test_variants_registry():
+    assert moe.VARIANTS["stock"] is moe_stock
+    assert moe.VARIANTS["reference"] is moe_reference
+
+
+def _operands(**changes):
+    """Keyword operands of a valid small problem, each named one passed through its change."""
+    names = ("x", "topk_ids", "topk_weights", "w_gate_up", "w_down")
+    args = dict(zip(names, make_problem(4, 64, 32, torch.float32, "cpu", 10), strict=True))
+    return {name: changes.get(name, lambda t: t)(tensor) for name, tensor in args.items()}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"x": lambda x: x.to(torch.int32)}, "floating"),
+        ({"x": lambda x: x[None]}, r"\(T, H\)"),
+        (
+            {"x": lambda x: x[:0], "topk_ids": lambda i: i[:0], "topk_weights": lambda w: w[:0]},
+            "T == 0",
+        ),
+        ({"w_gate_up": lambda w: w[:, :, :48]}, "w_gate_up must be"),
+        ({"w_gate_up": lambda w: w[:, :63]}, "w_gate_up must be"),
+        ({"w_down": lambda w: w.transpose(1, 2)}, "w_down must be"),
+        ({"w_down": lambda w: w.to(torch.bfloat16)}, "share a dtype"),
+        ({"topk_ids": lambda i: i[:3]}, "topk_ids must be"),
+        ({"topk_weights": lambda w: w[:, :1]}, "differs from topk_ids"),
+        ({"topk_ids": lambda i: i.float()}, "integer"),
+        ({"topk_weights": lambda w: w.to(torch.int32)}, "topk_weights must be floating"),
+        ({"topk_ids": lambda i: torch.where(i == i[0, 0], EXPERTS, i)}, "outside"),
+        ({"topk_ids": lambda i: torch.where(i == i[0, 0], -1, i)}, "outside"),
+    ],
+)
+def test_rejects_bad_inputs(changes, message):
+    with pytest.raises(ValueError, match=message):
+        moe_stock(**_operands(**changes))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"block_m": 8}, "block_m"), ({"block_k": 48}, "block_k"), ({"groups": 0}, "groups")],
+)
+def test_rejects_bad_launch_options(options, message):
+    with pytest.raises(ValueError, match=message):
+        moe_stock(**_operands(), **options)

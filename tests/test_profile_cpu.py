@@ -1,0 +1,101 @@
+"""`profile()` end to end on the CPU (preset tiny), its artifacts, and its bad inputs."""
+
+import subprocess
+import sys
+
+import pytest
+
+import workbench
+from workbench.capture.memory import estimate_bytes, out_of_memory_error, tokens_that_fit
+from workbench.presets import get_preset
+
+CORE = ["MoE", "Dense GEMM", "Sparse attention", "All-reduce", "Other", "Total"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("raw")
+    return workbench.profile(700, 3, prefill_chunk=256, out=out, progress=False)
+
+
+def test_tables_have_every_category_and_add_up(run):
+    prefill, decode = run.prefill(), run.decode()
+    assert list(prefill.index) == CORE and list(decode.index) == CORE
+    categories = prefill.drop(index="Total")
+    assert categories["time_ms"].sum() == pytest.approx(prefill.loc["Total", "time_ms"])
+    for category in ("MoE", "Dense GEMM", "Sparse attention", "Other"):
+        assert prefill.loc[category, "time_ms"] > 0, category
+        assert decode.loc[category, "mean_ms"] > 0, category
+    assert prefill.loc["All-reduce", "time_ms"] == 0  # one rank: no collective
+    assert decode.attrs["steps"] == 3
+    assert decode.loc["Total", "mean_ms"] == pytest.approx(
+        decode.drop(index="Total")["mean_ms"].sum()
+    )
+
+
+def test_kernel_rows_carry_phase_step_and_layer(run):
+    k = run.kernels
+    prefill = k[k["phase"] == "prefill"]
+    assert sorted(prefill["step"].dropna().unique()) == [0, 1, 2]  # 700 tokens in chunks of 256
+    assert sorted(k.loc[k["phase"] == "decode", "step"].dropna().unique()) == [0, 1, 2]
+    assert sorted(k["layer"].dropna().unique()) == [0, 1]
+    assert set(k.loc[k["category"] != "Other", "source"]) == {"range"}
+
+
+def test_the_output_says_plainly_that_this_was_a_cpu_run(run):
+    assert run.meta["device"] == "cpu"
+    assert "CPU run" in run.text() and "not GPU kernel times" in run.text()
+    assert run.meta["params"]["preset"] == "tiny"
+    assert run.meta["environment"]["torch"]
+
+
+def test_load_round_trips_without_torch(run):
+    code = (
+        "import sys, workbench\n"
+        f"r = workbench.load({str(run.path)!r})\n"
+        "assert 'torch' not in sys.modules and 'triton' not in sys.modules, 'imported torch'\n"
+        "print(r.prefill().to_json())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = workbench.load(run.path)
+    assert out.stdout.strip() == run.prefill().to_json()
+    assert loaded.decode().equals(run.decode())
+    assert loaded.kernels.equals(run.kernels)
+
+
+def test_compare_puts_runs_side_by_side(run):
+    other = workbench.load(run.path)
+    table = run.compare(other, labels=["a", "b"]).prefill()
+    assert list(table.columns) == ["a", "b"]
+    assert table["a"].equals(table["b"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"prompt_tokens": 0}, "prompt_tokens=0 is below 1"),
+        ({"decode_tokens": 0}, "decode_tokens=0 is below 1"),
+        ({"top_k": 99}, "top_k=99 is larger than the number of experts"),
+        ({"preset": "nope"}, "known presets"),
+        ({"moe": "fastest"}, "known moe variants: stock, reference"),
+        ({"dense": "fp4"}, "known dense variants"),
+        ({"routing": "zipf"}, "unknown routing"),
+        ({"device": "cuda"}, "no CUDA GPU is visible"),
+        ({"prefill_chunk": -5}, "prefill_chunk=-5 is below 1"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, kwargs, message):
+    args = {"prompt_tokens": 64, "decode_tokens": 1, "out": tmp_path, "progress": False, **kwargs}
+    with pytest.raises(workbench.WorkbenchError, match=message):
+        workbench.profile(**args)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_out_of_memory_error_says_how_many_tokens_fit():
+    preset = get_preset("dsv4-flash-tp2")
+    free = 140 * 2**30
+    fit = tokens_that_fit(preset, free, 4096)
+    assert estimate_bytes(preset, fit, 4096) <= free < estimate_bytes(preset, fit + 1, 4096)
+    assert fit > 33863  # the default profile fits one H200
+    message = str(out_of_memory_error(preset, 10 * fit, 4096, free))
+    assert f"fits about {fit} prompt tokens" in message and "Use fewer tokens" in message

@@ -1,0 +1,95 @@
+"""Per-category tables from a kernel table, shaped like the seed's "Kernel profiles" tables."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from workbench.analysis.rules import category_order
+
+TOTAL = "Total"
+
+
+def phase_table(kernels: pd.DataFrame, phase: str) -> pd.DataFrame:
+    """Summed kernel time by category for one phase: time_ms, share_pct, kernels; Total last."""
+    rows = kernels[kernels["phase"] == phase]
+    order = category_order(set(kernels["category"]))
+    grouped = rows.groupby("category")["dur_us"].agg(["sum", "count"]).reindex(order, fill_value=0)
+    total_us = float(grouped["sum"].sum())
+    table = pd.DataFrame(
+        {
+            "time_ms": grouped["sum"] / 1e3,
+            "share_pct": 100 * grouped["sum"] / total_us if total_us else 0.0,
+            "kernels": grouped["count"].astype(int),
+        }
+    )
+    table.loc[TOTAL] = [total_us / 1e3, 100.0 if total_us else 0.0, int(grouped["count"].sum())]
+    table["kernels"] = table["kernels"].astype(int)
+    table.index.name = "category"
+    return table
+
+
+def per_step_table(kernels: pd.DataFrame, phase: str = "decode") -> pd.DataFrame:
+    """Kernel time per step by category: mean, std, min and max over the steps; Total last.
+
+    Steps in which a category launched nothing count as zero for it, so the means add up.
+    """
+    rows = kernels[kernels["phase"] == phase]
+    order = category_order(set(kernels["category"]))
+    per_step = rows.pivot_table(
+        index="step", columns="category", values="dur_us", aggfunc="sum", fill_value=0.0
+    ).reindex(columns=order, fill_value=0.0)
+    per_step[TOTAL] = per_step.sum(axis=1)
+    counts = rows.groupby("step").size()
+    stats = pd.DataFrame(
+        {
+            "mean_ms": per_step.mean() / 1e3,
+            "std_ms": per_step.std(ddof=1).fillna(0.0) / 1e3,
+            "min_ms": per_step.min() / 1e3,
+            "max_ms": per_step.max() / 1e3,
+        }
+    )
+    stats["kernels_per_step"] = rows.groupby("category").size().reindex(order, fill_value=0) / max(
+        len(per_step), 1
+    )
+    stats.loc[TOTAL, "kernels_per_step"] = counts.mean() if len(counts) else 0.0
+    stats.index.name = "category"
+    stats.attrs["steps"] = len(per_step)
+    return stats
+
+
+def top_kernels(kernels: pd.DataFrame, phase: str | None = None, n: int = 15) -> pd.DataFrame:
+    """The kernels that cost the most time, by name: calls, total, mean and share."""
+    rows = kernels if phase is None else kernels[kernels["phase"] == phase]
+    grouped = rows.groupby(["name", "category"])["dur_us"].agg(["count", "sum", "mean"])
+    grouped = grouped.sort_values("sum", ascending=False).head(n).reset_index()
+    total = rows["dur_us"].sum()
+    return pd.DataFrame(
+        {
+            "kernel": grouped["name"],
+            "category": grouped["category"],
+            "calls": grouped["count"],
+            "total_ms": grouped["sum"] / 1e3,
+            "mean_us": grouped["mean"],
+            "share_pct": 100 * grouped["sum"] / total if total else 0.0,
+        }
+    )
+
+
+def attribution_table(kernels: pd.DataFrame) -> pd.DataFrame:
+    """How each category was decided (range scope, launching op, kernel name, default).
+
+    External traces have no workbench scopes: this shows how much of a table rests on names.
+    """
+    table = kernels.pivot_table(
+        index="category", columns="source", values="dur_us", aggfunc="count", fill_value=0
+    )
+    return table.reindex(category_order(set(kernels["category"])), fill_value=0).astype(int)
+
+
+def side_by_side(tables: Mapping[str, pd.DataFrame], column: str) -> pd.DataFrame:
+    """One column per run, taking `column` of each table; categories missing from a run are 0."""
+    frame = pd.DataFrame({label: t[column] for label, t in tables.items()}).fillna(0.0)
+    present = set(frame.index) - {TOTAL}
+    return frame.reindex([*category_order(present), TOTAL]).fillna(0.0)

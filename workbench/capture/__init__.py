@@ -1,0 +1,1 @@
+"""How data is collected: torch profiler traces, ncu relaunches, event timing, workers."""

@@ -1,0 +1,74 @@
+"""What a capture ran on: GPU, driver, CUDA, library versions, git commit, clocks, date.
+
+Every artifact carries this, so every figure traces back to the hardware and code behind it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import shutil
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import torch
+import triton
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(cmd: list[str]) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=REPO)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _git() -> dict:
+    commit = _run(["git", "rev-parse", "HEAD"])
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
+    return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
+
+
+def _gpu() -> dict:
+    if not torch.cuda.is_available():
+        return {"name": None, "note": "no CUDA GPU visible"}
+    props = torch.cuda.get_device_properties(0)
+    info = {
+        "name": props.name,
+        "count": torch.cuda.device_count(),
+        "capability": f"{props.major}.{props.minor}",
+        "sms": props.multi_processor_count,
+        "memory_gib": round(props.total_memory / 2**30, 1),
+    }
+    if shutil.which("nvidia-smi"):
+        query = "driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu"
+        out = _run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader", "-i", "0"])
+        if out:
+            fields = [f.strip() for f in out.split(",")]
+            info.update(dict(zip(query.split(","), fields)))
+    return info
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def describe() -> dict:
+    """The environment of this process, for `run.json`."""
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "gpu": _gpu(),
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "workbench": _version("moe-workbench"),
+        "git": _git(),
+    }

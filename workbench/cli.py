@@ -1,0 +1,138 @@
+"""The `workbench` command: profile, show a run, read an external trace.
+
+Errors the user can fix (bad input, a damaged artifact, no GPU) print one clear line and exit
+with status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from workbench.errors import WorkbenchError
+
+
+def _chunk(value: str) -> int | None:
+    return None if value.lower() in {"none", "0"} else int(value)
+
+
+def _add_profile(sub) -> None:
+    p = sub.add_parser(
+        "profile",
+        help="run the synthetic model under torch.profiler; print and save category tables",
+        description=(
+            "Prefill PROMPT_TOKENS in chunks, then decode DECODE_TOKENS steps, under "
+            "torch.profiler. Prints prefill and per-decode-step kernel time by category, writes "
+            "OUT/<run-id>/ and, with --html, a self-contained report. On a GPU the default preset "
+            "is dsv4-flash-tp2; without one it is tiny (CPU op times, said in the output)."
+        ),
+    )
+    p.add_argument("--prompt-tokens", type=int, default=33863, help="prompt length (33863)")
+    p.add_argument("--decode-tokens", type=int, default=64, help="decode steps (64)")
+    p.add_argument("--preset", help="model preset (default: dsv4-flash-tp2 on a GPU, else tiny)")
+    p.add_argument("--moe", default="stock", help="MoE kernel variant (stock)")
+    p.add_argument("--dense", default="bf16", help="dense GEMM variant (bf16)")
+    p.add_argument("--attention", default="torch", help="sparse attention variant (torch)")
+    p.add_argument("--routing", default="uniform", help="uniform or skewed (uniform)")
+    p.add_argument("--streams", type=int, default=1, help="tokens per decode step (1)")
+    p.add_argument(
+        "--prefill-chunk", type=_chunk, default=4096, help="prefill chunk; 'none' for one pass"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", help="cuda or cpu (default: cuda when a GPU is visible)")
+    p.add_argument("--out", default="raw", help="artifact root (raw)")
+    p.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def _add_show(sub) -> None:
+    p = sub.add_parser("show", help="print the tables of a saved run (works without a GPU)")
+    p.add_argument("runs", nargs="+", help="run directories under raw/; several are compared")
+    p.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report")
+
+
+def _add_trace(sub) -> None:
+    p = sub.add_parser(
+        "trace", help="attribute an external torch.profiler trace (.json or .json.gz)"
+    )
+    p.add_argument("path")
+    p.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report")
+
+
+def _profile(args) -> None:
+    import workbench
+
+    result = workbench.profile(
+        args.prompt_tokens,
+        args.decode_tokens,
+        preset=args.preset,
+        moe=args.moe,
+        dense=args.dense,
+        attention=args.attention,
+        routing=args.routing,
+        streams=args.streams,
+        prefill_chunk=args.prefill_chunk,
+        seed=args.seed,
+        device=args.device,
+        out=args.out,
+        progress=not args.no_progress,
+    )
+    print(result.text())
+    print(f"\nwall time {result.meta['wall_s']:.1f} s; artifacts in {result.path}")
+    if args.html:
+        print(f"report: {result.to_html(args.html)}")
+
+
+def _show(args) -> None:
+    import workbench
+
+    runs = [workbench.load(path) for path in args.runs]
+    if len(runs) == 1:
+        print(runs[0].text())
+        page = runs[0]
+    else:
+        page = runs[0].compare(*runs[1:])
+        print("Prefill (ms)\n" + page.prefill().round(2).to_string())
+        print("\nDecode, per step (mean ms)\n" + page.decode().round(3).to_string())
+    if args.html:
+        print(f"report: {page.to_html(args.html)}")
+
+
+def _trace(args) -> None:
+    import workbench
+
+    result = workbench.load_trace(args.path)
+    print(result.text())
+    print("\nHow categories were decided (kernel counts)\n" + result.attribution().to_string())
+    if args.html:
+        print(f"report: {result.to_html(args.html)}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="workbench",
+        description="Profile MoE and dense GEMM kernels: where the time goes, and why.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_profile(sub)
+    _add_show(sub)
+    _add_trace(sub)
+    return parser
+
+
+COMMANDS = {"profile": _profile, "show": _show, "trace": _trace}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        COMMANDS[args.command](args)
+    except WorkbenchError as err:
+        print(f"workbench: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,347 @@
+"""A synthetic layer stack built from the workbench's kernels, for profiling at real shapes.
+
+Every op runs inside a `torch.profiler.record_function` scope that names its category
+(`moe`, `dense`, `attention`, `allreduce`, `other`), inside structural scopes that name the
+phase and step (`wb.prefill#<chunk>`, `wb.decode#<step>`) and the layer (`wb.layer#<i>`).
+The trace links every GPU kernel to its launching CPU op, so the analysis layer reads the
+category, phase, step and layer of each kernel from these scopes (see `analysis/rules.py`).
+
+Routing is drawn at random with a seed (`presets.draw_routing`) so that its skew is under
+control; the router GEMM and its top-k still run, for their cost, but their choice is replaced
+by the draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.profiler import record_function
+
+import kernels.attention as attention_kernels
+import kernels.dense as dense_kernels
+import kernels.moe as moe_kernels
+from kernels.norm import rms_norm
+from workbench.errors import WorkbenchError
+from workbench.presets import Preset, RankShapes, draw_routing
+
+# Variants that are Triton kernels, so they need a GPU; on the CPU their torch reference runs.
+TORCH_REFERENCE = {"moe": "reference", "dense": "bf16", "attention": "torch"}
+
+
+def _pick(kind: str, name: str, table: dict[str, Callable]) -> Callable:
+    try:
+        return table[name]
+    except KeyError:
+        raise WorkbenchError(
+            f"unknown {kind} variant '{name}'; known {kind} variants: {', '.join(table)}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run computes: a chunked prefill of the prompt, then batched decode steps."""
+
+    prompt_tokens: int
+    decode_tokens: int
+    streams: int = 1
+    prefill_chunk: int | None = 4096
+
+    def __post_init__(self) -> None:
+        for name in ("prompt_tokens", "decode_tokens", "streams"):
+            value = getattr(self, name)
+            if value < 1:
+                raise WorkbenchError(f"{name}={value} is below 1; give a count of at least 1.")
+        if self.prefill_chunk is not None and self.prefill_chunk < 1:
+            raise WorkbenchError(
+                f"prefill_chunk={self.prefill_chunk} is below 1; give a positive chunk size "
+                "or None for one pass."
+            )
+
+    def chunks(self) -> list[tuple[int, int]]:
+        """(first position, size) of every prefill chunk."""
+        size = self.prefill_chunk or self.prompt_tokens
+        return [
+            (start, min(size, self.prompt_tokens - start))
+            for start in range(0, self.prompt_tokens, size)
+        ]
+
+    def warmup(self) -> Plan:
+        """A short plan with the same kernel specialisations: one chunk of each distinct size."""
+        sizes = sorted({size for _, size in self.chunks()}, reverse=True)
+        return Plan(sum(sizes), min(2, self.decode_tokens), self.streams, sizes[0])
+
+
+class LayerWeights:
+    """One distinct weight set; layers cycle through a few of these (DESIGN section 2)."""
+
+    def __init__(self, s: RankShapes, device: torch.device, dtype: torch.dtype, seed: int):
+        gen = torch.Generator(device=device).manual_seed(seed)
+
+        def w(*shape: int) -> torch.Tensor:
+            # Scaled by fan-in so activations stay O(1) through 40 layers.
+            t = torch.randn(*shape, generator=gen, device=device, dtype=torch.float32)
+            return (t * shape[-1] ** -0.5).to(dtype)
+
+        h, d = s.hidden, s.head_dim
+        self.attn_norm = torch.ones(h, device=device, dtype=dtype)
+        self.q_norm = torch.ones(s.q_lora_rank, device=device, dtype=dtype)
+        self.kv_norm = torch.ones(d, device=device, dtype=dtype)
+        self.ffn_norm = torch.ones(h, device=device, dtype=dtype)
+        self.q_a = w(s.q_lora_rank, h)
+        self.q_b = w(s.q_heads * d, s.q_lora_rank)
+        self.kv = w(d, h)
+        self.index_q = w(s.index_heads * s.index_dim, s.q_lora_rank)
+        self.index_k = w(s.index_dim, h)
+        self.index_w = w(s.index_heads, h)
+        heads_per_group = s.q_heads // s.o_groups
+        self.o_a = [w(s.o_group_rank, heads_per_group * d) for _ in range(s.o_groups)]
+        self.o_b = w(h, s.o_groups * s.o_group_rank)
+        self.router = w(s.experts, h)
+        self.experts_gate_up = w(s.experts, 2 * s.expert_intermediate, h)
+        self.experts_down = w(s.experts, h, s.expert_intermediate)
+        self.shared_gate_up = w(2 * s.shared_intermediate, h)
+        self.shared_down = w(h, s.shared_intermediate)
+
+
+class Cache:
+    """Per-layer latent KV and indexer keys: the prompt first, then each stream's decode tail."""
+
+    def __init__(self, s: RankShapes, layers: int, plan: Plan, device, dtype):
+        self.prompt = plan.prompt_tokens
+        self.tail = plan.decode_tokens
+        rows = plan.prompt_tokens + plan.streams * plan.decode_tokens
+        self.kv = [torch.empty(rows, s.head_dim, device=device, dtype=dtype) for _ in range(layers)]
+        self.keys = [
+            torch.empty(rows, s.index_dim, device=device, dtype=dtype) for _ in range(layers)
+        ]
+
+    def decode_rows(self, streams: int, step: int, device) -> torch.Tensor:
+        """Flat cache rows of each stream's token at decode step `step`."""
+        return self.prompt + torch.arange(streams, device=device) * self.tail + step
+
+    def virtual_to_flat(self, virtual: torch.Tensor, step: int) -> torch.Tensor:
+        """Map per-stream positions (prompt, then own tail) to flat cache rows; -1 stays -1."""
+        stream = torch.arange(virtual.shape[0], device=virtual.device)[:, None]
+        tail_row = self.prompt + stream * self.tail + (virtual - self.prompt)
+        flat = torch.where(virtual >= self.prompt, tail_row, virtual)
+        return torch.where(virtual < 0, virtual, flat)
+
+
+class SyntheticModel:
+    """The layer stack at one rank's shapes, with a kernel variant chosen per category."""
+
+    def __init__(
+        self,
+        preset: Preset,
+        *,
+        moe: str = "stock",
+        dense: str = "bf16",
+        attention: str = "torch",
+        routing: str = "uniform",
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        layers: int | None = None,
+    ):
+        self.preset = preset
+        self.shapes = preset.rank_shapes()
+        self.device = torch.device(device)
+        self.dtype = torch.bfloat16
+        self.layers = layers or preset.layers
+        self.routing, self.seed = routing, seed
+        self.variants = {"moe": moe, "dense": dense, "attention": attention}
+        tables = {
+            "moe": moe_kernels.VARIANTS,
+            "dense": dense_kernels.VARIANTS,
+            "attention": attention_kernels.VARIANTS,
+        }
+        for kind, name in self.variants.items():
+            _pick(kind, name, tables[kind])
+        self.on_gpu = self.device.type == "cuda"
+        # Triton kernels need a GPU; the CPU runs the torch references, and says so.
+        self.kernels_run = {
+            kind: name if self.on_gpu else TORCH_REFERENCE[kind]
+            for kind, name in self.variants.items()
+        }
+        self.moe_fn = _pick("moe", self.kernels_run["moe"], moe_kernels.VARIANTS)
+        self.linear = _pick("dense", self.kernels_run["dense"], dense_kernels.VARIANTS)
+        self.attend = _pick("attention", self.kernels_run["attention"], attention_kernels.VARIANTS)
+        s = self.shapes
+        distinct = min(preset.distinct_weight_sets, self.layers)
+        self.weights = [
+            LayerWeights(s, self.device, self.dtype, seed * 1000 + i) for i in range(distinct)
+        ]
+        gen = torch.Generator(device=self.device).manual_seed(seed + 7)
+        self.lm_head = (
+            torch.randn(s.vocab, s.hidden, generator=gen, device=self.device) * s.hidden**-0.5
+        ).to(self.dtype)
+        self.final_norm = torch.ones(s.hidden, device=self.device, dtype=self.dtype)
+
+    # ---- inputs -------------------------------------------------------------------------
+    def _routing(self, tokens: int, salt: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ids, weights = draw_routing(
+            tokens, self.shapes.experts, self.shapes.top_k, self.routing, self.seed + salt
+        )
+        return (
+            torch.from_numpy(ids).to(self.device),
+            torch.from_numpy(weights).to(self.device),
+        )
+
+    def _inputs(self, plan: Plan) -> dict:
+        gen = torch.Generator(device=self.device).manual_seed(self.seed + 1)
+        h = self.shapes.hidden
+        return {
+            "prompt": torch.randn(plan.prompt_tokens, h, generator=gen, device=self.device).to(
+                self.dtype
+            ),
+            "decode": torch.randn(
+                plan.decode_tokens, plan.streams, h, generator=gen, device=self.device
+            ).to(self.dtype),
+            "prefill_routing": [
+                self._routing(plan.prompt_tokens, 10_000 + i) for i in range(self.layers)
+            ],
+            "decode_routing": [
+                self._routing(plan.decode_tokens * plan.streams, 20_000 + i)
+                for i in range(self.layers)
+            ],
+        }
+
+    # ---- one layer ----------------------------------------------------------------------
+    def _attention_block(
+        self, x: torch.Tensor, w: LayerWeights, attend_to: Callable
+    ) -> torch.Tensor:
+        s = self.shapes
+        with record_function("other"):
+            xn = rms_norm(x, w.attn_norm)
+        with record_function("dense"):
+            q_low = self.linear(xn, w.q_a)
+        with record_function("other"):
+            q_low = rms_norm(q_low, w.q_norm)
+        with record_function("dense"):
+            q = self.linear(q_low, w.q_b).view(-1, s.q_heads, s.head_dim)
+            kv = self.linear(xn, w.kv)
+            index_q = self.linear(q_low, w.index_q).view(-1, s.index_heads, s.index_dim)
+            index_k = self.linear(xn, w.index_k)
+            index_w = self.linear(xn, w.index_w).float() * s.index_heads**-0.5
+        with record_function("other"):
+            kv = rms_norm(kv, w.kv_norm)
+        out = attend_to(q, kv, index_q, index_k, index_w)
+        groups = out.view(-1, s.o_groups, (s.q_heads // s.o_groups) * s.head_dim)
+        with record_function("dense"):
+            low = torch.cat([self.linear(groups[:, g], w.o_a[g]) for g in range(s.o_groups)], 1)
+            return self.linear(low, w.o_b)
+
+    def _ffn_block(
+        self, x: torch.Tensor, w: LayerWeights, routing: tuple[torch.Tensor, torch.Tensor]
+    ) -> torch.Tensor:
+        with record_function("other"):
+            xn = rms_norm(x, w.ffn_norm)
+        with record_function("moe"):
+            logits = torch.matmul(xn, w.router.T)
+            moe_kernels.router_topk(logits, self.shapes.top_k)  # run for its cost only
+            routed = self.moe_fn(xn, routing[0], routing[1], w.experts_gate_up, w.experts_down)
+        with record_function("dense"):
+            shared = moe_kernels.shared_expert(
+                xn, w.shared_gate_up, w.shared_down, linear=self.linear
+            )
+        with record_function("other"):
+            return routed + shared
+
+    def _layer(self, i: int, x: torch.Tensor, attend_to: Callable, routing) -> torch.Tensor:
+        w = self.weights[i % len(self.weights)]
+        with record_function(f"wb.layer#{i}"):
+            attn = self._attention_block(x, w, attend_to)
+            with record_function("other"):
+                x = x + attn
+            ffn = self._ffn_block(x, w, routing)
+            with record_function("other"):
+                return x + ffn
+
+    def _lm_head(self, x_last: torch.Tensor) -> torch.Tensor:
+        with record_function("other"):
+            xn = rms_norm(x_last, self.final_norm)
+        with record_function("dense"):
+            logits = self.linear(xn, self.lm_head)
+        with record_function("other"):
+            return logits.argmax(-1)
+
+    # ---- attention over the cache -------------------------------------------------------
+    def _prefill_attention(self, cache: Cache, layer: int, start: int, size: int) -> Callable:
+        s, end = self.shapes, start + size
+
+        def attend_to(q, kv, index_q, index_k, index_w):
+            with record_function("other"):
+                cache.kv[layer][start:end] = kv
+                cache.keys[layer][start:end] = index_k
+            with record_function("attention"):
+                scores = attention_kernels.indexer_scores(index_q, index_w, cache.keys[layer][:end])
+                pos = torch.arange(start, end, device=self.device)
+                chosen = attention_kernels.select_positions(scores, pos, s.index_topk, s.window)
+                return self.attend(q, cache.kv[layer][:end], chosen)
+
+        return attend_to
+
+    def _decode_attention(self, cache: Cache, layer: int, step: int, streams: int) -> Callable:
+        s, prompt = self.shapes, cache.prompt
+        rows = cache.decode_rows(streams, step, self.device)
+
+        def attend_to(q, kv, index_q, index_k, index_w):
+            keys = cache.keys[layer]
+            with record_function("other"):
+                cache.kv[layer][rows] = kv
+                keys[rows] = index_k
+            with record_function("attention"):
+                prompt_scores = attention_kernels.indexer_scores(index_q, index_w, keys[:prompt])
+                tails = keys[prompt : prompt + streams * cache.tail].view(streams, cache.tail, -1)
+                tail_keys = tails[:, : step + 1].reshape(-1, keys.shape[1])
+                both = attention_kernels.indexer_scores(index_q, index_w, tail_keys)
+                own = both.view(streams, streams, step + 1).diagonal().T
+                scores = torch.cat([prompt_scores, own], dim=1)
+                pos = torch.full((streams,), prompt + step, device=self.device)
+                virtual = attention_kernels.select_positions(scores, pos, s.index_topk, s.window)
+                return self.attend(q, cache.kv[layer], cache.virtual_to_flat(virtual, step))
+
+        return attend_to
+
+    # ---- the run ------------------------------------------------------------------------
+    @contextmanager
+    def _step(self, name: str) -> Iterator[None]:
+        with record_function(name):
+            yield
+        if self.on_gpu:
+            torch.cuda.synchronize(self.device)  # a server syncs each step to sample
+
+    @torch.inference_mode()
+    def run(self, plan: Plan, progress: Callable[[int], None] | None = None) -> np.ndarray:
+        """Prefill, then decode; returns the decoded token ids (steps, streams).
+
+        `progress(n)` is called after every n layers, for a progress bar.
+        """
+        tick = progress or (lambda n: None)
+        inputs = self._inputs(plan)
+        cache = Cache(self.shapes, self.layers, plan, self.device, self.dtype)
+        for chunk, (start, size) in enumerate(plan.chunks()):
+            with self._step(f"wb.prefill#{chunk}"):
+                x = inputs["prompt"][start : start + size]
+                for i in range(self.layers):
+                    ids, weights = inputs["prefill_routing"][i]
+                    routing = (ids[start : start + size], weights[start : start + size])
+                    x = self._layer(i, x, self._prefill_attention(cache, i, start, size), routing)
+                    tick(1)
+                if start + size == plan.prompt_tokens:
+                    self._lm_head(x[-1:])
+        tokens = []
+        for step in range(plan.decode_tokens):
+            with self._step(f"wb.decode#{step}"):
+                x = inputs["decode"][step]
+                rows = slice(step * plan.streams, (step + 1) * plan.streams)
+                for i in range(self.layers):
+                    ids, weights = inputs["decode_routing"][i]
+                    attend_to = self._decode_attention(cache, i, step, plan.streams)
+                    x = self._layer(i, x, attend_to, (ids[rows], weights[rows]))
+                    tick(1)
+                tokens.append(self._lm_head(x))
+        return torch.stack(tokens).cpu().numpy()

@@ -1,0 +1,1 @@
+"""plotly figures and the self-contained HTML writer."""
