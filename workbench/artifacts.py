@@ -36,6 +36,7 @@ def write_json_atomic(path: Path, document: Mapping) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(document, f, indent=2, sort_keys=True, default=str)
             f.write("\n")
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are for sharing
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -81,6 +82,7 @@ def write_run(
             "files": sorted(e.name for e in extras),
         }
         write_json_atomic(tmp / RUN_FILE, document)
+        os.chmod(tmp, 0o755)  # mkdtemp makes 0700
         final = unique_run_dir(root, run_id)
         os.rename(tmp, final)
     except BaseException:

@@ -149,7 +149,9 @@ class SyntheticModel:
         self.preset = preset
         self.shapes = preset.rank_shapes()
         self.device = torch.device(device)
-        self.dtype = torch.bfloat16
+        # bf16 on the GPU, as served. The CPU stand-in computes in fp32: CPUs without bf16
+        # matrix units run bf16 GEMMs some 30x slower, which would only measure the emulation.
+        self.dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         self.layers = layers or preset.layers
         self.routing, self.seed = routing, seed
         self.variants = {"moe": moe, "dense": dense, "attention": attention}
@@ -190,7 +192,8 @@ class SyntheticModel:
             torch.from_numpy(weights).to(self.device),
         )
 
-    def _inputs(self, plan: Plan) -> dict:
+    def inputs(self, plan: Plan) -> dict:
+        """Hidden states and routing for a whole plan, made before profiling starts."""
         gen = torch.Generator(device=self.device).manual_seed(self.seed + 1)
         h = self.shapes.hidden
         return {
@@ -315,13 +318,14 @@ class SyntheticModel:
             torch.cuda.synchronize(self.device)  # a server syncs each step to sample
 
     @torch.inference_mode()
-    def run(self, plan: Plan, progress: Callable[[int], None] | None = None) -> np.ndarray:
-        """Prefill, then decode; returns the decoded token ids (steps, streams).
+    def run(
+        self, plan: Plan, inputs: dict, progress: Callable[[int], None] | None = None
+    ) -> np.ndarray:
+        """Prefill, then decode, on `inputs(plan)`; returns the decoded ids (steps, streams).
 
         `progress(n)` is called after every n layers, for a progress bar.
         """
         tick = progress or (lambda n: None)
-        inputs = self._inputs(plan)
         cache = Cache(self.shapes, self.layers, plan, self.device, self.dtype)
         for chunk, (start, size) in enumerate(plan.chunks()):
             with self._step(f"wb.prefill#{chunk}"):

@@ -158,17 +158,18 @@ class Comparison:
         )
 
     def figure(self):
+        """Stacked category bars: a prefill panel and a mean-decode-step panel, a bar per run."""
         from workbench.report.figures import category_bars
 
-        columns: dict[str, pd.Series] = {}
+        panels: dict[str, dict[str, pd.Series]] = {}
         for name, run in zip(self.names, self.runs):
             for phase in run.phases:
                 if phase == "decode":
-                    columns[f"{name}<br>decode step (mean)"] = run.decode()["mean_ms"]
+                    panels.setdefault("Decode, mean step", {})[name] = run.decode()["mean_ms"]
                 else:
-                    columns[f"{name}<br>{phase}"] = run.by_phase(phase)["time_ms"]
-        frame = pd.DataFrame(columns).fillna(0.0)
-        return category_bars(frame, "Kernel time by category")
+                    panels.setdefault(phase.capitalize(), {})[name] = run.by_phase(phase)["time_ms"]
+        frames = {title: pd.DataFrame(cols).fillna(0.0) for title, cols in panels.items()}
+        return category_bars(frames, "Kernel time by category")
 
     def to_html(self, path: str | Path) -> Path:
         from workbench.report.html import HtmlPage

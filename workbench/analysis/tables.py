@@ -67,13 +67,13 @@ def top_kernels(kernels: pd.DataFrame, phase: str | None = None, n: int = 15) ->
     total = rows["dur_us"].sum()
     return pd.DataFrame(
         {
-            "kernel": grouped["name"],
-            "category": grouped["category"],
-            "calls": grouped["count"],
-            "total_ms": grouped["sum"] / 1e3,
-            "mean_us": grouped["mean"],
-            "share_pct": 100 * grouped["sum"] / total if total else 0.0,
-        }
+            "category": grouped["category"].to_numpy(),
+            "calls": grouped["count"].to_numpy(),
+            "total_ms": (grouped["sum"] / 1e3).to_numpy(),
+            "mean_us": grouped["mean"].to_numpy(),
+            "share_pct": (100 * grouped["sum"] / (total or 1.0)).to_numpy(),
+        },
+        index=pd.Index(grouped["name"].to_numpy(), name="kernel"),
     )
 
 

@@ -13,6 +13,7 @@ from workbench.presets import Preset
 
 GIB = 2**30
 HEADROOM = 2 * GIB  # CUDA context, allocator slack, cuBLAS workspaces
+INDEXER_QUERY_BLOCK = 512  # kernels.attention.indexer_scores' default query_block
 
 
 def estimate_bytes(preset: Preset, prompt_tokens: int, chunk: int, streams: int = 1) -> int:
@@ -28,7 +29,9 @@ def estimate_bytes(preset: Preset, prompt_tokens: int, chunk: int, streams: int 
         + prompt_tokens * 4 * 3  # indexer score row, masked copy, top-k temporaries
         + s.hidden * 2 * 12  # hidden-size activations alive at once
     )
-    return weights + cache + prompt + chunk * per_chunk_token + HEADROOM
+    # The indexer scores one block of queries against every key at once: dots, relu, fp32.
+    indexer_block = INDEXER_QUERY_BLOCK * s.index_heads * prompt_tokens * (2 + 2 + 4)
+    return weights + cache + prompt + indexer_block + chunk * per_chunk_token + HEADROOM
 
 
 def tokens_that_fit(preset: Preset, free_bytes: int, chunk: int | None, streams: int = 1) -> int:

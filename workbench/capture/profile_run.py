@@ -65,8 +65,9 @@ def _notes(device: torch.device, model: SyntheticModel) -> list[str]:
     return [
         "CPU run (no GPU found): preset "
         f"'{model.preset.name}'; Triton kernels replaced by their torch references "
-        f"({', '.join(f'{k}={v}' for k, v in model.kernels_run.items())}); rows are CPU ops "
-        "and times are CPU op times, not GPU kernel times."
+        f"({', '.join(f'{k}={v}' for k, v in model.kernels_run.items())}), computing in "
+        f"{str(model.dtype).removeprefix('torch.')}; rows are CPU ops and times are CPU op "
+        "times, not GPU kernel times."
     ]
 
 
@@ -122,8 +123,10 @@ def run_profile(
             device=dev,
         )
         if dev.type == "cuda":
-            model.run(plan.warmup())
+            warmup = plan.warmup()
+            model.run(warmup, model.inputs(warmup))
             torch.cuda.synchronize(dev)
+        inputs = model.inputs(plan)
         bar = tqdm(
             total=(len(plan.chunks()) + plan.decode_tokens) * model.layers,
             unit="layer",
@@ -133,7 +136,7 @@ def run_profile(
         with tempfile.TemporaryDirectory() as tmp, bar:
             trace_path = Path(tmp) / "trace.json"
             started = time.perf_counter()
-            trace_to_file(lambda: model.run(plan, progress=bar.update), trace_path)
+            trace_to_file(lambda: model.run(plan, inputs, bar.update), trace_path)
             profiled_s = time.perf_counter() - started
             kernels = kernel_table(read_chrome_trace(trace_path))
             kept = _gzip_copy(trace_path, Path(tmp) / "trace.json.gz") if keep_trace else None
@@ -151,6 +154,9 @@ def run_profile(
         "wall_s": round(time.perf_counter() - begun, 3),
         "profiled_s": round(profiled_s, 3),
         "notes": _notes(dev, model),
+        "peak_gpu_memory_gib": (
+            round(torch.cuda.max_memory_allocated(dev) / 2**30, 2) if dev.type == "cuda" else None
+        ),
         "environment": describe(),
     }
     stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S")

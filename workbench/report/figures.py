@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from workbench.analysis.rules import CATEGORIES
 from workbench.analysis.tables import TOTAL
@@ -13,32 +16,36 @@ CATEGORY_COLOURS = dict(
 )
 
 
-def category_bars(frame: pd.DataFrame, title: str, unit: str = "ms") -> go.Figure:
-    """Stacked bars: one bar per column (a run and phase), one segment per category row."""
-    fig = go.Figure()
-    for category in frame.index:
-        if category == TOTAL:
-            continue
-        fig.add_bar(
-            name=category,
-            x=[str(c) for c in frame.columns],
-            y=frame.loc[category].to_numpy(),
-            marker_color=CATEGORY_COLOURS.get(category),
-            hovertemplate=f"{category}: %{{y:,.2f}} {unit}<extra>%{{x}}</extra>",
-        )
+def category_bars(panels: Mapping[str, pd.DataFrame], title: str, unit: str = "ms") -> go.Figure:
+    """Stacked bars, one panel per phase (each with its own axis: a decode step is ~1000x
+    shorter than a prefill), one bar per run, one segment per category."""
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(panels))
+    shown: set[str] = set()
+    for col, frame in enumerate(panels.values(), start=1):
+        for category in frame.index:
+            if category == TOTAL:
+                continue
+            fig.add_bar(
+                name=category,
+                legendgroup=category,
+                showlegend=category not in shown,
+                x=[str(c) for c in frame.columns],
+                y=frame.loc[category].to_numpy(),
+                marker_color=CATEGORY_COLOURS.get(category),
+                hovertemplate=f"{category}: %{{y:,.3f}} {unit}<extra>%{{x}}</extra>",
+                row=1,
+                col=col,
+            )
+            shown.add(category)
+        fig.update_yaxes(title_text=unit, row=1, col=col)
     fig.update_layout(
-        barmode="stack",
-        title=title,
-        yaxis_title=unit,
-        legend_title="category",
-        template="plotly_white",
-        height=420,
+        barmode="stack", title=title, legend_title="category", template="plotly_white", height=440
     )
     return fig
 
 
 def step_timeline(kernels: pd.DataFrame, title: str) -> go.Figure:
-    """Kernels of one step on a time axis, coloured by category (a Gantt-like strip)."""
+    """Kernels of one step on a time axis by layer, coloured by category (a Gantt-like strip)."""
     fig = go.Figure()
     start0 = kernels["start_us"].min() if len(kernels) else 0.0
     for category, rows in kernels.groupby("category", sort=False):
