@@ -11,6 +11,7 @@ log="$out/logs/capture.txt"
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv
   python3 -c "import torch, triton, pandas; print('torch', torch.__version__, 'triton', triton.__version__, 'pandas', pandas.__version__)"
+  command -v ncu && ncu --version | tail -1
   echo "== kernels against their references, on the GPU"
   WORKBENCH_GPU_TESTS=1 python3 -m pytest -q -p no:cacheprovider tests/test_moe_stock.py tests/test_kernels_reference.py 2>&1 | tail -3
   echo "== main job"
@@ -21,6 +22,8 @@ log="$out/logs/capture.txt"
   echo "== third-party trace: HF transformers Mixtral"
   python3 tests/fixtures/make_hf_mixtral_trace.py "$out/fixtures/hf-mixtral-h200.json.gz"
 } 2>&1 | tee "$log"
-tar czf "$out/capture.tar.gz" -C "$out" raw fixtures logs
-rm -rf "$out/raw" "$out/fixtures" "$out/logs"
+# One archive per folder: the device tool returns files of at most 16 MB each.
+for part in raw fixtures logs; do
+  tar cf "$out/$part.tar" -C "$out" "$part" && rm -rf "${out:?}/$part"
+done
 ls -la "$out"

@@ -24,6 +24,21 @@ def test_round_trip_keeps_tables_and_meta(tmp_path):
     assert read_table(path, meta, "prefill").set_index("category").equals(_tables()["prefill"])
 
 
+def test_long_text_columns_are_stored_once_as_strings(tmp_path):
+    kernels = pd.DataFrame(
+        {"name": ["a_long_kernel_name", "b", None] * 1000, "dur_us": range(3000)}
+    )
+    path = write_run(tmp_path, "run", {"kind": "profile"}, {"kernels": kernels})
+    assert (path / "strings.csv").read_text().splitlines() == [
+        "id,text",
+        "0,a_long_kernel_name",
+        "1,b",
+    ]
+    assert "a_long_kernel_name" not in pd.read_csv(path / "kernels.csv.gz").to_string()
+    loaded = read_table(path, read_meta(path), "kernels")
+    assert loaded["name"].tolist() == kernels["name"].tolist()
+
+
 def test_runs_are_never_overwritten(tmp_path):
     first = write_run(tmp_path, "run", {"kind": "profile"}, _tables())
     second = write_run(tmp_path, "run", {"kind": "profile"}, _tables())

@@ -99,3 +99,12 @@ def test_out_of_memory_error_says_how_many_tokens_fit():
     assert fit > 33863  # the default profile fits one H200
     message = str(out_of_memory_error(preset, 10 * fit, 4096, free))
     assert f"fits about {fit} prompt tokens" in message and "Use fewer tokens" in message
+
+
+def test_kept_trace_re_attributes_to_the_same_table(tmp_path):
+    run = workbench.profile(
+        200, 2, prefill_chunk=128, out=tmp_path, progress=False, keep_trace=True
+    )
+    assert run.meta["files"] == ["trace.json.gz"]
+    again = workbench.load_trace(run.path / "trace.json.gz")
+    assert again.kernels.equals(run.kernels)

@@ -23,6 +23,49 @@ SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
 
 
+# Long, repetitive text columns of large tables are stored as ids into one `strings.csv` per
+# run: a GPU kernel table repeats a few hundred kernel names across ~10^6 rows, too far apart
+# for gzip's 32 KB window to fold them, and the ids cut the file several times over.
+DICTIONARY_COLUMNS = ("name", "op")
+STRINGS_FILE = "strings.csv"
+
+
+def _encode(tables: Mapping[str, pd.DataFrame]) -> tuple[dict[str, pd.DataFrame], pd.Series]:
+    """Replace DICTIONARY_COLUMNS of large tables by `<col>_id`; return the tables and strings."""
+    large = {n: t for n, t in tables.items() if len(t) > 2000}
+    texts = pd.unique(
+        pd.concat(
+            [
+                t[c].dropna().astype(str)
+                for t in large.values()
+                for c in DICTIONARY_COLUMNS
+                if c in t
+            ]
+            or [pd.Series([], dtype=str)]
+        )
+    )
+    strings = pd.Series(texts, name="text")
+    ids = {text: i for i, text in enumerate(texts)}
+    encoded = dict(tables)
+    for name, table in large.items():
+        table = table.copy()
+        for col in DICTIONARY_COLUMNS:
+            if col in table:
+                table[col] = table[col].map(ids, na_action="ignore").astype("Int64")
+                table = table.rename(columns={col: f"{col}_id"})
+        encoded[name] = table
+    return encoded, strings
+
+
+def _decode(table: pd.DataFrame, strings: pd.Series) -> pd.DataFrame:
+    for col in DICTIONARY_COLUMNS:
+        if f"{col}_id" in table:
+            at = table.columns.get_loc(f"{col}_id")
+            ids = pd.to_numeric(table.pop(f"{col}_id"))
+            table.insert(at, col, ids.map(strings, na_action="ignore"))
+    return table
+
+
 def _table_file(name: str, table: pd.DataFrame) -> str:
     """Large tables are gzipped CSV; small ones stay plain CSV so `git diff` reads them."""
     return f"{name}.csv.gz" if len(table) > 2000 else f"{name}.csv"
@@ -68,6 +111,9 @@ def write_run(
     tmp = Path(tempfile.mkdtemp(prefix=f".{run_id}.", dir=root))
     try:
         files = {}
+        tables, strings = _encode(tables)
+        if len(strings):
+            strings.to_csv(tmp / STRINGS_FILE, index_label="id")
         for name, table in tables.items():
             files[name] = _table_file(name, table)
             table.to_csv(tmp / files[name], index=table.index.name is not None)
@@ -128,6 +174,10 @@ def read_table(run_dir: str | Path, meta: Mapping, name: str) -> pd.DataFrame:
     if not path.is_file():
         raise ArtifactError(f"{path} is listed in {RUN_FILE} but missing; re-run the capture.")
     try:
-        return pd.read_csv(path)
-    except (OSError, EOFError, ValueError, pd.errors.ParserError) as err:
+        table = pd.read_csv(path)
+        if any(f"{col}_id" in table for col in DICTIONARY_COLUMNS):
+            strings = pd.read_csv(Path(run_dir) / STRINGS_FILE, index_col="id")["text"]
+            table = _decode(table, strings)
+    except (OSError, EOFError, ValueError, KeyError, pd.errors.ParserError) as err:
         raise ArtifactError(f"{path} cannot be read ({err}); re-run the capture.") from None
+    return table

@@ -19,7 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from workbench.analysis.trace import kernel_table, read_chrome_trace
-from workbench.artifacts import write_run
+from workbench.artifacts import read_meta, write_run
 from workbench.capture.environment import describe
 from workbench.capture.memory import estimate_bytes, out_of_memory_error
 from workbench.capture.torch_trace import trace_to_file
@@ -51,6 +51,23 @@ def _check_memory(preset, plan: Plan, device: torch.device) -> None:
         raise out_of_memory_error(
             preset, plan.prompt_tokens, plan.prefill_chunk, free, plan.streams
         )
+
+
+def _meta(params, preset, model, dev, wall_s: float, profiled_s: float) -> dict:
+    return {
+        "kind": "profile",
+        "params": params,
+        "preset_shapes": preset.to_dict(),
+        "kernels_run": model.kernels_run,
+        "device": dev.type,
+        "wall_s": round(wall_s, 3),
+        "profiled_s": round(profiled_s, 3),
+        "notes": _notes(dev, model),
+        "peak_gpu_memory_gib": (
+            round(torch.cuda.max_memory_allocated(dev) / 2**30, 2) if dev.type == "cuda" else None
+        ),
+        "environment": describe(),
+    }
 
 
 def _gzip_copy(src: Path, dst: Path) -> Path:
@@ -140,28 +157,15 @@ def run_profile(
             profiled_s = time.perf_counter() - started
             kernels = kernel_table(read_chrome_trace(trace_path))
             kept = _gzip_copy(trace_path, Path(tmp) / "trace.json.gz") if keep_trace else None
+            meta = _meta(params, chosen, model, dev, time.perf_counter() - begun, profiled_s)
+            stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+            run_id = f"profile-{chosen.name}-{moe}-{dense}-{prompt_tokens}t-{stamp}"
+            tables = {"kernels": kernels, **profile_tables(kernels)}
+            path = write_run(out, run_id, meta, tables, extra_files=[kept])
     except torch.OutOfMemoryError:
         free, _ = torch.cuda.mem_get_info(dev)
         raise out_of_memory_error(
             chosen, prompt_tokens, prefill_chunk, free + torch.cuda.memory_reserved(dev), streams
         ) from None
-    meta = {
-        "kind": "profile",
-        "params": params,
-        "preset_shapes": chosen.to_dict(),
-        "kernels_run": model.kernels_run,
-        "device": dev.type,
-        "wall_s": round(time.perf_counter() - begun, 3),
-        "profiled_s": round(profiled_s, 3),
-        "notes": _notes(dev, model),
-        "peak_gpu_memory_gib": (
-            round(torch.cuda.max_memory_allocated(dev) / 2**30, 2) if dev.type == "cuda" else None
-        ),
-        "environment": describe(),
-    }
-    stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S")
-    run_id = f"profile-{chosen.name}-{moe}-{dense}-{prompt_tokens}t-{stamp}"
-    path = write_run(
-        out, run_id, meta, {"kernels": kernels, **profile_tables(kernels)}, extra_files=[kept]
-    )
-    return ProfileResult(meta={**meta, "run_id": path.name}, kernels=kernels, path=path)
+    # The metadata as written (with run id, schema and file list): captured == loaded.
+    return ProfileResult(meta=read_meta(path), kernels=kernels, path=path)
