@@ -232,8 +232,8 @@ class SyntheticModel:
         with record_function("other"):
             kv = rms_norm(kv, w.kv_norm)
         out = attend_to(q, kv, index_q, index_k, index_w)
-        groups = out.view(-1, s.o_groups, (s.q_heads // s.o_groups) * s.head_dim)
         with record_function("dense"):
+            groups = out.view(-1, s.o_groups, (s.q_heads // s.o_groups) * s.head_dim)
             low = torch.cat([self.linear(groups[:, g], w.o_a[g]) for g in range(s.o_groups)], 1)
             return self.linear(low, w.o_b)
 
@@ -289,11 +289,11 @@ class SyntheticModel:
 
     def _decode_attention(self, cache: Cache, layer: int, step: int, streams: int) -> Callable:
         s, prompt = self.shapes, cache.prompt
-        rows = cache.decode_rows(streams, step, self.device)
 
         def attend_to(q, kv, index_q, index_k, index_w):
             keys = cache.keys[layer]
             with record_function("other"):
+                rows = cache.decode_rows(streams, step, self.device)
                 cache.kv[layer][rows] = kv
                 keys[rows] = index_k
             with record_function("attention"):
@@ -329,23 +329,30 @@ class SyntheticModel:
         cache = Cache(self.shapes, self.layers, plan, self.device, self.dtype)
         for chunk, (start, size) in enumerate(plan.chunks()):
             with self._step(f"wb.prefill#{chunk}"):
-                x = inputs["prompt"][start : start + size]
+                with record_function("other"):
+                    x = inputs["prompt"][start : start + size]
                 for i in range(self.layers):
-                    ids, weights = inputs["prefill_routing"][i]
-                    routing = (ids[start : start + size], weights[start : start + size])
+                    with record_function("other"):
+                        ids, weights = inputs["prefill_routing"][i]
+                        routing = (ids[start : start + size], weights[start : start + size])
                     x = self._layer(i, x, self._prefill_attention(cache, i, start, size), routing)
                     tick(1)
                 if start + size == plan.prompt_tokens:
-                    self._lm_head(x[-1:])
+                    with record_function("other"):
+                        last = x[-1:]
+                    self._lm_head(last)
         tokens = []
         for step in range(plan.decode_tokens):
             with self._step(f"wb.decode#{step}"):
-                x = inputs["decode"][step]
+                with record_function("other"):
+                    x = inputs["decode"][step]
                 rows = slice(step * plan.streams, (step + 1) * plan.streams)
                 for i in range(self.layers):
-                    ids, weights = inputs["decode_routing"][i]
+                    with record_function("other"):
+                        ids, weights = inputs["decode_routing"][i]
+                        routing = (ids[rows], weights[rows])
                     attend_to = self._decode_attention(cache, i, step, plan.streams)
-                    x = self._layer(i, x, attend_to, (ids[rows], weights[rows]))
+                    x = self._layer(i, x, attend_to, routing)
                     tick(1)
                 tokens.append(self._lm_head(x))
         return torch.stack(tokens).cpu().numpy()

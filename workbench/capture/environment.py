@@ -6,6 +6,7 @@ Every artifact carries this, so every figure traces back to the hardware and cod
 from __future__ import annotations
 
 import datetime as dt
+import os
 import platform
 import shutil
 import subprocess
@@ -27,7 +28,11 @@ def _run(cmd: list[str]) -> str | None:
 
 
 def _git() -> dict:
+    """The commit of the code that ran. A copy of the tree without .git (as the GPU machine
+    gets) reads it from WORKBENCH_GIT_COMMIT, which the capture scripts pass along."""
     commit = _run(["git", "rev-parse", "HEAD"])
+    if commit is None and os.environ.get("WORKBENCH_GIT_COMMIT"):
+        return {"commit": os.environ["WORKBENCH_GIT_COMMIT"], "dirty": None, "source": "env"}
     dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
     return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
 
