@@ -111,3 +111,19 @@ def test_truncated_gzip_gets_a_clear_error(cpu_trace, tmp_path):
 def test_missing_trace(tmp_path):
     with pytest.raises(ArtifactError, match="does not exist"):
         read_chrome_trace(tmp_path / "nope.json")
+
+
+def test_short_kernel_names_fold_templates_and_drop_parameters():
+    from workbench.analysis.tables import short_kernel_name
+
+    name = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::"
+        "BFloat16>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>)"
+    )
+    assert short_kernel_name(name) == (
+        "at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<…>, "
+        "std::array<…> >"
+    )
+    assert short_kernel_name("Memcpy DtoD (Device -> Device)") == "Memcpy DtoD (Device -> Device)"
+    assert short_kernel_name("_gate_up_kernel") == "_gate_up_kernel"
+    assert len(short_kernel_name("k" * 500)) == 120

@@ -120,7 +120,9 @@ class ProfileResult:
                 )
             else:
                 page.heading(phase.capitalize()).table(self.by_phase(phase), "milliseconds")
-        page.heading("Top kernels").table(self.top_kernels(), digits=1)
+        top = self.top_kernels()
+        top.index = top.index.map(tables.short_kernel_name)
+        page.heading("Top kernels").table(top, "names shortened: templates folded", digits=1)
         if "decode" in self.phases:
             step = int(self.kernels.loc[self.kernels["phase"] == "decode", "step"].max())
             rows = self.kernels[

@@ -59,6 +59,35 @@ def per_step_table(kernels: pd.DataFrame, phase: str = "decode") -> pd.DataFrame
     return stats
 
 
+def short_kernel_name(name: str, width: int = 120) -> str:
+    """A readable kernel name: no `void`, no parameter list, nested templates folded.
+
+    `void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<...>>(int,
+    ...)` becomes `at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<…>>`.
+    Tables keep grouping by the full name; only the display is shortened.
+    """
+    text = name.removeprefix("void ")
+    depth, out, args_at = 0, [], None
+    for i, ch in enumerate(text):
+        if ch == "(" and depth == 0 and i and (text[i - 1].isalnum() or text[i - 1] in "_>"):
+            args_at = i  # a C++ signature's parameter list, not "Memcpy DtoD (Device -> Device)"
+            break
+        if ch == "<":
+            depth += 1
+            out.append(ch if depth <= 2 else "")
+            if depth == 2:
+                out.append("…")
+            continue
+        if ch == ">":
+            depth -= 1
+            out.append(ch if depth <= 1 else "")
+            continue
+        if depth <= 1:
+            out.append(ch)
+    short = "".join(out) if args_at is not None or depth == 0 else text
+    return short if len(short) <= width else short[: width - 1] + "…"
+
+
 def top_kernels(kernels: pd.DataFrame, phase: str | None = None, n: int = 15) -> pd.DataFrame:
     """The kernels that cost the most time, by name: calls, total, mean and share."""
     rows = kernels if phase is None else kernels[kernels["phase"] == phase]

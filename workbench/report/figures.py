@@ -45,26 +45,40 @@ def category_bars(panels: Mapping[str, pd.DataFrame], title: str, unit: str = "m
 
 
 def step_timeline(kernels: pd.DataFrame, title: str) -> go.Figure:
-    """Kernels of one step on a time axis by layer, coloured by category (a Gantt-like strip)."""
+    """Kernels of one step back to back (idle gaps removed), by layer, coloured by category.
+
+    Drawn on wall time, a decode step's few-microsecond kernels vanish between launch gaps;
+    packed, the strip shows where kernel time goes, and the title says how much of the step's
+    span the GPU sat idle.
+    """
+    rows = kernels.sort_values("start_us")
+    busy = rows["dur_us"].cumsum() - rows["dur_us"]
+    span_us = float((rows["start_us"] + rows["dur_us"]).max() - rows["start_us"].min())
+    total_us = float(rows["dur_us"].sum())
+    idle = 100 * (1 - total_us / span_us) if span_us else 0.0
     fig = go.Figure()
-    start0 = kernels["start_us"].min() if len(kernels) else 0.0
-    for category, rows in kernels.groupby("category", sort=False):
+    for category, part in rows.groupby("category", sort=False):
         fig.add_bar(
             name=category,
-            base=(rows["start_us"] - start0).to_numpy(),
-            x=rows["dur_us"].to_numpy(),
-            y=rows["layer"].astype("Float64").fillna(-1).to_numpy(),
+            base=busy[part.index].to_numpy(),
+            x=part["dur_us"].to_numpy(),
+            y=part["layer"].astype("Float64").fillna(-1).to_numpy(),
             orientation="h",
             marker_color=CATEGORY_COLOURS.get(category),
-            customdata=rows["name"].to_numpy(),
+            marker_line_width=0,
+            customdata=part["name"].to_numpy(),
             hovertemplate="%{customdata}<br>%{x:.1f} us<extra>" + category + "</extra>",
         )
     fig.update_layout(
-        title=title,
-        xaxis_title="us from step start",
+        title=(
+            f"{title}: {total_us / 1e3:.2f} ms of kernels in a {span_us / 1e3:.2f} ms span "
+            f"({idle:.0f}% idle between kernels)"
+        ),
+        xaxis_title="kernel time from step start, us (gaps removed)",
         yaxis_title="layer (-1: outside layers)",
         barmode="overlay",
+        bargap=0.1,
         template="plotly_white",
-        height=460,
+        height=480,
     )
     return fig
