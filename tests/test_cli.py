@@ -26,7 +26,8 @@ def test_profile_prints_both_tables_and_writes_html(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert code == 0
-    assert "Prefill" in out and "Decode, per step (2 steps)" in out and "CPU run" in out
+    assert "Prefill" in out and "Decode, per step (2 steps, eager launches)" in out
+    assert "CPU run" in out
     assert html.stat().st_size > 1_000_000  # plotly.js is inlined
     (run_dir,) = (tmp_path / "raw").iterdir()
     assert (run_dir / "run.json").is_file()

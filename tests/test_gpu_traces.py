@@ -55,7 +55,12 @@ def test_mixtral_phases_come_from_the_users_ranges(mixtral):
 
 def test_model_trace_re_attributes_to_its_saved_kernel_table(model_run):
     again = workbench.load_trace(model_run.path / "trace.json.gz")
-    assert again.kernels.equals(model_run.kernels)
+    # The fixture predates the correlation column; everything else must be identical.
+    assert model_run.kernels["correlation"].isna().all()
+    assert again.kernels["correlation"].notna().all()
+    assert again.kernels.drop(columns="correlation").equals(
+        model_run.kernels.drop(columns="correlation")
+    )
 
 
 def test_model_kernels_carry_scope_categories_and_launch_facts(model_run):

@@ -20,7 +20,8 @@ def run(tmp_path_factory):
 
 def test_tables_have_every_category_and_add_up(run):
     prefill, decode = run.prefill(), run.decode()
-    assert list(prefill.index) == CORE and list(decode.index) == CORE
+    assert list(prefill.index) == CORE and list(decode.index) == [*CORE, "Gaps between kernels"]
+    assert decode.loc["Gaps between kernels", "mean_ms"] >= 0
     categories = prefill.drop(index="Total")
     assert categories["time_ms"].sum() == pytest.approx(prefill.loc["Total", "time_ms"])
     for category in ("MoE", "Dense GEMM", "Sparse attention", "Other"):
@@ -29,7 +30,7 @@ def test_tables_have_every_category_and_add_up(run):
     assert prefill.loc["All-reduce", "time_ms"] == 0  # one rank: no collective
     assert decode.attrs["steps"] == 3
     assert decode.loc["Total", "mean_ms"] == pytest.approx(
-        decode.drop(index="Total")["mean_ms"].sum()
+        decode.drop(index=["Total", "Gaps between kernels"])["mean_ms"].sum()
     )
 
 
@@ -83,6 +84,7 @@ def test_compare_puts_runs_side_by_side(run):
         ({"routing": "zipf"}, "unknown routing"),
         ({"device": "cuda"}, "no CUDA GPU is visible"),
         ({"prefill_chunk": -5}, "prefill_chunk=-5 is below 1"),
+        ({"cuda_graphs": True}, "cuda_graphs=True needs a GPU"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, kwargs, message):

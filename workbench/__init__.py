@@ -42,6 +42,7 @@ def profile(
     out: str | Path = "raw",
     progress: bool = True,
     keep_trace: bool = False,
+    cuda_graphs: bool | None = None,
     **shape_overrides: int,
 ) -> ProfileResult:
     """Profile a prefill of `prompt_tokens` then `decode_tokens` decode steps of the model.
@@ -50,7 +51,9 @@ def profile(
     one it is `tiny`, the Triton kernels are replaced by their torch references, and times are
     CPU op times (the result's notes say so). `prefill_chunk=None` prefills in one pass;
     `streams` tokens are decoded per step. `shape_overrides` change preset fields (e.g.
-    `top_k=8`, `layers=2`). Writes `out/<run-id>/` (with the gzipped Chrome trace too when
+    `top_k=8`, `layers=2`). `cuda_graphs` (default: on a GPU) replays each decode step as a
+    CUDA graph, as serving engines do; replayed kernels are attributed by their position in an
+    eager run of the same step. Writes `out/<run-id>/` (with the gzipped Chrome trace too when
     `keep_trace`) and returns the result.
     """
     from workbench.capture.profile_run import run_profile
@@ -70,5 +73,6 @@ def profile(
         out=out,
         progress=progress,
         keep_trace=keep_trace,
+        cuda_graphs=cuda_graphs,
         **shape_overrides,
     )

@@ -44,6 +44,13 @@ def _add_profile(sub) -> None:
     p.add_argument("--out", default="raw", help="artifact root (raw)")
     p.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="replay decode steps as CUDA graphs (default: on a GPU)",
+    )
+    p.add_argument("--keep-trace", action="store_true", help="also keep the gzipped trace")
 
 
 def _add_show(sub) -> None:
@@ -77,6 +84,8 @@ def _profile(args) -> None:
         device=args.device,
         out=args.out,
         progress=not args.no_progress,
+        cuda_graphs=args.cuda_graphs,
+        keep_trace=args.keep_trace,
     )
     print(result.text())
     print(f"\nwall time {result.meta['wall_s']:.1f} s; artifacts in {result.path}")

@@ -108,7 +108,11 @@ class LayerWeights:
 
 
 class Cache:
-    """Per-layer latent KV and indexer keys: the prompt first, then each stream's decode tail."""
+    """Per-layer latent KV and indexer keys: the prompt first, then each stream's decode tail.
+
+    A stream's token at decode step t sits at flat row `prompt + stream * tail + t`, and at
+    *virtual* position `prompt + t` in its own sequence (the prompt, then its own tail).
+    """
 
     def __init__(self, s: RankShapes, layers: int, plan: Plan, device, dtype):
         self.prompt = plan.prompt_tokens
@@ -119,16 +123,49 @@ class Cache:
             torch.empty(rows, s.index_dim, device=device, dtype=dtype) for _ in range(layers)
         ]
 
-    def decode_rows(self, streams: int, step: int, device) -> torch.Tensor:
-        """Flat cache rows of each stream's token at decode step `step`."""
-        return self.prompt + torch.arange(streams, device=device) * self.tail + step
-
-    def virtual_to_flat(self, virtual: torch.Tensor, step: int) -> torch.Tensor:
+    def virtual_to_flat(self, virtual: torch.Tensor) -> torch.Tensor:
         """Map per-stream positions (prompt, then own tail) to flat cache rows; -1 stays -1."""
         stream = torch.arange(virtual.shape[0], device=virtual.device)[:, None]
         tail_row = self.prompt + stream * self.tail + (virtual - self.prompt)
         flat = torch.where(virtual >= self.prompt, tail_row, virtual)
         return torch.where(virtual < 0, virtual, flat)
+
+
+class DecodeState:
+    """Static buffers of a decode step, so that every step has the same shapes and pointers.
+
+    The step index lives in a device tensor and the step's inputs are copied into fixed
+    buffers: one CUDA graph then serves every decode step, and an eager run does exactly the
+    same work as a replay.
+    """
+
+    def __init__(self, model: SyntheticModel, plan: Plan):
+        dev, s = model.device, model.shapes
+        self.cache = Cache(s, model.layers, plan, dev, model.dtype)
+        self.streams = plan.streams
+        self.step = torch.zeros((), dtype=torch.int64, device=dev)
+        self.x = torch.zeros(plan.streams, s.hidden, device=dev, dtype=model.dtype)
+        self.ids = [
+            torch.zeros(plan.streams, s.top_k, dtype=torch.int32, device=dev)
+            for _ in range(model.layers)
+        ]
+        self.weights = [
+            torch.full((plan.streams, s.top_k), 1.0 / s.top_k, device=dev)
+            for _ in range(model.layers)
+        ]
+        self.stream_rows = plan.prompt_tokens + torch.arange(plan.streams, device=dev) * (
+            plan.decode_tokens
+        )
+        self.tokens = torch.zeros(plan.streams, dtype=torch.int64, device=dev)
+
+    def load(self, inputs: dict, step: int) -> None:
+        """Copy decode step `step`'s inputs into the static buffers (outside any graph)."""
+        rows = slice(step * self.streams, (step + 1) * self.streams)
+        self.step.fill_(step)
+        self.x.copy_(inputs["decode"][step])
+        for i, (ids, weights) in enumerate(inputs["decode_routing"]):
+            self.ids[i].copy_(ids[rows])
+            self.weights[i].copy_(weights[rows])
 
 
 class SyntheticModel:
@@ -287,25 +324,27 @@ class SyntheticModel:
 
         return attend_to
 
-    def _decode_attention(self, cache: Cache, layer: int, step: int, streams: int) -> Callable:
-        s, prompt = self.shapes, cache.prompt
+    def _decode_attention(self, state: DecodeState, layer: int) -> Callable:
+        s, cache = self.shapes, state.cache
+        prompt, tail, streams = cache.prompt, cache.tail, state.streams
 
         def attend_to(q, kv, index_q, index_k, index_w):
             keys = cache.keys[layer]
             with record_function("other"):
-                rows = cache.decode_rows(streams, step, self.device)
+                rows = state.stream_rows + state.step
                 cache.kv[layer][rows] = kv
                 keys[rows] = index_k
             with record_function("attention"):
                 prompt_scores = attention_kernels.indexer_scores(index_q, index_w, keys[:prompt])
-                tails = keys[prompt : prompt + streams * cache.tail].view(streams, cache.tail, -1)
-                tail_keys = tails[:, : step + 1].reshape(-1, keys.shape[1])
+                # Score each stream's whole tail buffer: slots after the current step hold
+                # stale values, but select_positions never picks a position after the query.
+                tail_keys = keys[prompt : prompt + streams * tail]
                 both = attention_kernels.indexer_scores(index_q, index_w, tail_keys)
-                own = both.view(streams, streams, step + 1).diagonal().T
+                own = both.view(streams, streams, tail).diagonal().T
                 scores = torch.cat([prompt_scores, own], dim=1)
-                pos = torch.full((streams,), prompt + step, device=self.device)
+                pos = prompt + state.step.expand(streams)
                 virtual = attention_kernels.select_positions(scores, pos, s.index_topk, s.window)
-                return self.attend(q, cache.kv[layer], cache.virtual_to_flat(virtual, step))
+                return self.attend(q, cache.kv[layer], cache.virtual_to_flat(virtual))
 
         return attend_to
 
@@ -317,16 +356,13 @@ class SyntheticModel:
         if self.on_gpu:
             torch.cuda.synchronize(self.device)  # a server syncs each step to sample
 
-    @torch.inference_mode()
-    def run(
-        self, plan: Plan, inputs: dict, progress: Callable[[int], None] | None = None
-    ) -> np.ndarray:
-        """Prefill, then decode, on `inputs(plan)`; returns the decoded ids (steps, streams).
+    def new_state(self, plan: Plan) -> DecodeState:
+        return DecodeState(self, plan)
 
-        `progress(n)` is called after every n layers, for a progress bar.
-        """
-        tick = progress or (lambda n: None)
-        cache = Cache(self.shapes, self.layers, plan, self.device, self.dtype)
+    def prefill(
+        self, state: DecodeState, plan: Plan, inputs: dict, tick: Callable[[int], None]
+    ) -> None:
+        """The prompt in chunks, eagerly, filling the cache."""
         for chunk, (start, size) in enumerate(plan.chunks()):
             with self._step(f"wb.prefill#{chunk}"):
                 with record_function("other"):
@@ -335,24 +371,52 @@ class SyntheticModel:
                     with record_function("other"):
                         ids, weights = inputs["prefill_routing"][i]
                         routing = (ids[start : start + size], weights[start : start + size])
-                    x = self._layer(i, x, self._prefill_attention(cache, i, start, size), routing)
+                    attend_to = self._prefill_attention(state.cache, i, start, size)
+                    x = self._layer(i, x, attend_to, routing)
                     tick(1)
                 if start + size == plan.prompt_tokens:
                     with record_function("other"):
                         last = x[-1:]
                     self._lm_head(last)
+
+    def decode_step(self, state: DecodeState) -> None:
+        """One decode step on the static buffers: the same work eagerly or as a graph replay."""
+        x = state.x
+        for i in range(self.layers):
+            attend_to = self._decode_attention(state, i)
+            x = self._layer(i, x, attend_to, (state.ids[i], state.weights[i]))
+        tokens = self._lm_head(x)
+        with record_function("other"):
+            state.tokens.copy_(tokens)
+
+    @torch.inference_mode()
+    def run(
+        self,
+        plan: Plan,
+        inputs: dict,
+        progress: Callable[[int], None] | None = None,
+        state: DecodeState | None = None,
+        replay: Callable[[], None] | None = None,
+    ) -> np.ndarray:
+        """Prefill, then decode, on `inputs(plan)`; returns the decoded ids (steps, streams).
+
+        `replay`, when given, runs each decode step instead of `decode_step` (a CUDA graph of
+        it captured on `state`). `progress(n)` is called after every n layers.
+        """
+        tick = progress or (lambda n: None)
+        state = state or self.new_state(plan)
+        self.prefill(state, plan, inputs, tick)
         tokens = []
         for step in range(plan.decode_tokens):
             with self._step(f"wb.decode#{step}"):
                 with record_function("other"):
-                    x = inputs["decode"][step]
-                rows = slice(step * plan.streams, (step + 1) * plan.streams)
-                for i in range(self.layers):
-                    with record_function("other"):
-                        ids, weights = inputs["decode_routing"][i]
-                        routing = (ids[rows], weights[rows])
-                    attend_to = self._decode_attention(cache, i, step, plan.streams)
-                    x = self._layer(i, x, attend_to, routing)
-                    tick(1)
-                tokens.append(self._lm_head(x))
+                    state.load(inputs, step)
+                if replay is None:
+                    self.decode_step(state)
+                else:
+                    with record_function("wb.graph#decode"):
+                        replay()
+                tick(self.layers)
+                with record_function("other"):
+                    tokens.append(state.tokens.clone())
         return torch.stack(tokens).cpu().numpy()

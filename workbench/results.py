@@ -48,6 +48,7 @@ class ProfileResult:
             params = self.meta.get("params", {})
             self.label = (
                 f"{params['moe']} / {params['dense']}"
+                + (" / graphs" if params.get("cuda_graphs") else "")
                 if "moe" in params
                 else Path(self.meta.get("source", "trace")).name
             )
@@ -65,6 +66,24 @@ class ProfileResult:
     def decode(self) -> pd.DataFrame:
         """Decode kernel time per step by category (mean, std, min, max over steps)."""
         return tables.per_step_table(self.kernels, self._phase("decode"))
+
+    def decode_caption(self) -> str:
+        """How the decode steps ran: steps, CUDA graphs or eager, and how graph kernels were
+        attributed (by position in the eager signature, or by name alone)."""
+        steps = self.kernels.loc[self.kernels["phase"] == "decode", "step"].nunique()
+        decode = self.kernels[self.kernels["phase"] == "decode"]
+        replayed = int(decode["graph"].sum())
+        matching = self.meta.get("graph_matching")
+        if matching:
+            how = (
+                f"CUDA graphs; {matching['matched_by_position']} of "
+                f"{matching['graph_kernels']} replayed kernels attributed by position"
+            )
+        elif replayed:
+            how = f"{replayed} of {len(decode)} kernels replayed from CUDA graphs, by name"
+        else:
+            how = "eager launches"
+        return f"{steps} steps, {how}"
 
     def by_phase(self, phase: str) -> pd.DataFrame:
         return tables.phase_table(self.kernels, self._phase(phase))
@@ -99,7 +118,7 @@ class ProfileResult:
             table = self.decode() if phase == "decode" else self.by_phase(phase)
             title = "Decode, per step" if phase == "decode" else f"{phase.capitalize()}"
             if phase == "decode":
-                title += f" ({table.attrs['steps']} steps)"
+                title += f" ({self.decode_caption()})"
             lines += ["", title, table.round(3).to_string()]
         return "\n".join(lines)
 
@@ -116,7 +135,7 @@ class ProfileResult:
             if phase == "decode":
                 table = self.decode()
                 page.heading("Decode, per step").table(
-                    table, f"{table.attrs['steps']} steps; milliseconds per step", digits=3
+                    table, f"{self.decode_caption()}; milliseconds per step", digits=3
                 )
             else:
                 page.heading(phase.capitalize()).table(self.by_phase(phase), "milliseconds")

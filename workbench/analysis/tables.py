@@ -9,6 +9,22 @@ import pandas as pd
 from workbench.analysis.rules import category_order
 
 TOTAL = "Total"
+GAPS = "Gaps between kernels"  # not a category: idle GPU time inside a step's span
+
+
+def idle_between_kernels_us(rows: pd.DataFrame) -> float:
+    """Time inside [first start, last end] when no kernel of `rows` ran (intervals merged)."""
+    if rows.empty:
+        return 0.0
+    ordered = rows.sort_values("start_us")
+    starts = ordered["start_us"].to_numpy()
+    ends = (ordered["start_us"] + ordered["dur_us"]).to_numpy()
+    idle, reach = 0.0, ends[0]
+    for start, end in zip(starts[1:], ends[1:]):
+        if start > reach:
+            idle += start - reach
+        reach = max(reach, end)
+    return idle
 
 
 def phase_table(kernels: pd.DataFrame, phase: str) -> pd.DataFrame:
@@ -31,7 +47,8 @@ def phase_table(kernels: pd.DataFrame, phase: str) -> pd.DataFrame:
 
 
 def per_step_table(kernels: pd.DataFrame, phase: str = "decode") -> pd.DataFrame:
-    """Kernel time per step by category: mean, std, min and max over the steps; Total last.
+    """Kernel time per step by category: mean, std, min and max over the steps; Total, then
+    the idle time between kernels inside each step's span (launch gaps, host overhead).
 
     Steps in which a category launched nothing count as zero for it, so the means add up.
     """
@@ -41,6 +58,7 @@ def per_step_table(kernels: pd.DataFrame, phase: str = "decode") -> pd.DataFrame
         index="step", columns="category", values="dur_us", aggfunc="sum", fill_value=0.0
     ).reindex(columns=order, fill_value=0.0)
     per_step[TOTAL] = per_step.sum(axis=1)
+    per_step[GAPS] = rows.groupby("step")[["start_us", "dur_us"]].apply(idle_between_kernels_us)
     counts = rows.groupby("step").size()
     stats = pd.DataFrame(
         {
@@ -54,6 +72,7 @@ def per_step_table(kernels: pd.DataFrame, phase: str = "decode") -> pd.DataFrame
         len(per_step), 1
     )
     stats.loc[TOTAL, "kernels_per_step"] = counts.mean() if len(counts) else 0.0
+    stats.loc[GAPS, "kernels_per_step"] = float("nan")
     stats.index.name = "category"
     stats.attrs["steps"] = len(per_step)
     return stats
@@ -120,5 +139,6 @@ def attribution_table(kernels: pd.DataFrame) -> pd.DataFrame:
 def side_by_side(tables: Mapping[str, pd.DataFrame], column: str) -> pd.DataFrame:
     """One column per run, taking `column` of each table; categories missing from a run are 0."""
     frame = pd.DataFrame({label: t[column] for label, t in tables.items()}).fillna(0.0)
-    present = set(frame.index) - {TOTAL}
-    return frame.reindex([*category_order(present), TOTAL]).fillna(0.0)
+    present = set(frame.index) - {TOTAL, GAPS}
+    extra = [GAPS] if GAPS in frame.index else []
+    return frame.reindex([*category_order(present), TOTAL, *extra]).fillna(0.0)

@@ -52,6 +52,7 @@ KERNEL_DTYPES: dict[str, str] = {
     "block": "string",
     "registers": "Int64",
     "launch": "string",
+    "correlation": "Int64",
     "op": "string",
     "graph": "bool",
 }
@@ -202,12 +203,15 @@ class _Resolver:
             self._struct_cache[name] = (phase, step, layer)
         return self._struct_cache[name]
 
-    def resolve(self, stack: tuple, kernel_name: str) -> tuple:
+    def resolve(self, stack: tuple, kernel_name: str, by_stack: bool = True) -> tuple:
+        """(category, source, phase, step, layer, op). With `by_stack` False (a kernel replayed
+        from a CUDA graph, whose launch site is not where it was captured) the stack still
+        gives phase and step, but only the kernel name gives the category."""
         category = source = phase = step = layer = op = None
         for name, is_op in reversed(stack):
             if is_op and op is None:
                 op = name
-            if category is None and not is_op:
+            if category is None and not is_op and by_stack:
                 category = self._rule_category("range", name)
                 source = "range" if category else None
             if phase is None or layer is None:
@@ -216,7 +220,7 @@ class _Resolver:
                     phase, step = p, s
                 if layer is None and lay is not None:
                     layer = lay
-        if category is None:
+        if category is None and by_stack:
             for name, is_op in reversed(stack):
                 if is_op:
                     category = self._rule_category("op", name)
@@ -249,12 +253,13 @@ def kernel_table(trace: ChromeTrace, rules: Iterable[Rule] = DEFAULT_RULES) -> p
     if gpu:
         for e in gpu:
             args = e.get("args") or {}
-            stack = launch_stacks.get(args.get("correlation"), ())
+            correlation = args.get("correlation")
+            stack = launch_stacks.get(correlation, ())
             launch = stack[-1][0] if stack else None
             rows.append(
                 (
                     e["name"],
-                    *resolver.resolve(stack[:-1] if stack else (), e["name"]),
+                    *resolver.resolve(stack[:-1], e["name"], by_stack=launch != GRAPH_LAUNCH),
                     e["ts"],
                     float(e.get("dur", 0)),
                     e["cat"],
@@ -263,6 +268,7 @@ def kernel_table(trace: ChromeTrace, rules: Iterable[Rule] = DEFAULT_RULES) -> p
                     _dims(args.get("block")),
                     args.get("registers per thread"),
                     launch,
+                    correlation,
                 )
             )
     else:
@@ -274,6 +280,7 @@ def kernel_table(trace: ChromeTrace, rules: Iterable[Rule] = DEFAULT_RULES) -> p
                     e["ts"],
                     self_us,
                     "cpu_op",
+                    None,
                     None,
                     None,
                     None,
@@ -297,6 +304,7 @@ def kernel_table(trace: ChromeTrace, rules: Iterable[Rule] = DEFAULT_RULES) -> p
         "block",
         "registers",
         "launch",
+        "correlation",
     ]
     table = pd.DataFrame(rows, columns=columns)
     if table.empty:
@@ -310,8 +318,13 @@ def kernel_table(trace: ChromeTrace, rules: Iterable[Rule] = DEFAULT_RULES) -> p
     return with_schema(table)
 
 
+# Columns added after the first artifacts were written: older tables load with them empty.
+LATER_COLUMNS = ("correlation",)
+
+
 def with_schema(table: pd.DataFrame) -> pd.DataFrame:
     """The kernel table's columns in order with their dtypes (a CSV round trip loses them)."""
+    table = table.assign(**{c: pd.NA for c in LATER_COLUMNS if c not in table.columns})
     missing = sorted(set(KERNEL_DTYPES) - set(table.columns))
     if missing:
         raise ArtifactError(f"kernel table lacks columns {missing}; re-run the capture.")

@@ -18,8 +18,10 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from workbench.analysis.graphs import attribute_graph_replays
 from workbench.analysis.trace import kernel_table, read_chrome_trace
 from workbench.artifacts import read_meta, write_run
+from workbench.capture.cuda_graphs import capture_decode_graph, learn_signature
 from workbench.capture.environment import describe
 from workbench.capture.memory import estimate_bytes, out_of_memory_error
 from workbench.capture.torch_trace import trace_to_file
@@ -104,11 +106,18 @@ def run_profile(
     out: str | Path = "raw",
     progress: bool = True,
     keep_trace: bool = False,
+    cuda_graphs: bool | None = None,
     **shape_overrides: int,
 ) -> ProfileResult:
     """Profile a prefill of `prompt_tokens` and `decode_tokens` decode steps; see the facade."""
     begun = time.perf_counter()
     dev = _device(device)
+    graphs = dev.type == "cuda" if cuda_graphs is None else cuda_graphs
+    if graphs and dev.type != "cuda":
+        raise WorkbenchError(
+            "cuda_graphs=True needs a GPU (decode steps are replayed as CUDA graphs); "
+            "drop it or pass cuda_graphs=False on the CPU."
+        )
     base = get_preset(preset or (DEFAULT_GPU_PRESET if dev.type == "cuda" else DEFAULT_CPU_PRESET))
     chosen = with_overrides(base, **shape_overrides) if shape_overrides else base
     chosen.validate()
@@ -128,6 +137,7 @@ def run_profile(
         "prefill_chunk": prefill_chunk,
         "seed": seed,
         "shape_overrides": shape_overrides,
+        "cuda_graphs": graphs,
     }
     try:
         model = SyntheticModel(
@@ -144,6 +154,12 @@ def run_profile(
             model.run(warmup, model.inputs(warmup))
             torch.cuda.synchronize(dev)
         inputs = model.inputs(plan)
+        state = model.new_state(plan)
+        replay, signature = None, None
+        if graphs:
+            graph = capture_decode_graph(model, state)
+            signature = learn_signature(model, state)
+            replay = graph.replay
         bar = tqdm(
             total=(len(plan.chunks()) + plan.decode_tokens) * model.layers,
             unit="layer",
@@ -153,14 +169,19 @@ def run_profile(
         with tempfile.TemporaryDirectory() as tmp, bar:
             trace_path = Path(tmp) / "trace.json"
             started = time.perf_counter()
-            trace_to_file(lambda: model.run(plan, inputs, bar.update), trace_path)
+            trace_to_file(lambda: model.run(plan, inputs, bar.update, state, replay), trace_path)
             profiled_s = time.perf_counter() - started
             kernels = kernel_table(read_chrome_trace(trace_path))
+            extra_tables, matching = {}, None
+            if signature is not None:
+                kernels, matching = attribute_graph_replays(kernels, signature)
+                extra_tables["graph_signature"] = signature
             kept = _gzip_copy(trace_path, Path(tmp) / "trace.json.gz") if keep_trace else None
             meta = _meta(params, chosen, model, dev, time.perf_counter() - begun, profiled_s)
+            meta["graph_matching"] = matching
             stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S")
             run_id = f"profile-{chosen.name}-{moe}-{dense}-{prompt_tokens}t-{stamp}"
-            tables = {"kernels": kernels, **profile_tables(kernels)}
+            tables = {"kernels": kernels, **profile_tables(kernels), **extra_tables}
             path = write_run(out, run_id, meta, tables, extra_files=[kept])
     except torch.OutOfMemoryError:
         free, _ = torch.cuda.mem_get_info(dev)

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.analysis.rules import CATEGORIES
-from workbench.analysis.tables import TOTAL
+from workbench.analysis.tables import GAPS, TOTAL
 
 CATEGORY_COLOURS = dict(
     zip(CATEGORIES, ("#d62728", "#1f77b4", "#2ca02c", "#17becf", "#ff7f0e", "#7f7f7f"))
@@ -31,7 +31,10 @@ def category_bars(panels: Mapping[str, pd.DataFrame], title: str, unit: str = "m
                 showlegend=category not in shown,
                 x=[str(c) for c in frame.columns],
                 y=frame.loc[category].to_numpy(),
-                marker_color=CATEGORY_COLOURS.get(category),
+                marker_color=CATEGORY_COLOURS.get(category, "#ffffff"),
+                # Idle time is not kernel time: hatched, so it never reads as a category.
+                marker_pattern_shape="/" if category == GAPS else "",
+                marker_line_color="#999999" if category == GAPS else None,
                 hovertemplate=f"{category}: %{{y:,.3f}} {unit}<extra>%{{x}}</extra>",
                 row=1,
                 col=col,
