@@ -67,7 +67,9 @@ def validate_moe_inputs(
         raise ValueError(f"topk_ids must be an integer tensor, got {topk_ids.dtype}.")
     if not topk_weights.is_floating_point():
         raise ValueError(f"topk_weights must be floating, got {topk_weights.dtype}.")
-    if bool(((topk_ids < 0) | (topk_ids >= experts)).any()):
+    # The range check reads a device value back (a sync), which a CUDA graph capture forbids.
+    capturing = topk_ids.is_cuda and torch.cuda.is_current_stream_capturing()
+    if not capturing and bool(((topk_ids < 0) | (topk_ids >= experts)).any()):
         raise ValueError(
             f"topk_ids has values outside [0, E={experts}); route only to existing experts "
             "(w_gate_up.shape[0] sets E)."
@@ -82,7 +84,10 @@ def sort_slots(topk_ids: Tensor, experts: int) -> tuple[Tensor, Tensor]:
     """
     flat = topk_ids.reshape(-1).long()
     sorted_slots = torch.argsort(flat, stable=True).to(torch.int32)
-    counts = torch.bincount(flat, minlength=experts).to(torch.int32)
+    # scatter_add_ rather than bincount: bincount sizes its output from the data (a device
+    # sync on CUDA), which makes the routing prep impossible to capture in a CUDA graph.
+    counts = torch.zeros(experts, dtype=torch.int32, device=flat.device)
+    counts.scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
     return sorted_slots, counts
 
 
