@@ -1,19 +1,40 @@
 """Attribute CUDA-graph-replayed kernels by their position in the graph.
 
 Replayed kernels lose the scopes they were captured under, so the category of each position
-is learnt from an eager run of the same step (its *signature*) and applied to every replay
-whose kernel names match it position by position. Positions that do not match keep the
-kernel-name rules, and a warning says how many kernels were matched.
+is learnt from an eager run of the same step (its *signature*) and applied to each replay by
+aligning the two kernel-name sequences. Alignment rather than strict position equality,
+because a replay legitimately differs from its eager step in known ways, seen on the H200:
+device-to-device copies become `memcpy32_post` kernels inside graphs, and work that only runs
+eagerly (a host-side check that must not sync during capture) is absent. Kernels outside the
+aligned runs keep the kernel-name rules, and a warning says how many were matched.
 """
 
 from __future__ import annotations
 
+import difflib
+import re
 import warnings
 
 import pandas as pd
 
 GRAPH_POSITION = "graph-position"
 SIGNATURE_COLUMNS = ["position", "name", "category", "layer", "source"]
+# Names that differ between an eager launch and the same operation inside a graph.
+EQUIVALENT_NAMES = (
+    (re.compile(r"^Memcpy DtoD|^memcpy\d*_post$"), "copy device to device"),
+    (re.compile(r"^Memset|^memset\d*_post$"), "memset"),
+)
+
+
+def comparable(name: str) -> str:
+    """The name used for alignment: equivalent eager and graph names map to one."""
+    return next((same for pattern, same in EQUIVALENT_NAMES if pattern.search(name)), name)
+
+
+def align(signature_names: tuple[str, ...], replay_names: tuple[str, ...]) -> list[tuple[int, int]]:
+    """(replay index, signature position) pairs of the runs where the names agree."""
+    matcher = difflib.SequenceMatcher(a=signature_names, b=replay_names, autojunk=False)
+    return [(b + k, a + k) for a, b, size in matcher.get_matching_blocks() for k in range(size)]
 
 
 def signature_of(step_kernels: pd.DataFrame) -> pd.DataFrame:
@@ -33,17 +54,22 @@ def attribute_graph_replays(
     """
     kernels = kernels.copy()
     graph = kernels[kernels["graph"]]
-    names = signature["name"].tolist()
+    names = tuple(comparable(n) for n in signature["name"])
+    alignments: dict[tuple[str, ...], list[tuple[int, int]]] = {}  # replays repeat: align once
     matched = full = 0
     for _, replay in graph.groupby("correlation", sort=False):
         replay = replay.sort_values("start_us", kind="stable")
-        same = [i for i, name in enumerate(replay["name"]) if i < len(names) and name == names[i]]
-        rows, positions = replay.index[same], signature.iloc[same]
+        replay_names = tuple(comparable(n) for n in replay["name"])
+        if replay_names not in alignments:
+            alignments[replay_names] = align(names, replay_names)
+        pairs = alignments[replay_names]
+        rows = replay.index[[i for i, _ in pairs]]
+        positions = signature.iloc[[p for _, p in pairs]]
         for col in ("category", "layer"):
             kernels.loc[rows, col] = positions[col].to_numpy()
         kernels.loc[rows, "source"] = GRAPH_POSITION
-        matched += len(same)
-        full += len(same) == len(replay) == len(names)
+        matched += len(pairs)
+        full += len(pairs) == len(replay)
     replays = int(graph["correlation"].nunique())
     summary = {
         "graph_kernels": len(graph),
