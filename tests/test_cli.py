@@ -48,5 +48,5 @@ def test_help_names_every_command():
     out = subprocess.run(
         [sys.executable, "-m", "workbench.cli", "--help"], capture_output=True, text=True
     ).stdout
-    for command in ("profile", "show", "trace"):
+    for command in ("profile", "show", "trace", "ncu", "ncu-report"):
         assert command in out

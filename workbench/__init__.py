@@ -13,7 +13,10 @@ from workbench.errors import ArtifactError, WorkbenchError
 from workbench.results import Comparison, ProfileResult, load, load_trace
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
+
+    from workbench.analysis.ncu import NcuReport
 
 __all__ = [
     "ArtifactError",
@@ -21,9 +24,43 @@ __all__ = [
     "ProfileResult",
     "WorkbenchError",
     "load",
+    "load_ncu",
     "load_trace",
+    "ncu",
     "profile",
 ]
+
+
+def load_ncu(path: str | Path) -> NcuReport:
+    """An Nsight Compute report (the workbench's or anyone's) as tables and figures.
+
+    Imported on use: it needs NVIDIA's `ncu_report` module, which a bare GPU box may lack
+    (ncu ships one under its `extras/python`).
+    """
+    from workbench.analysis.ncu import load_ncu as _load_ncu
+
+    return _load_ncu(path)
+
+
+def ncu(
+    kernel: str = "moe",
+    variant: str = "stock",
+    tokens: int | Sequence[int] = (6, 4096),
+    out: str | Path = "ncu",
+    **params: object,
+) -> NcuReport:
+    """Capture `ncu --set full` reports of one launch per token count and load them.
+
+    `kernel="moe"` profiles a MoE scheduler at the TP2-rank shape; `kernel="decode-step"`
+    profiles every kernel of one decode step of the synthetic model (`tokens` are then the
+    streams). Relaunches a small target under ncu in a subprocess (ncu 2025.3 cannot attach),
+    writes `out/<name>.ncu-rep` with `<name>.json` and `<name>.summary.txt`.
+    """
+    from workbench.capture.ncu import DECODE_STEP, capture, capture_decode_step
+
+    if kernel == DECODE_STEP:
+        return load_ncu(capture_decode_step(variant, tokens, out, **params))
+    return load_ncu(capture(kernel, variant, tokens, out, **params))
 
 
 def profile(
@@ -39,6 +76,7 @@ def profile(
     prefill_chunk: int | None = 4096,
     seed: int = 0,
     device: str | None = None,
+    tp: int | None = None,
     out: str | Path = "raw",
     progress: bool = True,
     keep_trace: bool = False,
@@ -53,12 +91,16 @@ def profile(
     `streams` tokens are decoded per step. `shape_overrides` change preset fields (e.g.
     `top_k=8`, `layers=2`). `cuda_graphs` (default: on a GPU) replays each decode step as a
     CUDA graph, as serving engines do; replayed kernels are attributed by their position in an
-    eager run of the same step. Writes `out/<run-id>/` (with the gzipped Chrome trace too when
-    `keep_trace`) and returns the result.
+    eager run of the same step. Without `tp`, one process profiles one rank of the preset's
+    tensor parallelism alone; `tp=N` runs N ranks through torch.distributed (NCCL on GPUs,
+    gloo on CPUs) with their all-reduces, merged with a `rank` column and a rank-skew table
+    (under torchrun, rank 0 returns the result and the other ranks None). Writes
+    `out/<run-id>/` (with the gzipped Chrome trace too when `keep_trace`).
     """
-    from workbench.capture.profile_run import run_profile
+    from workbench.capture.profile_run import resolve, run_profile
+    from workbench.capture.tensor_parallel import run_profile_tp
 
-    return run_profile(
+    spec = resolve(
         prompt_tokens,
         decode_tokens,
         preset=preset,
@@ -70,9 +112,10 @@ def profile(
         prefill_chunk=prefill_chunk,
         seed=seed,
         device=device,
-        out=out,
-        progress=progress,
-        keep_trace=keep_trace,
         cuda_graphs=cuda_graphs,
-        **shape_overrides,
+        tp=tp,
+        shape_overrides=shape_overrides,
     )
+    if tp is None:
+        return run_profile(spec, out, progress, keep_trace)
+    return run_profile_tp(spec, out, progress)

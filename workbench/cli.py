@@ -41,6 +41,9 @@ def _add_profile(sub) -> None:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", help="cuda or cpu (default: cuda when a GPU is visible)")
+    p.add_argument(
+        "--tp", type=int, help="tensor parallelism: N ranks through torch.distributed (or torchrun)"
+    )
     p.add_argument("--out", default="raw", help="artifact root (raw)")
     p.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -67,6 +70,64 @@ def _add_trace(sub) -> None:
     p.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report")
 
 
+def _param(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"--param {text!r}: write it as key=value")
+    try:
+        return key, int(value)
+    except ValueError:
+        return key, value
+
+
+def _add_ncu(sub) -> None:
+    p = sub.add_parser(
+        "ncu",
+        help="capture Nsight Compute (--set full) reports of chosen launches",
+        description=(
+            "Relaunch a small target under `ncu --set full` and profile one launch per token "
+            "count (after warm-up): KERNEL 'moe' with VARIANT a MoE scheduler at the TP2-rank "
+            "shape, or 'model-decode-step' for every kernel of one decode step (tokens are then "
+            "the streams). Writes OUT/<name>.ncu-rep, .json and .summary.txt."
+        ),
+    )
+    p.add_argument("kernel", help="moe or model-decode-step")
+    p.add_argument("variant", help="the MoE variant, e.g. stock, multirow, flat")
+    p.add_argument("--tokens", type=int, nargs="+", default=[6, 4096])
+    p.add_argument("--param", type=_param, action="append", default=[], help="key=value")
+    p.add_argument("--out", default="ncu")
+    p.add_argument("--name", help="report name (default: from kernel, variant and tokens)")
+
+
+def _add_ncu_report(sub) -> None:
+    p = sub.add_parser("ncu-report", help="print the tables of any .ncu-rep (no GPU needed)")
+    p.add_argument("report")
+    p.add_argument("--baseline", help="another report to diff against")
+    p.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report")
+
+
+def _ncu(args) -> None:
+    import workbench
+
+    report = workbench.ncu(
+        args.kernel, args.variant, args.tokens, args.out, name=args.name, **dict(args.param)
+    )
+    print(report.text())
+
+
+def _ncu_report(args) -> None:
+    import workbench
+
+    report = workbench.load_ncu(args.report)
+    print(report.text())
+    if args.baseline:
+        print(
+            "\nChange from baseline\n" + report.diff(workbench.load_ncu(args.baseline)).to_string()
+        )
+    if args.html:
+        print(f"report: {report.to_html(args.html)}")
+
+
 def _profile(args) -> None:
     import workbench
 
@@ -82,11 +143,14 @@ def _profile(args) -> None:
         prefill_chunk=args.prefill_chunk,
         seed=args.seed,
         device=args.device,
+        tp=args.tp,
         out=args.out,
         progress=not args.no_progress,
         cuda_graphs=args.cuda_graphs,
         keep_trace=args.keep_trace,
     )
+    if result is None:  # a rank other than 0 under torchrun: rank 0 reports
+        return
     print(result.text())
     print(f"\nwall time {result.meta['wall_s']:.1f} s; artifacts in {result.path}")
     if args.html:
@@ -127,10 +191,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_profile(sub)
     _add_show(sub)
     _add_trace(sub)
+    _add_ncu(sub)
+    _add_ncu_report(sub)
     return parser
 
 
-COMMANDS = {"profile": _profile, "show": _show, "trace": _trace}
+COMMANDS = {
+    "profile": _profile,
+    "show": _show,
+    "trace": _trace,
+    "ncu": _ncu,
+    "ncu-report": _ncu_report,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

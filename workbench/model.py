@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch.profiler import record_function
 
 import kernels.attention as attention_kernels
@@ -75,36 +76,102 @@ class Plan:
         return Plan(sum(sizes), min(2, self.decode_tokens), self.streams, sizes[0])
 
 
+@dataclass(frozen=True)
+class Shard:
+    """Which slice of the model this process holds: rank `rank` of tensor parallelism `tp`.
+
+    `group` is the torch.distributed process group of a real multi-rank run; without one the
+    process simulates rank 0 alone and no collective runs (the preset's one-rank profile).
+    """
+
+    tp: int = 1
+    rank: int = 0
+    group: object | None = None
+
+    def part(self, size: int) -> slice:
+        """This rank's contiguous share of a dimension of `size`."""
+        n = size // self.tp
+        return slice(self.rank * n, (self.rank + 1) * n)
+
+
+class _SeededInit:
+    """Weights drawn at the *whole* model's shapes from one seed, keeping this rank's slice.
+
+    Every tensor-parallel degree therefore slices the same weights, and TP1 and TPn compute
+    the same function. Scaled by the whole fan-in so activations stay O(1) through 40 layers.
+    Drawn in chunks of the leading dimension (experts) so the full size never sits in memory.
+    """
+
+    CHUNK = 16
+
+    def __init__(self, device: torch.device, dtype: torch.dtype, seed: int):
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.device, self.dtype = device, dtype
+
+    def _draw(self, shape: tuple[int, ...]) -> torch.Tensor:
+        t = torch.randn(*shape, generator=self.gen, device=self.device, dtype=self.dtype)
+        return t.mul_(shape[-1] ** -0.5)
+
+    def take(self, shape: tuple[int, ...], rows: list[slice] | None = None, cols=None):
+        """The tensor of `shape`, keeping `rows` (of dim -2) and `cols` (of dim -1) slices."""
+
+        def keep(t: torch.Tensor) -> torch.Tensor:
+            if rows is not None:
+                t = torch.cat([t[..., r, :] for r in rows], dim=-2)
+            return t[..., cols] if cols is not None else t
+
+        if len(shape) < 3:
+            return keep(self._draw(shape)).contiguous()
+        parts = [
+            keep(self._draw((min(self.CHUNK, shape[0] - i), *shape[1:])))
+            for i in range(0, shape[0], self.CHUNK)
+        ]
+        return torch.cat(parts).contiguous()
+
+
 class LayerWeights:
-    """One distinct weight set; layers cycle through a few of these (DESIGN section 2)."""
+    """One distinct weight set, this rank's shard of it; layers cycle through a few sets.
 
-    def __init__(self, s: RankShapes, device: torch.device, dtype: torch.dtype, seed: int):
-        gen = torch.Generator(device=device).manual_seed(seed)
+    Column-parallel (split by output rows): query heads, expert and shared-expert gate/up.
+    Row-parallel (split by input columns, summed by an all-reduce): the output projection's
+    second half and the expert and shared-expert down projections. Replicated: the single KV
+    head, the query LoRA, the indexer, the router and the norms.
+    """
 
-        def w(*shape: int) -> torch.Tensor:
-            # Scaled by fan-in so activations stay O(1) through 40 layers.
-            t = torch.randn(*shape, generator=gen, device=device, dtype=torch.float32)
-            return (t * shape[-1] ** -0.5).to(dtype)
-
-        h, d = s.hidden, s.head_dim
+    def __init__(self, full: RankShapes, shard: Shard, device, dtype, seed: int):
+        init = _SeededInit(device, dtype, seed)
+        h, d = full.hidden, full.head_dim
         self.attn_norm = torch.ones(h, device=device, dtype=dtype)
-        self.q_norm = torch.ones(s.q_lora_rank, device=device, dtype=dtype)
+        self.q_norm = torch.ones(full.q_lora_rank, device=device, dtype=dtype)
         self.kv_norm = torch.ones(d, device=device, dtype=dtype)
         self.ffn_norm = torch.ones(h, device=device, dtype=dtype)
-        self.q_a = w(s.q_lora_rank, h)
-        self.q_b = w(s.q_heads * d, s.q_lora_rank)
-        self.kv = w(d, h)
-        self.index_q = w(s.index_heads * s.index_dim, s.q_lora_rank)
-        self.index_k = w(s.index_dim, h)
-        self.index_w = w(s.index_heads, h)
-        heads_per_group = s.q_heads // s.o_groups
-        self.o_a = [w(s.o_group_rank, heads_per_group * d) for _ in range(s.o_groups)]
-        self.o_b = w(h, s.o_groups * s.o_group_rank)
-        self.router = w(s.experts, h)
-        self.experts_gate_up = w(s.experts, 2 * s.expert_intermediate, h)
-        self.experts_down = w(s.experts, h, s.expert_intermediate)
-        self.shared_gate_up = w(2 * s.shared_intermediate, h)
-        self.shared_down = w(h, s.shared_intermediate)
+        self.q_a = init.take((full.q_lora_rank, h))
+        heads = shard.part(full.q_heads)
+        self.q_b = init.take(
+            (full.q_heads * d, full.q_lora_rank), rows=[slice(heads.start * d, heads.stop * d)]
+        )
+        self.kv = init.take((d, h))
+        self.index_q = init.take((full.index_heads * full.index_dim, full.q_lora_rank))
+        self.index_k = init.take((full.index_dim, h))
+        self.index_w = init.take((full.index_heads, h))
+        per_group = (full.q_heads // full.o_groups) * d
+        o_a = [init.take((full.o_group_rank, per_group)) for _ in range(full.o_groups)]
+        groups = shard.part(full.o_groups)
+        self.o_a = o_a[groups]
+        ranks = slice(groups.start * full.o_group_rank, groups.stop * full.o_group_rank)
+        self.o_b = init.take((h, full.o_groups * full.o_group_rank), cols=ranks)
+        self.router = init.take((full.experts, h))
+        inter = full.expert_intermediate
+        mine = shard.part(inter)
+        gate_up_rows = [mine, slice(inter + mine.start, inter + mine.stop)]
+        self.experts_gate_up = init.take((full.experts, 2 * inter, h), rows=gate_up_rows)
+        self.experts_down = init.take((full.experts, h, inter), cols=mine)
+        shared = full.shared_intermediate
+        own = shard.part(shared)
+        self.shared_gate_up = init.take(
+            (2 * shared, h), rows=[own, slice(shared + own.start, shared + own.stop)]
+        )
+        self.shared_down = init.take((h, shared), cols=own)
 
 
 class Cache:
@@ -157,6 +224,7 @@ class DecodeState:
             plan.decode_tokens
         )
         self.tokens = torch.zeros(plan.streams, dtype=torch.int64, device=dev)
+        self.hidden = torch.zeros(plan.streams, s.hidden, device=dev, dtype=model.dtype)
 
     def load(self, inputs: dict, step: int) -> None:
         """Copy decode step `step`'s inputs into the static buffers (outside any graph)."""
@@ -182,9 +250,13 @@ class SyntheticModel:
         seed: int = 0,
         device: torch.device | str = "cpu",
         layers: int | None = None,
+        shard: Shard | None = None,
     ):
         self.preset = preset
-        self.shapes = preset.rank_shapes()
+        # Without a shard, one process simulates rank 0 of the preset's own TP degree.
+        self.shard = shard or Shard(tp=preset.simulated_tp)
+        self.shapes = preset.rank_shapes(self.shard.tp)
+        full = preset.rank_shapes(1)
         self.device = torch.device(device)
         # bf16 on the GPU, as served. The CPU stand-in computes in fp32: CPUs without bf16
         # matrix units run bf16 GEMMs some 30x slower, which would only measure the emulation.
@@ -192,13 +264,7 @@ class SyntheticModel:
         self.layers = layers or preset.layers
         self.routing, self.seed = routing, seed
         self.variants = {"moe": moe, "dense": dense, "attention": attention}
-        tables = {
-            "moe": moe_kernels.VARIANTS,
-            "dense": dense_kernels.VARIANTS,
-            "attention": attention_kernels.VARIANTS,
-        }
-        for kind, name in self.variants.items():
-            _pick(kind, name, tables[kind])
+        self.check_variants(**self.variants)
         self.on_gpu = self.device.type == "cuda"
         # Triton kernels need a GPU; the CPU runs the torch references, and says so.
         self.kernels_run = {
@@ -208,16 +274,27 @@ class SyntheticModel:
         self.moe_fn = _pick("moe", self.kernels_run["moe"], moe_kernels.VARIANTS)
         self.linear = _pick("dense", self.kernels_run["dense"], dense_kernels.VARIANTS)
         self.attend = _pick("attention", self.kernels_run["attention"], attention_kernels.VARIANTS)
-        s = self.shapes
         distinct = min(preset.distinct_weight_sets, self.layers)
         self.weights = [
-            LayerWeights(s, self.device, self.dtype, seed * 1000 + i) for i in range(distinct)
+            LayerWeights(full, self.shard, self.device, self.dtype, seed * 1000 + i)
+            for i in range(distinct)
         ]
-        gen = torch.Generator(device=self.device).manual_seed(seed + 7)
-        self.lm_head = (
-            torch.randn(s.vocab, s.hidden, generator=gen, device=self.device) * s.hidden**-0.5
-        ).to(self.dtype)
-        self.final_norm = torch.ones(s.hidden, device=self.device, dtype=self.dtype)
+        self.vocab_part = self.shard.part(full.vocab)  # vocab-parallel LM head
+        self.lm_head = _SeededInit(self.device, self.dtype, seed + 7).take(
+            (full.vocab, full.hidden), rows=[self.vocab_part]
+        )
+        self.final_norm = torch.ones(full.hidden, device=self.device, dtype=self.dtype)
+
+    @staticmethod
+    def check_variants(**chosen: str) -> None:
+        """Raise for an unknown variant name, listing the known ones."""
+        tables = {
+            "moe": moe_kernels.VARIANTS,
+            "dense": dense_kernels.VARIANTS,
+            "attention": attention_kernels.VARIANTS,
+        }
+        for kind, name in chosen.items():
+            _pick(kind, name, tables[kind])
 
     # ---- inputs -------------------------------------------------------------------------
     def _routing(self, tokens: int, salt: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -272,7 +349,16 @@ class SyntheticModel:
         with record_function("dense"):
             groups = out.view(-1, s.o_groups, (s.q_heads // s.o_groups) * s.head_dim)
             low = torch.cat([self.linear(groups[:, g], w.o_a[g]) for g in range(s.o_groups)], 1)
-            return self.linear(low, w.o_b)
+            partial = self.linear(low, w.o_b)
+        return self._all_reduce(partial)
+
+    def _all_reduce(self, partial: torch.Tensor) -> torch.Tensor:
+        """Sum a row-parallel output over the ranks (nothing to do on a single process)."""
+        if self.shard.group is None:
+            return partial
+        with record_function("allreduce"):
+            dist.all_reduce(partial, group=self.shard.group)
+        return partial
 
     def _ffn_block(
         self, x: torch.Tensor, w: LayerWeights, routing: tuple[torch.Tensor, torch.Tensor]
@@ -288,7 +374,8 @@ class SyntheticModel:
                 xn, w.shared_gate_up, w.shared_down, linear=self.linear
             )
         with record_function("other"):
-            return routed + shared
+            partial = routed + shared
+        return self._all_reduce(partial)
 
     def _layer(self, i: int, x: torch.Tensor, attend_to: Callable, routing) -> torch.Tensor:
         w = self.weights[i % len(self.weights)]
@@ -306,7 +393,18 @@ class SyntheticModel:
         with record_function("dense"):
             logits = self.linear(xn, self.lm_head)
         with record_function("other"):
-            return logits.argmax(-1)
+            best, index = logits.max(-1)
+            index = index + self.vocab_part.start
+        if self.shard.group is None:
+            return index
+        with record_function("allreduce"):  # argmax over the vocab shards: gather (max, id)
+            pairs = torch.stack([best.float(), index.float()])
+            gathered = [torch.empty_like(pairs) for _ in range(self.shard.tp)]
+            dist.all_gather(gathered, pairs, group=self.shard.group)
+        with record_function("other"):
+            both = torch.stack(gathered)  # (tp, 2, tokens)
+            winner = both[:, 0].argmax(0)
+            return both[:, 1].gather(0, winner[None]).squeeze(0).long()
 
     # ---- attention over the cache -------------------------------------------------------
     def _prefill_attention(self, cache: Cache, layer: int, start: int, size: int) -> Callable:
@@ -388,6 +486,7 @@ class SyntheticModel:
         tokens = self._lm_head(x)
         with record_function("other"):
             state.tokens.copy_(tokens)
+            state.hidden.copy_(x)
 
     @torch.inference_mode()
     def run(

@@ -14,6 +14,7 @@ import pandas as pd
 
 from workbench.analysis import tables
 from workbench.analysis.rules import DEFAULT_RULES, Rule
+from workbench.analysis.skew import skew_table
 from workbench.analysis.trace import device_of, kernel_table, read_chrome_trace, with_schema
 from workbench.artifacts import read_meta, read_table
 from workbench.errors import ArtifactError
@@ -59,13 +60,44 @@ class ProfileResult:
         present = set(self.kernels["phase"])
         return [p for p in PHASES if p in present] or sorted(present)
 
-    def prefill(self) -> pd.DataFrame:
-        """Prefill kernel time by category (time_ms, share_pct, kernels) and the total."""
-        return tables.phase_table(self.kernels, self._phase("prefill"))
+    @property
+    def ranks(self) -> list[int]:
+        """The tensor-parallel ranks in the table (empty for a single process)."""
+        return sorted(int(r) for r in self.kernels["rank"].dropna().unique())
 
-    def decode(self) -> pd.DataFrame:
-        """Decode kernel time per step by category (mean, std, min, max over steps)."""
-        return tables.per_step_table(self.kernels, self._phase("decode"))
+    def _by_rank(self, table_of, rank: int | None) -> pd.DataFrame:
+        """A table for one rank, or, over several ranks, the mean of their tables."""
+        if not self.ranks:
+            return table_of(self.kernels)
+        if rank is not None:
+            if rank not in self.ranks:
+                raise ArtifactError(f"no rank {rank}; this run has ranks {self.ranks}")
+            return table_of(self.kernels[self.kernels["rank"] == rank])
+        per_rank = [table_of(self.kernels[self.kernels["rank"] == r]) for r in self.ranks]
+        mean = sum(per_rank[1:], per_rank[0]) / len(per_rank)
+        mean.attrs = per_rank[0].attrs
+        return mean
+
+    def prefill(self, rank: int | None = None) -> pd.DataFrame:
+        """Prefill kernel time by category (time_ms, share_pct, kernels) and the total.
+
+        In a tensor-parallel run: one rank's, or the mean over the ranks (one GPU's view).
+        """
+        phase = self._phase("prefill")
+        return self._by_rank(lambda k: tables.phase_table(k, phase), rank)
+
+    def decode(self, rank: int | None = None) -> pd.DataFrame:
+        """Decode kernel time per step by category (mean, std, min, max over steps), and the
+        gaps between kernels; per rank or the mean over ranks as for `prefill`."""
+        phase = self._phase("decode")
+        return self._by_rank(lambda k: tables.per_step_table(k, phase), rank)
+
+    def rank_skew(self) -> pd.DataFrame:
+        """Per rank and phase: time in collectives, split into waiting for the last rank to
+        arrive and the transfer itself (see `analysis.skew`)."""
+        if not self.ranks:
+            raise ArtifactError(f"{self.label} ran on one process: there is no rank skew.")
+        return skew_table(self.kernels)
 
     def decode_caption(self) -> str:
         """How the decode steps ran: steps, CUDA graphs or eager, and how graph kernels were
@@ -85,8 +117,9 @@ class ProfileResult:
             how = "eager launches"
         return f"{steps} steps, {how}"
 
-    def by_phase(self, phase: str) -> pd.DataFrame:
-        return tables.phase_table(self.kernels, self._phase(phase))
+    def by_phase(self, phase: str, rank: int | None = None) -> pd.DataFrame:
+        phase = self._phase(phase)
+        return self._by_rank(lambda k: tables.phase_table(k, phase), rank)
 
     def top_kernels(self, n: int = 15, phase: str | None = None) -> pd.DataFrame:
         return tables.top_kernels(self.kernels, phase, n)
@@ -120,6 +153,8 @@ class ProfileResult:
             if phase == "decode":
                 title += f" ({self.decode_caption()})"
             lines += ["", title, table.round(3).to_string()]
+        if self.ranks:
+            lines += ["", "Rank skew at collectives (ms)", self.rank_skew().round(3).to_string()]
         return "\n".join(lines)
 
     def to_html(self, path: str | Path) -> Path:
@@ -149,6 +184,10 @@ class ProfileResult:
             ]
             page.heading("Timeline of one decode step").figure(
                 step_timeline(rows, f"Decode step {step}: kernels by layer")
+            )
+        if self.ranks:
+            page.heading("Rank skew at collectives").table(
+                self.rank_skew(), "waiting: for the last rank to arrive; transfer: the rest", 3
             )
         page.heading("How categories were decided").table(self.attribution())
         page.heading("Metadata").metadata(self.meta)

@@ -67,6 +67,10 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("kernel", r"(?i)gemm|cutlass|nvjet|cublas|xmma|gemv|matmul|sm90_", DENSE),
 )
 
+# On a CPU run a collective blocks in its scope, outside every op (gloo waits on a worker
+# thread), so these scopes are rows of their own, spanning the whole collective.
+OPAQUE_RANGES = re.compile(r"^allreduce$")
+
 # Structural ranges: phase and step of a run, and the layer.
 PHASE_PATTERNS: tuple[tuple[re.Pattern[str], str | None], ...] = (
     (re.compile(r"^wb\.(?P<phase>prefill|decode)#(?P<step>\d+)$"), None),

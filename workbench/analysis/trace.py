@@ -18,12 +18,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from workbench.analysis.rules import (
     DEFAULT_RULES,
     LAYER_PATTERN,
+    OPAQUE_RANGES,
     OTHER,
     PHASE_PATTERNS,
     Rule,
@@ -55,6 +55,7 @@ KERNEL_DTYPES: dict[str, str] = {
     "correlation": "Int64",
     "op": "string",
     "graph": "bool",
+    "rank": "Int64",
 }
 
 
@@ -64,6 +65,10 @@ class ChromeTrace:
 
     events: list[dict]
     meta: dict
+
+    def first_us(self) -> float:
+        """The earliest event's start, on the host clock."""
+        return min(e["ts"] for e in self.events)
 
 
 def read_chrome_trace(path: str | Path) -> ChromeTrace:
@@ -121,8 +126,9 @@ def _host_stacks(
     """Sweep each host thread once: the open ranges and ops at every launch, and every op.
 
     Returns (stack of each launch's correlation id, [(op event, its stack, self time in us)]).
-    Self time excludes child ops, so summing it over ops counts every microsecond once. A
-    stack is a tuple of (name, is_op) pairs from outermost to innermost.
+    Self time excludes child ops, so summing it over ops counts every microsecond once. An
+    opaque range (OPAQUE_RANGES) is one row of its whole duration instead of its ops. A stack
+    is a tuple of (name, is_op) pairs from outermost to innermost.
     """
     by_thread: dict[tuple, list[dict]] = {}
     for e in events:
@@ -154,7 +160,10 @@ def _host_stacks(
             is_op = cat in OP_CATS
             dur = float(e.get("dur", 0))
             row = -1
-            if is_op:
+            inside_opaque = any(not s.is_op and OPAQUE_RANGES.search(s.name) for s in stack)
+            if not is_op and OPAQUE_RANGES.search(e["name"]) and not inside_opaque:
+                op_rows.append((e, (*names, (e["name"], False)), dur))
+            elif is_op and not inside_opaque:
                 parent = next((s for s in reversed(stack) if s.is_op), None)
                 if parent is not None:
                     child_us[parent.row] += dur
@@ -239,12 +248,15 @@ def _dims(value) -> str | None:
     return None
 
 
-def kernel_table(trace: ChromeTrace, rules: Iterable[Rule] = DEFAULT_RULES) -> pd.DataFrame:
+def kernel_table(
+    trace: ChromeTrace, rules: Iterable[Rule] = DEFAULT_RULES, origin_us: float | None = None
+) -> pd.DataFrame:
     """One row per GPU kernel (or, for a CPU-only trace, per op with its self time), attributed.
 
     Columns: see KERNEL_COLUMNS. `source` says what decided the category (`range`, `op`,
     `kernel` name, or `default`), so a user sees how much of a table rests on names alone.
-    Times are microseconds from the first row's start.
+    Times are microseconds from `origin_us` (default: the first row's start); ranks of one
+    host share a clock, so a common origin lines their tables up.
     """
     resolver = _Resolver(tuple(rules))
     launch_stacks, ops = _host_stacks(trace.events)
@@ -279,7 +291,7 @@ def kernel_table(trace: ChromeTrace, rules: Iterable[Rule] = DEFAULT_RULES) -> p
                     *resolver.resolve(stack, e["name"]),
                     e["ts"],
                     self_us,
-                    "cpu_op",
+                    "cpu_op" if e.get("cat") in OP_CATS else "cpu_range",
                     None,
                     None,
                     None,
@@ -312,14 +324,17 @@ def kernel_table(trace: ChromeTrace, rules: Iterable[Rule] = DEFAULT_RULES) -> p
             "the trace has neither GPU kernels nor CPU ops; was anything run under the profiler?"
         )
     table = table.sort_values("start_us", kind="stable").reset_index(drop=True)
-    table["start_us"] = table["start_us"] - table["start_us"].iloc[0]
+    table["start_us"] = table["start_us"] - (
+        table["start_us"].iloc[0] if origin_us is None else origin_us
+    )
+    table["rank"] = pd.NA
     table["phase"] = table["phase"].fillna("all" if table["phase"].isna().all() else "other")
     table["graph"] = table["launch"].eq(GRAPH_LAUNCH).fillna(False)
     return with_schema(table)
 
 
 # Columns added after the first artifacts were written: older tables load with them empty.
-LATER_COLUMNS = ("correlation",)
+LATER_COLUMNS = ("correlation", "rank")
 
 
 def with_schema(table: pd.DataFrame) -> pd.DataFrame:
@@ -341,4 +356,4 @@ def with_schema(table: pd.DataFrame) -> pd.DataFrame:
 
 def device_of(table: pd.DataFrame) -> str:
     """'cuda' when the table holds GPU kernels, 'cpu' when it holds CPU ops."""
-    return "cpu" if bool(np.all(table["kind"].to_numpy() == "cpu_op")) else "cuda"
+    return "cpu" if bool(table["kind"].str.startswith("cpu").all()) else "cuda"

@@ -3,7 +3,8 @@
 Order of work: check every parameter and the memory first (nothing is written for bad input),
 build the model, warm up (Triton compiles and cuBLAS handles stay out of the trace), profile
 the prefill and decode steps, attribute the trace, and only then write the run directory in
-one atomic rename.
+one atomic rename. `capture_rank` is the part one process does; a tensor-parallel run
+(`capture.tensor_parallel`) runs it on every rank and merges the traces.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import gzip
 import shutil
 import tempfile
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
@@ -26,27 +29,112 @@ from workbench.capture.environment import describe
 from workbench.capture.memory import estimate_bytes, out_of_memory_error
 from workbench.capture.torch_trace import trace_to_file
 from workbench.errors import WorkbenchError
-from workbench.model import Plan, SyntheticModel
-from workbench.presets import ROUTINGS, get_preset, with_overrides
+from workbench.model import Plan, Shard, SyntheticModel
+from workbench.presets import ROUTINGS, Preset, get_preset, with_overrides
 from workbench.results import ProfileResult, profile_tables
 
 DEFAULT_GPU_PRESET, DEFAULT_CPU_PRESET = "dsv4-flash-tp2", "tiny"
 
 
-def _device(device: str | None) -> torch.device:
+@dataclass
+class ProfileSpec:
+    """Every parameter of a profile, checked; picklable, so ranks of a TP run receive it."""
+
+    prompt_tokens: int
+    decode_tokens: int
+    preset: str
+    moe: str
+    dense: str
+    attention: str
+    routing: str
+    streams: int
+    prefill_chunk: int | None
+    seed: int
+    device: str
+    cuda_graphs: bool
+    tp: int | None
+    shape_overrides: dict = field(default_factory=dict)
+
+    @property
+    def plan(self) -> Plan:
+        return Plan(self.prompt_tokens, self.decode_tokens, self.streams, self.prefill_chunk)
+
+    def model_preset(self) -> Preset:
+        base = get_preset(self.preset)
+        return with_overrides(base, **self.shape_overrides) if self.shape_overrides else base
+
+
+def resolve(
+    prompt_tokens: int,
+    decode_tokens: int,
+    *,
+    preset: str | None,
+    moe: str,
+    dense: str,
+    attention: str,
+    routing: str,
+    streams: int,
+    prefill_chunk: int | None,
+    seed: int,
+    device: str | None,
+    cuda_graphs: bool | None,
+    tp: int | None,
+    shape_overrides: dict,
+) -> ProfileSpec:
+    """Check everything that can be checked before any work, and fill in the defaults."""
     if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise WorkbenchError(
             "device='cuda' was asked for but no CUDA GPU is visible (torch.cuda.is_available() "
             "is False); run on the GPU machine or drop device= to use the CPU."
         )
-    return torch.device(device)
+    on_gpu = device.startswith("cuda")
+    graphs = on_gpu if cuda_graphs is None else cuda_graphs
+    if graphs and not on_gpu:
+        raise WorkbenchError(
+            "cuda_graphs=True needs a GPU (decode steps are replayed as CUDA graphs); "
+            "drop it or pass cuda_graphs=False on the CPU."
+        )
+    if routing not in ROUTINGS:
+        raise WorkbenchError(f"unknown routing '{routing}'; known: {', '.join(ROUTINGS)}")
+    spec = ProfileSpec(
+        prompt_tokens,
+        decode_tokens,
+        preset or (DEFAULT_GPU_PRESET if on_gpu else DEFAULT_CPU_PRESET),
+        moe,
+        dense,
+        attention,
+        routing,
+        streams,
+        prefill_chunk,
+        seed,
+        device,
+        graphs,
+        tp,
+        dict(shape_overrides),
+    )
+    chosen = spec.model_preset()
+    chosen.validate()
+    if tp is not None:
+        if tp < 1:
+            raise WorkbenchError(f"tp={tp} is below 1; give the number of ranks.")
+        chosen.rank_shapes(tp)  # raises when tp does not divide the sharded dimensions
+        if on_gpu and tp > torch.cuda.device_count():
+            raise WorkbenchError(
+                f"tp={tp} needs {tp} GPUs, one per rank; {torch.cuda.device_count()} visible."
+            )
+    plan = spec.plan  # validates the counts
+    SyntheticModel.check_variants(moe=moe, dense=dense, attention=attention)
+    _check_memory(chosen, plan, torch.device(device), tp)
+    return spec
 
 
-def _check_memory(preset, plan: Plan, device: torch.device) -> None:
+def _check_memory(preset: Preset, plan: Plan, device: torch.device, tp: int | None) -> None:
     if device.type != "cuda":
         return
+    if tp is not None:
+        preset = with_overrides(preset, simulated_tp=tp)
     free, _ = torch.cuda.mem_get_info(device)
     chunk = min(plan.prefill_chunk or plan.prompt_tokens, plan.prompt_tokens)
     if estimate_bytes(preset, plan.prompt_tokens, chunk, plan.streams) > free:
@@ -55,138 +143,154 @@ def _check_memory(preset, plan: Plan, device: torch.device) -> None:
         )
 
 
-def _meta(params, preset, model, dev, wall_s: float, profiled_s: float) -> dict:
-    return {
+@dataclass
+class RankCapture:
+    """What one process brings back: its trace, graph signature, outputs and timings."""
+
+    trace: Path
+    signature: pd.DataFrame | None
+    tokens: pd.DataFrame
+    final_hidden: pd.DataFrame
+    profiled_s: float
+    peak_gpu_memory_gib: float | None
+    kernels_run: dict
+
+
+def capture_rank(
+    spec: ProfileSpec, shard: Shard, device: torch.device, trace: Path, progress: bool
+) -> RankCapture:
+    """Build the model for `shard`, warm up, and profile the plan into `trace`."""
+    plan = spec.plan
+    try:
+        model = SyntheticModel(
+            spec.model_preset(),
+            moe=spec.moe,
+            dense=spec.dense,
+            attention=spec.attention,
+            routing=spec.routing,
+            seed=spec.seed,
+            device=device,
+            shard=shard,
+        )
+        if device.type == "cuda":
+            warmup = plan.warmup()
+            model.run(warmup, model.inputs(warmup))
+            torch.cuda.synchronize(device)
+        inputs = model.inputs(plan)
+        state = model.new_state(plan)
+        replay, signature = None, None
+        if spec.cuda_graphs:
+            graph = capture_decode_graph(model, state)
+            signature = learn_signature(model, state)
+            replay = graph.replay
+        total = (len(plan.chunks()) + plan.decode_tokens) * model.layers
+        with tqdm(
+            total=total, unit="layer", desc=f"profile {spec.preset}", disable=not progress
+        ) as bar:
+            started = time.perf_counter()
+            tokens = trace_to_file(
+                lambda: model.run(plan, inputs, bar.update, state, replay), trace
+            )
+            profiled_s = time.perf_counter() - started
+    except torch.OutOfMemoryError:
+        free, _ = torch.cuda.mem_get_info(device)
+        raise out_of_memory_error(
+            spec.model_preset(),
+            plan.prompt_tokens,
+            plan.prefill_chunk,
+            free + torch.cuda.memory_reserved(device),
+            plan.streams,
+        ) from None
+    on_gpu = device.type == "cuda"
+    return RankCapture(
+        trace=trace,
+        signature=signature,
+        tokens=pd.DataFrame(
+            tokens, columns=[f"stream{i}" for i in range(plan.streams)]
+        ).rename_axis("step"),
+        final_hidden=pd.DataFrame(state.hidden.float().cpu().numpy()).rename_axis("stream"),
+        profiled_s=profiled_s,
+        peak_gpu_memory_gib=round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+        if on_gpu
+        else None,
+        kernels_run=model.kernels_run,
+    )
+
+
+def attributed_kernels(capture: RankCapture, origin_us: float | None = None):
+    """The kernel table of one rank's trace, graph replays attributed by position."""
+    kernels = kernel_table(read_chrome_trace(capture.trace), origin_us=origin_us)
+    if capture.signature is None:
+        return kernels, None
+    return attribute_graph_replays(kernels, capture.signature)
+
+
+def notes(spec: ProfileSpec, kernels_run: dict) -> list[str]:
+    if spec.device.startswith("cuda"):
+        return [f"GPU run: times are summed GPU kernel time on {torch.cuda.get_device_name(0)}."]
+    return [
+        f"CPU run (no GPU found): preset '{spec.preset}'; Triton kernels replaced by their torch "
+        f"references ({', '.join(f'{k}={v}' for k, v in kernels_run.items())}), computing in "
+        "float32; rows are CPU ops and times are CPU op times, not GPU kernel times."
+    ]
+
+
+def write_profile(
+    spec: ProfileSpec,
+    out: str | Path,
+    kernels: pd.DataFrame,
+    extra_tables: dict[str, pd.DataFrame],
+    extra_meta: dict,
+    kept_trace: Path | None,
+) -> ProfileResult:
+    """Write the run directory atomically and return the result as loaded back."""
+    meta = {
         "kind": "profile",
-        "params": params,
-        "preset_shapes": preset.to_dict(),
-        "kernels_run": model.kernels_run,
-        "device": dev.type,
-        "wall_s": round(wall_s, 3),
-        "profiled_s": round(profiled_s, 3),
-        "notes": _notes(dev, model),
-        "peak_gpu_memory_gib": (
-            round(torch.cuda.max_memory_allocated(dev) / 2**30, 2) if dev.type == "cuda" else None
-        ),
+        "params": asdict(spec),
+        "preset_shapes": spec.model_preset().to_dict(),
+        "device": "cuda" if spec.device.startswith("cuda") else "cpu",
+        **extra_meta,
         "environment": describe(),
     }
+    stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+    tp = f"-tp{spec.tp}" if spec.tp else ""
+    run_id = f"profile-{spec.preset}-{spec.moe}-{spec.dense}{tp}-{spec.prompt_tokens}t-{stamp}"
+    tables = {"kernels": kernels, **profile_tables(kernels), **extra_tables}
+    path = write_run(out, run_id, meta, tables, extra_files=[kept_trace])
+    # The metadata as written (with run id, schema and file list): captured == loaded.
+    return ProfileResult(meta=read_meta(path), kernels=kernels, path=path)
 
 
-def _gzip_copy(src: Path, dst: Path) -> Path:
+def gzip_copy(src: Path, dst: Path) -> Path:
     with src.open("rb") as f_in, gzip.open(dst, "wb", compresslevel=9) as f_out:
         shutil.copyfileobj(f_in, f_out)
     return dst
 
 
-def _notes(device: torch.device, model: SyntheticModel) -> list[str]:
-    if device.type == "cuda":
-        return [f"GPU run: times are summed GPU kernel time on {torch.cuda.get_device_name(0)}."]
-    return [
-        "CPU run (no GPU found): preset "
-        f"'{model.preset.name}'; Triton kernels replaced by their torch references "
-        f"({', '.join(f'{k}={v}' for k, v in model.kernels_run.items())}), computing in "
-        f"{str(model.dtype).removeprefix('torch.')}; rows are CPU ops and times are CPU op "
-        "times, not GPU kernel times."
-    ]
-
-
 def run_profile(
-    prompt_tokens: int = 33863,
-    decode_tokens: int = 64,
-    *,
-    preset: str | None = None,
-    moe: str = "stock",
-    dense: str = "bf16",
-    attention: str = "torch",
-    routing: str = "uniform",
-    streams: int = 1,
-    prefill_chunk: int | None = 4096,
-    seed: int = 0,
-    device: str | None = None,
-    out: str | Path = "raw",
-    progress: bool = True,
-    keep_trace: bool = False,
-    cuda_graphs: bool | None = None,
-    **shape_overrides: int,
+    spec: ProfileSpec, out: str | Path = "raw", progress: bool = True, keep_trace: bool = False
 ) -> ProfileResult:
-    """Profile a prefill of `prompt_tokens` and `decode_tokens` decode steps; see the facade."""
+    """One process: this rank of the preset's simulated TP, no collectives."""
     begun = time.perf_counter()
-    dev = _device(device)
-    graphs = dev.type == "cuda" if cuda_graphs is None else cuda_graphs
-    if graphs and dev.type != "cuda":
-        raise WorkbenchError(
-            "cuda_graphs=True needs a GPU (decode steps are replayed as CUDA graphs); "
-            "drop it or pass cuda_graphs=False on the CPU."
+    with tempfile.TemporaryDirectory() as tmp:
+        capture = capture_rank(
+            spec,
+            Shard(tp=spec.model_preset().simulated_tp),
+            torch.device(spec.device),
+            Path(tmp) / "trace.json",
+            progress,
         )
-    base = get_preset(preset or (DEFAULT_GPU_PRESET if dev.type == "cuda" else DEFAULT_CPU_PRESET))
-    chosen = with_overrides(base, **shape_overrides) if shape_overrides else base
-    chosen.validate()
-    if routing not in ROUTINGS:
-        raise WorkbenchError(f"unknown routing '{routing}'; known: {', '.join(ROUTINGS)}")
-    plan = Plan(prompt_tokens, decode_tokens, streams, prefill_chunk)
-    _check_memory(chosen, plan, dev)
-    params = {
-        "prompt_tokens": prompt_tokens,
-        "decode_tokens": decode_tokens,
-        "preset": chosen.name,
-        "moe": moe,
-        "dense": dense,
-        "attention": attention,
-        "routing": routing,
-        "streams": streams,
-        "prefill_chunk": prefill_chunk,
-        "seed": seed,
-        "shape_overrides": shape_overrides,
-        "cuda_graphs": graphs,
-    }
-    try:
-        model = SyntheticModel(
-            chosen,
-            moe=moe,
-            dense=dense,
-            attention=attention,
-            routing=routing,
-            seed=seed,
-            device=dev,
-        )
-        if dev.type == "cuda":
-            warmup = plan.warmup()
-            model.run(warmup, model.inputs(warmup))
-            torch.cuda.synchronize(dev)
-        inputs = model.inputs(plan)
-        state = model.new_state(plan)
-        replay, signature = None, None
-        if graphs:
-            graph = capture_decode_graph(model, state)
-            signature = learn_signature(model, state)
-            replay = graph.replay
-        bar = tqdm(
-            total=(len(plan.chunks()) + plan.decode_tokens) * model.layers,
-            unit="layer",
-            desc=f"profile {chosen.name}",
-            disable=not progress,
-        )
-        with tempfile.TemporaryDirectory() as tmp, bar:
-            trace_path = Path(tmp) / "trace.json"
-            started = time.perf_counter()
-            trace_to_file(lambda: model.run(plan, inputs, bar.update, state, replay), trace_path)
-            profiled_s = time.perf_counter() - started
-            kernels = kernel_table(read_chrome_trace(trace_path))
-            extra_tables, matching = {}, None
-            if signature is not None:
-                kernels, matching = attribute_graph_replays(kernels, signature)
-                extra_tables["graph_signature"] = signature
-            kept = _gzip_copy(trace_path, Path(tmp) / "trace.json.gz") if keep_trace else None
-            meta = _meta(params, chosen, model, dev, time.perf_counter() - begun, profiled_s)
-            meta["graph_matching"] = matching
-            stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S")
-            run_id = f"profile-{chosen.name}-{moe}-{dense}-{prompt_tokens}t-{stamp}"
-            tables = {"kernels": kernels, **profile_tables(kernels), **extra_tables}
-            path = write_run(out, run_id, meta, tables, extra_files=[kept])
-    except torch.OutOfMemoryError:
-        free, _ = torch.cuda.mem_get_info(dev)
-        raise out_of_memory_error(
-            chosen, prompt_tokens, prefill_chunk, free + torch.cuda.memory_reserved(dev), streams
-        ) from None
-    # The metadata as written (with run id, schema and file list): captured == loaded.
-    return ProfileResult(meta=read_meta(path), kernels=kernels, path=path)
+        kernels, matching = attributed_kernels(capture)
+        kept = gzip_copy(capture.trace, Path(tmp) / "trace.json.gz") if keep_trace else None
+        extra = {"tokens": capture.tokens, "final_hidden": capture.final_hidden}
+        if capture.signature is not None:
+            extra["graph_signature"] = capture.signature
+        meta = {
+            "kernels_run": capture.kernels_run,
+            "notes": notes(spec, capture.kernels_run),
+            "graph_matching": matching,
+            "wall_s": round(time.perf_counter() - begun, 3),
+            "profiled_s": round(capture.profiled_s, 3),
+            "peak_gpu_memory_gib": capture.peak_gpu_memory_gib,
+        }
+        return write_profile(spec, out, kernels, extra, meta, kept)

@@ -1,0 +1,489 @@
+"""Nsight Compute reports: broken files rejected clearly, the tables built right (on stand-ins
+for ncu_report's objects), and, on every real report under ncu/, the tables against the report.
+
+The real-report tests skip until a report from the GPU machine is committed under ncu/; set
+WORKBENCH_NCU_REPORTS to a glob to run them on other reports.
+"""
+
+import glob
+import math
+import os
+import struct
+import time
+from pathlib import Path
+
+import ncu_report
+import pandas as pd
+import pytest
+
+from workbench.analysis.ncu import (
+    FIGURE_KINDS,
+    MAGIC,
+    SUMMARY_METRICS,
+    NcuReport,
+    _plain,
+    framing_problem,
+    load_ncu,
+)
+from workbench.errors import ArtifactError, WorkbenchError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def real_reports() -> list[str]:
+    pattern = os.environ.get("WORKBENCH_NCU_REPORTS", str(REPO / "ncu" / "*.ncu-rep"))
+    return sorted(glob.glob(pattern))
+
+
+# ---- broken files ----------------------------------------------------------------------------
+def framed(*blocks: tuple[bytes, bytes]) -> bytes:
+    """A file in ncu's framing: magic, file header, then (block header, payload) pairs."""
+    data = MAGIC + struct.pack("<I", 2) + b"\x08\x07"
+    for header, payload in blocks:
+        data += struct.pack("<I", len(header)) + header + payload
+    return data
+
+
+def block(payload: bytes, declared: int | None = None) -> tuple[bytes, bytes]:
+    size = len(payload) if declared is None else declared
+    varint = bytes([size & 0x7F | 0x80, size >> 7]) if size > 127 else bytes([size])
+    return b"\x08\x01\x28" + varint + b"\x32\x02ab", payload  # fields 1, 5 (size), 6
+
+
+def test_framing_of_whole_and_cut_files():
+    whole = framed(block(b"x" * 300), block(b""), block(b"y" * 5))
+    assert framing_problem(whole) is None
+    assert "short of the end of block 3" in framing_problem(whole[:-2])
+    assert "inside the header of block 2" in framing_problem(whole[:330])
+    assert "inside the length of block 2" in framing_problem(
+        whole[: len(framed(block(b"x" * 300))) + 2]
+    )
+    assert "file header" in framing_problem(MAGIC + b"\x02")
+    assert "not readable" in framing_problem(framed((b"\x0f\x00", b"")))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "does not exist"),
+        ("dir", "is not a file"),
+        (b"", r"is empty \(0 bytes\)"),
+        (os.urandom(4096), "is not an Nsight Compute report"),
+        (b"==PROF== Connected to process\n", "is not an Nsight Compute report"),
+        (framed(block(b"z" * 500, declared=900)), "is truncated or damaged: it ends 400 bytes"),
+        (framed(block(b"z" * 50))[:-60], "is truncated or damaged"),
+        (framed(), "holds no profiled kernel launch"),
+    ],
+)
+def test_broken_files_are_rejected_clearly(tmp_path, content, message):
+    path = tmp_path / "capture.ncu-rep"
+    if content == "dir":
+        path.mkdir()
+    elif content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ArtifactError, match=message):
+        load_ncu(path)
+
+
+def test_rule_messages_lose_their_link_markup():
+    message = (
+        "See the @url:Best Practices Guide:https://docs.nvidia.com/x#y@ and "
+        "@section:WarpStateStats:Warp State@, line @source:/k/stock.py:88:88@ at @sass:0x1f0:here@."
+    )
+    assert _plain(message) == "See the Best Practices Guide and Warp State, line 88 at here."
+
+
+# ---- tables, on stand-ins for ncu_report's objects -------------------------------------------
+class Metric:
+    def __init__(self, value, unit="", per_pc=None):
+        self._value, self._unit, self._per_pc = value, unit, per_pc or {}
+
+    def value(self):
+        return self._value
+
+    def unit(self):
+        return self._unit
+
+    def num_instances(self):
+        return len(self._per_pc)
+
+    def as_double(self, k):
+        return float(list(self._per_pc.values())[k])
+
+    def as_uint64(self, k):  # correlation ids are instruction addresses
+        return list(self._per_pc)[k]
+
+    def correlation_ids(self):
+        return self if self._per_pc else None
+
+
+class Place:
+    def __init__(self, file, line):
+        self._file, self._line = file, line
+
+    def file_name(self):
+        return self._file
+
+    def line(self):
+        return self._line
+
+
+class Domain:
+    def __init__(self, name, push_pop):
+        self._name, self._push_pop = name, tuple(push_pop)
+
+    def name(self):
+        return self._name
+
+    def push_pop_ranges(self):
+        return self._push_pop
+
+    def start_end_ranges(self):
+        return ()
+
+
+class Nvtx:
+    def __init__(self, ranges):
+        self._domain = Domain("<default domain>", ranges)
+
+    def domains(self):
+        return (0,)
+
+    def domain_by_id(self, i):
+        return self._domain
+
+
+class Rule:
+    def __init__(self, name, kind, message, speedup=None):
+        self._name, self._kind, self._message, self._speedup = name, kind, message, speedup
+
+    def has_rule_message(self):
+        return True
+
+    def rule_message(self):
+        return {"title": self._name, "message": self._message, "type": self._kind}
+
+    def has_speedup_estimation(self):
+        return self._speedup is not None
+
+    def speedup_estimation(self):
+        return {"type": ncu_report.SpeedupType.LOCAL, "speedup": self._speedup}
+
+    def section_identifier(self):
+        return "WarpStateStats"
+
+    def name(self):
+        return self._name
+
+
+STOCK = "/repo/kernels/moe/stock.py"
+SOURCE = "\n".join(f"line {i}" for i in range(1, 101))
+BASE = 0x7F0000
+
+
+class Action:
+    """What NcuReport reads of an ncu_report IAction, with made-up numbers."""
+
+    def __init__(self, kernel, metrics, ranges=(), rules=()):
+        self._kernel, self._metrics, self._ranges, self._rules = kernel, metrics, ranges, rules
+
+    def name(self, base=None):
+        return self._kernel if base is None else f"void {self._kernel}(...)"
+
+    def metric_names(self):
+        return tuple(self._metrics)
+
+    def metric_by_name(self, name):
+        return self._metrics.get(name)
+
+    def nvtx_state(self):
+        return Nvtx(self._ranges) if self._ranges else None
+
+    def source_info(self, pc):  # 0x10 and 0x20 are line 40, 0x30 line 41, 0x40 has no line
+        lines = {BASE + 0x10: 40, BASE + 0x20: 40, BASE + 0x30: 41}
+        return Place(STOCK, lines[pc]) if pc in lines else None
+
+    def source_files(self):
+        return {STOCK: SOURCE}
+
+    def sass_by_pc(self, pc):
+        return f"  LDG.E R{pc - BASE}, [R2.64]  "
+
+    def rule_results(self):
+        return self._rules
+
+
+def moe_action(scale=1.0, ranges=("wb:moe:stock:T=6",), rules=()) -> Action:
+    stall = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+    sampled = "smsp__pcsamp_warps_issue_stalled_{}"
+    pcs = {
+        "barrier": {BASE + 0x10: 30, BASE + 0x30: 6},
+        "wait": {BASE + 0x20: 20, BASE + 0x40: 4},
+        "selected": {BASE + 0x30: 40},
+        "no_instructions": {},
+    }
+    metrics = {
+        "gpu__time_duration.sum": Metric(41000.0 * scale, "ns"),
+        "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": Metric(18.0 * scale, "%"),
+        "sm__inst_issued.avg.pct_of_peak_sustained_elapsed": Metric(51.0, "%"),  # 2nd choice
+        "launch__registers_per_thread": Metric(128, "register/thread"),
+        "launch__occupancy_limit_registers": Metric(3),
+        "launch__occupancy_limit_shared_mem": Metric(4),
+        "launch__occupancy_limit_warps": Metric(3),
+        "launch__occupancy_limit_blocks": Metric(32),
+        "launch__function_pcs": Metric(BASE, per_pc={BASE: 1}),
+        stall.format("barrier"): Metric(1.61),
+        stall.format("wait"): Metric(1.38),
+        stall.format("selected"): Metric(1.0),
+        stall.format("no_instruction"): Metric(0.25),
+        sampled.format("barrier_not_issued"): Metric(99, per_pc={BASE + 0x10: 99}),
+    }
+    for reason, per_pc in pcs.items():
+        metrics[sampled.format(reason)] = Metric(sum(per_pc.values()), per_pc=per_pc)
+    return Action("_gate_up_kernel", metrics, ranges, rules)
+
+
+@pytest.fixture
+def report() -> NcuReport:
+    rules = (
+        Rule("CPIStall", ncu_report.MsgType.OPTIMIZATION, "Barrier @url:docs:https://x@", 36.0),
+        Rule("Occupancy", ncu_report.MsgType.WARNING, "Registers limit occupancy.", 12.5),
+        Rule("Info", ncu_report.MsgType.OK, "Fine."),
+    )
+    actions = [
+        moe_action(rules=rules),
+        moe_action(2.0, ranges=("wb:moe:stock:T=4096",)),
+        Action("vectorized_elementwise_kernel", {"gpu__time_duration.sum": Metric(2.0, "us")}),
+    ]
+    return NcuReport(Path("moe-stock.ncu-rep"), actions)
+
+
+def test_launches_are_labelled_by_kernel_and_range(report):
+    assert report.labels == [
+        "_gate_up_kernel @ wb:moe:stock:T=6",
+        "_gate_up_kernel @ wb:moe:stock:T=4096",
+        "vectorized_elementwise_kernel #2",
+    ]
+    assert report.launches.loc[report.labels[0], "function"] == "void _gate_up_kernel(...)"
+    twice = NcuReport(Path("x.ncu-rep"), [moe_action(), moe_action()])
+    assert twice.labels == [
+        "_gate_up_kernel @ wb:moe:stock:T=6 #0",
+        "_gate_up_kernel @ wb:moe:stock:T=6 #1",
+    ]
+
+
+def test_summary_reads_the_first_metric_present_and_tolerates_missing_ones(report):
+    summary = report.summary()
+    assert list(summary.index[: len(SUMMARY_METRICS)]) == list(SUMMARY_METRICS)
+    first, second, small = report.labels
+    assert summary.loc["Duration (us)", first] == pytest.approx(41.0)  # ns -> us
+    assert summary.loc["Duration (us)", small] == pytest.approx(2.0)
+    assert summary.loc["DRAM throughput (%)", second] == pytest.approx(36.0)
+    assert summary.loc["Issue slots busy (%)", first] == 51.0
+    assert math.isnan(summary.loc["Tensor pipe (%)", first])
+    assert math.isnan(summary.loc["DRAM throughput (%)", small])
+    sources = report.metric_sources()
+    assert sources.loc["Issue slots busy (%)", first] == (
+        "sm__inst_issued.avg.pct_of_peak_sustained_elapsed"
+    )
+    assert pd.isna(sources.loc["Tensor pipe (%)", first])
+    raw = report.metrics("launch__registers_per_thread", "no__such_metric")
+    assert raw.loc["launch__registers_per_thread", first] == 128
+    assert pd.isna(raw.loc["launch__registers_per_thread", small])
+    assert raw.loc["no__such_metric"].isna().all()
+    # the top stall by cycles per issued instruction, never the issuing "selected" state
+    assert summary.loc["Top stall", first] == "barrier"
+    assert summary.loc["Top stall, cycles per issued instruction", first] == 1.61
+    assert summary.loc["Top stall, % of samples", first] == pytest.approx(100 * 36 / 100)
+    assert pd.isna(summary.loc["Top stall", small])
+
+
+def test_stall_shares_add_up_to_100(report):
+    stalls = report.stalls()
+    first = report.labels[0]
+    shares = stalls[(first, "share_pct")]
+    assert shares.sum() == pytest.approx(100.0)
+    assert shares["selected"] == pytest.approx(40.0) and shares["no_instruction"] == 0.0
+    assert "barrier_not_issued" not in stalls.index  # a subset of "barrier", not a reason
+    assert stalls.loc["no_instruction", (first, "cycles_per_issue")] == 0.25  # names merged
+    assert stalls[(report.labels[2], "share_pct")].isna().all()
+
+
+def test_hotspots_group_addresses_by_source_line(report):
+    hot = report.hotspots(n=5, launch=0)
+    assert list(hot["level"]) == ["source", "source", "sass"]
+    top = hot.iloc[0]
+    assert (top["file"], top["line"], top["text"]) == (STOCK, 40, "line 40")
+    assert top["samples"] == 50 and top["top_stall"] == "barrier"  # 30 barrier + 20 wait
+    assert hot.iloc[1]["top_stall"] == "selected" and hot.iloc[1]["line"] == 41
+    sass = hot.iloc[2]
+    assert (sass["address"], sass["text"]) == ("0x00040", "LDG.E R64, [R2.64]")
+    assert hot["share_pct"].sum() == pytest.approx(100.0)
+    assert list(report.hotspots(n=1)["launch"]) == report.labels[:2]  # none for the third
+
+
+def test_occupancy_names_the_limiter(report):
+    occupancy = report.occupancy()
+    assert occupancy.loc["Limiter", report.labels[0]] == "registers, warps"
+    assert pd.isna(occupancy.loc["Limiter", report.labels[2]])
+
+
+def test_rules_come_with_their_speedup(report):
+    rules = report.rules()
+    assert list(rules["rule"]) == ["CPIStall", "Occupancy", "Info"]
+    assert list(rules["type"]) == ["optimization", "warning", "ok"]
+    assert rules.loc[0, "message"] == "Barrier docs" and rules.loc[0, "speedup_type"] == "local"
+
+
+def test_diff_against_a_launch_and_against_a_report(report):
+    diff = report.diff(0)
+    assert (diff[(report.labels[0], "change")].dropna() == 0).all()
+    second = report.labels[1]
+    assert diff.loc["Duration (us)", (second, "change")] == pytest.approx(41.0)
+    assert diff.loc["Duration (us)", (second, "change_pct")] == pytest.approx(100.0)
+    itself = report.diff(report)
+    assert (itself.xs("change", axis=1, level=1).fillna(0) == 0).all().all()
+    one = report.select("T=6$")
+    against_one = report.diff(one)
+    assert against_one.loc["Duration (us)", (second, "change")] == pytest.approx(41.0)
+    with pytest.raises(WorkbenchError, match="cannot pair"):
+        report.select("gate_up").diff(NcuReport(Path("y.ncu-rep"), [moe_action()] * 3))
+    with pytest.raises(WorkbenchError, match="no launch 'nope'"):
+        report.diff("nope")
+
+
+def test_select_keeps_labels(report):
+    picked = report.select("T=4096")
+    assert picked.labels == [report.labels[1]] and len(picked) == 1
+    with pytest.raises(WorkbenchError, match="no launch label matches"):
+        report.select("down_kernel")
+
+
+def test_text_figures_and_page(report, tmp_path):
+    text = report.text()
+    for title in ("Summary", "Warp stalls", "Hot spots", "Occupancy", "ncu rules"):
+        assert title in text
+    assert "stock.py" in text and "Info" not in text  # rules that passed are left out
+    for kind in FIGURE_KINDS:
+        assert report.figure(kind).data
+    with pytest.raises(WorkbenchError, match="unknown figure kind"):
+        report.figure("roofline")
+    page = report.to_html(tmp_path / "ncu.html").read_text()
+    assert page.count('class="plotly-graph-div"') == len(FIGURE_KINDS)
+
+
+def test_analysis_imports_no_torch_or_plotly():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, workbench.analysis.ncu; "
+        "bad = [m for m in ('torch', 'triton', 'plotly') if m in sys.modules]; "
+        "print(bad); sys.exit(bool(bad))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---- real reports (from the GPU machine, committed under ncu/) --------------------------------
+REPORTS = real_reports()
+needs_reports = pytest.mark.skipif(
+    not REPORTS,
+    reason="no real Nsight Compute report committed under ncu/ yet: capture one on the GPU "
+    "machine (workbench.capture.ncu.capture) and commit it, or set WORKBENCH_NCU_REPORTS",
+)
+each_report = pytest.mark.parametrize("path", REPORTS or [None])
+
+
+@needs_reports
+@each_report
+def test_real_report_builds_every_table_quickly(path, tmp_path):
+    begun = time.perf_counter()
+    report = load_ncu(path)
+    tables = [report.summary(), report.stalls(), report.hotspots(), report.occupancy()]
+    tables += [report.rules(), report.diff(0), report.text()]
+    assert time.perf_counter() - begun < 2.0
+    assert len(report) >= 1 and len(set(report.labels)) == len(report)
+    assert list(report.summary().columns) == report.labels
+
+
+@needs_reports
+@each_report
+def test_real_summary_equals_the_metrics_read_directly(path):
+    report = load_ncu(path)
+    actions = [rng[i] for rng in ncu_report.load_report(path) for i in range(len(rng))]
+    summary, sources = report.summary(), report.metric_sources()
+    for row in SUMMARY_METRICS:
+        for label, action in zip(report.labels, actions):
+            name = sources.loc[row, label]
+            if pd.isna(name):
+                assert all(action.metric_by_name(n) is None for n in SUMMARY_METRICS[row])
+                continue
+            metric = action.metric_by_name(name)
+            expected = metric.value()
+            if row == "Duration (us)":
+                assert metric.unit() == "ns"
+                expected /= 1000
+            assert summary.loc[row, label] == pytest.approx(expected)
+
+
+@needs_reports
+@each_report
+def test_real_stall_shares_add_up_to_100(path):
+    stalls = load_ncu(path).stalls()
+    shares = stalls.xs("share_pct", axis=1, level=1)
+    sampled = shares.columns[shares.notna().any()]
+    assert len(sampled), "the report has no PC sampling: was it captured with --set full?"
+    for label in sampled:
+        assert shares[label].sum() == pytest.approx(100.0)
+
+
+@needs_reports
+@each_report
+def test_real_hotspots_point_at_real_kernel_lines(path):
+    report = load_ncu(path)
+    actions = [rng[i] for rng in ncu_report.load_report(path) for i in range(len(rng))]
+    hot = report.hotspots(n=20)
+    source = hot[hot["level"] == "source"]
+    assert len(source), "no sample maps to a source line: was --import-source yes used?"
+    for row in source.itertuples():
+        sources = dict(actions[report.labels.index(row.launch)].source_files().items())
+        assert sources.get(row.file), f"{row.file} not imported: was --import-source yes used?"
+        lines = sources[row.file].splitlines()
+        assert 1 <= row.line <= len(lines)
+        assert row.text == lines[row.line - 1].strip() and row.text
+        if row.file.endswith(".py"):  # a Triton kernel: the line is code, not a comment
+            assert not row.text.startswith("#")
+    for label in hot["launch"].unique():
+        assert report.hotspots(n=10**6, launch=label)["share_pct"].sum() == pytest.approx(100.0)
+
+
+@needs_reports
+@each_report
+def test_real_diff_with_itself_is_zero(path):
+    report = load_ncu(path)
+    changes = report.diff(load_ncu(path)).xs("change", axis=1, level=1)
+    assert (changes.fillna(0) == 0).all().all()
+
+
+@needs_reports
+@each_report
+def test_real_report_cut_short_is_rejected(path, tmp_path):
+    data = Path(path).read_bytes()
+    cut = tmp_path / "cut.ncu-rep"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ArtifactError, match="truncated or damaged"):
+        load_ncu(cut)
+
+
+@needs_reports
+@each_report
+def test_real_capture_metadata_matches_the_launches(path):
+    report = load_ncu(path)
+    if not report.meta:
+        pytest.skip(f"{Path(path).name} has no capture metadata (<name>.json)")
+    assert report.meta["kind"] == "ncu"
+    for name in report.meta["nvtx_ranges"]:
+        assert f"{name}/" in report.meta["command"]
+        assert any(label.endswith(f"@ {name}") or f"@ {name} #" in label for label in report.labels)
+    assert isinstance(report.launches, pd.DataFrame)
