@@ -61,7 +61,7 @@ def test_variants_registry():
 
 def _operands(**changes):
     """Keyword operands of a valid small problem, each named one passed through its change."""
-    names = ("x", "topk_ids", "topk_weights", "w_gate_up", "w_down")
+    names = ("x", "topk_ids", "topk_weights", "weights", "w_down")
     args = dict(zip(names, make_problem(4, 64, 32, torch.float32, "cpu", 10), strict=True))
     return {name: changes.get(name, lambda t: t)(tensor) for name, tensor in args.items()}
 
@@ -75,8 +75,8 @@ def _operands(**changes):
             {"x": lambda x: x[:0], "topk_ids": lambda i: i[:0], "topk_weights": lambda w: w[:0]},
             "T == 0",
         ),
-        ({"w_gate_up": lambda w: w[:, :, :48]}, "w_gate_up must be"),
-        ({"w_gate_up": lambda w: w[:, :63]}, "w_gate_up must be"),
+        ({"weights": lambda w: w[:, :, :48]}, "w_gate_up must be"),
+        ({"weights": lambda w: w[:, :63]}, "w_gate_up must be"),
         ({"w_down": lambda w: w.transpose(1, 2)}, "w_down must be"),
         ({"w_down": lambda w: w.to(torch.bfloat16)}, "share a dtype"),
         ({"topk_ids": lambda i: i[:3]}, "topk_ids must be"),
@@ -94,7 +94,7 @@ def test_rejects_bad_inputs(changes, message):
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [({"block_m": 8}, "block_m"), ({"block_k": 48}, "block_k"), ({"groups": 0}, "groups")],
+    [({"block_n": 8}, "block_n"), ({"block_k": 48}, "block_k"), ({"groups": 0}, "groups")],
 )
 def test_rejects_bad_launch_options(options, message):
     with pytest.raises(ValueError, match=message):

@@ -379,12 +379,12 @@ def test_capture_writes_report_metadata_and_summary(fake_machine, tmp_path, repo
     if report is None:
         pytest.skip("needs a real .ncu-rep (none committed under ncu/ yet) to stand for ncu's")
     fake = fake_machine(FakeNcu(f"{DONE}: ran\n", report=Path(report).read_bytes()))
-    path = capture("moe", "stock", [6, 4096], out=tmp_path / "ncu", block_m=32)
-    assert path == tmp_path / "ncu" / "moe-stock-T6-4096-block_m32.ncu-rep"
+    path = capture("moe", "stock", [6, 4096], out=tmp_path / "ncu", num_warps=8)
+    assert path == tmp_path / "ncu" / "moe-stock-T6-4096-num_warps8.ncu-rep"
     assert sorted(p.name for p in path.parent.iterdir()) == [
-        "moe-stock-T6-4096-block_m32.json",
-        "moe-stock-T6-4096-block_m32.ncu-rep",
-        "moe-stock-T6-4096-block_m32.summary.txt",
+        "moe-stock-T6-4096-num_warps8.json",
+        "moe-stock-T6-4096-num_warps8.ncu-rep",
+        "moe-stock-T6-4096-num_warps8.summary.txt",
     ]
     meta = json.loads(path.with_suffix(".json").read_text())
     assert meta["command"] == fake.command and meta["command"][0] == NCU

@@ -1,14 +1,41 @@
-"""Routed MoE experts: torch references and Triton grouped-GEMM schedulers.
+"""Routed MoE experts: torch references and Triton grouped-GEMM schedulers in three formats.
 
-VARIANTS maps a scheduler name to a callable with moe_reference's signature
-(x, topk_ids, topk_weights, w_gate_up, w_down) -> (T, H).
+VARIANTS maps a scheduler name to a callable with moe_reference's signature,
+(x, topk_ids, topk_weights, weights, w_down=None) -> (T, H), where weights is MoeWeights in one
+of FORMATS, a (w_gate_up, w_down) tuple, or w_gate_up followed by w_down (plain tensors mean
+the bf16 format). After a call, last_facts() gives registers, spills and shared memory of the
+Triton kernels it launched (None under the interpreter).
 """
 
 from collections.abc import Callable
 
+from kernels.moe.compiled import KernelFacts, last_facts
+from kernels.moe.flat import moe_flat
+from kernels.moe.formats import FORMATS, MoeWeights
+from kernels.moe.multirow import moe_multirow
+from kernels.moe.padded import moe_padded
 from kernels.moe.reference import moe_reference, router_topk, shared_expert
 from kernels.moe.stock import moe_stock
 
-VARIANTS: dict[str, Callable] = {"stock": moe_stock, "reference": moe_reference}
+VARIANTS: dict[str, Callable] = {
+    "stock": moe_stock,
+    "multirow": moe_multirow,
+    "flat": moe_flat,
+    "padded": moe_padded,
+    "reference": moe_reference,
+}
 
-__all__ = ["VARIANTS", "moe_reference", "moe_stock", "router_topk", "shared_expert"]
+__all__ = [
+    "FORMATS",
+    "VARIANTS",
+    "KernelFacts",
+    "MoeWeights",
+    "last_facts",
+    "moe_flat",
+    "moe_multirow",
+    "moe_padded",
+    "moe_reference",
+    "moe_stock",
+    "router_topk",
+    "shared_expert",
+]

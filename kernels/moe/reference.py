@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kernels.dense.reference import linear as dense_linear
+from kernels.moe.formats import MoeWeights, as_moe_weights
 
 
 def router_topk(logits: Tensor, top_k: int) -> tuple[Tensor, Tensor]:
@@ -24,14 +25,21 @@ def router_topk(logits: Tensor, top_k: int) -> tuple[Tensor, Tensor]:
 
 
 def moe_reference(
-    x: Tensor, topk_ids: Tensor, topk_weights: Tensor, w_gate_up: Tensor, w_down: Tensor
+    x: Tensor,
+    topk_ids: Tensor,
+    topk_weights: Tensor,
+    weights: MoeWeights | tuple[Tensor, Tensor] | Tensor,
+    w_down: Tensor | None = None,
 ) -> Tensor:
     """Routed-expert output (T, H) in x.dtype.
 
     For each token t and slot k with e = topk_ids[t, k]: h = silu(x[t] @ gate_e.T) * (x[t] @
     up_e.T), y = h @ w_down[e].T, out[t] += topk_weights[t, k] * y, where w_gate_up[e] stacks
-    gate_e (first I rows) over up_e. Loops over the experts that received tokens.
+    gate_e (first I rows) over up_e. Loops over the experts that received tokens. Weights are
+    taken like the Triton variants take them; quantised ones are dequantised first, so the
+    reference shows what the kernels should compute from the stored values.
     """
+    w_gate_up, w_down = as_moe_weights(weights, w_down).dequantize()
     num_tokens, top_k = topk_ids.shape
     num_experts, two_i, _ = w_gate_up.shape
     inter = two_i // 2

@@ -1,8 +1,10 @@
-"""Launch prep shared by the Triton MoE schedulers: input validation and the slot sort.
+"""Launch prep shared by the Triton MoE schedulers: input validation, device facts, and the
+torch references of the routing layout that kernels.moe.routing_kernels builds on the device.
 
 Every scheduler consumes the same routing layout: the T*K (token, slot) pairs flattened, sorted
-by expert with a stable argsort, plus the number of slots per expert. Slot s belongs to token
-s // K, so the sort needs no separate token index.
+by expert, plus the number of slots per expert and their prefix offsets. Slot s belongs to token
+s // K, so the sort needs no separate token index. Per-slot outputs are summed over a token's K
+slots (and over split-K partials) by combine.
 """
 
 import os
@@ -10,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from kernels.moe.formats import MoeWeights
 
 
 @dataclass(frozen=True)
@@ -24,7 +28,7 @@ class MoeShape:
 
 
 def validate_moe_inputs(
-    x: Tensor, topk_ids: Tensor, topk_weights: Tensor, w_gate_up: Tensor, w_down: Tensor
+    x: Tensor, topk_ids: Tensor, topk_weights: Tensor, weights: MoeWeights
 ) -> MoeShape:
     """Check the MoE operands agree with each other and return their sizes.
 
@@ -38,22 +42,30 @@ def validate_moe_inputs(
     tokens, hidden = x.shape
     if tokens == 0:
         raise ValueError("x has no tokens (T == 0); skip the MoE call for an empty batch.")
-    if w_gate_up.dim() != 3 or w_gate_up.shape[2] != hidden or w_gate_up.shape[1] % 2:
+    packed = weights.fmt == "int4"  # two values per byte along K
+    gate_up, down = weights.gate_up, weights.down
+    stored_h = (hidden + 1) // 2 if packed else hidden
+    if gate_up.shape[2] != stored_h or gate_up.shape[1] % 2:
         raise ValueError(
-            f"w_gate_up must be (E, 2I, H={hidden}) with gate rows above up rows, got "
-            f"{tuple(w_gate_up.shape)}; check H matches x and the weight is not transposed."
+            f"w_gate_up must be (E, 2I, {'cdiv(H, 2)' if packed else 'H'}={stored_h}) with gate "
+            f"rows above up rows, got {tuple(gate_up.shape)}; check H matches x and the weight "
+            "is not transposed."
         )
-    experts, inter = w_gate_up.shape[0], w_gate_up.shape[1] // 2
-    if tuple(w_down.shape) != (experts, hidden, inter):
+    experts, inter = gate_up.shape[0], gate_up.shape[1] // 2
+    stored_i = (inter + 1) // 2 if packed else inter
+    if tuple(down.shape) != (experts, hidden, stored_i):
         raise ValueError(
-            f"w_down must be (E, H, I) = ({experts}, {hidden}, {inter}) to match x and "
-            f"w_gate_up, got {tuple(w_down.shape)}; check it is not transposed."
+            f"w_down must be (E, H, {'cdiv(I, 2)' if packed else 'I'}) = ({experts}, {hidden}, "
+            f"{stored_i}) to match x and w_gate_up, got {tuple(down.shape)}; check it is not "
+            "transposed."
         )
-    if x.dtype != w_gate_up.dtype or x.dtype != w_down.dtype:
+    if weights.fmt == "bf16" and (x.dtype != gate_up.dtype or x.dtype != down.dtype):
         raise ValueError(
-            f"x, w_gate_up and w_down must share a dtype, got {x.dtype}, {w_gate_up.dtype}, "
-            f"{w_down.dtype}; cast the weights to x.dtype."
+            f"x, w_gate_up and w_down must share a dtype, got {x.dtype}, {gate_up.dtype}, "
+            f"{down.dtype}; cast the weights to x.dtype."
         )
+    if weights.fmt != "bf16":
+        _check_scales(weights, experts, hidden, inter)
     if topk_ids.dim() != 2 or topk_ids.shape[0] != tokens:
         raise ValueError(
             f"topk_ids must be (T={tokens}, K), got {tuple(topk_ids.shape)}; one row per token."
@@ -77,6 +89,23 @@ def validate_moe_inputs(
     return MoeShape(tokens, hidden, experts, inter, topk_ids.shape[1])
 
 
+def _check_scales(weights: MoeWeights, experts: int, hidden: int, inter: int) -> None:
+    """Scale shapes follow from the weight shapes and the block (see kernels.moe.formats)."""
+    b = weights.block
+    if weights.fmt == "fp8":
+        want_gu = (experts, -(-2 * inter // b), -(-hidden // b))
+        want_d = (experts, -(-hidden // b), -(-inter // b))
+    else:
+        want_gu = (experts, 2 * inter, -(-hidden // b))
+        want_d = (experts, hidden, -(-inter // b))
+    got_gu, got_d = tuple(weights.gate_up_scale.shape), tuple(weights.down_scale.shape)
+    if got_gu != want_gu or got_d != want_d:
+        raise ValueError(
+            f"{weights.fmt} scales must be {want_gu} and {want_d} for block={b}, got {got_gu} "
+            f"and {got_d}; quantise with MoeWeights.quantize(..., block={b})."
+        )
+
+
 def sort_slots(topk_ids: Tensor, experts: int) -> tuple[Tensor, Tensor]:
     """Group the T*K slots by expert: (sorted_slots int32 (T*K,), counts int32 (E,)).
 
@@ -91,11 +120,32 @@ def sort_slots(topk_ids: Tensor, experts: int) -> tuple[Tensor, Tensor]:
     return sorted_slots, counts
 
 
+def expert_offsets_reference(counts: Tensor, tile: int = 1) -> Tensor:
+    """Exclusive prefix sums of cdiv(counts, tile), with the total appended: int32 (E + 1,).
+
+    tile=1 gives each expert's first sorted slot; tile=BLOCK_M gives its first row tile.
+    """
+    tiles = (counts.long() + tile - 1) // tile
+    return torch.cat([tiles.new_zeros(1), tiles.cumsum(0)]).to(torch.int32)
+
+
+def combine_reference(y_slots: Tensor, tokens: int, top_k: int, dtype: torch.dtype) -> Tensor:
+    """(T, H) in dtype: slot rows (T*K, H), or split-K partials (S, T*K, H), summed per token."""
+    y = y_slots.reshape(-1, tokens, top_k, y_slots.shape[-1]).float()
+    return y.sum(dim=(0, 2)).to(dtype)
+
+
+def sm_count(device: torch.device) -> int | None:
+    """Streaming multiprocessors of a CUDA device; None off the GPU."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def default_groups(device: torch.device) -> int:
     """Programs per N-tile column: one per 8 SMs on a GPU, a handful under the CPU interpreter."""
-    if device.type == "cuda":
-        return max(1, torch.cuda.get_device_properties(device).multi_processor_count // 8)
-    return 4
+    sms = sm_count(device)
+    return 4 if sms is None else max(1, sms // 8)
 
 
 def dot_options(dtype: torch.dtype) -> tuple[str, bool]:

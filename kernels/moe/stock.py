@@ -1,14 +1,13 @@
 """MoE grouped GEMM scheduled like the exl3 "stock" kernel.
 
-Each program owns one N tile and a round-robin share of the experts (expert e goes to group
-e % groups), and finds its experts' rows by walking ALL expert counts serially with a running
-offset. That serial scan is the point of this variant: it is the stock kernel's schedule, and the
-profiler should show its cost against the multirow/flat/padded schedulers.
+Each program owns one N tile, one K split and a round-robin share of the experts (expert e goes
+to group e % groups), and finds its experts' rows by walking ALL expert counts serially with a
+running offset. That serial walk is the point of this variant: it is the stock kernel's
+schedule, and the profiler should show its cost against the multirow/flat/padded schedulers.
+The routing prep matches: a device histogram, the serial offset scan, then the permutation.
 
-Two launches: gate/up with a SiLU epilogue into a sorted intermediate h_sorted (T*K, I), then
-down from h_sorted into per-slot fp32 outputs y_slots (T*K, H) scaled by the routing weight,
-which torch sums over the K slots of each token. y_slots stays fp32 so the only roundings to
-x.dtype are h (as in moe_reference) and the final sum.
+Stock keeps 16-row tiles; `run_stock` takes BLOCK_M as a parameter so kernels.moe.multirow
+reuses these kernels with 32- and 64-row tiles.
 """
 
 import torch
@@ -16,236 +15,246 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.moe.routing import default_groups, dot_options, sort_slots, validate_moe_inputs
+from kernels.moe.compiled import launch, recording
+from kernels.moe.formats import MoeWeights, as_moe_weights
+from kernels.moe.launch import Tiles, run_pipeline, weight_args
+from kernels.moe.routing import MoeShape, default_groups, validate_moe_inputs
+from kernels.moe.routing_kernels import expert_counts, expert_offsets_serial, permute
+from kernels.moe.tiles import down_tile, gate_up_tile, store_down, store_gate_up
+
+STOCK_TILES = Tiles(block_m=16, block_n=64, block_k=64, split_k=1, num_warps=4, num_stages=3)
 
 
 @triton.jit
-def _mma(acc, a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """acc + a @ b; UPCAST (interpreter only, see routing.dot_options) widens bf16 first."""
-    if UPCAST:
-        a = a.to(tl.float32)
-        b = b.to(tl.float32)
-    return tl.dot(a, b, acc, input_precision=PRECISION)
-
-
-@triton.jit
-def _gate_up_kernel(
+def _stock_gate_up_kernel(
     x_ptr,
-    w_ptr,
     h_ptr,
+    part_ptr,
     sorted_slots_ptr,
     counts_ptr,
+    w_ptr,
+    s_ptr,
+    stride_we,
+    stride_wn,
+    stride_wk,
+    stride_se,
+    stride_sn,
+    stride_sk,
     num_experts,
     hidden,
     inter,
+    k_per_split,
     stride_xt,
     stride_xh,
-    stride_we,
-    stride_wn,
-    stride_wh,
     stride_hr,
-    stride_hi,
+    stride_ps,
+    stride_pr,
     TOP_K: tl.constexpr,
+    SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    FMT: tl.constexpr,
+    QBLOCK: tl.constexpr,
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
+    SWAP: tl.constexpr,
 ):
     group = tl.program_id(0)
     groups = tl.num_programs(0)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < inter
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_k = tl.arange(0, BLOCK_K)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < inter
+    split = tl.program_id(2)
+    k_lo = split * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, hidden)
 
     row_start = group * 0  # first sorted row of the current expert
-    w_expert = w_ptr  # advanced by one expert per step: no 32-bit overflow of e * stride_we
+    w_e = w_ptr  # advanced by one expert per step: no 32-bit overflow of e * stride_we
+    s_e = s_ptr
     for expert in range(0, num_experts):
         count = tl.load(counts_ptr + expert)
         own_count = tl.where(expert % groups == group, count, 0)  # 0 rows: skip the expert
-        w_gate = w_expert + offs_n[None, :] * stride_wn
-        w_up = w_gate + inter * stride_wn
         for m0 in range(0, own_count, BLOCK_M):
-            rows = m0 + offs_m
-            row_mask = rows < count
-            sorted_rows = (row_start + rows).to(tl.int64)
-            slots = tl.load(sorted_slots_ptr + sorted_rows, mask=row_mask, other=0)
-            x_rows = x_ptr + (slots // TOP_K).to(tl.int64)[:, None] * stride_xt
-            gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for k0 in range(0, hidden, BLOCK_K):
-                ks = k0 + offs_k
-                k_mask = ks < hidden
-                a = tl.load(
-                    x_rows + ks[None, :] * stride_xh,
-                    mask=row_mask[:, None] & k_mask[None, :],
-                    other=0.0,
-                )
-                w_mask = k_mask[:, None] & n_mask[None, :]
-                wg = tl.load(w_gate + ks[:, None] * stride_wh, mask=w_mask, other=0.0)
-                wu = tl.load(w_up + ks[:, None] * stride_wh, mask=w_mask, other=0.0)
-                gate = _mma(gate, a, wg, PRECISION, UPCAST)
-                up = _mma(up, a, wu, PRECISION, UPCAST)
-            h = gate * tl.sigmoid(gate) * up
-            tl.store(
-                h_ptr + sorted_rows[:, None] * stride_hr + offs_n[None, :] * stride_hi,
-                h.to(h_ptr.dtype.element_ty),
-                mask=row_mask[:, None] & n_mask[None, :],
-            )
+            rows = m0 + tl.arange(0, BLOCK_M)
+            row_ok = rows < count
+            slots = tl.load(sorted_slots_ptr + row_start + rows, mask=row_ok, other=0)
+            slots = slots.to(tl.int64)
+            gate, up = gate_up_tile(
+                x_ptr, slots // TOP_K, row_ok, w_e, s_e, cols, col_ok, inter, hidden, k_lo,
+                k_hi, stride_xt, stride_xh, stride_wn, stride_wk, stride_sn, stride_sk,
+                BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+            )  # fmt: skip
+            store_gate_up(
+                h_ptr, part_ptr, split, slots, row_ok, cols, col_ok, gate, up, inter,
+                stride_hr, stride_ps, stride_pr, SPLIT, SWAP,
+            )  # fmt: skip
         row_start += count
-        w_expert += stride_we
+        w_e += stride_we
+        s_e += stride_se
 
 
 @triton.jit
-def _down_kernel(
+def _stock_down_kernel(
     h_ptr,
-    w_ptr,
     y_ptr,
     sorted_slots_ptr,
     counts_ptr,
     slot_weights_ptr,
+    w_ptr,
+    s_ptr,
+    stride_we,
+    stride_wn,
+    stride_wk,
+    stride_se,
+    stride_sn,
+    stride_sk,
     num_experts,
     hidden,
     inter,
+    k_per_split,
     stride_hr,
-    stride_hi,
-    stride_we,
-    stride_wn,
-    stride_wi,
     stride_ys,
-    stride_yh,
+    stride_yr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    FMT: tl.constexpr,
+    QBLOCK: tl.constexpr,
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
+    SWAP: tl.constexpr,
 ):
     group = tl.program_id(0)
     groups = tl.num_programs(0)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < hidden
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_k = tl.arange(0, BLOCK_K)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < hidden
+    split = tl.program_id(2)
+    k_lo = split * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, inter)
 
     row_start = group * 0
-    w_expert = w_ptr
+    w_e = w_ptr
+    s_e = s_ptr
     for expert in range(0, num_experts):
         count = tl.load(counts_ptr + expert)
         own_count = tl.where(expert % groups == group, count, 0)
-        w_tile = w_expert + offs_n[None, :] * stride_wn
         for m0 in range(0, own_count, BLOCK_M):
-            rows = m0 + offs_m
-            row_mask = rows < count
-            sorted_rows = (row_start + rows).to(tl.int64)
-            h_rows = h_ptr + sorted_rows[:, None] * stride_hr
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for k0 in range(0, inter, BLOCK_K):
-                ks = k0 + offs_k
-                k_mask = ks < inter
-                a = tl.load(
-                    h_rows + ks[None, :] * stride_hi,
-                    mask=row_mask[:, None] & k_mask[None, :],
-                    other=0.0,
-                )
-                w = tl.load(
-                    w_tile + ks[:, None] * stride_wi,
-                    mask=k_mask[:, None] & n_mask[None, :],
-                    other=0.0,
-                )
-                acc = _mma(acc, a, w, PRECISION, UPCAST)
-            slots = tl.load(sorted_slots_ptr + sorted_rows, mask=row_mask, other=0).to(tl.int64)
-            acc *= tl.load(slot_weights_ptr + slots, mask=row_mask, other=0.0)[:, None]
-            tl.store(
-                y_ptr + slots[:, None] * stride_ys + offs_n[None, :] * stride_yh,
-                acc.to(y_ptr.dtype.element_ty),
-                mask=row_mask[:, None] & n_mask[None, :],
-            )
+            rows = m0 + tl.arange(0, BLOCK_M)
+            row_ok = rows < count
+            slots = tl.load(sorted_slots_ptr + row_start + rows, mask=row_ok, other=0)
+            slots = slots.to(tl.int64)
+            acc = down_tile(
+                h_ptr, slots, row_ok, w_e, s_e, cols, col_ok, inter, k_lo, k_hi, stride_hr,
+                stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N, BLOCK_K, FMT,
+                QBLOCK, PRECISION, UPCAST, SWAP,
+            )  # fmt: skip
+            store_down(
+                y_ptr, slot_weights_ptr, split, slots, row_ok, cols, col_ok, acc, stride_ys,
+                stride_yr, SWAP,
+            )  # fmt: skip
         row_start += count
-        w_expert += stride_we
+        w_e += stride_we
+        s_e += stride_se
 
 
-def _check_blocks(block_m: int, block_n: int, block_k: int) -> None:
-    for name, size in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
-        if size < 16 or size & (size - 1):
-            raise ValueError(
-                f"{name}={size} must be a power of two >= 16 (tl.arange and tl.dot need it)."
-            )
+def run_stock(
+    x: Tensor,
+    topk_ids: Tensor,
+    topk_weights: Tensor,
+    weights: MoeWeights,
+    shape: MoeShape,
+    tiles: Tiles,
+    groups: int | None,
+) -> Tensor:
+    """The stock schedule at any BLOCK_M (tiles.block_m); inputs already validated."""
+    groups = default_groups(x.device) if groups is None else groups
+    if not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"groups={groups!r} must be an integer >= 1 (or None for the default).")
+    counts = expert_counts(topk_ids, shape.experts)
+    sorted_slots = permute(topk_ids, expert_offsets_serial(counts))
+    slot_weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
+    constants = tiles.constants(weights, x.dtype)
+
+    def gate_up(h: Tensor, part: Tensor, splits: int, k_per_split: int) -> None:
+        grid = (groups, triton.cdiv(shape.inter, tiles.block_n), splits)
+        launch(
+            _stock_gate_up_kernel,
+            grid,
+            x,
+            h,
+            part,
+            sorted_slots,
+            counts,
+            *weight_args(weights.gate_up, weights.gate_up_scale),
+            shape.experts,
+            shape.hidden,
+            shape.inter,
+            k_per_split,
+            *x.stride(),
+            h.stride(0),
+            part.stride(0),
+            part.stride(1),
+            TOP_K=shape.top_k,
+            SPLIT=splits > 1,
+            **constants,
+        )
+
+    def down(h: Tensor, y: Tensor, splits: int, k_per_split: int) -> None:
+        grid = (groups, triton.cdiv(shape.hidden, tiles.block_n), splits)
+        launch(
+            _stock_down_kernel,
+            grid,
+            h,
+            y,
+            sorted_slots,
+            counts,
+            slot_weights,
+            *weight_args(weights.down, weights.down_scale),
+            shape.experts,
+            shape.hidden,
+            shape.inter,
+            k_per_split,
+            h.stride(0),
+            y.stride(0),
+            y.stride(1),
+            **constants,
+        )
+
+    return run_pipeline(x, shape, tiles, tiles.split_k, tiles.split_k, gate_up, down)
 
 
 def moe_stock(
     x: Tensor,
     topk_ids: Tensor,
     topk_weights: Tensor,
-    w_gate_up: Tensor,
-    w_down: Tensor,
+    weights: MoeWeights | tuple[Tensor, Tensor] | Tensor,
+    w_down: Tensor | None = None,
     *,
     groups: int | None = None,
-    block_m: int = 16,
-    block_n: int = 64,
-    block_k: int = 64,
-    num_warps: int = 4,
-    num_stages: int = 3,
+    block_n: int | None = None,
+    block_k: int | None = None,
+    split_k: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    swap_ab: bool | None = None,
 ) -> Tensor:
     """Routed-expert output (T, H) in x.dtype; same contract as moe_reference.
 
-    `groups` is the number of programs sharing each N tile (experts dealt round-robin); it
-    defaults to one per 8 SMs. The routing prep (sort, counts) runs in torch and is part of what
-    this variant costs.
+    `weights` is MoeWeights in any format, a (w_gate_up, w_down) tuple, or w_gate_up with
+    w_down as the next argument (what workbench/model.py passes). `groups` is the number of
+    programs sharing each N tile (experts dealt round-robin); it defaults to one per 8 SMs.
+    None options take STOCK_TILES. Kernel facts of the call: kernels.moe.last_facts().
     """
-    shape = validate_moe_inputs(x, topk_ids, topk_weights, w_gate_up, w_down)
-    _check_blocks(block_m, block_n, block_k)
-    groups = default_groups(x.device) if groups is None else groups
-    if groups < 1:
-        raise ValueError(f"groups={groups} must be >= 1 (or None for the default).")
-    sorted_slots, counts = sort_slots(topk_ids, shape.experts)
-    slot_weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
-    precision, upcast = dot_options(x.dtype)
-    num_slots = shape.tokens * shape.top_k
-
-    h_sorted = torch.empty(num_slots, shape.inter, dtype=x.dtype, device=x.device)
-    _gate_up_kernel[(groups, triton.cdiv(shape.inter, block_n))](
-        x,
-        w_gate_up,
-        h_sorted,
-        sorted_slots,
-        counts,
-        shape.experts,
-        shape.hidden,
-        shape.inter,
-        *x.stride(),
-        *w_gate_up.stride(),
-        *h_sorted.stride(),
-        TOP_K=shape.top_k,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        BLOCK_K=block_k,
-        PRECISION=precision,
-        UPCAST=upcast,
-        num_warps=num_warps,
-        num_stages=num_stages,
-    )
-
-    y_slots = torch.empty(num_slots, shape.hidden, dtype=torch.float32, device=x.device)
-    _down_kernel[(groups, triton.cdiv(shape.hidden, block_n))](
-        h_sorted,
-        w_down,
-        y_slots,
-        sorted_slots,
-        counts,
-        slot_weights,
-        shape.experts,
-        shape.hidden,
-        shape.inter,
-        *h_sorted.stride(),
-        *w_down.stride(),
-        *y_slots.stride(),
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        BLOCK_K=block_k,
-        PRECISION=precision,
-        UPCAST=upcast,
-        num_warps=num_warps,
-        num_stages=num_stages,
-    )
-    return y_slots.view(shape.tokens, shape.top_k, shape.hidden).sum(1).to(x.dtype)
+    with recording():
+        weights = as_moe_weights(weights, w_down)
+        shape = validate_moe_inputs(x, topk_ids, topk_weights, weights)
+        tiles = STOCK_TILES.override(
+            block_n=block_n,
+            block_k=block_k,
+            split_k=split_k,
+            num_warps=num_warps,
+            num_stages=num_stages,
+            swap_ab=swap_ab,
+        )
+        tiles.check(weights)
+        return run_stock(x, topk_ids, topk_weights, weights, shape, tiles, groups)

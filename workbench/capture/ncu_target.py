@@ -34,7 +34,7 @@ from functools import partial
 
 import torch
 
-from kernels.moe import VARIANTS, moe_reference
+from kernels.moe import FORMATS, VARIANTS, MoeWeights, moe_reference
 from workbench.errors import WorkbenchError
 from workbench.model import Plan, SyntheticModel
 from workbench.presets import ROUTINGS, RankShapes, draw_routing, get_preset
@@ -248,15 +248,26 @@ def _moe_problem(s: RankShapes, tokens: int, args: TargetArgs, device: torch.dev
 
 
 def build_moe(args: TargetArgs) -> list[Workload]:
-    """One launch of `kernels.moe.VARIANTS[variant]` per token count, routed experts only."""
+    """One launch of `kernels.moe.VARIANTS[variant]` per token count, routed experts only.
+
+    `fmt` (bf16, fp8 or int4) and `block` choose the weight format (MoeWeights.quantize); the
+    reference then runs on the dequantised weights, so the check isolates the kernel.
+    """
     fn = _variant(VARIANTS, "moe", args.variant)
-    params = _keyword_params(fn, args.params, f"moe variant '{args.variant}'")
+    options = dict(args.params)
+    fmt, block = str(options.pop("fmt", "bf16")), options.pop("block", None)
+    if fmt not in FORMATS:
+        raise WorkbenchError(f"unknown weight format fmt={fmt}; known: {', '.join(FORMATS)}")
+    params = _keyword_params(fn, options, f"moe variant '{args.variant}'")
     device = _device(args.device)
     shapes = get_preset(args.preset).rank_shapes()
     w_gate_up, w_down = _expert_weights(shapes, device, args.seed)
+    quantize_args = {} if block is None else {"block": int(block)}
+    weights = MoeWeights.quantize(w_gate_up, w_down, fmt, **quantize_args)
+    del w_gate_up, w_down
     workloads = []
     for tokens in args.tokens:
-        problem = (*_moe_problem(shapes, tokens, args, device), w_gate_up, w_down)
+        problem = (*_moe_problem(shapes, tokens, args, device), weights)
         call = partial(fn, *problem, **params)
         name = range_name("moe", args.variant, tokens)
         check = partial(_check_moe, call, partial(moe_reference, *problem), name)

@@ -1,0 +1,333 @@
+"""Persistent MoE grouped GEMM over a flat list of (row tile, column tile, K split) work items.
+
+The routing prep is parallel: a histogram, then `tl.cumsum` scans of slots and of BLOCK_M row
+tiles per expert (kernels.moe.routing_kernels). Row tiles are numbered globally in expert order,
+so item i of a projection with C column tiles and S splits is
+
+    split = i % S,  column tile = (i // S) % C,  global row tile r = i // (S * C)
+
+and the expert of r is found by a binary search over the per-expert tile offsets (the largest
+e with tile_offsets[e] <= r; experts without rows own no tiles and are never found). Only as
+many programs as SMs run (fewer if there are fewer items), each striding over the items:
+`schedule="static"` gives program p the items p, p + P, p + 2P, ...; `schedule="ticket"` lets
+programs take the next item from an atomic counter, which evens out unequal item costs.
+
+Items of one row tile are adjacent, so programs running at the same time share the row
+tile's activations in L2, and a few consecutive row tiles of one expert share its weights.
+At decode (a handful of rows per expert) the kernel is bound by weight reads: wide column
+tiles plus split-K (partials summed by silu_reduce and combine) give every SM weight to
+stream. The grid is sized from an upper bound on the row tiles, so no host sync is needed.
+"""
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from kernels.moe.compiled import launch, recording
+from kernels.moe.formats import MoeWeights, as_moe_weights
+from kernels.moe.launch import Tiles, max_row_tiles, run_pipeline, weight_args
+from kernels.moe.routing import MoeShape, sm_count, validate_moe_inputs
+from kernels.moe.routing_kernels import expert_counts, expert_offsets_parallel, permute
+from kernels.moe.tiles import (
+    down_tile,
+    find_expert,
+    gate_up_tile,
+    store_down,
+    store_gate_up,
+)
+
+SCHEDULES = ("static", "ticket")
+CPU_PROGRAMS = 4
+ITEMS_PER_PROGRAM = 4  # automatic split-K aims for at least this many items per program
+DECODE_TILES = Tiles(block_m=16, block_n=128, block_k=64, split_k=None, num_warps=4, num_stages=4)
+PREFILL_TILES = Tiles(block_m=64, block_n=128, block_k=64, split_k=1, num_warps=8, num_stages=3)
+PREFILL_ROWS = 32  # mean rows per active expert from which 64-row tiles pay off
+
+
+@triton.jit
+def _locate(
+    item, splits, col_tiles, tile_offsets_ptr, offsets_ptr, counts_ptr, sorted_slots_ptr,
+    num_experts, BLOCK_M: tl.constexpr, STEPS: tl.constexpr,
+):  # fmt: skip
+    """(expert, slots int64, row_ok, column tile, split) of a work item."""
+    split = item % splits
+    col_tile = (item // splits) % col_tiles
+    row_tile = item // (splits * col_tiles)
+    expert = find_expert(tile_offsets_ptr, row_tile, num_experts, STEPS)
+    rows = (row_tile - tl.load(tile_offsets_ptr + expert)) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < tl.load(counts_ptr + expert)
+    slots = tl.load(sorted_slots_ptr + tl.load(offsets_ptr + expert) + rows, mask=row_ok, other=0)
+    return expert, slots.to(tl.int64), row_ok, col_tile, split
+
+
+@triton.jit
+def _gate_up_item(
+    item, x_ptr, h_ptr, part_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
+    w_ptr, s_ptr, stride_we, stride_wn, stride_wk, stride_se, stride_sn, stride_sk,
+    num_experts, hidden, inter, k_per_split, splits, col_tiles, stride_xt, stride_xh,
+    stride_hr, stride_ps, stride_pr,
+    TOP_K: tl.constexpr, SPLIT: tl.constexpr, STEPS: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FMT: tl.constexpr, QBLOCK: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, SWAP: tl.constexpr,
+):  # fmt: skip
+    expert, slots, row_ok, col_tile, split = _locate(
+        item, splits, col_tiles, tile_offsets_ptr, offsets_ptr, counts_ptr, sorted_slots_ptr,
+        num_experts, BLOCK_M, STEPS,
+    )  # fmt: skip
+    cols = col_tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < inter
+    k_lo = split * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, hidden)
+    w_e = w_ptr + tl.cast(expert, tl.int64) * stride_we
+    s_e = s_ptr + tl.cast(expert, tl.int64) * stride_se
+    gate, up = gate_up_tile(
+        x_ptr, slots // TOP_K, row_ok, w_e, s_e, cols, col_ok, inter, hidden, k_lo, k_hi,
+        stride_xt, stride_xh, stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N,
+        BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+    )  # fmt: skip
+    store_gate_up(
+        h_ptr, part_ptr, split, slots, row_ok, cols, col_ok, gate, up, inter, stride_hr,
+        stride_ps, stride_pr, SPLIT, SWAP,
+    )  # fmt: skip
+
+
+@triton.jit
+def _flat_gate_up_kernel(
+    x_ptr, h_ptr, part_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
+    ticket_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_wk, stride_se, stride_sn,
+    stride_sk, num_experts, hidden, inter, k_per_split, splits, stride_xt, stride_xh,
+    stride_hr, stride_ps, stride_pr,
+    TOP_K: tl.constexpr, SPLIT: tl.constexpr, STEPS: tl.constexpr, TICKET: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FMT: tl.constexpr,
+    QBLOCK: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, SWAP: tl.constexpr,
+):  # fmt: skip
+    col_tiles = tl.cdiv(inter, BLOCK_N)
+    num_items = tl.load(tile_offsets_ptr + num_experts) * col_tiles * splits
+    if TICKET:
+        item = tl.atomic_add(ticket_ptr, 1)
+        while item < num_items:
+            _gate_up_item(
+                item, x_ptr, h_ptr, part_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr,
+                tile_offsets_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_wk, stride_se,
+                stride_sn, stride_sk, num_experts, hidden, inter, k_per_split, splits,
+                col_tiles, stride_xt, stride_xh, stride_hr, stride_ps, stride_pr, TOP_K, SPLIT,
+                STEPS, BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+            )  # fmt: skip
+            item = tl.atomic_add(ticket_ptr, 1)
+    else:
+        for item in range(tl.program_id(0), num_items, tl.num_programs(0)):
+            _gate_up_item(
+                item, x_ptr, h_ptr, part_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr,
+                tile_offsets_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_wk, stride_se,
+                stride_sn, stride_sk, num_experts, hidden, inter, k_per_split, splits,
+                col_tiles, stride_xt, stride_xh, stride_hr, stride_ps, stride_pr, TOP_K, SPLIT,
+                STEPS, BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+            )  # fmt: skip
+
+
+@triton.jit
+def _down_item(
+    item, h_ptr, y_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
+    slot_weights_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_wk, stride_se, stride_sn,
+    stride_sk, num_experts, hidden, inter, k_per_split, splits, col_tiles, stride_hr,
+    stride_ys, stride_yr,
+    STEPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    FMT: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    SWAP: tl.constexpr,
+):  # fmt: skip
+    expert, slots, row_ok, col_tile, split = _locate(
+        item, splits, col_tiles, tile_offsets_ptr, offsets_ptr, counts_ptr, sorted_slots_ptr,
+        num_experts, BLOCK_M, STEPS,
+    )  # fmt: skip
+    cols = col_tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < hidden
+    k_lo = split * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, inter)
+    w_e = w_ptr + tl.cast(expert, tl.int64) * stride_we
+    s_e = s_ptr + tl.cast(expert, tl.int64) * stride_se
+    acc = down_tile(
+        h_ptr, slots, row_ok, w_e, s_e, cols, col_ok, inter, k_lo, k_hi, stride_hr, stride_wn,
+        stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION,
+        UPCAST, SWAP,
+    )  # fmt: skip
+    store_down(
+        y_ptr, slot_weights_ptr, split, slots, row_ok, cols, col_ok, acc, stride_ys, stride_yr,
+        SWAP,
+    )  # fmt: skip
+
+
+@triton.jit
+def _flat_down_kernel(
+    h_ptr, y_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
+    slot_weights_ptr, ticket_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_wk, stride_se,
+    stride_sn, stride_sk, num_experts, hidden, inter, k_per_split, splits, stride_hr,
+    stride_ys, stride_yr,
+    STEPS: tl.constexpr, TICKET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, FMT: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, SWAP: tl.constexpr,
+):  # fmt: skip
+    col_tiles = tl.cdiv(hidden, BLOCK_N)
+    num_items = tl.load(tile_offsets_ptr + num_experts) * col_tiles * splits
+    if TICKET:
+        item = tl.atomic_add(ticket_ptr, 1)
+        while item < num_items:
+            _down_item(
+                item, h_ptr, y_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr,
+                tile_offsets_ptr, slot_weights_ptr, w_ptr, s_ptr, stride_we, stride_wn,
+                stride_wk, stride_se, stride_sn, stride_sk, num_experts, hidden, inter,
+                k_per_split, splits, col_tiles, stride_hr, stride_ys, stride_yr, STEPS,
+                BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+            )  # fmt: skip
+            item = tl.atomic_add(ticket_ptr, 1)
+    else:
+        for item in range(tl.program_id(0), num_items, tl.num_programs(0)):
+            _down_item(
+                item, h_ptr, y_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr,
+                tile_offsets_ptr, slot_weights_ptr, w_ptr, s_ptr, stride_we, stride_wn,
+                stride_wk, stride_se, stride_sn, stride_sk, num_experts, hidden, inter,
+                k_per_split, splits, col_tiles, stride_hr, stride_ys, stride_yr, STEPS,
+                BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+            )  # fmt: skip
+
+
+def default_tiles(shape: MoeShape) -> Tiles:
+    """Decode-like calls get 16-row, 128-column tiles with automatic split-K (weight streaming);
+    prefill-like calls get 64 x 128 x 64 tiles on 8 warps (compute-bound)."""
+    slots = shape.tokens * shape.top_k
+    rows_per_expert = slots / min(shape.experts, slots)
+    return PREFILL_TILES if rows_per_expert >= PREFILL_ROWS else DECODE_TILES
+
+
+def auto_split_k(row_tiles: int, col_tiles: int, programs: int) -> int:
+    """Splits that give every program ITEMS_PER_PROGRAM items; split_plan caps it at K tiles."""
+    return triton.cdiv(ITEMS_PER_PROGRAM * programs, row_tiles * col_tiles)
+
+
+def moe_flat(
+    x: Tensor,
+    topk_ids: Tensor,
+    topk_weights: Tensor,
+    weights: MoeWeights | tuple[Tensor, Tensor] | Tensor,
+    w_down: Tensor | None = None,
+    *,
+    schedule: str = "static",
+    num_programs: int | None = None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    block_k: int | None = None,
+    split_k: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    swap_ab: bool | None = None,
+) -> Tensor:
+    """Routed-expert output (T, H) in x.dtype, same contract as moe_reference.
+
+    num_programs defaults to the SM count (4 on the CPU). None tile options come from
+    default_tiles(shape); split_k None picks a split per projection (auto_split_k), an int
+    applies to both. Kernel facts of the call: kernels.moe.last_facts().
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule={schedule!r} must be one of {SCHEDULES}.")
+    if num_programs is not None and (not isinstance(num_programs, int) or num_programs < 1):
+        raise ValueError(f"num_programs={num_programs!r} must be an integer >= 1 (or None).")
+    with recording():
+        weights = as_moe_weights(weights, w_down)
+        shape = validate_moe_inputs(x, topk_ids, topk_weights, weights)
+        tiles = default_tiles(shape).override(
+            block_m=block_m,
+            block_n=block_n,
+            block_k=block_k,
+            split_k=split_k,
+            num_warps=num_warps,
+            num_stages=num_stages,
+            swap_ab=swap_ab,
+        )
+        tiles.check(weights)
+        programs = num_programs or sm_count(x.device) or CPU_PROGRAMS
+        return _run_flat(x, topk_ids, topk_weights, weights, shape, tiles, schedule, programs)
+
+
+def _run_flat(
+    x: Tensor,
+    topk_ids: Tensor,
+    topk_weights: Tensor,
+    weights: MoeWeights,
+    shape: MoeShape,
+    tiles: Tiles,
+    schedule: str,
+    programs: int,
+) -> Tensor:
+    counts = expert_counts(topk_ids, shape.experts)
+    offsets = expert_offsets_parallel(counts)
+    tile_offsets = expert_offsets_parallel(counts, tiles.block_m)
+    sorted_slots = permute(topk_ids, offsets)
+    slot_weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
+    tickets = torch.zeros(2, dtype=torch.int32, device=x.device)  # gate/up, down
+    row_tiles = max_row_tiles(shape.tokens * shape.top_k, shape.experts, tiles.block_m)
+    gate_up_cols = triton.cdiv(shape.inter, tiles.block_n)
+    down_cols = triton.cdiv(shape.hidden, tiles.block_n)
+    gate_up_split, down_split = tiles.split_k, tiles.split_k
+    if tiles.split_k is None:
+        gate_up_split = auto_split_k(row_tiles, gate_up_cols, programs)
+        down_split = auto_split_k(row_tiles, down_cols, programs)
+    common = {
+        "STEPS": max(shape.experts - 1, 0).bit_length(),
+        "TICKET": schedule == "ticket",
+        **tiles.constants(weights, x.dtype),
+    }
+
+    def gate_up(h: Tensor, part: Tensor, splits: int, k_per_split: int) -> None:
+        grid = (min(programs, row_tiles * gate_up_cols * splits),)
+        launch(
+            _flat_gate_up_kernel,
+            grid,
+            x,
+            h,
+            part,
+            sorted_slots,
+            counts,
+            offsets,
+            tile_offsets,
+            tickets[0:],
+            *weight_args(weights.gate_up, weights.gate_up_scale),
+            shape.experts,
+            shape.hidden,
+            shape.inter,
+            k_per_split,
+            splits,
+            *x.stride(),
+            h.stride(0),
+            part.stride(0),
+            part.stride(1),
+            TOP_K=shape.top_k,
+            SPLIT=splits > 1,
+            **common,
+        )
+
+    def down(h: Tensor, y: Tensor, splits: int, k_per_split: int) -> None:
+        grid = (min(programs, row_tiles * down_cols * splits),)
+        launch(
+            _flat_down_kernel,
+            grid,
+            h,
+            y,
+            sorted_slots,
+            counts,
+            offsets,
+            tile_offsets,
+            slot_weights,
+            tickets[1:],
+            *weight_args(weights.down, weights.down_scale),
+            shape.experts,
+            shape.hidden,
+            shape.inter,
+            k_per_split,
+            splits,
+            h.stride(0),
+            y.stride(0),
+            y.stride(1),
+            **common,
+        )
+
+    return run_pipeline(x, shape, tiles, gate_up_split, down_split, gate_up, down)

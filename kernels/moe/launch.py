@@ -1,0 +1,155 @@
+"""Host-side plumbing shared by the MoE schedulers: tile options, kernel arguments, split-K plans
+and the gate/up -> (reduce) -> down -> combine pipeline around a scheduler's two launches.
+
+Keeping this in one place means every scheduler validates options with the same messages and
+allocates the same buffers, so their profiles differ only where their schedules do.
+"""
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import triton
+from torch import Tensor
+
+from kernels.moe.compiled import launch
+from kernels.moe.formats import MoeWeights
+from kernels.moe.routing import MoeShape, dot_options
+from kernels.moe.routing_kernels import combine
+from kernels.moe.tiles import silu_reduce_kernel
+
+FMT_CODES = {"bf16": 0, "fp8": 1, "int4": 2}  # tiles.FMT_PLAIN / FMT_FP8 / FMT_INT4
+WARPS = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """Launch options of one call. split_k None lets the flat scheduler choose per projection."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    split_k: int | None
+    num_warps: int
+    num_stages: int
+    swap_ab: bool = False
+
+    def override(self, **options: object) -> "Tiles":
+        """These tiles with every option that is not None replaced."""
+        return dataclasses.replace(self, **{k: v for k, v in options.items() if v is not None})
+
+    def check(self, weights: MoeWeights) -> None:
+        """Reject options that would not compile or would compute the wrong thing."""
+        for name in ("block_m", "block_n", "block_k"):
+            size = getattr(self, name)
+            if not isinstance(size, int) or size < 16 or size & (size - 1):
+                raise ValueError(
+                    f"{name}={size!r} must be a power of two >= 16 (tl.arange and tl.dot need "
+                    "it), e.g. 16, 32, 64 or 128."
+                )
+        if self.split_k is not None and (not isinstance(self.split_k, int) or self.split_k < 1):
+            raise ValueError(f"split_k={self.split_k!r} must be an integer >= 1; 1 means no split.")
+        if self.num_warps not in WARPS:
+            raise ValueError(f"num_warps={self.num_warps!r} must be one of {WARPS}.")
+        if not isinstance(self.num_stages, int) or self.num_stages < 1:
+            raise ValueError(f"num_stages={self.num_stages!r} must be an integer >= 1.")
+        if weights.fmt != "bf16" and weights.block % self.block_k:
+            raise ValueError(
+                f"block_k={self.block_k} must divide the {weights.fmt} block {weights.block}, so "
+                f"one scale covers each K tile; use block_k <= {weights.block}."
+            )
+
+    def constants(self, weights: MoeWeights, dtype: torch.dtype) -> dict[str, object]:
+        """Compile-time arguments common to every GEMM kernel of the schedulers."""
+        precision, upcast = dot_options(dtype)
+        return {
+            "BLOCK_M": self.block_m,
+            "BLOCK_N": self.block_n,
+            "BLOCK_K": self.block_k,
+            "FMT": FMT_CODES[weights.fmt],
+            "QBLOCK": weights.block,
+            "PRECISION": precision,
+            "UPCAST": upcast,
+            "SWAP": self.swap_ab,
+            "num_warps": self.num_warps,
+            "num_stages": self.num_stages,
+        }
+
+
+def weight_args(values: Tensor, scales: Tensor | None) -> tuple:
+    """(w, s, stride_we, stride_wn, stride_wk, stride_se, stride_sn, stride_sk) for a kernel.
+
+    bf16 weights have no scales: the values stand in as a pointer the kernel never reads.
+    """
+    if scales is None:
+        return (values, values, *values.stride(), 0, 0, 0)
+    return (values, scales, *values.stride(), *scales.stride())
+
+
+def split_plan(k_size: int, block_k: int, split_k: int) -> tuple[int, int]:
+    """(splits, K elements per split): whole K tiles per split, no split left empty.
+
+    split_k is rounded down to what cdiv(K tiles, split_k) tiles per split leaves non-empty, so
+    every split writes its partial sums and no buffer needs zeroing.
+    """
+    k_tiles = triton.cdiv(k_size, block_k)
+    per_split = triton.cdiv(k_tiles, min(split_k, k_tiles))
+    return triton.cdiv(k_tiles, per_split), per_split * block_k
+
+
+def max_row_tiles(slots: int, experts: int, block_m: int) -> int:
+    """Upper bound on sum over experts of cdiv(count, block_m), known without a device sync.
+
+    Each non-empty expert wastes at most block_m - 1 padding rows, and at most min(E, T*K)
+    experts are non-empty.
+    """
+    return (slots + min(experts, slots) * (block_m - 1)) // block_m
+
+
+# gate_up(h, part, splits, k_per_split) and down(h, y, splits, k_per_split) launch the GEMMs.
+GateUpLaunch = Callable[[Tensor, Tensor, int, int], None]
+DownLaunch = Callable[[Tensor, Tensor, int, int], None]
+
+
+def run_pipeline(
+    x: Tensor,
+    shape: MoeShape,
+    tiles: Tiles,
+    gate_up_splits: int,
+    down_splits: int,
+    gate_up: GateUpLaunch,
+    down: DownLaunch,
+) -> Tensor:
+    """gate/up into h (T*K, I), split-K reduce if split, down into y (S, T*K, H), combine.
+
+    With one split, gate/up writes h directly (the SiLU epilogue) and `part` is h itself, a
+    pointer the kernel never writes through.
+    """
+    slots = shape.tokens * shape.top_k
+    h = torch.empty(slots, shape.inter, dtype=x.dtype, device=x.device)
+    splits, k_per_split = split_plan(shape.hidden, tiles.block_k, gate_up_splits)
+    part = h
+    if splits > 1:
+        part = torch.empty(splits, slots, 2 * shape.inter, dtype=torch.float32, device=x.device)
+    gate_up(h, part, splits, k_per_split)
+    if splits > 1:
+        grid = (triton.cdiv(slots, 16), triton.cdiv(shape.inter, 128))
+        launch(
+            silu_reduce_kernel,
+            grid,
+            part,
+            h,
+            slots,
+            shape.inter,
+            splits,
+            part.stride(0),
+            part.stride(1),
+            h.stride(0),
+            BLOCK_R=16,
+            BLOCK_C=128,
+        )
+    splits, k_per_split = split_plan(shape.inter, tiles.block_k, down_splits)
+    y = torch.empty(splits, slots, shape.hidden, dtype=torch.float32, device=x.device)
+    down(h, y, splits, k_per_split)
+    return combine(y, shape.tokens, shape.top_k, x.dtype)

@@ -1,0 +1,229 @@
+"""MoE grouped GEMM in the vLLM fused-MoE style: every expert's rows padded to whole blocks.
+
+The prep lays the sorted slots out in blocks of BLOCK_M rows, each expert starting on a block
+boundary (its unused rows hold a sentinel slot id, T*K), and records the expert of every
+block. The GEMM grid is then (blocks, column tiles, K splits) and each program reads its
+expert from a table: no scan, no search, no loop over experts. It is the in-house baseline.
+
+The number of blocks is only known on the device, so the grid covers the bound
+min(E, T*K) padded experts (kernels.moe.launch.max_row_tiles) and blocks past the real count
+get expert -1 and exit at once, which keeps the prep free of host syncs.
+"""
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from kernels.moe.compiled import launch, recording
+from kernels.moe.formats import MoeWeights, as_moe_weights
+from kernels.moe.launch import Tiles, max_row_tiles, run_pipeline, weight_args
+from kernels.moe.routing import MoeShape, validate_moe_inputs
+from kernels.moe.routing_kernels import expert_counts, expert_offsets_parallel, permute
+from kernels.moe.tiles import down_tile, find_expert, gate_up_tile, store_down, store_gate_up
+
+DECODE_TILES = Tiles(block_m=16, block_n=64, block_k=64, split_k=1, num_warps=4, num_stages=4)
+PREFILL_TILES = Tiles(block_m=64, block_n=128, block_k=64, split_k=1, num_warps=8, num_stages=3)
+PREFILL_ROWS = 32  # mean rows per active expert from which 64-row blocks pay off
+TABLE_BLOCK = 256  # blocks labelled per program of the expert-table kernel
+
+
+@triton.jit
+def _block_experts_kernel(
+    tile_offsets_ptr, block_experts_ptr, num_experts, num_blocks, STEPS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    blocks = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    experts = find_expert(tile_offsets_ptr, blocks, num_experts, STEPS)
+    used = blocks < tl.load(tile_offsets_ptr + num_experts)
+    tl.store(block_experts_ptr + blocks, tl.where(used, experts, -1), mask=blocks < num_blocks)
+
+
+@triton.jit
+def _padded_gate_up_kernel(
+    x_ptr, h_ptr, part_ptr, padded_slots_ptr, block_experts_ptr, w_ptr, s_ptr, stride_we,
+    stride_wn, stride_wk, stride_se, stride_sn, stride_sk, num_slots, hidden, inter,
+    k_per_split, stride_xt, stride_xh, stride_hr, stride_ps, stride_pr,
+    TOP_K: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, FMT: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, SWAP: tl.constexpr,
+):  # fmt: skip
+    block = tl.program_id(0)
+    expert = tl.load(block_experts_ptr + block)
+    if expert >= 0:
+        slots = tl.load(padded_slots_ptr + block * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+        row_ok = slots < num_slots
+        cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        col_ok = cols < inter
+        split = tl.program_id(2)
+        k_lo = split * k_per_split
+        k_hi = tl.minimum(k_lo + k_per_split, hidden)
+        w_e = w_ptr + expert.to(tl.int64) * stride_we
+        s_e = s_ptr + expert.to(tl.int64) * stride_se
+        gate, up = gate_up_tile(
+            x_ptr, slots // TOP_K, row_ok, w_e, s_e, cols, col_ok, inter, hidden, k_lo, k_hi,
+            stride_xt, stride_xh, stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N,
+            BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+        )  # fmt: skip
+        store_gate_up(
+            h_ptr, part_ptr, split, slots, row_ok, cols, col_ok, gate, up, inter, stride_hr,
+            stride_ps, stride_pr, SPLIT, SWAP,
+        )  # fmt: skip
+
+
+@triton.jit
+def _padded_down_kernel(
+    h_ptr, y_ptr, padded_slots_ptr, block_experts_ptr, slot_weights_ptr, w_ptr, s_ptr,
+    stride_we, stride_wn, stride_wk, stride_se, stride_sn, stride_sk, num_slots, hidden,
+    inter, k_per_split, stride_hr, stride_ys, stride_yr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FMT: tl.constexpr,
+    QBLOCK: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, SWAP: tl.constexpr,
+):  # fmt: skip
+    block = tl.program_id(0)
+    expert = tl.load(block_experts_ptr + block)
+    if expert >= 0:
+        slots = tl.load(padded_slots_ptr + block * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+        row_ok = slots < num_slots
+        cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        col_ok = cols < hidden
+        split = tl.program_id(2)
+        k_lo = split * k_per_split
+        k_hi = tl.minimum(k_lo + k_per_split, inter)
+        w_e = w_ptr + expert.to(tl.int64) * stride_we
+        s_e = s_ptr + expert.to(tl.int64) * stride_se
+        acc = down_tile(
+            h_ptr, slots, row_ok, w_e, s_e, cols, col_ok, inter, k_lo, k_hi, stride_hr,
+            stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK,
+            PRECISION, UPCAST, SWAP,
+        )  # fmt: skip
+        store_down(
+            y_ptr, slot_weights_ptr, split, slots, row_ok, cols, col_ok, acc, stride_ys,
+            stride_yr, SWAP,
+        )  # fmt: skip
+
+
+def padded_layout(topk_ids: Tensor, experts: int, block_m: int) -> tuple[Tensor, Tensor]:
+    """(padded_slots int32 (B * block_m,), block_experts int32 (B,)) for B = the block bound.
+
+    padded_slots holds each expert's slots from a block boundary on, T*K in unused rows;
+    block_experts[b] is the expert of block b, or -1 past the last used block.
+    """
+    slots = topk_ids.numel()
+    num_blocks = max_row_tiles(slots, experts, block_m)
+    tile_offsets = expert_offsets_parallel(expert_counts(topk_ids, experts), block_m)
+    padded_slots = permute(topk_ids, tile_offsets * block_m, size=num_blocks * block_m, fill=slots)
+    block_experts = torch.empty(num_blocks, dtype=torch.int32, device=topk_ids.device)
+    launch(
+        _block_experts_kernel,
+        (triton.cdiv(num_blocks, TABLE_BLOCK),),
+        tile_offsets,
+        block_experts,
+        experts,
+        num_blocks,
+        STEPS=max(experts - 1, 0).bit_length(),
+        BLOCK=TABLE_BLOCK,
+    )
+    return padded_slots, block_experts
+
+
+def default_tiles(shape: MoeShape) -> Tiles:
+    """16-row blocks when experts get few rows (decode), 64 x 128 x 64 on 8 warps otherwise."""
+    slots = shape.tokens * shape.top_k
+    rows_per_expert = slots / min(shape.experts, slots)
+    return PREFILL_TILES if rows_per_expert >= PREFILL_ROWS else DECODE_TILES
+
+
+def moe_padded(
+    x: Tensor,
+    topk_ids: Tensor,
+    topk_weights: Tensor,
+    weights: MoeWeights | tuple[Tensor, Tensor] | Tensor,
+    w_down: Tensor | None = None,
+    *,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    block_k: int | None = None,
+    split_k: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    swap_ab: bool | None = None,
+) -> Tensor:
+    """Routed-expert output (T, H) in x.dtype, same contract as moe_reference.
+
+    None options come from default_tiles(shape). Kernel facts: kernels.moe.last_facts().
+    """
+    with recording():
+        weights = as_moe_weights(weights, w_down)
+        shape = validate_moe_inputs(x, topk_ids, topk_weights, weights)
+        tiles = default_tiles(shape).override(
+            block_m=block_m,
+            block_n=block_n,
+            block_k=block_k,
+            split_k=split_k,
+            num_warps=num_warps,
+            num_stages=num_stages,
+            swap_ab=swap_ab,
+        )
+        tiles.check(weights)
+        return _run_padded(x, topk_ids, topk_weights, weights, shape, tiles)
+
+
+def _run_padded(
+    x: Tensor,
+    topk_ids: Tensor,
+    topk_weights: Tensor,
+    weights: MoeWeights,
+    shape: MoeShape,
+    tiles: Tiles,
+) -> Tensor:
+    padded_slots, block_experts = padded_layout(topk_ids, shape.experts, tiles.block_m)
+    slot_weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
+    num_slots = shape.tokens * shape.top_k
+    constants = tiles.constants(weights, x.dtype)
+
+    def gate_up(h: Tensor, part: Tensor, splits: int, k_per_split: int) -> None:
+        grid = (block_experts.numel(), triton.cdiv(shape.inter, tiles.block_n), splits)
+        launch(
+            _padded_gate_up_kernel,
+            grid,
+            x,
+            h,
+            part,
+            padded_slots,
+            block_experts,
+            *weight_args(weights.gate_up, weights.gate_up_scale),
+            num_slots,
+            shape.hidden,
+            shape.inter,
+            k_per_split,
+            *x.stride(),
+            h.stride(0),
+            part.stride(0),
+            part.stride(1),
+            TOP_K=shape.top_k,
+            SPLIT=splits > 1,
+            **constants,
+        )
+
+    def down(h: Tensor, y: Tensor, splits: int, k_per_split: int) -> None:
+        grid = (block_experts.numel(), triton.cdiv(shape.hidden, tiles.block_n), splits)
+        launch(
+            _padded_down_kernel,
+            grid,
+            h,
+            y,
+            padded_slots,
+            block_experts,
+            slot_weights,
+            *weight_args(weights.down, weights.down_scale),
+            num_slots,
+            shape.hidden,
+            shape.inter,
+            k_per_split,
+            h.stride(0),
+            y.stride(0),
+            y.stride(1),
+            **constants,
+        )
+
+    return run_pipeline(x, shape, tiles, tiles.split_k, tiles.split_k, gate_up, down)

@@ -1,0 +1,174 @@
+"""Routing on the device: expert histogram, prefix scans, slot permutation, per-token combine.
+
+These are the Triton halves of the prep every scheduler needs; their torch references live in
+kernels.moe.routing. Two scans exist on purpose: `expert_offsets_serial` is one program walking
+the counts in order, the way the stock exl3 kernel finds its rows, and
+`expert_offsets_parallel` is a single `tl.cumsum` over a padded block, the way the flat
+scheduler builds its work list. Neither needs a host sync, so the prep can be graph-captured.
+"""
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from kernels.moe.compiled import launch
+
+SLOT_BLOCK = 1024  # slots per program in the histogram and the permutation
+
+
+@triton.jit
+def _counts_kernel(ids_ptr, counts_ptr, num_slots, BLOCK: tl.constexpr):
+    slots = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = slots < num_slots
+    experts = tl.load(ids_ptr + slots, mask=valid, other=0)
+    tl.atomic_add(counts_ptr + experts, tl.full((BLOCK,), 1, tl.int32), mask=valid, sem="relaxed")
+
+
+@triton.jit
+def _offsets_serial_kernel(counts_ptr, offsets_ptr, num_experts, TILE: tl.constexpr):
+    running = tl.program_id(0) * 0  # an int32 tensor, so the loop carries one type
+    for expert in range(0, num_experts):
+        tl.store(offsets_ptr + expert, running)
+        running += (tl.load(counts_ptr + expert) + TILE - 1) // TILE
+    tl.store(offsets_ptr + num_experts, running)
+
+
+@triton.jit
+def _offsets_parallel_kernel(counts_ptr, offsets_ptr, num_experts, TILE, BLOCK: tl.constexpr):
+    idx = tl.arange(0, BLOCK)  # offsets[idx] sums the tiles of experts 0 .. idx - 1
+    before = tl.load(counts_ptr + idx - 1, mask=(idx >= 1) & (idx <= num_experts), other=0)
+    tl.store(offsets_ptr + idx, tl.cumsum((before + TILE - 1) // TILE, 0), mask=idx <= num_experts)
+
+
+@triton.jit
+def _permute_kernel(ids_ptr, offsets_ptr, cursors_ptr, out_ptr, num_slots, BLOCK: tl.constexpr):
+    slots = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = slots < num_slots
+    experts = tl.load(ids_ptr + slots, mask=valid, other=0)
+    ones = tl.full((BLOCK,), 1, tl.int32)
+    rank = tl.atomic_add(cursors_ptr + experts, ones, mask=valid, sem="relaxed")
+    position = tl.load(offsets_ptr + experts, mask=valid, other=0) + rank
+    tl.store(out_ptr + position, slots, mask=valid)
+
+
+@triton.jit
+def _combine_kernel(
+    y_ptr,
+    out_ptr,
+    hidden,
+    splits,
+    stride_ys,
+    stride_yr,
+    stride_ot,
+    TOP_K: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    valid = cols < hidden
+    acc = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    rows = y_ptr + token * TOP_K * stride_yr + cols
+    for _ in range(0, splits):
+        for k in tl.static_range(TOP_K):
+            acc += tl.load(rows + k * stride_yr, mask=valid, other=0.0)
+        rows += stride_ys  # stepping the pointer: split * stride_ys can overflow int32
+    tl.store(out_ptr + token * stride_ot + cols, acc.to(out_ptr.dtype.element_ty), mask=valid)
+
+
+def _flat_ids(topk_ids: Tensor) -> Tensor:
+    return topk_ids.reshape(-1).to(torch.int32).contiguous()
+
+
+def expert_counts(topk_ids: Tensor, experts: int) -> Tensor:
+    """Slots routed to each expert, int32 (E,): a histogram built with tl.atomic_add.
+
+    Matches torch.bincount(topk_ids.flatten(), minlength=E). Atomics on hot experts serialise
+    in L2, which under heavy skew costs tens of microseconds at prefill size: small next to the
+    GEMMs, and a tl.histogram pre-reduction per program is the fix if it ever shows.
+    """
+    flat = _flat_ids(topk_ids)
+    counts = torch.zeros(experts, dtype=torch.int32, device=flat.device)
+    grid = (triton.cdiv(flat.numel(), SLOT_BLOCK),)
+    launch(_counts_kernel, grid, flat, counts, flat.numel(), BLOCK=SLOT_BLOCK)
+    return counts
+
+
+def _check_tile(tile: int) -> None:
+    if tile < 1:
+        raise ValueError(f"tile={tile} must be >= 1 (1 gives slot offsets, BLOCK_M tile offsets).")
+
+
+def expert_offsets_serial(counts: Tensor, tile: int = 1) -> Tensor:
+    """Exclusive prefix sums of cdiv(counts, tile) plus the total, int32 (E + 1,), serially.
+
+    One program visits every expert in order: E dependent steps, the stock kernel's cost.
+    """
+    _check_tile(tile)
+    offsets = torch.empty(counts.numel() + 1, dtype=torch.int32, device=counts.device)
+    launch(_offsets_serial_kernel, (1,), counts, offsets, counts.numel(), TILE=tile)
+    return offsets
+
+
+def expert_offsets_parallel(counts: Tensor, tile: int = 1) -> Tensor:
+    """Same result as expert_offsets_serial, from one tl.cumsum over a block of E + 1 lanes.
+
+    `tile` is a runtime argument, so one compiled kernel serves slot and row-tile offsets.
+    """
+    _check_tile(tile)
+    experts = counts.numel()
+    offsets = torch.empty(experts + 1, dtype=torch.int32, device=counts.device)
+    block = triton.next_power_of_2(experts + 1)
+    launch(_offsets_parallel_kernel, (1,), counts, offsets, experts, tile, BLOCK=block)
+    return offsets
+
+
+def permute(topk_ids: Tensor, offsets: Tensor, *, size: int | None = None, fill: int = 0) -> Tensor:
+    """Slot ids grouped by expert, int32: out[offsets[e] + r] is the r-th slot given to expert e.
+
+    Slot s is token s // K's k-th choice (s = t*K + k). `offsets` holds each expert's first
+    position (from expert_offsets_*; the padded scheduler passes padded starts), so the result
+    is the sorted slot order. Within one expert the order is that in which the per-slot atomics
+    landed: ascending slot order under the interpreter, unspecified on a GPU. No scheduler
+    depends on it, since rows of one expert are independent. Positions not written (padding,
+    when `size` exceeds T*K) hold `fill`.
+    """
+    flat = _flat_ids(topk_ids)
+    num_slots = flat.numel()
+    experts = offsets.numel() - 1
+    if size is None:
+        out = torch.empty(num_slots, dtype=torch.int32, device=flat.device)
+    else:
+        out = torch.full((size,), fill, dtype=torch.int32, device=flat.device)
+    cursors = torch.zeros(experts, dtype=torch.int32, device=flat.device)
+    grid = (triton.cdiv(num_slots, SLOT_BLOCK),)
+    launch(_permute_kernel, grid, flat, offsets, cursors, out, num_slots, BLOCK=SLOT_BLOCK)
+    return out
+
+
+def combine(y_slots: Tensor, tokens: int, top_k: int, dtype: torch.dtype | None = None) -> Tensor:
+    """(T, H) in `dtype` (default y's): each token's K slot rows summed in fp32, slot order k.
+
+    y_slots is (T*K, H) in slot order, or (S, T*K, H) split-K partials, which are summed too:
+    folding the split-K reduction into the combine saves a pass over the partials.
+    """
+    y = y_slots.reshape(-1, tokens * top_k, y_slots.shape[-1])
+    if y.stride(-1) != 1:
+        y = y.contiguous()
+    hidden = y.shape[-1]
+    out = torch.empty(tokens, hidden, dtype=dtype or y.dtype, device=y.device)
+    block_h = min(triton.next_power_of_2(hidden), 1024)
+    launch(
+        _combine_kernel,
+        (tokens, triton.cdiv(hidden, block_h)),
+        y,
+        out,
+        hidden,
+        y.shape[0],
+        y.stride(0),
+        y.stride(1),
+        out.stride(0),
+        TOP_K=top_k,
+        BLOCK_H=block_h,
+    )
+    return out

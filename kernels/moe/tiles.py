@@ -1,0 +1,337 @@
+"""Triton building blocks shared by the MoE schedulers: one output tile of gate/up or of down.
+
+A scheduler decides which tile a program computes (expert, rows, column tile, K range); these
+functions compute it, so stock, multirow, flat and padded differ only in their schedule and
+numbers stay comparable. Tiles are written for any weight format (FMT) and orientation:
+
+- FMT_PLAIN weights are loaded as stored. FMT_FP8 values are loaded as float8_e4m3fn (the
+  interpreter loads them too, exactly for every finite code) and converted to the activation
+  dtype, which is exact; FMT_INT4 nibbles are unpacked with shifts. The per-column scale of
+  the K tile is applied to the fp32 product of the tile, so a K tile must not straddle two
+  scale blocks (the host checks block_k divides the quantisation block).
+- SWAP computes the transposed tile W @ X^T: the weight becomes the MMA's first operand and the
+  (few) token rows its N dim, the usual trick when decode has fewer rows than an MMA's M.
+
+Rows are addressed by slot (s = token * K + k): gate/up gathers x[s // K] and writes h[s], down
+reads h[s] and writes y[split, s]. Split-K programs write fp32 partial sums instead, which
+`silu_reduce_kernel` (gate/up) and routing_kernels.combine (down) add up.
+"""
+
+import triton
+import triton.language as tl
+
+FMT_PLAIN = tl.constexpr(0)
+FMT_FP8 = tl.constexpr(1)
+FMT_INT4 = tl.constexpr(2)
+
+
+@triton.jit
+def find_expert(tile_offsets_ptr, tile, num_experts, STEPS: tl.constexpr):
+    """The expert owning global row tile `tile` (scalar or block), by binary search.
+
+    tile_offsets is the (E + 1,) exclusive scan of row tiles per expert; the answer is the
+    largest e with tile_offsets[e] <= tile, which skips experts with no tiles. STEPS must be
+    ceil(log2(E)), so the search is unrolled and needs no data-dependent loop.
+    """
+    lo = tile * 0
+    hi = lo + num_experts
+    for _ in tl.static_range(STEPS):
+        mid = (lo + hi) // 2
+        go_right = tl.load(tile_offsets_ptr + mid) <= tile
+        lo = tl.where(go_right, mid, lo)
+        hi = tl.where(go_right, hi, mid)
+    return lo
+
+
+@triton.jit
+def _mma(
+    acc,
+    act,
+    w_ptrs,
+    w_mask,
+    shifts,
+    scale_ptrs,
+    col_ok,
+    FMT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+    SWAP: tl.constexpr,
+):
+    """acc + act @ W.T for one K tile (W @ act when SWAP), W dequantised on the fly.
+
+    int4 bytes are shifted by `shifts` (0 or 4 per k of the tile) and unpack to [-7, 7]; the
+    masked fill 0x88 unpacks to 0. Quantised tiles are scaled per column after the MMA (the
+    host checks that one scale covers the K tile). UPCAST (interpreter only, see
+    routing.dot_options) widens bf16 operands to fp32 first.
+    """
+    if FMT == FMT_INT4:
+        packed = tl.load(w_ptrs, mask=w_mask, other=0x88).to(tl.int32)
+        nibbles = (packed >> shifts[None, :] if SWAP else packed >> shifts[:, None]) & 15
+        w = (nibbles - 8).to(tl.float32).to(act.dtype)
+    else:
+        w = tl.load(w_ptrs, mask=w_mask, other=0.0).to(act.dtype)
+    if UPCAST:
+        act = act.to(tl.float32)
+        w = w.to(tl.float32)
+    if FMT == FMT_PLAIN:
+        if SWAP:
+            acc = tl.dot(w, act, acc, input_precision=PRECISION)
+        else:
+            acc = tl.dot(act, w, acc, input_precision=PRECISION)
+    else:
+        scale = tl.load(scale_ptrs, mask=col_ok, other=0.0).to(tl.float32)
+        if SWAP:
+            acc += tl.dot(w, act, input_precision=PRECISION) * scale[:, None]
+        else:
+            acc += tl.dot(act, w, input_precision=PRECISION) * scale[None, :]
+    return acc
+
+
+@triton.jit
+def _operand_ptrs(row_ptrs, k_offsets, K_FIRST: tl.constexpr):
+    """Pointer tile row_ptrs[r] + k_offsets[k], laid out (K, R) when K_FIRST, else (R, K)."""
+    if K_FIRST:
+        ptrs = row_ptrs[None, :] + k_offsets[:, None]
+    else:
+        ptrs = row_ptrs[:, None] + k_offsets[None, :]
+    return ptrs
+
+
+@triton.jit
+def _weight_k(k_lo, stride_wk, BLOCK_K: tl.constexpr, FMT: tl.constexpr):
+    """(k offsets of the first weight tile, offset step per K tile, nibble shift per k).
+
+    int4 packs two k per byte, so k maps to byte k // 2 (k_lo is a multiple of BLOCK_K, so
+    even) and the shift picks the low or high nibble.
+    """
+    offs_k = tl.arange(0, BLOCK_K)
+    if FMT == FMT_INT4:
+        k_offsets = (k_lo // 2 + offs_k // 2) * stride_wk
+        step = (BLOCK_K // 2) * stride_wk
+    else:
+        k_offsets = (k_lo + offs_k) * stride_wk
+        step = BLOCK_K * stride_wk
+    return k_offsets, step, (offs_k % 2) * 4
+
+
+@triton.jit
+def _scale_ptrs(s_e, cols, stride_sn, FMT: tl.constexpr, QBLOCK: tl.constexpr):
+    """Scale row pointers per column: fp8 has one per QBLOCK rows, int4 one per row."""
+    rows = cols // QBLOCK if FMT == FMT_FP8 else cols
+    return s_e + rows * stride_sn
+
+
+@triton.jit
+def _masks(row_ok, col_ok, k_ok, SWAP: tl.constexpr):
+    """(activation mask, weight mask) in the operand layouts of _mma."""
+    if SWAP:
+        act_mask = k_ok[:, None] & row_ok[None, :]
+        w_mask = col_ok[:, None] & k_ok[None, :]
+    else:
+        act_mask = row_ok[:, None] & k_ok[None, :]
+        w_mask = k_ok[:, None] & col_ok[None, :]
+    return act_mask, w_mask
+
+
+@triton.jit
+def gate_up_tile(
+    x_ptr,
+    tokens,
+    row_ok,
+    w_e,
+    s_e,
+    cols,
+    col_ok,
+    inter,
+    hidden,
+    k_lo,
+    k_hi,
+    stride_xt,
+    stride_xh,
+    stride_wn,
+    stride_wk,
+    stride_sn,
+    stride_sk,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    FMT: tl.constexpr,
+    QBLOCK: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+    SWAP: tl.constexpr,
+):
+    """fp32 (gate, up) sums over K in [k_lo, k_hi) for x[tokens] and gate/up columns `cols`.
+
+    One activation tile feeds both products; up's weight rows sit `inter` rows below gate's.
+    Pointer tiles are built once and stepped by one K tile per iteration, which keeps 64-bit
+    address arithmetic out of the loop.
+    """
+    if SWAP:
+        gate = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    up = tl.zeros_like(gate)
+    offs_k = tl.arange(0, BLOCK_K)
+    act_ptrs = _operand_ptrs(x_ptr + tokens * stride_xt, (k_lo + offs_k) * stride_xh, SWAP)
+    w_k, w_step, shifts = _weight_k(k_lo, stride_wk, BLOCK_K, FMT)
+    gate_ptrs = _operand_ptrs(w_e + cols * stride_wn, w_k, not SWAP)
+    up_ptrs = gate_ptrs + inter * stride_wn
+    gate_scales = _scale_ptrs(s_e, cols, stride_sn, FMT, QBLOCK)
+    up_scales = _scale_ptrs(s_e, cols + inter, stride_sn, FMT, QBLOCK)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        act_mask, w_mask = _masks(row_ok, col_ok, k0 + offs_k < hidden, SWAP)
+        act = tl.load(act_ptrs, mask=act_mask, other=0.0)
+        scale_k = (k0 // QBLOCK) * stride_sk
+        gate = _mma(
+            gate, act, gate_ptrs, w_mask, shifts, gate_scales + scale_k, col_ok, FMT,
+            PRECISION, UPCAST, SWAP,
+        )  # fmt: skip
+        up = _mma(
+            up, act, up_ptrs, w_mask, shifts, up_scales + scale_k, col_ok, FMT, PRECISION,
+            UPCAST, SWAP,
+        )  # fmt: skip
+        act_ptrs += BLOCK_K * stride_xh
+        gate_ptrs += w_step
+        up_ptrs += w_step
+    return gate, up
+
+
+@triton.jit
+def down_tile(
+    h_ptr,
+    slots,
+    row_ok,
+    w_e,
+    s_e,
+    cols,
+    col_ok,
+    inter,
+    k_lo,
+    k_hi,
+    stride_hr,
+    stride_wn,
+    stride_wk,
+    stride_sn,
+    stride_sk,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    FMT: tl.constexpr,
+    QBLOCK: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+    SWAP: tl.constexpr,
+):
+    """fp32 sums over K in [k_lo, k_hi) of h[slots] @ down[cols].T (no routing weight yet)."""
+    if SWAP:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    offs_k = tl.arange(0, BLOCK_K)
+    act_ptrs = _operand_ptrs(h_ptr + slots * stride_hr, k_lo + offs_k, SWAP)
+    w_k, w_step, shifts = _weight_k(k_lo, stride_wk, BLOCK_K, FMT)
+    w_ptrs = _operand_ptrs(w_e + cols * stride_wn, w_k, not SWAP)
+    scales = _scale_ptrs(s_e, cols, stride_sn, FMT, QBLOCK)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        act_mask, w_mask = _masks(row_ok, col_ok, k0 + offs_k < inter, SWAP)
+        act = tl.load(act_ptrs, mask=act_mask, other=0.0)
+        acc = _mma(
+            acc, act, w_ptrs, w_mask, shifts, scales + (k0 // QBLOCK) * stride_sk, col_ok, FMT,
+            PRECISION, UPCAST, SWAP,
+        )  # fmt: skip
+        act_ptrs += BLOCK_K
+        w_ptrs += w_step
+    return acc
+
+
+@triton.jit
+def _out_index(slots, row_ok, cols, col_ok, SWAP: tl.constexpr):
+    """(slot, column, mask) broadcast to the accumulator's orientation."""
+    if SWAP:
+        r = slots[None, :]
+        c = cols[:, None]
+        mask = row_ok[None, :] & col_ok[:, None]
+    else:
+        r = slots[:, None]
+        c = cols[None, :]
+        mask = row_ok[:, None] & col_ok[None, :]
+    return r, c, mask
+
+
+@triton.jit
+def store_gate_up(
+    h_ptr,
+    part_ptr,
+    split,
+    slots,
+    row_ok,
+    cols,
+    col_ok,
+    gate,
+    up,
+    inter,
+    stride_hr,
+    stride_ps,
+    stride_pr,
+    SPLIT: tl.constexpr,
+    SWAP: tl.constexpr,
+):
+    """h[slot, col] = silu(gate) * up; with SPLIT, raw sums to part[split, slot, col | I + col]."""
+    r, c, mask = _out_index(slots, row_ok, cols, col_ok, SWAP)
+    if SPLIT:
+        p = part_ptr + tl.cast(split, tl.int64) * stride_ps + r * stride_pr + c
+        tl.store(p, gate, mask=mask)
+        tl.store(p + inter, up, mask=mask)
+    else:
+        h = gate * tl.sigmoid(gate) * up
+        tl.store(h_ptr + r * stride_hr + c, h.to(h_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def store_down(
+    y_ptr,
+    slot_weights_ptr,
+    split,
+    slots,
+    row_ok,
+    cols,
+    col_ok,
+    acc,
+    stride_ys,
+    stride_yr,
+    SWAP: tl.constexpr,
+):
+    """y[split, slot, col] = routing weight of the slot * acc, in fp32 for combine to sum."""
+    weight = tl.load(slot_weights_ptr + slots, mask=row_ok, other=0.0)
+    acc = acc * weight[None, :] if SWAP else acc * weight[:, None]
+    r, c, mask = _out_index(slots, row_ok, cols, col_ok, SWAP)
+    tl.store(y_ptr + tl.cast(split, tl.int64) * stride_ys + r * stride_yr + c, acc, mask=mask)
+
+
+@triton.jit
+def silu_reduce_kernel(
+    part_ptr,
+    h_ptr,
+    num_rows,
+    inter,
+    splits,
+    stride_ps,
+    stride_pr,
+    stride_hr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """h = silu(sum of gate partials) * (sum of up partials) for split-K gate/up."""
+    rows = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (rows < num_rows)[:, None] & (cols < inter)[None, :]
+    p = part_ptr + rows[:, None] * stride_pr + cols[None, :]
+    gate = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
+    up = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
+    for _ in range(0, splits):
+        gate += tl.load(p, mask=mask, other=0.0)
+        up += tl.load(p + inter, mask=mask, other=0.0)
+        p += stride_ps
+    h = gate * tl.sigmoid(gate) * up
+    tl.store(h_ptr + rows[:, None] * stride_hr + cols[None, :], h.to(h_ptr.dtype.element_ty), mask)

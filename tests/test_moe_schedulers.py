@@ -1,0 +1,203 @@
+"""Every Triton MoE scheduler in every weight format against moe_reference.
+
+The reference runs on the dequantised weights, so these tests see kernel error only, never
+quantisation error. Shapes are small and ragged (H=72, I=40 against 32/64-wide tiles) so the
+interpreter finishes quickly while every tile has a masked edge, and the quantisation block
+(32) is smaller than H and I so several scale blocks meet inside one column tile.
+"""
+
+import pytest
+import torch
+from helpers import relative_error
+
+from kernels import moe
+from kernels.moe import (
+    FORMATS,
+    VARIANTS,
+    MoeWeights,
+    last_facts,
+    moe_flat,
+    moe_multirow,
+    moe_padded,
+    moe_reference,
+    moe_stock,
+)
+
+EXPERTS, TOP_K, HIDDEN, INTER, QBLOCK = 8, 2, 72, 40, 32
+TILES = {"block_n": 64, "block_k": 32}  # 2 column tiles of H, 3 K tiles of H, 2 of I
+SCHEDULERS = {
+    "stock": (moe_stock, {}),
+    "multirow-1": (moe_multirow, {"rows": 1}),
+    "multirow-2": (moe_multirow, {"rows": 2}),
+    "multirow-4": (moe_multirow, {"rows": 4}),
+    "flat-static": (moe_flat, {"schedule": "static"}),
+    "flat-ticket": (moe_flat, {"schedule": "ticket"}),
+    "padded": (moe_padded, {}),
+}
+PER_BLOCK_M = {"flat-static", "flat-ticket", "padded"}  # take block_m; stock/multirow do not
+
+
+def routing(case, gen):
+    """(tokens, topk_ids (T, K) int32) for a named routing case."""
+    if case == "one-token":
+        return 1, torch.tensor([[5, 2]])
+    if case == "empty-experts":  # experts 1, 3-6 get nothing
+        return 5, torch.tensor([[0, 2], [7, 0], [2, 7], [0, 7], [7, 2]])
+    if case == "one-expert":  # 74 rows on expert 6: several row tiles of every height
+        return 37, torch.stack([torch.full((37,), 6), torch.full((37,), 6)], dim=1)
+    if case == "skewed":  # about 90% of the slots on experts 3 and 4
+        probs = torch.full((EXPERTS,), 0.1 / (EXPERTS - 2))
+        probs[3:5] = 0.45
+        return 37, torch.multinomial(probs, 37 * TOP_K, replacement=True, generator=gen).view(
+            37, TOP_K
+        )
+    assert case == "uniform"
+    ids = torch.stack([torch.randperm(EXPERTS, generator=gen)[:TOP_K] for _ in range(37)])
+    return 37, ids
+
+
+def make_problem(case, fmt, device, seed=0):
+    """(x bf16, topk_ids, topk_weights, MoeWeights in fmt) on `device`."""
+    gen = torch.Generator().manual_seed(seed)
+    tokens, ids = routing(case, gen)
+    x = torch.randn(tokens, HIDDEN, generator=gen).to(torch.bfloat16)
+    w_gate_up = torch.randn(EXPERTS, 2 * INTER, HIDDEN, generator=gen) / HIDDEN**0.5
+    w_down = torch.randn(EXPERTS, HIDDEN, INTER, generator=gen) / INTER**0.5
+    topk_weights = torch.softmax(torch.randn(tokens, TOP_K, generator=gen), dim=-1)
+    weights = MoeWeights.quantize(
+        w_gate_up.to(torch.bfloat16).to(device),
+        w_down.to(torch.bfloat16).to(device),
+        fmt,
+        block=QBLOCK,
+    )
+    return x.to(device), ids.to(torch.int32).to(device), topk_weights.to(device), weights
+
+
+def check(name, problem, **options):
+    """Run scheduler `name` and compare it with the reference on the dequantised weights."""
+    fn, fixed = SCHEDULERS[name]
+    x, ids, topk_weights, weights = problem
+    out = fn(x, ids, topk_weights, weights, **fixed, **TILES, **options)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    want = moe_reference(x, ids, topk_weights, *weights.dequantize())
+    # The interpreter truncates fp32 -> bf16 (h and the output) where torch rounds: ~0.7%.
+    assert relative_error(out, want) < 1e-2
+
+
+@pytest.mark.parametrize("case", ["one-token", "empty-experts", "one-expert", "skewed"])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_matches_reference(device, name, fmt, case):
+    check(name, make_problem(case, fmt, device))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_split_k_matches_reference(device, name, fmt):
+    # split_k=3 splits H into 3 K tiles and I (2 K tiles) into 2: the split is capped.
+    check(name, make_problem("uniform", fmt, device, seed=1), split_k=3)
+
+
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_split_k_two_with_swapped_operands(device, name):
+    check(name, make_problem("skewed", "int4", device, seed=2), split_k=2, swap_ab=True)
+
+
+@pytest.mark.parametrize("name", sorted(PER_BLOCK_M))
+def test_tall_blocks_with_swapped_operands(device, name):
+    check(name, make_problem("one-expert", "fp8", device, seed=3), block_m=64, swap_ab=True)
+
+
+@pytest.mark.parametrize("programs", [1, 3])
+def test_flat_with_few_programs(device, programs):
+    # one program walks every item; three leave a remainder of items in the static stride
+    check("flat-static", make_problem("uniform", "bf16", device, seed=4), num_programs=programs)
+
+
+@pytest.mark.parametrize("fn", [moe_flat, moe_padded, moe_stock])
+def test_default_options(device, fn):
+    x, ids, topk_weights, weights = make_problem("uniform", "bf16", device, seed=5)
+    out = fn(x, ids, topk_weights, weights)  # default tiles, automatic split for flat
+    want = moe_reference(x, ids, topk_weights, weights)
+    assert relative_error(out, want) < 1e-2
+
+
+@pytest.mark.parametrize("name", [n for n in VARIANTS if n != "reference"])
+def test_legacy_positional_weights(device, name):
+    """workbench/model.py calls VARIANTS[name](x, ids, weights, w_gate_up, w_down)."""
+    x, ids, topk_weights, weights = make_problem("one-token", "bf16", device, seed=6)
+    out = VARIANTS[name](x, ids, topk_weights, weights.gate_up, weights.down)
+    tupled = VARIANTS[name](x, ids, topk_weights, (weights.gate_up, weights.down))
+    assert torch.equal(out, tupled)
+    assert relative_error(out, moe_reference(x, ids, topk_weights, weights)) < 1e-2
+
+
+def test_registries():
+    assert set(VARIANTS) == {"stock", "multirow", "flat", "padded", "reference"}
+    assert VARIANTS["flat"] is moe_flat and VARIANTS["reference"] is moe_reference
+    assert FORMATS == ("bf16", "fp8", "int4") and moe.FORMATS is FORMATS
+
+
+def test_facts_name_every_launch_of_the_last_call(device):
+    moe_flat(*make_problem("one-token", "fp8", device), **TILES, split_k=2)
+    facts = last_facts()
+    assert list(facts) == [
+        "counts_kernel",
+        "offsets_parallel_kernel",
+        "offsets_parallel_kernel#2",
+        "permute_kernel",
+        "flat_gate_up_kernel",
+        "silu_reduce_kernel",
+        "flat_down_kernel",
+        "combine_kernel",
+    ]
+    for fact in facts.values():
+        values = (fact.n_regs, fact.n_spills, fact.shared_bytes)
+        if device.type == "cuda":
+            assert all(isinstance(v, int) for v in values) and 0 < fact.n_regs <= 255
+        else:  # the interpreter compiles nothing
+            assert values == (None, None, None)
+    with pytest.raises(ValueError):
+        moe_padded(*make_problem("one-token", "bf16", device), split_k=0)
+    assert last_facts() == facts  # a rejected call leaves the last facts alone
+
+
+@pytest.mark.parametrize(
+    ("fn", "options", "message"),
+    [
+        (moe_multirow, {"rows": 3}, r"rows=3 must be one of \(1, 2, 4\)"),
+        (moe_stock, {"split_k": 0}, "split_k=0 must be an integer >= 1; 1 means no split"),
+        (moe_flat, {"split_k": 0}, "split_k=0 must be"),
+        (moe_padded, {"block_m": 24}, "block_m=24 must be a power of two >= 16"),
+        (moe_flat, {"block_n": 48}, "block_n=48 must be a power of two"),
+        (moe_multirow, {"block_k": 8}, "block_k=8 must be a power of two >= 16"),
+        (moe_flat, {"block_k": 64}, "block_k=64 must divide the fp8 block 32"),
+        (moe_flat, {"schedule": "dynamic"}, r"schedule='dynamic' must be one of"),
+        (moe_flat, {"num_programs": 0}, "num_programs=0 must be an integer >= 1"),
+        (moe_stock, {"groups": 0}, "groups=0 must be an integer >= 1"),
+        (moe_padded, {"num_warps": 3}, "num_warps=3 must be one of"),
+        (moe_stock, {"num_stages": 0}, "num_stages=0 must be an integer >= 1"),
+    ],
+)
+def test_rejects_bad_options(fn, options, message):
+    with pytest.raises(ValueError, match=message):
+        fn(*make_problem("one-token", "fp8", "cpu"), **{**TILES, **options})
+
+
+def test_rejects_mismatched_scales():
+    x, ids, topk_weights, weights = make_problem("one-token", "fp8", "cpu")
+    scales = (weights.gate_up_scale[:, :1], weights.down_scale)
+    bad = MoeWeights("fp8", weights.gate_up, weights.down, *scales, QBLOCK)
+    with pytest.raises(ValueError, match=r"fp8 scales must be \(8, 3, 3\)"):
+        moe_flat(x, ids, topk_weights, bad)
+
+
+@pytest.mark.parametrize("fn", [moe_flat, moe_padded])
+def test_fp32_activations_and_weights(device, fn):
+    """fp32 takes the 'ieee' MMA path: no TF32 rounding, so the error is fp32 reassociation."""
+    x, ids, topk_weights, weights = make_problem("skewed", "bf16", device, seed=7)
+    w_gate_up, w_down = weights.gate_up.float(), weights.down.float()
+    out = fn(x.float(), ids, topk_weights, w_gate_up, w_down, **TILES, split_k=2)
+    assert out.dtype == torch.float32
+    want = moe_reference(x.float(), ids, topk_weights, w_gate_up, w_down)
+    assert relative_error(out, want) < 1e-5
