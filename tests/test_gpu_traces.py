@@ -73,12 +73,37 @@ def test_model_kernels_carry_scope_categories_and_launch_facts(model_run):
     assert (k.loc[k["layer"].notna(), "source"] == "range").all()
 
 
-def test_committed_h200_profile_loads_with_every_category():
-    (run_dir,) = sorted(RAW.glob("profile-dsv4-flash-tp2-stock-bf16-33863t-*"))
-    run = workbench.load(run_dir)
+def _committed(graphs: bool) -> workbench.ProfileResult:
+    runs = [
+        workbench.load(p) for p in sorted(RAW.glob("profile-dsv4-flash-tp2-stock-bf16-33863t-*"))
+    ]
+    (run,) = [r for r in runs if r.meta["params"]["cuda_graphs"] is graphs]
+    return run
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_committed_h200_profiles_load_with_every_category(graphs):
+    run = _committed(graphs)
     assert run.meta["environment"]["gpu"]["name"] == "NVIDIA H200"
     prefill, decode = run.prefill(), run.decode()
     assert decode.attrs["steps"] == 64
     for category in ("MoE", "Dense GEMM", "Sparse attention", "Other"):
         assert prefill.loc[category, "time_ms"] > 0 and decode.loc[category, "mean_ms"] > 0
     assert prefill.loc["Total", "kernels"] == len(run.kernels[run.kernels["phase"] == "prefill"])
+
+
+def test_graph_and_eager_decode_compute_the_same_and_differ_in_gaps():
+    graphs, eager = _committed(True), _committed(False)
+    from workbench.artifacts import read_table
+
+    assert read_table(graphs.path, graphs.meta, "tokens").equals(
+        read_table(eager.path, eager.meta, "tokens")
+    )
+    matching = graphs.meta["graph_matching"]
+    assert matching["matched_by_position"] == matching["graph_kernels"] > 400_000
+    table = graphs.compare(eager, labels=["graphs", "eager"]).decode()
+    gaps = table.loc["Gaps between kernels"]
+    assert gaps["eager"] > 10 * gaps["graphs"]
+    # Kernel time per step is the same work either way (within 3%).
+    assert abs(table.loc["Total", "graphs"] / table.loc["Total", "eager"] - 1) < 0.03
+    assert "CUDA graphs" in graphs.decode_caption() and "eager" in eager.decode_caption()

@@ -1,11 +1,15 @@
 """Graph-replayed kernels: attribution by position, the fallback to names, and idle time."""
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
+import workbench
 from workbench.analysis.graphs import GRAPH_POSITION, attribute_graph_replays, signature_of
 from workbench.analysis.tables import idle_between_kernels_us
 from workbench.analysis.trace import KERNEL_DTYPES, with_schema
+from workbench.artifacts import read_table
 
 
 def _table(rows: list[dict]) -> pd.DataFrame:
@@ -78,3 +82,51 @@ def test_idle_time_merges_overlapping_kernels():
     rows = pd.DataFrame({"start_us": [0.0, 5.0, 6.0, 20.0], "dur_us": [10.0, 2.0, 6.0, 1.0]})
     assert idle_between_kernels_us(rows) == 8.0  # busy [0, 12) and [20, 21)
     assert idle_between_kernels_us(rows.iloc[:0]) == 0.0
+
+
+# ---- on the real H200 fixture: 2 layers, 4 decode steps replayed from one CUDA graph ----
+FIXTURE = Path(__file__).parent / "fixtures" / "h200-graphs-2layers"
+
+
+@pytest.fixture(scope="module")
+def graph_run():
+    run = workbench.load(FIXTURE)
+    signature = read_table(FIXTURE, run.meta, "graph_signature")
+    raw = workbench.load_trace(FIXTURE / "trace.json.gz")
+    return run, signature, raw
+
+
+def test_real_replays_match_the_eager_signature_in_full(graph_run):
+    run, signature, raw = graph_run
+    kernels, summary = attribute_graph_replays(raw.kernels, signature)
+    assert summary["replays"] == summary["replays_fully_matched"] == 4
+    assert (
+        summary["matched_by_position"]
+        == summary["graph_kernels"]
+        == int(raw.kernels["graph"].sum())
+    )
+    decode = kernels[kernels["phase"] == "decode"]
+    assert set(decode.loc[decode["graph"], "source"]) == {GRAPH_POSITION}
+    assert set(decode.loc[decode["graph"], "layer"].dropna()) == {0, 1}
+    # The saved run holds exactly this attribution.
+    assert kernels.drop(columns=["rank"]).equals(run.kernels.drop(columns=["rank"]))
+
+
+def test_a_graph_that_differs_from_its_signature_falls_back_to_names(graph_run):
+    _, signature, raw = graph_run
+    changed = signature.copy()
+    changed.loc[10:29, "name"] = "a_kernel_the_eager_step_never_ran"
+    with pytest.warns(UserWarning, match=r"of \d+ graph-replayed kernels matched"):
+        kernels, summary = attribute_graph_replays(raw.kernels, changed)
+    assert 0 < summary["matched_by_position"] < summary["graph_kernels"]
+    unmatched = kernels[kernels["graph"] & (kernels["source"] != GRAPH_POSITION)]
+    assert len(unmatched) == summary["graph_kernels"] - summary["matched_by_position"]
+    assert set(unmatched["source"]) <= {"kernel", "default"}
+
+
+def test_an_external_view_of_graph_replays_rests_on_names(graph_run):
+    _, _, raw = graph_run  # read as an external trace: no signature
+    replayed = raw.kernels[raw.kernels["graph"]]
+    assert len(replayed) > 0 and set(replayed["source"]) <= {"kernel", "default"}
+    assert "replayed from CUDA graphs, by name" in raw.decode_caption()
+    assert raw.attribution().sum().sum() == len(raw.kernels)

@@ -55,9 +55,14 @@ def open_in_chromium(page_path: Path, screenshot: Path) -> dict:
     return {"errors": errors, "remote": remote, **found}
 
 
+def _h200_runs() -> list[workbench.ProfileResult]:
+    """The committed 33,863-token H200 profiles, CUDA-graph run first."""
+    runs = [workbench.load(p) for p in (ROOT / "raw").glob("profile-dsv4-flash-tp2-*-33863t-*")]
+    return sorted(runs, key=lambda r: not r.meta["params"]["cuda_graphs"])
+
+
 def test_h200_profile_report_renders_offline(tmp_path):
-    (run_dir,) = sorted((ROOT / "raw").glob("profile-dsv4-flash-tp2-stock-bf16-33863t-*"))
-    page = workbench.load(run_dir).to_html(tmp_path / "profile.html")
+    page = _h200_runs()[0].to_html(tmp_path / "profile.html")
     assert page.stat().st_size < 10 * 2**20
     seen = open_in_chromium(page, SCREENSHOTS / "profile-report.png")
     assert seen["errors"] == [] and seen["remote"] == []
@@ -68,12 +73,19 @@ def test_h200_profile_report_renders_offline(tmp_path):
 
 
 def test_comparison_report_renders_offline(tmp_path):
-    a = workbench.load_trace(ROOT / "tests/fixtures/hf-mixtral-h200.json.gz", label="mixtral")
-    b = workbench.load(ROOT / "tests/fixtures/h200-model-2layers")
-    page = a.compare(b).to_html(tmp_path / "compare.html")
+    graphs, eager = _h200_runs()
+    page = graphs.compare(eager, labels=["CUDA graphs", "eager"]).to_html(tmp_path / "cmp.html")
     seen = open_in_chromium(page, SCREENSHOTS / "compare-report.png")
     assert seen["errors"] == [] and seen["remote"] == []
     assert seen["figures"] == seen["drawn"] == 1
+    assert "Gaps between kernels" in seen["text"]
+
+
+def test_external_trace_report_renders_offline(tmp_path):
+    trace = workbench.load_trace(ROOT / "tests/fixtures/hf-mixtral-h200.json.gz", label="mixtral")
+    seen = open_in_chromium(trace.to_html(tmp_path / "t.html"), SCREENSHOTS / "trace-report.png")
+    assert seen["errors"] == [] and seen["remote"] == []
+    assert seen["figures"] == seen["drawn"] == 2
 
 
 def test_browser_is_available_in_ci():

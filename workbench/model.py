@@ -122,11 +122,13 @@ class _SeededInit:
 
         if len(shape) < 3:
             return keep(self._draw(shape)).contiguous()
-        parts = [
-            keep(self._draw((min(self.CHUNK, shape[0] - i), *shape[1:])))
-            for i in range(0, shape[0], self.CHUNK)
-        ]
-        return torch.cat(parts).contiguous()
+        out = None
+        for i in range(0, shape[0], self.CHUNK):
+            part = keep(self._draw((min(self.CHUNK, shape[0] - i), *shape[1:])))
+            if out is None:  # the shard alone is allocated; chunks of the full size come and go
+                out = torch.empty((shape[0], *part.shape[1:]), device=self.device, dtype=self.dtype)
+            out[i : i + part.shape[0]].copy_(part)
+        return out
 
 
 class LayerWeights:
@@ -397,12 +399,13 @@ class SyntheticModel:
             index = index + self.vocab_part.start
         if self.shard.group is None:
             return index
-        with record_function("allreduce"):  # argmax over the vocab shards: gather (max, id)
+        with record_function("other"):  # ids up to 2**24 are exact in float32
             pairs = torch.stack([best.float(), index.float()])
-            gathered = [torch.empty_like(pairs) for _ in range(self.shard.tp)]
-            dist.all_gather(gathered, pairs, group=self.shard.group)
+            gathered = pairs.new_empty((self.shard.tp * 2, pairs.shape[1]))
+        with record_function("allreduce"):  # argmax over the vocab shards: gather (max, id)
+            dist.all_gather_into_tensor(gathered, pairs, group=self.shard.group)
         with record_function("other"):
-            both = torch.stack(gathered)  # (tp, 2, tokens)
+            both = gathered.view(self.shard.tp, 2, -1)
             winner = both[:, 0].argmax(0)
             return both[:, 1].gather(0, winner[None]).squeeze(0).long()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import os
 import shutil
 import tempfile
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from workbench.analysis.graphs import attribute_graph_replays
@@ -135,6 +137,8 @@ def _check_memory(preset: Preset, plan: Plan, device: torch.device, tp: int | No
         return
     if tp is not None:
         preset = with_overrides(preset, simulated_tp=tp)
+    if device.index is None and "LOCAL_RANK" in os.environ:  # a torchrun rank: its own GPU
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     free, _ = torch.cuda.mem_get_info(device)
     chunk = min(plan.prefill_chunk or plan.prompt_tokens, plan.prompt_tokens)
     if estimate_bytes(preset, plan.prompt_tokens, chunk, plan.streams) > free:
@@ -184,13 +188,18 @@ def capture_rank(
             signature = learn_signature(model, state)
             replay = graph.replay
         total = (len(plan.chunks()) + plan.decode_tokens) * model.layers
-        with tqdm(
-            total=total, unit="layer", desc=f"profile {spec.preset}", disable=not progress
-        ) as bar:
+
+        def profiled() -> object:
+            if shard.group is not None:  # ranks start their profilers apart: line them up
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                dist.barrier(group=shard.group)
+            return model.run(plan, inputs, bar.update, state, replay)
+
+        desc = f"profile {spec.preset}"
+        with tqdm(total=total, unit="layer", desc=desc, disable=not progress) as bar:
             started = time.perf_counter()
-            tokens = trace_to_file(
-                lambda: model.run(plan, inputs, bar.update, state, replay), trace
-            )
+            tokens = trace_to_file(profiled, trace)
             profiled_s = time.perf_counter() - started
     except torch.OutOfMemoryError:
         free, _ = torch.cuda.mem_get_info(device)
@@ -253,8 +262,8 @@ def write_profile(
         "environment": describe(),
     }
     stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S")
-    tp = f"-tp{spec.tp}" if spec.tp else ""
-    run_id = f"profile-{spec.preset}-{spec.moe}-{spec.dense}{tp}-{spec.prompt_tokens}t-{stamp}"
+    mode = (f"-tp{spec.tp}" if spec.tp else "") + ("-graphs" if spec.cuda_graphs else "")
+    run_id = f"profile-{spec.preset}-{spec.moe}-{spec.dense}{mode}-{spec.prompt_tokens}t-{stamp}"
     tables = {"kernels": kernels, **profile_tables(kernels), **extra_tables}
     path = write_run(out, run_id, meta, tables, extra_files=[kept_trace])
     # The metadata as written (with run id, schema and file list): captured == loaded.

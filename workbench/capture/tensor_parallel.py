@@ -43,6 +43,7 @@ NCCL_ENV = {
     "NVSHMEM_DISABLE_NVLS": "1",
 }
 COLLECTIVE_TIMEOUT_S = 300
+RUN_DEADLINE_S = 3600
 # Set to a rank number to make that rank exit abruptly after joining the group: how the test
 # suite checks that the other ranks stop with a clear error instead of hanging.
 KILL_RANK_ENV = "WORKBENCH_KILL_RANK"
@@ -54,11 +55,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(rank: int, spec: ProfileSpec, tmp: str, init_method: str, progress: bool) -> None:
-    """One rank: join the group, capture, and leave its results in `tmp` for the parent."""
+def _rank_main(
+    rank: int,
+    spec: ProfileSpec,
+    tmp: str,
+    init_method: str,
+    progress: bool,
+    local_rank: int | None = None,
+) -> None:
+    """One rank: join the group, capture, and leave its results in `tmp` for the parent.
+
+    The GPU is `local_rank` (torchrun's LOCAL_RANK) or, when spawned on one host, the rank.
+    """
     os.environ.update(NCCL_ENV)
     on_gpu = spec.device.startswith("cuda")
-    device = torch.device(f"cuda:{rank}") if on_gpu else torch.device("cpu")
+    gpu = rank if local_rank is None else local_rank
+    device = torch.device(f"cuda:{gpu}") if on_gpu else torch.device("cpu")
     if on_gpu:
         torch.cuda.set_device(device)
     else:  # ranks share the host's cores: oversubscribed threads would time the scheduler
@@ -84,16 +96,31 @@ def _rank_main(rank: int, spec: ProfileSpec, tmp: str, init_method: str, progres
         dist.destroy_process_group()
 
 
-def _spawn(spec: ProfileSpec, tmp: str, progress: bool) -> None:
+def _spawn(spec: ProfileSpec, tmp: str, progress: bool, deadline_s: float) -> None:
+    """Run the ranks; stop them all when one fails or when `deadline_s` passes.
+
+    The deadline matters under CUDA graphs: collectives replayed from a graph are outside
+    NCCL's watchdog, so the process group's own timeout does not end a hang there.
+    """
+    os.environ.update(NCCL_ENV)  # the children inherit it too
     init = f"tcp://127.0.0.1:{_free_port()}"
+    context = mp.start_processes(
+        _rank_main,
+        args=(spec, tmp, init, progress),
+        nprocs=spec.tp,
+        join=False,
+        start_method="spawn",
+    )
+    until = time.monotonic() + deadline_s
     try:
-        mp.start_processes(
-            _rank_main,
-            args=(spec, tmp, init, progress),
-            nprocs=spec.tp,
-            join=True,
-            start_method="spawn",
-        )
+        while not context.join(timeout=5):
+            if time.monotonic() > until:
+                for process in context.processes:
+                    process.kill()
+                raise WorkbenchError(
+                    f"tp={spec.tp} did not finish within {deadline_s:.0f} s (a hung collective?); "
+                    "every rank was stopped. Rerun with fewer tokens or check the ranks' output."
+                )
     except mp.ProcessRaisedException as err:
         last = str(err).strip().splitlines()[-1]
         raise WorkbenchError(
@@ -116,7 +143,7 @@ def _under_torchrun(spec: ProfileSpec, out, progress: bool, begun: float):
     folder = Path(out) / f".tp-{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}"
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    _rank_main(rank, spec, str(folder), "env://", progress)
+    _rank_main(rank, spec, str(folder), "env://", progress, int(os.environ.get("LOCAL_RANK", rank)))
     if rank != 0:
         return None
     try:
@@ -153,7 +180,7 @@ def run_profile_tp(
         return _under_torchrun(spec, out, progress, begun)
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        _spawn(spec, tmp, progress)
+        _spawn(spec, tmp, progress, RUN_DEADLINE_S)
         profiled_s = time.perf_counter() - started
         return _write(spec, out, Path(tmp), begun, profiled_s)
 
@@ -165,12 +192,12 @@ def _write(spec: ProfileSpec, out, folder: Path, begun: float, profiled_s: float
         raise WorkbenchError(
             f"a rank of tp={spec.tp} finished without leaving its results ({err}); rerun."
         ) from None
-    skew = skew_table(kernels).reset_index()
-    extra = {
-        "tokens": captures[0].tokens,
-        "final_hidden": captures[0].final_hidden,
-        "rank_skew": skew,
-    }
+    extra = {"tokens": captures[0].tokens, "final_hidden": captures[0].final_hidden}
+    skew_note = []
+    try:
+        extra["rank_skew"] = skew_table(kernels).reset_index()
+    except ValueError as err:  # keep the run; say why the skew is missing
+        skew_note = [f"No rank-skew table: {err}."]
     meta = {
         "kernels_run": captures[0].kernels_run,
         "notes": [
@@ -178,6 +205,7 @@ def _write(spec: ProfileSpec, out, folder: Path, begun: float, profiled_s: float
             f"Tensor parallelism {spec.tp}: one process per rank through torch.distributed "
             f"({'NCCL' if spec.device.startswith('cuda') else 'gloo'}); tables by category "
             "are per rank, averaged over the ranks unless a rank is chosen.",
+            *skew_note,
         ],
         "graph_matching": matching if spec.cuda_graphs else None,
         "wall_s": round(time.perf_counter() - begun, 3),

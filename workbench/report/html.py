@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ def _anchor(text: str) -> str:
 def _format_table(frame: pd.DataFrame, digits: int) -> str:
     def fmt(value):
         if isinstance(value, float):
-            return f"{value:,.{digits}f}"
+            return "" if math.isnan(value) else f"{value:,.{digits}f}"
         return value
 
     shown = frame.apply(lambda col: col.map(fmt))
