@@ -25,9 +25,9 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.moe.compiled import launch, recording
-from kernels.moe.formats import MoeWeights, as_moe_weights
-from kernels.moe.launch import Tiles, max_row_tiles, run_pipeline, weight_args
-from kernels.moe.routing import MoeShape, sm_count, validate_moe_inputs
+from kernels.moe.formats import MoeWeights
+from kernels.moe.launch import Tiles, max_row_tiles, prepare, run_pipeline, weight_args
+from kernels.moe.routing import MoeShape, sm_count
 from kernels.moe.routing_kernels import expert_counts, expert_offsets_parallel, permute
 from kernels.moe.tiles import (
     down_tile,
@@ -232,9 +232,13 @@ def moe_flat(
     if num_programs is not None and (not isinstance(num_programs, int) or num_programs < 1):
         raise ValueError(f"num_programs={num_programs!r} must be an integer >= 1 (or None).")
     with recording():
-        weights = as_moe_weights(weights, w_down)
-        shape = validate_moe_inputs(x, topk_ids, topk_weights, weights)
-        tiles = default_tiles(shape).override(
+        weights, shape, tiles = prepare(
+            x,
+            topk_ids,
+            topk_weights,
+            weights,
+            w_down,
+            default_tiles,
             block_m=block_m,
             block_n=block_n,
             block_k=block_k,
@@ -243,7 +247,6 @@ def moe_flat(
             num_stages=num_stages,
             swap_ab=swap_ab,
         )
-        tiles.check(weights)
         programs = num_programs or sm_count(x.device) or CPU_PROGRAMS
         return _run_flat(x, topk_ids, topk_weights, weights, shape, tiles, schedule, programs)
 

@@ -14,8 +14,8 @@ import triton
 from torch import Tensor
 
 from kernels.moe.compiled import launch
-from kernels.moe.formats import MoeWeights
-from kernels.moe.routing import MoeShape, dot_options
+from kernels.moe.formats import MoeWeights, as_moe_weights
+from kernels.moe.routing import MoeShape, dot_options, validate_moe_inputs
 from kernels.moe.routing_kernels import combine
 from kernels.moe.tiles import silu_reduce_kernel
 
@@ -75,6 +75,25 @@ class Tiles:
             "num_warps": self.num_warps,
             "num_stages": self.num_stages,
         }
+
+
+def prepare(
+    x: Tensor,
+    topk_ids: Tensor,
+    topk_weights: Tensor,
+    weights: MoeWeights | tuple[Tensor, Tensor] | Tensor,
+    w_down: Tensor | None,
+    defaults: Tiles | Callable[[MoeShape], Tiles],
+    **options: object,
+) -> tuple[MoeWeights, MoeShape, Tiles]:
+    """The prologue every scheduler entry point shares: weights in one type, inputs checked,
+    the scheduler's default tiles (fixed, or chosen from the shape) with the caller's options."""
+    weights = as_moe_weights(weights, w_down)
+    shape = validate_moe_inputs(x, topk_ids, topk_weights, weights)
+    base = defaults(shape) if callable(defaults) else defaults
+    tiles = base.override(**options)
+    tiles.check(weights)
+    return weights, shape, tiles
 
 
 def weight_args(values: Tensor, scales: Tensor | None) -> tuple:

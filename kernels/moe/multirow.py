@@ -9,8 +9,8 @@ when they receive fewer (decode).
 from torch import Tensor
 
 from kernels.moe.compiled import recording
-from kernels.moe.formats import MoeWeights, as_moe_weights
-from kernels.moe.routing import validate_moe_inputs
+from kernels.moe.formats import MoeWeights
+from kernels.moe.launch import prepare
 from kernels.moe.stock import STOCK_TILES, run_stock
 
 ROWS = (1, 2, 4)
@@ -39,9 +39,13 @@ def moe_multirow(
     if rows not in ROWS:
         raise ValueError(f"rows={rows!r} must be one of {ROWS} (16-, 32- or 64-row tiles).")
     with recording():
-        weights = as_moe_weights(weights, w_down)
-        shape = validate_moe_inputs(x, topk_ids, topk_weights, weights)
-        tiles = STOCK_TILES.override(
+        weights, shape, tiles = prepare(
+            x,
+            topk_ids,
+            topk_weights,
+            weights,
+            w_down,
+            STOCK_TILES,
             block_m=16 * rows,
             block_n=block_n,
             block_k=block_k,
@@ -50,5 +54,4 @@ def moe_multirow(
             num_stages=num_stages,
             swap_ab=swap_ab,
         )
-        tiles.check(weights)
         return run_stock(x, topk_ids, topk_weights, weights, shape, tiles, groups)

@@ -16,9 +16,9 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.moe.compiled import launch, recording
-from kernels.moe.formats import MoeWeights, as_moe_weights
-from kernels.moe.launch import Tiles, max_row_tiles, run_pipeline, weight_args
-from kernels.moe.routing import MoeShape, validate_moe_inputs
+from kernels.moe.formats import MoeWeights
+from kernels.moe.launch import Tiles, max_row_tiles, prepare, run_pipeline, weight_args
+from kernels.moe.routing import MoeShape
 from kernels.moe.routing_kernels import expert_counts, expert_offsets_parallel, permute
 from kernels.moe.tiles import down_tile, find_expert, gate_up_tile, store_down, store_gate_up
 
@@ -153,9 +153,13 @@ def moe_padded(
     None options come from default_tiles(shape). Kernel facts: kernels.moe.last_facts().
     """
     with recording():
-        weights = as_moe_weights(weights, w_down)
-        shape = validate_moe_inputs(x, topk_ids, topk_weights, weights)
-        tiles = default_tiles(shape).override(
+        weights, shape, tiles = prepare(
+            x,
+            topk_ids,
+            topk_weights,
+            weights,
+            w_down,
+            default_tiles,
             block_m=block_m,
             block_n=block_n,
             block_k=block_k,
@@ -164,7 +168,6 @@ def moe_padded(
             num_stages=num_stages,
             swap_ab=swap_ab,
         )
-        tiles.check(weights)
         return _run_padded(x, topk_ids, topk_weights, weights, shape, tiles)
 
 

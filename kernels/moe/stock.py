@@ -16,9 +16,9 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.moe.compiled import launch, recording
-from kernels.moe.formats import MoeWeights, as_moe_weights
-from kernels.moe.launch import Tiles, run_pipeline, weight_args
-from kernels.moe.routing import MoeShape, default_groups, validate_moe_inputs
+from kernels.moe.formats import MoeWeights
+from kernels.moe.launch import Tiles, prepare, run_pipeline, weight_args
+from kernels.moe.routing import MoeShape, default_groups
 from kernels.moe.routing_kernels import expert_counts, expert_offsets_serial, permute
 from kernels.moe.tiles import down_tile, gate_up_tile, store_down, store_gate_up
 
@@ -246,9 +246,13 @@ def moe_stock(
     None options take STOCK_TILES. Kernel facts of the call: kernels.moe.last_facts().
     """
     with recording():
-        weights = as_moe_weights(weights, w_down)
-        shape = validate_moe_inputs(x, topk_ids, topk_weights, weights)
-        tiles = STOCK_TILES.override(
+        weights, shape, tiles = prepare(
+            x,
+            topk_ids,
+            topk_weights,
+            weights,
+            w_down,
+            STOCK_TILES,
             block_n=block_n,
             block_k=block_k,
             split_k=split_k,
@@ -256,5 +260,4 @@ def moe_stock(
             num_stages=num_stages,
             swap_ab=swap_ab,
         )
-        tiles.check(weights)
         return run_stock(x, topk_ids, topk_weights, weights, shape, tiles, groups)
