@@ -99,6 +99,41 @@ def _add_ncu(sub) -> None:
     p.add_argument("--name", help="report name (default: from kernel, variant and tokens)")
 
 
+def _add_bench(sub) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="benchmark kernels against their physical floor and peers (GPU)",
+        description=(
+            "bench moe: every MoE scheduler x weight format, and the torch._grouped_mm and "
+            "per-expert cuBLAS peers, at the TP2-rank shape; each checked against the reference "
+            "before it is timed, with the copy bandwidth and cuBLAS rates measured in the same "
+            "run. Writes OUT/bench-moe-<date>/bench.csv and prints it."
+        ),
+    )
+    p.add_argument("kernel", choices=["moe"])
+    p.add_argument("--tokens", type=int, nargs="+", default=None)
+    p.add_argument("--routing", nargs="+", default=["uniform", "skewed"])
+    p.add_argument("--variants", nargs="+", default=None)
+    p.add_argument("--formats", nargs="+", default=None)
+    p.add_argument("--no-peers", action="store_true")
+    p.add_argument("--out", default="raw")
+
+
+def _bench(args) -> None:
+    from workbench.capture import bench_moe as bench
+
+    table = bench.bench_moe(
+        tokens=args.tokens or bench.TOKENS,
+        routings=args.routing,
+        variants=args.variants or bench.SCHEDULERS,
+        formats=args.formats or bench.FORMATS,
+        peers=not args.no_peers,
+        out=args.out,
+    )
+    print(table.round(3).to_string(index=False))
+    print(f"\nwritten to {table.attrs['path']}")
+
+
 def _add_ncu_report(sub) -> None:
     p = sub.add_parser("ncu-report", help="print the tables of any .ncu-rep (no GPU needed)")
     p.add_argument("report")
@@ -193,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_trace(sub)
     _add_ncu(sub)
     _add_ncu_report(sub)
+    _add_bench(sub)
     return parser
 
 
@@ -202,6 +238,7 @@ COMMANDS = {
     "trace": _trace,
     "ncu": _ncu,
     "ncu-report": _ncu_report,
+    "bench": _bench,
 }
 
 

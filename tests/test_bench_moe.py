@@ -1,0 +1,82 @@
+"""The MoE benchmark harness end to end at small shapes under the Triton interpreter: every row
+checked before it is timed, floors and ratios from the ceilings, failures as statuses. (The
+H200 numbers come from running it there; no timing is asserted here.)"""
+
+import math
+
+import pytest
+import torch
+
+from kernels.moe import VARIANTS
+from workbench.artifacts import read_meta, read_table
+from workbench.capture import bench_moe as bench
+from workbench.presets import get_preset
+
+SMALL = {"experts": 8, "top_k": 2, "hidden": 64, "expert_intermediate": 32}
+# Ceilings are parameters here (the CPU has no copy engine or cuBLAS to measure).
+CEILINGS = {"copy_bytes_per_s": 1e11, "bf16_flops": 1e12}
+
+
+def _run(tmp_path, **kwargs):
+    args = {"tokens": (1, 5), "routings": ("uniform",), "variants": ("stock", "flat"),
+            "formats": ("bf16", "fp8"), "device": "cpu", "ceilings": CEILINGS, "out": tmp_path,
+            "progress": False, **SMALL, **kwargs}  # fmt: skip
+    return bench.bench_moe(**args)
+
+
+def test_every_variant_format_and_peer_gets_a_checked_timed_row(tmp_path):
+    table = _run(tmp_path)
+    assert list(table.columns) == bench.COLUMNS
+    assert len(table) == 2 * (2 * 2 + 2)  # tokens x (variants x formats + peers)
+    moe = table[table["kernel"] == "moe"]
+    assert set(moe["status"]) == {"ok"}
+    assert (moe["rel_error"] < bench.TOLERANCE).all()
+    assert (moe["ms"] > 0).all() and (moe["floor_ms"] > 0).all()
+    assert moe["ratio_to_floor"].equals(moe["ms"] / moe["floor_ms"])
+    loop = table[table["kernel"] == "cublas_loop"]
+    assert set(loop["status"]) == {"ok"}
+    meta = read_meta(table.attrs["path"])
+    assert meta["kind"] == "bench-moe" and meta["ceilings"] == CEILINGS
+    assert read_table(table.attrs["path"], meta, "bench")["status"].notna().all()
+
+
+def test_a_wrong_kernel_is_reported_wrong_and_not_timed(tmp_path, monkeypatch):
+    good = VARIANTS["stock"]
+    monkeypatch.setitem(VARIANTS, "stock", lambda *a, **k: 2 * good(*a, **k))
+    table = _run(tmp_path, variants=("stock",), formats=("bf16",), peers=False)
+    assert set(table["status"]) == {"wrong"}
+    assert table["ms"].isna().all() and (table["rel_error"] > 0.5).all()
+
+
+def test_a_failing_configuration_is_a_status_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no kernel for this shape")
+
+    monkeypatch.setitem(VARIANTS, "flat", broken)
+    table = _run(tmp_path, formats=("bf16",), peers=False)
+    flat = table[table["variant"] == "flat"]
+    assert flat["status"].str.startswith("error: RuntimeError").all()
+    assert set(table.loc[table["variant"] == "stock", "status"]) == {"ok"}
+
+
+def test_floor_counts_the_bytes_of_the_touched_experts():
+    s = get_preset("dsv4-flash-tp2").rank_shapes()
+    one = 3 * 5120 * 1152
+    assert bench.weight_bytes("bf16", 1, s) == 2 * one
+    assert bench.weight_bytes("fp8", 1, s) == pytest.approx(one + 4 * one / 128**2)
+    assert bench.weight_bytes("int4", 2, s) == pytest.approx(one + 4 * 2 * one / 128)
+    assert bench.flops(6, s) == 2 * 6 * 6 * one
+
+
+def test_peers_agree_with_the_reference():
+    from kernels.moe import moe_reference
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(9, 64, generator=gen)
+    ids = torch.stack([torch.randperm(8, generator=gen)[:2] for _ in range(9)]).int()
+    w = torch.softmax(torch.randn(9, 2, generator=gen), -1)
+    gu, down = torch.randn(8, 64, 64, generator=gen) / 8, torch.randn(8, 64, 32, generator=gen) / 6
+    ref = moe_reference(x, ids, w, gu, down)
+    out = bench.cublas_loop_peer(x, ids, w, gu, down)
+    assert (out - ref).norm() / ref.norm() < 1e-5
+    assert math.isfinite(float(out.sum()))

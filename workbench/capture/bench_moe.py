@@ -1,0 +1,248 @@
+"""`workbench bench moe`: every MoE scheduler and weight format against its physical floor
+and its peers, at the TP2-rank shape, with the ceilings measured in the same run.
+
+Each row is checked against `moe_reference` on the same (dequantised) weights before it is
+timed: a wrong kernel is reported `wrong`, not timed; one that does not compile, runs out of
+memory or spills is reported as such (DESIGN sections 1 and 5). Decode-size launches are timed
+as CUDA graph replays; larger ones with `triton.testing.do_bench`, which clears L2 between
+repeats. Rows go to `raw/<run-id>/bench.csv` with `run.json` (ceilings, environment).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from functools import partial
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from kernels.moe import FORMATS, VARIANTS, MoeWeights, last_facts, moe_reference
+from workbench.artifacts import write_run
+from workbench.capture.ceilings import measure_ceilings
+from workbench.capture.environment import describe
+from workbench.presets import RankShapes, draw_routing, get_preset
+
+TOKENS = (1, 6, 24, 48, 512, 4096, 33863)
+SCHEDULERS = ("stock", "multirow", "flat", "padded")
+PEERS = ("torch_grouped_mm", "cublas_loop")
+GRAPH_TOKENS = 48  # at or below: time CUDA graph replays (launch overhead out of the number)
+TOLERANCE = 2e-2  # relative error against the reference on the same dequantised weights
+COLUMNS = [
+    "kernel", "variant", "weight_dtype", "tokens", "routing", "ms", "iqr_ms", "floor_ms",
+    "ratio_to_floor", "tflops", "ratio_to_cublas", "rel_error", "regs", "spills", "status",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One (routing, tokens) input, shared by every variant and format."""
+
+    x: torch.Tensor
+    ids: torch.Tensor
+    weights: torch.Tensor
+    routing: str
+
+
+def weight_bytes(fmt: str, experts_touched: int, s: RankShapes, block: int = 128) -> float:
+    """Bytes of the weights a launch must read: the touched experts' values and scales."""
+    elements = experts_touched * 3 * s.hidden * s.expert_intermediate
+    per_element = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}[fmt]
+    scale_bytes = (
+        0.0 if fmt == "bf16" else 4.0 * elements / (block * (block if fmt == "fp8" else 1))
+    )
+    return elements * per_element + scale_bytes
+
+
+def flops(tokens: int, s: RankShapes) -> float:
+    """Gate, up and down GEMMs of every routed slot."""
+    return 2.0 * tokens * s.top_k * 3 * s.hidden * s.expert_intermediate
+
+
+def grouped_mm_peer(x, ids, weights, w_gate_up, w_down) -> torch.Tensor:
+    """The torch peer: tokens sorted by expert, `torch._grouped_mm` for both projections."""
+    tokens, top_k = ids.shape
+    flat = ids.reshape(-1).long()
+    order = torch.argsort(flat, stable=True)
+    offsets = torch.cumsum(torch.bincount(flat, minlength=w_gate_up.shape[0]), 0).to(torch.int32)
+    rows = x[order // top_k]
+    gate_up = torch._grouped_mm(rows, w_gate_up.transpose(1, 2), offs=offsets)
+    gate, up = gate_up.chunk(2, dim=-1)
+    h = (F.silu(gate.float()) * up.float()).to(x.dtype)
+    y = torch._grouped_mm(h, w_down.transpose(1, 2), offs=offsets).float()
+    y = y * weights.reshape(-1)[order, None]
+    out = torch.zeros(tokens, x.shape[1], device=x.device, dtype=torch.float32)
+    out.index_add_(0, order // top_k, y)
+    return out.to(x.dtype)
+
+
+def cublas_loop_peer(x, ids, weights, w_gate_up, w_down) -> torch.Tensor:
+    """The naive peer: one cuBLAS GEMM pair per expert that has tokens."""
+    tokens, top_k = ids.shape
+    out = torch.zeros(tokens, x.shape[1], device=x.device, dtype=torch.float32)
+    flat = ids.reshape(-1)
+    for expert in torch.unique(flat).tolist():
+        slots = torch.nonzero(flat == expert).squeeze(1)
+        token = slots // top_k
+        gate, up = (x[token] @ w_gate_up[expert].T).chunk(2, dim=-1)
+        y = ((F.silu(gate.float()) * up.float()).to(x.dtype) @ w_down[expert].T).float()
+        out.index_add_(0, token, y * weights.reshape(-1)[slots, None])
+    return out.to(x.dtype)
+
+
+def _median_iqr(times_ms: Sequence[float]) -> tuple[float, float]:
+    q1, q2, q3 = statistics.quantiles(times_ms, n=4) if len(times_ms) > 1 else (times_ms[0],) * 3
+    return q2, q3 - q1
+
+
+def time_call(fn: Callable[[], object], device: torch.device, tokens: int) -> tuple[float, float]:
+    """(median ms, IQR ms). CUDA graph replays for decode sizes, do_bench otherwise; the
+    interpreter's CPU stand-in uses wall-clock repeats (for tests of this harness only)."""
+    if device.type != "cuda":
+        fn()
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e3)
+        return _median_iqr(times)
+    import triton.testing
+
+    if tokens <= GRAPH_TOKENS:
+        q = triton.testing.do_bench_cudagraph(fn, rep=100, quantiles=[0.25, 0.5, 0.75])
+    else:
+        q = triton.testing.do_bench(fn, warmup=25, rep=200, quantiles=[0.25, 0.5, 0.75])
+    return q[1], q[2] - q[0]
+
+
+def _relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    diff = (out.double() - ref.double()).norm().item()
+    return diff / max(ref.double().norm().item(), 1e-30)
+
+
+def _facts() -> tuple[int | None, int | None]:
+    facts = [f for f in last_facts().values() if f.n_regs is not None]
+    if not facts:
+        return None, None
+    return max(f.n_regs for f in facts), max(f.n_spills for f in facts)
+
+
+def measure(
+    kernel: str,
+    variant: str,
+    fmt: str,
+    call: Callable[[], torch.Tensor],
+    reference: torch.Tensor,
+    problem: Problem,
+    s: RankShapes,
+    ceilings: dict,
+    device: torch.device,
+) -> dict:
+    """One benchmark row: check, then time; every failure becomes a status."""
+    tokens = problem.x.shape[0]
+    row = {"kernel": kernel, "variant": variant, "weight_dtype": fmt, "tokens": tokens,
+           "routing": problem.routing}  # fmt: skip
+    try:
+        error = _relative_error(call(), reference)
+        regs, spills = _facts() if kernel == "moe" else (None, None)
+        row |= {"rel_error": error, "regs": regs, "spills": spills}
+        if not error <= TOLERANCE:  # NaN too
+            return row | {"status": "wrong"}
+        ms, iqr = time_call(call, device, tokens)
+    except torch.OutOfMemoryError:
+        return row | {"status": "oom"}
+    except Exception as err:  # noqa: BLE001 (a failing configuration is a result of the sweep)
+        kind = "compile-error" if "Compil" in type(err).__name__ else "error"
+        return row | {"status": f"{kind}: {type(err).__name__}: {str(err)[:120]}"}
+    touched = int(torch.unique(problem.ids).numel())
+    floor_ms = weight_bytes(fmt, touched, s) / ceilings["copy_bytes_per_s"] * 1e3
+    tflops = flops(tokens, s) / (ms / 1e3) / 1e12
+    return row | {
+        "ms": ms,
+        "iqr_ms": iqr,
+        "floor_ms": floor_ms,
+        "ratio_to_floor": ms / floor_ms,
+        "tflops": tflops,
+        "ratio_to_cublas": tflops * 1e12 / ceilings["bf16_flops"],
+        "status": "spills" if row.get("spills") else "ok",
+    }
+
+
+def bench_moe(
+    tokens: Sequence[int] = TOKENS,
+    routings: Sequence[str] = ("uniform", "skewed"),
+    variants: Sequence[str] = SCHEDULERS,
+    formats: Sequence[str] = FORMATS,
+    peers: bool = True,
+    preset: str = "dsv4-flash-tp2",
+    out: str = "raw",
+    seed: int = 0,
+    device: str = "cuda",
+    ceilings: dict | None = None,
+    progress: bool = True,
+    **shape_overrides: int,
+) -> pd.DataFrame:
+    """Benchmark every variant x format (and the peers) at every token count and routing."""
+    dev = torch.device(device)
+    chosen = get_preset(preset)
+    s = replace(chosen.rank_shapes(), **shape_overrides)  # small shapes: the harness's tests
+    ceilings = ceilings or measure_ceilings(dev)
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    base = (
+        torch.randn(s.experts, 2 * s.expert_intermediate, s.hidden, generator=gen, device=dev,
+                    dtype=dtype) * s.hidden**-0.5,
+        torch.randn(s.experts, s.hidden, s.expert_intermediate, generator=gen, device=dev,
+                    dtype=dtype) * s.expert_intermediate**-0.5,
+    )  # fmt: skip
+    weights = {fmt: MoeWeights.quantize(*base, fmt) for fmt in formats}
+    rows = []
+    work = len(routings) * len(tokens) * (len(variants) * len(formats) + len(PEERS) * peers)
+    with tqdm(total=work, desc="bench moe", disable=not progress) as bar:
+        for routing in routings:
+            for t in tokens:
+                ids, w = draw_routing(t, s.experts, s.top_k, routing, seed + t)
+                x = torch.randn(t, s.hidden, generator=gen, device=dev, dtype=dtype)
+                problem = Problem(x, torch.from_numpy(ids).to(dev), torch.from_numpy(w).to(dev),
+                                  routing)  # fmt: skip
+                args = (problem.x, problem.ids, problem.weights)
+                for fmt in formats:
+                    reference = moe_reference(*args, weights[fmt])
+                    for variant in variants:
+                        call = partial(VARIANTS[variant], *args, weights[fmt])
+                        rows.append(measure("moe", variant, fmt, call, reference, problem, s,
+                                            ceilings, dev))  # fmt: skip
+                        bar.update()
+                    if fmt == "bf16" and peers:
+                        for name, peer in (("torch_grouped_mm", grouped_mm_peer),
+                                           ("cublas_loop", cublas_loop_peer)):  # fmt: skip
+                            call = partial(peer, *args, *base)
+                            rows.append(measure(name, "peer", fmt, call, reference, problem, s,
+                                                ceilings, dev))  # fmt: skip
+                            bar.update()
+    table = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    meta = {
+        "kind": "bench-moe",
+        "params": {
+            "tokens": list(tokens),
+            "routings": list(routings),
+            "variants": list(variants),
+            "formats": list(formats),
+            "preset": preset,
+            "seed": seed,
+            "device": device,
+            "shape_overrides": shape_overrides,
+        },  # fmt: skip
+        "shapes": asdict(s),
+        "ceilings": ceilings,
+        "environment": describe(),
+    }
+    stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+    path = write_run(out, f"bench-moe-{preset}-{stamp}", meta, {"bench": table})
+    table.attrs["path"] = str(path)
+    return table
