@@ -26,9 +26,43 @@ __all__ = [
     "load",
     "load_ncu",
     "load_trace",
+    "ab",
+    "load_ab",
+    "load_sweep",
     "ncu",
     "profile",
+    "sweep",
 ]
+
+
+def sweep(kernel: str, param: str, values, tokens, **options):
+    """Time `kernel` at each value of `param` x tokens, each configuration in its own worker
+    process under a watchdog (see `workbench.capture.experiments.sweep`)."""
+    from workbench.capture.experiments import sweep as _sweep
+
+    return _sweep(kernel, param, values, tokens, **options)
+
+
+def ab(a: dict, b: dict, tokens, **options):
+    """Two settings of the same workload, with the ratio b/a and its 95% interval per size
+    (see `workbench.capture.experiments.ab`)."""
+    from workbench.capture.experiments import ab as _ab
+
+    return _ab(a, b, tokens, **options)
+
+
+def load_sweep(run_dir: str | Path):
+    """A sweep from its run directory, without a GPU or torch."""
+    from workbench.capture.experiments import load_sweep as _load_sweep
+
+    return _load_sweep(run_dir)
+
+
+def load_ab(run_dir: str | Path):
+    """An A/B run from its run directory, without a GPU or torch."""
+    from workbench.capture.experiments import load_ab as _load_ab
+
+    return _load_ab(run_dir)
 
 
 def load_ncu(path: str | Path) -> NcuReport:

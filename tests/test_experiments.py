@@ -1,0 +1,84 @@
+"""Sweeps and A/B runs end to end at small shapes under the Triton interpreter (workers are
+spawned processes), and the "did not help" table from rows written by hand. No timing is
+asserted beyond its statistics being consistent."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from workbench.artifacts import SCHEMA_VERSION, read_meta, write_json_atomic
+from workbench.capture import experiments as ex
+from workbench.capture.workers import ROWS_FILE
+from workbench.errors import ArtifactError
+
+SMALL = {"experts": 8, "top_k": 2, "hidden": 64, "expert_intermediate": 32}
+QUICK = {"min_n": 5, "max_n": 8, "budget_s": 2.0}
+
+
+def test_a_small_sweep_gives_checked_rows_with_intervals_and_resumes(tmp_path):
+    args = {"run_dir": tmp_path, "variant": "stock", "fmt": "bf16", "repeats": QUICK,
+            "workers": 2, "progress": False, "timeout_s": 120, **SMALL}  # fmt: skip
+    result = ex.sweep("moe", "num_stages", [1, 2], [3], **args)
+    table = result.table()
+    assert list(table.columns) == ex.SWEEP_COLUMNS
+    assert list(table["value"]) == [1, 2] and set(table["status"]) == {"ok"}
+    assert (table["ci_low"] <= table["ms"]).all() and (table["ms"] <= table["ci_high"]).all()
+    assert (table["q1"] <= table["q3"]).all() and (table["n"] >= QUICK["min_n"]).all()
+    assert (table["rel_error"] < 1e-3).all()
+    assert read_meta(tmp_path)["kind"] == "sweep"
+    lines = (tmp_path / ROWS_FILE).read_text()
+    again = ex.sweep("moe", "num_stages", [1, 2], [3], **args)  # resumes: nothing to run
+    assert (tmp_path / ROWS_FILE).read_text() == lines
+    assert again.table().equals(table)
+    assert len(result.figure().data) == 4  # a band and a line per value
+    page = result.to_html(tmp_path / "sweep.html", baseline_value=1).read_text()
+    assert "Things that did not help" in page and "num_stages=1 -&gt; 2" in page
+
+
+def test_ab_reports_the_ratio_with_its_interval(tmp_path):
+    result = ex.ab({"num_stages": 1}, {"num_stages": 2}, [3], run_dir=tmp_path, variant="stock",
+                   fmt="bf16", repeats=QUICK, workers=2, progress=False, **SMALL)  # fmt: skip
+    row = result.table().iloc[0]
+    assert row["status_a"] == row["status_b"] == "ok"
+    assert row["ci_low"] <= row["ratio"] <= row["ci_high"]
+    assert row["ratio"] == pytest.approx(row["ms_b"] / row["ms_a"])
+    assert row["significant"] in (True, False)
+    with pytest.raises(ArtifactError, match="not a 'sweep'"):
+        ex.load_sweep(tmp_path)
+
+
+def _write_sweep(run_dir, rows):
+    params = {"kernel": "moe", "param": "rows", "values": [1, 2, 4, 8], "tokens": [1, 512]}
+    meta = {"kind": "sweep", "schema_version": SCHEMA_VERSION, "params": params}
+    write_json_atomic(run_dir / "run.json", meta)
+    with (run_dir / ROWS_FILE).open("w") as f:
+        for value, tokens, status, ms in rows:
+            row = {"param": "rows", "value": value, "tokens": tokens, "status": status,
+                   "ms": ms, "ci_low": ms, "ci_high": ms, "key": f"{value}-{tokens}"}  # fmt: skip
+            f.write(json.dumps(row) + "\n")
+
+
+def test_did_not_help_gives_effect_ranges_and_failures(tmp_path):
+    _write_sweep(tmp_path, [(1, 1, "ok", 1.0), (1, 512, "ok", 2.0),
+                            (2, 1, "ok", 0.9), (2, 512, "ok", 2.5),
+                            (4, 1, "spills", 1.2), (4, 512, "spills", 2.2),
+                            (8, 1, "ok", 1.1), (8, 512, "timeout", None)])  # fmt: skip
+    table = ex.load_sweep(tmp_path).did_not_help(1).set_index("change")
+    assert table.loc["rows=1 -> 2", "effect"] == "between 10% faster and 25% slower"
+    assert table.loc["rows=1 -> 2", "failures"] == ""
+    assert table.loc["rows=1 -> 4", "effect"] == "between 10% slower and 20% slower"
+    assert table.loc["rows=1 -> 4", "failures"] == "spills at rows=4"
+    assert table.loc["rows=1 -> 8", "effect"] == "10% slower"
+    assert table.loc["rows=1 -> 8", "failures"] == "timeout (deadlock?) at rows=8 (tokens 512)"
+
+
+def test_a_sweep_loads_without_torch(tmp_path):
+    _write_sweep(tmp_path, [(1, 1, "ok", 1.0), (2, 1, "ok", 0.5)])
+    code = (
+        "import sys\nfrom workbench.capture.experiments import load_sweep\n"
+        f"t = load_sweep({str(tmp_path)!r}).table()\n"
+        "assert len(t) == 2 and 'torch' not in sys.modules and 'triton' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,57 @@
+"""Statistics of timings against answers known in closed form."""
+
+import math
+
+import numpy as np
+import pytest
+
+from workbench.analysis import stats
+
+
+def test_median_interval_uses_the_binomial_order_statistics():
+    assert stats.median_ci_ranks(20) == (5, 14)  # 1-based ranks 6 and 15, coverage 95.86%
+    assert stats.median_ci_ranks(100) == (39, 60)  # ranks 40 and 61
+    assert stats.median_ci_ranks(6) == (0, 5)  # the range already covers 96.9%
+    assert stats.median_ci_ranks(5) == (0, 4)  # too few for 95%: the range
+    lo, hi = stats.median_ci_ranks(20)
+    coverage = sum(math.comb(20, k) for k in range(lo + 1, hi + 1)) / 2**20
+    assert coverage >= 0.95
+
+
+def test_summary_of_a_known_sample():
+    s = stats.summarise(np.random.default_rng(0).permutation(np.arange(1.0, 21.0)))
+    assert s == {"median": 10.5, "q1": 5.75, "q3": 15.25, "iqr": 9.5, "ci_low": 6.0,
+                 "ci_high": 15.0, "n": 20}  # fmt: skip
+
+
+def test_a_constant_sample_has_a_zero_width_interval():
+    s = stats.summarise([2.5] * 12)
+    assert s["median"] == s["ci_low"] == s["ci_high"] == 2.5 and s["iqr"] == 0.0
+
+
+def test_ratio_of_a_sample_to_its_double_is_two_and_significant():
+    a = np.random.default_rng(1).lognormal(0.0, 0.05, 40)
+    r = stats.ratio(a, 2 * a)
+    assert r["ratio"] == pytest.approx(2.0)
+    assert r["ci_low"] < 2.0 < r["ci_high"] and r["significant"]
+    assert stats.ratio(a, 2 * a) == r  # seeded: reproducible
+    same = stats.ratio(a, a)
+    assert same["ratio"] == 1.0 and not same["significant"]
+
+
+def test_ratio_of_overlapping_noise_is_not_significant():
+    rng = np.random.default_rng(2)
+    r = stats.ratio(rng.normal(10, 1, 15), rng.normal(10, 1, 15))
+    assert r["ci_low"] < 1.0 < r["ci_high"] and not r["significant"]
+
+
+def test_adaptive_repeats_stops_for_the_right_reason():
+    samples, why = stats.adaptive_repeats(lambda: 1.0, min_n=10, max_n=50)
+    assert (len(samples), why) == (10, "converged")
+    noise = iter(np.random.default_rng(3).uniform(1, 3, 1000))
+    samples, why = stats.adaptive_repeats(lambda: next(noise), min_n=5, max_n=30, rel_width=1e-3)
+    assert (len(samples), why) == (30, "max_n")
+    samples, why = stats.adaptive_repeats(
+        lambda: next(noise), min_n=5, max_n=10**6, rel_width=1e-3, budget_s=0.05
+    )
+    assert why == "budget" and 5 <= len(samples) < 10**6

@@ -1,0 +1,107 @@
+"""Statistics of repeated timings: medians with distribution-free intervals, ratios, and when to
+stop repeating.
+
+Kernel timings are skewed (clock ramps, preemption, a cold cache add a long right tail), so
+everything here is about the median and makes no normality assumption. Pure numpy: no torch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int]:
+    """0-based order-statistic indices (lo, hi) of a distribution-free interval for the median.
+
+    The count of samples below the true median is binomial(n, 1/2) whatever the distribution,
+    so [x_(l), x_(n-l+1)] (1-based) covers the median with probability 1 - 2 P(B <= l-1). `l`
+    is the largest rank keeping that at or above `confidence` (n=20: ranks 6 and 15, 95.9%).
+    Below n=6 no pair of ranks reaches 95%; the interval is then the sample range (min, max),
+    whose coverage is only 1 - 2^(1-n).
+    """
+    if n < 1:
+        raise ValueError("no samples")
+    alpha = (1.0 - confidence) / 2
+    cumulative, rank = 0.0, 0  # rank = l - 1 = the number of samples allowed below the interval
+    for k in range(n):
+        cumulative += math.comb(n, k) / 2.0**n
+        if cumulative > alpha:
+            break
+        rank = k + 1
+    lo = max(rank - 1, 0)
+    return lo, n - 1 - lo
+
+
+def summarise(samples: Sequence[float]) -> dict:
+    """Median, quartiles, IQR and the 95% order-statistic interval of the median (see above)."""
+    x = np.sort(np.asarray(samples, dtype=float))
+    if x.size == 0:
+        raise ValueError("no samples")
+    q1, median, q3 = np.quantile(x, [0.25, 0.5, 0.75])
+    lo, hi = median_ci_ranks(x.size)
+    return {
+        "median": float(median),
+        "q1": float(q1),
+        "q3": float(q3),
+        "iqr": float(q3 - q1),
+        "ci_low": float(x[lo]),
+        "ci_high": float(x[hi]),
+        "n": int(x.size),
+    }
+
+
+def ratio(a_samples: Sequence[float], b_samples: Sequence[float], seed: int = 0) -> dict:
+    """median(b) / median(a) with a 95% percentile-bootstrap interval.
+
+    With times, a ratio above 1 means b is slower than a. The two samples are resampled
+    independently (they are separate runs), `BOOTSTRAP_RESAMPLES` times from
+    `numpy.random.default_rng(seed)`, so the interval is reproducible. `significant` means the
+    interval excludes 1: the difference is larger than the run-to-run noise.
+    """
+    a, b = np.asarray(a_samples, dtype=float), np.asarray(b_samples, dtype=float)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("no samples")
+    rng = np.random.default_rng(seed)
+    med_a = np.median(rng.choice(a, size=(BOOTSTRAP_RESAMPLES, a.size)), axis=1)
+    med_b = np.median(rng.choice(b, size=(BOOTSTRAP_RESAMPLES, b.size)), axis=1)
+    alpha = (1.0 - CONFIDENCE) / 2
+    low, high = np.quantile(med_b / med_a, [alpha, 1.0 - alpha])
+    return {
+        "ratio": float(np.median(b) / np.median(a)),
+        "ci_low": float(low),
+        "ci_high": float(high),
+        "significant": bool(low > 1.0 or high < 1.0),
+    }
+
+
+def adaptive_repeats(
+    measure_once: Callable[[], float],
+    min_n: int = 10,
+    max_n: int = 200,
+    rel_width: float = 0.02,
+    budget_s: float = 10.0,
+) -> tuple[list[float], str]:
+    """Call `measure_once` until the median's 95% interval is narrower than rel_width * median.
+
+    Quiet kernels stop after `min_n` samples, noisy ones get more, and nothing runs longer than
+    `budget_s` (wall clock, checked between samples) or `max_n` samples. Returns the samples
+    and why sampling stopped: "converged", "max_n" or "budget".
+    """
+    start, samples = time.perf_counter(), []
+    while True:
+        samples.append(float(measure_once()))
+        if len(samples) >= min_n:
+            s = summarise(samples)
+            if s["ci_high"] - s["ci_low"] < rel_width * abs(s["median"]):
+                return samples, "converged"
+        if len(samples) >= max_n:
+            return samples, "max_n"
+        if time.perf_counter() - start >= budget_s:
+            return samples, "budget"

@@ -1,0 +1,309 @@
+"""Sweeps and A/B runs of a kernel's parameters, with statistics, one worker per configuration.
+
+Each (setting, tokens) runs in its own process under a watchdog (`workers.run_configs`), so a
+configuration that does not compile, spills, runs out of memory, crashes or deadlocks becomes
+a row with that status, like the seed's "Things that did not help" table, and the sweep goes
+on. Inside the worker the inputs are built at the preset's rank shape, the output is checked
+against `moe_reference` (a wrong kernel is not timed), and the launch is timed with adaptive
+repeats until the median's 95% interval is tight. This module imports no torch at the top:
+`load_sweep` and the result objects work on a laptop; only `measure_moe` (run in the worker)
+imports torch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import pandas as pd
+
+from workbench.analysis.stats import adaptive_repeats, ratio, summarise
+from workbench.artifacts import read_meta, unique_run_dir
+from workbench.capture.workers import read_rows, run_configs
+from workbench.errors import ArtifactError, WorkbenchError
+from workbench.presets import RankShapes
+
+WORKLOAD = {"variant": "stock", "fmt": "fp8", "routing": "uniform", "seed": 0,
+            "preset": "dsv4-flash-tp2", "device": None}  # fmt: skip
+# GPU defaults: at least 10 samples, at most 200 or 10 s, stop once the interval is < 2 %.
+REPEATS = {"min_n": 10, "max_n": 200, "rel_width": 0.02, "budget_s": 10.0}
+SHAPE_FIELDS = {f.name for f in fields(RankShapes)}
+L2_FLUSH_BYTES = 256 * 2**20  # larger than any L2 (H200: 60 MB)
+SWEEP_COLUMNS = ["param", "value", "tokens", "status", "ms", "q1", "q3", "ci_low", "ci_high",
+                 "n", "regs", "spills", "rel_error", "error"]  # fmt: skip
+FAILURE_LABELS = {"timeout": "timeout (deadlock?)"}
+
+
+def _split(fixed: dict) -> tuple[dict, dict, dict]:
+    """Keyword arguments -> (workload, shape overrides, kernel parameters)."""
+    workload = {k: fixed.get(k, v) for k, v in WORKLOAD.items()}
+    shapes = {k: v for k, v in fixed.items() if k in SHAPE_FIELDS}
+    params = {k: v for k, v in fixed.items() if k not in WORKLOAD and k not in SHAPE_FIELDS}
+    return workload, shapes, params
+
+
+def _timer(fn: Callable[[], object], device) -> Callable[[], float]:
+    """One timed launch in ms: CUDA events after an L2 flush on a GPU, wall clock on the CPU
+    (the interpreter's stand-in, for tests of this machinery only). Warms up (compiles) first."""
+    import torch
+
+    fn()
+    if device.type != "cuda":
+
+        def wall() -> float:
+            start = time.perf_counter()
+            fn()
+            return (time.perf_counter() - start) * 1e3
+
+        return wall
+    torch.cuda.synchronize()
+    cache = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+
+    def events() -> float:
+        cache.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    return events
+
+
+def measure_moe(config: dict) -> dict:
+    """Worker entry point: build one MoE problem, check it, time it; return the result row."""
+    from dataclasses import replace
+    from functools import partial
+
+    import torch
+
+    from kernels.moe import VARIANTS, MoeWeights, moe_reference
+    from workbench.capture.bench_moe import TOLERANCE, _facts, _relative_error
+    from workbench.presets import draw_routing, get_preset
+
+    w, tokens = config["workload"], config["tokens"]
+    dev = torch.device(w["device"] or ("cuda" if torch.cuda.is_available() else "cpu"))
+    s = replace(get_preset(w["preset"]).rank_shapes(), **config["shapes"])
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    gen = torch.Generator(device=dev).manual_seed(w["seed"])
+    gate_up = torch.randn(s.experts, 2 * s.expert_intermediate, s.hidden, generator=gen,
+                          device=dev, dtype=dtype) * s.hidden**-0.5  # fmt: skip
+    down = torch.randn(s.experts, s.hidden, s.expert_intermediate, generator=gen, device=dev,
+                       dtype=dtype) * s.expert_intermediate**-0.5  # fmt: skip
+    weights = MoeWeights.quantize(gate_up, down, w["fmt"])
+    ids, route = draw_routing(tokens, s.experts, s.top_k, w["routing"], w["seed"] + tokens)
+    x = torch.randn(tokens, s.hidden, generator=gen, device=dev, dtype=dtype)
+    args = (x, torch.from_numpy(ids).to(dev), torch.from_numpy(route).to(dev), weights)
+    call = partial(VARIANTS[w["variant"]], *args, **config["params"])
+    error = _relative_error(call(), moe_reference(*args))
+    regs, spills = _facts()
+    row = {"rel_error": error, "regs": regs, "spills": spills}
+    if not error <= TOLERANCE:  # NaN too
+        return row | {"status": "wrong"}
+    samples, stopped = adaptive_repeats(_timer(call, dev), **config["repeats"])
+    stats = summarise(samples)
+    return row | {
+        "status": "spills" if spills else "ok",
+        "ms": stats.pop("median"),
+        **stats,
+        "samples_ms": samples,
+        "stopped": stopped,
+    }
+
+
+def _run_dir(out: str | Path, run_dir: str | Path | None, name: str) -> Path:
+    if run_dir is not None:
+        return Path(run_dir)
+    return unique_run_dir(Path(out), f"{name}-{dt.datetime.now():%Y%m%dT%H%M%S}")
+
+
+def _check_kernel(kernel: str) -> None:
+    if kernel != "moe":
+        raise WorkbenchError(f"experiments support kernel 'moe' only, not {kernel!r}.")
+
+
+def _percent(change: float) -> str:
+    return f"{-change:.0f}% faster" if change < 0 else f"{change:.0f}% slower"
+
+
+@dataclass
+class SweepResult:
+    """Rows of a sweep (one per value x tokens) and the run's metadata."""
+
+    meta: dict
+    rows: pd.DataFrame
+
+    @property
+    def param(self) -> str:
+        return self.meta["params"]["param"]
+
+    def table(self) -> pd.DataFrame:
+        """One row per value x tokens: status, median ms, quartiles, 95% interval, facts."""
+        return self.rows.reindex(columns=SWEEP_COLUMNS).reset_index(drop=True)
+
+    def figure(self):
+        """ms against tokens, one line per value, the median's 95% interval as a band."""
+        from workbench.report.experiment_figures import sweep_lines
+
+        return sweep_lines(self.table(), self.param, f"{self.meta['params']['kernel']} sweep")
+
+    def did_not_help(self, baseline_value) -> pd.DataFrame:
+        """The seed's "Things that did not help": per value against the baseline, the effect
+        range across token counts where both ran, and the failures (status at param=value)."""
+        table = self.table()
+        base = table[(table["value"] == baseline_value) & table["ms"].notna()]
+        base_ms = base.set_index("tokens")["ms"]
+        out = []
+        for value, group in table.groupby("value", sort=False):
+            failures = []
+            for status, bad in group[~group["status"].isin(["ok"])].groupby("status"):
+                label = FAILURE_LABELS.get(status, status)
+                where = f"{label} at {self.param}={value}"
+                if len(bad) < len(group):
+                    where += f" (tokens {', '.join(str(t) for t in bad['tokens'])})"
+                failures.append(where)
+            if value == baseline_value and not failures:
+                continue
+            timed = group[group["ms"].notna() & group["tokens"].isin(base_ms.index)]
+            changes = (timed["ms"].to_numpy() / base_ms[timed["tokens"]].to_numpy() - 1) * 100
+            if value == baseline_value or not len(changes):
+                effect = ""
+            elif len(changes) == 1 or changes.min() == changes.max():
+                effect = _percent(changes[0])
+            else:
+                effect = f"between {_percent(changes.min())} and {_percent(changes.max())}"
+            change = f"{self.param}={baseline_value} -> {value}"
+            if value == baseline_value:
+                change = f"{self.param}={value} (the baseline)"
+            out.append({"change": change,
+                        "effect": effect, "failures": "; ".join(failures)})  # fmt: skip
+        return pd.DataFrame(out, columns=["change", "effect", "failures"])
+
+    def to_html(self, path: str | Path, baseline_value=None) -> Path:
+        """A self-contained page: the figure, the table, optionally "did not help"."""
+        from workbench.report.html import HtmlPage
+
+        page = HtmlPage(f"Sweep of {self.param}").heading("Timings").figure(self.figure())
+        page.table(self.table(), caption="ms: median; ci: the median's 95% interval", digits=4)
+        if baseline_value is not None:
+            page.heading("Things that did not help").table(self.did_not_help(baseline_value))
+        return page.metadata(self.meta).write(path)
+
+
+@dataclass
+class AbResult:
+    """Rows of an A/B run (one per arm x tokens) and the ratio b/a per token count."""
+
+    meta: dict
+    rows: pd.DataFrame
+
+    def table(self) -> pd.DataFrame:
+        """Per tokens: both medians, ratio = median(b)/median(a) (below 1: b is faster), its
+        bootstrap 95% interval and whether it excludes 1 (the change exceeds the noise)."""
+        out = []
+        for tokens, group in self.rows.groupby("tokens"):
+            arms = {arm: row for arm, row in zip(group["arm"], group.to_dict("records"))}
+            a, b = arms.get("a", {}), arms.get("b", {})
+            line = {"tokens": tokens, "status_a": a.get("status"), "status_b": b.get("status"),
+                    "ms_a": a.get("ms"), "ms_b": b.get("ms")}  # fmt: skip
+            if isinstance(a.get("samples_ms"), list) and isinstance(b.get("samples_ms"), list):
+                line |= ratio(a["samples_ms"], b["samples_ms"])
+            out.append(line)
+        columns = ["tokens", "status_a", "status_b", "ms_a", "ms_b", "ratio", "ci_low",
+                   "ci_high", "significant"]  # fmt: skip
+        return pd.DataFrame(out).reindex(columns=columns)
+
+
+def _configs(settings: dict[str, dict], tokens: Sequence[int], fixed: dict) -> list[dict]:
+    """One worker config per (label, setting) x tokens; a setting may override the workload."""
+    repeats = {**REPEATS, **fixed.pop("repeats", {})}
+    configs = []
+    for label, setting in settings.items():
+        workload, shapes, params = _split({**fixed, **setting})
+        for t in tokens:
+            configs.append({"kernel": "moe", "label": label, "workload": workload,
+                            "shapes": shapes, "params": params, "tokens": int(t),
+                            "repeats": repeats})  # fmt: skip
+    return configs
+
+
+def sweep(
+    kernel: str,
+    param: str,
+    values: Sequence,
+    tokens: Sequence[int],
+    out: str | Path = "raw",
+    timeout_s: float = 600.0,
+    run_dir: str | Path | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    **fixed,
+) -> SweepResult:
+    """Time `kernel` at each value of `param` x tokens, the other settings in `fixed`.
+
+    `fixed` holds the workload (variant, fmt, routing, seed, preset, device), shape overrides
+    (RankShapes fields, for small tests), `repeats` (adaptive_repeats' arguments) and further
+    kernel keywords. Rerunning with the same `run_dir` resumes an interrupted sweep.
+    """
+    _check_kernel(kernel)
+    settings = {str(v): {param: v} for v in values}
+    configs = _configs(settings, tokens, dict(fixed))
+    for config, value in zip(configs, [v for v in values for _ in tokens]):
+        config |= {"param": param, "value": value}
+    meta = {"kind": "sweep", "params": {"kernel": kernel, "param": param, "values": list(values),
+            "tokens": list(tokens), "timeout_s": timeout_s, "fixed": fixed}}  # fmt: skip
+    path = _run_dir(out, run_dir, f"sweep-{kernel}-{param}")
+    run_configs(f"{__name__}.measure_moe", configs, path, meta, timeout_s, workers, progress)
+    return load_sweep(path)
+
+
+def ab(
+    a: dict,
+    b: dict,
+    tokens: Sequence[int],
+    kernel: str = "moe",
+    out: str | Path = "raw",
+    timeout_s: float = 600.0,
+    run_dir: str | Path | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    **fixed,
+) -> AbResult:
+    """Run settings `a` and `b` (kernel keywords, or workload keys such as variant) of the same
+    workload at each token count; `AbResult.table()` gives the ratio b/a with its interval."""
+    _check_kernel(kernel)
+    configs = _configs({"a": a, "b": b}, tokens, dict(fixed))
+    for config in configs:
+        config["arm"] = config["label"]
+    meta = {"kind": "ab", "params": {"kernel": kernel, "a": a, "b": b, "tokens": list(tokens),
+            "timeout_s": timeout_s, "fixed": fixed}}  # fmt: skip
+    path = _run_dir(out, run_dir, f"ab-{kernel}")
+    run_configs(f"{__name__}.measure_moe", configs, path, meta, timeout_s, workers, progress)
+    return load_ab(path)
+
+
+def _load(run_dir: str | Path, kind: str) -> tuple[dict, pd.DataFrame]:
+    meta = read_meta(run_dir)
+    if meta.get("kind") != kind:
+        raise ArtifactError(f"{run_dir} holds a {meta.get('kind')!r} run, not a {kind!r} one.")
+    rows = pd.DataFrame(read_rows(Path(run_dir)))
+    return meta, rows
+
+
+def load_sweep(run_dir: str | Path) -> SweepResult:
+    """A sweep from its run directory (rows.jsonl + run.json); no torch needed."""
+    meta, rows = _load(run_dir, "sweep")
+    if len(rows):
+        order = {v: i for i, v in enumerate(meta["params"]["values"])}
+        rows = rows.sort_values(["value", "tokens"], key=lambda c: c.map(order) if
+                                c.name == "value" else c, kind="stable")  # fmt: skip
+    return SweepResult(meta, rows)
+
+
+def load_ab(run_dir: str | Path) -> AbResult:
+    """An A/B run from its run directory; no torch needed."""
+    return AbResult(*_load(run_dir, "ab"))

@@ -1,0 +1,32 @@
+"""plotly figures of experiments: sweeps as lines with interval bands across token counts."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+
+def sweep_lines(table: pd.DataFrame, param: str, title: str) -> go.Figure:
+    """ms against tokens (log axes: token counts span 1 to 33863), one line per value, with the
+    median's 95% interval as a shaded band, so overlapping bands read as "no difference".
+    Configurations without a time (wrong, timeout, crash...) leave gaps."""
+    fig = go.Figure()
+    timed = table[table["ms"].notna()]
+    for i, (value, group) in enumerate(timed.groupby("value", sort=False)):
+        colour = qualitative.Plotly[i % len(qualitative.Plotly)]
+        group = group.sort_values("tokens")
+        band_x = list(group["tokens"]) + list(group["tokens"])[::-1]
+        band_y = list(group["ci_high"]) + list(group["ci_low"])[::-1]
+        fig.add_scatter(x=band_x, y=band_y, fill="toself", fillcolor=colour, opacity=0.2,
+                        line={"width": 0}, hoverinfo="skip", showlegend=False,
+                        legendgroup=str(value))  # fmt: skip
+        fig.add_scatter(x=group["tokens"], y=group["ms"], mode="lines+markers",
+                        name=f"{param}={value}", legendgroup=str(value),
+                        line={"color": colour}, customdata=group[["ci_low", "ci_high", "n"]],
+                        hovertemplate="%{x} tokens: %{y:.4f} ms<br>95% CI %{customdata[0]:.4f}"
+                        "-%{customdata[1]:.4f} (n=%{customdata[2]})<extra></extra>")  # fmt: skip
+    fig.update_xaxes(type="log", title="tokens")
+    fig.update_yaxes(type="log", title="ms (median, 95% interval)")
+    fig.update_layout(title=title, template="plotly_white")
+    return fig
