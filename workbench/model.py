@@ -451,7 +451,10 @@ class SyntheticModel:
 
     # ---- the run ------------------------------------------------------------------------
     @contextmanager
-    def _step(self, name: str) -> Iterator[None]:
+    def step_scope(self, name: str) -> Iterator[None]:
+        """The scope of one prefill chunk or decode step (`wb.prefill#i`, `wb.decode#i`),
+        synchronised at its end as a server does to sample. Subclasses extend it to mark a
+        step (the ncu target wraps one decode step in an NVTX range)."""
         with record_function(name):
             yield
         if self.on_gpu:
@@ -465,7 +468,7 @@ class SyntheticModel:
     ) -> None:
         """The prompt in chunks, eagerly, filling the cache."""
         for chunk, (start, size) in enumerate(plan.chunks()):
-            with self._step(f"wb.prefill#{chunk}"):
+            with self.step_scope(f"wb.prefill#{chunk}"):
                 with record_function("other"):
                     x = inputs["prompt"][start : start + size]
                 for i in range(self.layers):
@@ -510,7 +513,7 @@ class SyntheticModel:
         self.prefill(state, plan, inputs, tick)
         tokens = []
         for step in range(plan.decode_tokens):
-            with self._step(f"wb.decode#{step}"):
+            with self.step_scope(f"wb.decode#{step}"):
                 with record_function("other"):
                     state.load(inputs, step)
                 if replay is None:

@@ -279,7 +279,7 @@ def build_moe(args: TargetArgs) -> list[Workload]:
 class _MarkedModel(SyntheticModel):
     """The synthetic model, with chosen structural steps (e.g. `wb.decode#1`) run inside a mark.
 
-    The model runs every step inside its structural scope `_step(name)`; wrapping that scope is
+    The model runs every step inside its structural scope `step_scope(name)`; wrapping that scope is
     how one decode step, and nothing of the prefill around it, lands in an NVTX range.
     """
 
@@ -288,8 +288,8 @@ class _MarkedModel(SyntheticModel):
         self.marks: dict[str, Callable[[], AbstractContextManager]] = {}
 
     @contextmanager
-    def _step(self, name: str) -> Iterator[None]:
-        with super()._step(name), self.marks.get(name, nullcontext)():
+    def step_scope(self, name: str) -> Iterator[None]:
+        with super().step_scope(name), self.marks.get(name, nullcontext)():
             yield
 
 
