@@ -50,3 +50,17 @@ def test_help_names_every_command():
     ).stdout
     for command in ("profile", "show", "trace", "ncu", "ncu-report"):
         assert command in out
+
+
+def test_sweep_and_ab_from_the_command_line(tmp_path, capsys):
+    small = ["--param", "experts=8", "--param", "top_k=2", "--param", "hidden=64",
+             "--param", "expert_intermediate=32", "--param", "fmt=bf16"]  # fmt: skip
+    run_dir = tmp_path / "sweep"
+    code = main(["sweep", "moe", "num_stages", "1", "2", "--tokens", "3", "--baseline", "1",
+                 "--param", "variant=stock", *small, "--run-dir", str(run_dir)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "Did not help?" in out and "num_stages=1 -> 2" in out
+    assert (run_dir / "rows.jsonl").read_text().count("\n") == 2
+    code = main(["ab", "moe", "--a", "variant=stock", "--b", "variant=flat", "--tokens", "3",
+                 *small, "--run-dir", str(tmp_path / "ab")])  # fmt: skip
+    assert code == 0 and "ratio" in capsys.readouterr().out

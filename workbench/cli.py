@@ -134,6 +134,71 @@ def _bench(args) -> None:
     print(f"\nwritten to {table.attrs['path']}")
 
 
+def _value(text: str) -> object:
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _add_sweep(sub) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="time a kernel across values of one parameter, each in an isolated worker",
+        description=(
+            "Every VALUE of PARAM x every token count runs in its own worker process under a "
+            "watchdog; failures (wrong, spills, oom, compile-error, crash, timeout) are rows. "
+            "Rows go to OUT/<run-id>/rows.jsonl as they finish; --run-dir resumes a sweep."
+        ),
+    )
+    p.add_argument("kernel", choices=["moe"])
+    p.add_argument("param", help="the parameter to vary, e.g. num_stages, groups, rows")
+    p.add_argument("values", nargs="+", type=_value)
+    p.add_argument("--tokens", type=int, nargs="+", default=[6, 4096])
+    p.add_argument("--param", dest="fixed", type=_param, action="append", default=[],
+                   help="a fixed setting key=value (variant=stock, fmt=fp8, ...)")  # fmt: skip
+    p.add_argument("--baseline", type=_value, help="value to compare against (did not help)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per configuration")
+    p.add_argument("--out", default="raw")
+    p.add_argument("--run-dir", help="resume into this run directory")
+
+
+def _add_ab(sub) -> None:
+    p = sub.add_parser(
+        "ab", help="A/B two settings of one workload: ratio b/a with its 95% interval per size"
+    )
+    p.add_argument("kernel", choices=["moe"])
+    p.add_argument("--a", type=_param, action="append", required=True, help="key=value of A")
+    p.add_argument("--b", type=_param, action="append", required=True, help="key=value of B")
+    p.add_argument("--tokens", type=int, nargs="+", default=[6, 4096])
+    p.add_argument("--param", dest="fixed", type=_param, action="append", default=[])
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--out", default="raw")
+    p.add_argument("--run-dir")
+
+
+def _sweep(args) -> None:
+    import workbench
+
+    result = workbench.sweep(
+        args.kernel, args.param, args.values, args.tokens, out=args.out,
+        timeout_s=args.timeout, run_dir=args.run_dir, **dict(args.fixed),
+    )  # fmt: skip
+    print(result.table().round(4).to_string(index=False))
+    if args.baseline is not None:
+        print("\nDid not help?\n" + result.did_not_help(args.baseline).to_string(index=False))
+
+
+def _ab(args) -> None:
+    import workbench
+
+    result = workbench.ab(
+        dict(args.a), dict(args.b), args.tokens, kernel=args.kernel, out=args.out,
+        timeout_s=args.timeout, run_dir=args.run_dir, **dict(args.fixed),
+    )  # fmt: skip
+    print(result.table().round(4).to_string(index=False))
+
+
 def _add_ncu_report(sub) -> None:
     p = sub.add_parser("ncu-report", help="print the tables of any .ncu-rep (no GPU needed)")
     p.add_argument("report")
@@ -229,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ncu(sub)
     _add_ncu_report(sub)
     _add_bench(sub)
+    _add_sweep(sub)
+    _add_ab(sub)
     return parser
 
 
@@ -239,6 +306,8 @@ COMMANDS = {
     "ncu": _ncu,
     "ncu-report": _ncu_report,
     "bench": _bench,
+    "sweep": _sweep,
+    "ab": _ab,
 }
 
 
