@@ -165,7 +165,7 @@ def _add_sweep(sub) -> None:
 
 def _add_ab(sub) -> None:
     p = sub.add_parser(
-        "ab", help="A/B two settings of one workload: ratio b/a with its 95% interval per size"
+        "ab", help="A/B two settings of one workload: ratio b/a with its 95%% interval per size"
     )
     p.add_argument("kernel", choices=["moe"])
     p.add_argument("--a", type=_param, action="append", required=True, help="key=value of A")
