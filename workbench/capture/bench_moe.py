@@ -173,6 +173,15 @@ def measure(
     }
 
 
+def _report(bar: tqdm, row: dict) -> None:
+    """Print each row as it finishes, so a run cut off by its time limit keeps what it did."""
+    keys = ("kernel", "variant", "weight_dtype", "tokens", "routing", "ms", "ratio_to_floor",
+            "ratio_to_cublas", "regs", "spills", "status")  # fmt: skip
+    bar.write(" ".join(f"{k}={row[k]:.4g}" if isinstance(row.get(k), float) else
+                       f"{k}={row.get(k)}" for k in keys))  # fmt: skip
+    bar.update()
+
+
 def bench_moe(
     tokens: Sequence[int] = TOKENS,
     routings: Sequence[str] = ("uniform", "skewed"),
@@ -217,14 +226,14 @@ def bench_moe(
                         call = partial(VARIANTS[variant], *args, weights[fmt])
                         rows.append(measure("moe", variant, fmt, call, reference, problem, s,
                                             ceilings, dev))  # fmt: skip
-                        bar.update()
+                        _report(bar, rows[-1])
                     if fmt == "bf16" and peers:
                         for name, peer in (("torch_grouped_mm", grouped_mm_peer),
                                            ("cublas_loop", cublas_loop_peer)):  # fmt: skip
                             call = partial(peer, *args, *base)
                             rows.append(measure(name, "peer", fmt, call, reference, problem, s,
                                                 ceilings, dev))  # fmt: skip
-                            bar.update()
+                            _report(bar, rows[-1])
     table = pd.DataFrame(rows).reindex(columns=COLUMNS)
     meta = {
         "kind": "bench-moe",
