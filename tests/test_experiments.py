@@ -2,19 +2,16 @@
 spawned processes), and the "did not help" table from rows written by hand. No timing is
 asserted beyond its statistics being consistent."""
 
-import json
 import subprocess
 import sys
 
 import pytest
+from helpers import QUICK, SMALL, write_sweep
 
-from workbench.artifacts import SCHEMA_VERSION, read_meta, write_json_atomic
+from workbench.artifacts import read_meta
 from workbench.capture import experiments as ex
-from workbench.capture.workers import ROWS_FILE
+from workbench.capture.workers import ROWS_FILE, read_rows
 from workbench.errors import ArtifactError
-
-SMALL = {"experts": 8, "top_k": 2, "hidden": 64, "expert_intermediate": 32}
-QUICK = {"min_n": 5, "max_n": 8, "budget_s": 2.0}
 
 
 def test_a_small_sweep_gives_checked_rows_with_intervals_and_resumes(tmp_path):
@@ -25,7 +22,12 @@ def test_a_small_sweep_gives_checked_rows_with_intervals_and_resumes(tmp_path):
     assert list(table.columns) == ex.SWEEP_COLUMNS
     assert list(table["value"]) == [1, 2] and set(table["status"]) == {"ok"}
     assert (table["ci_low"] <= table["ms"]).all() and (table["ms"] <= table["ci_high"]).all()
-    assert (table["q1"] <= table["q3"]).all() and (table["n"] >= QUICK["min_n"]).all()
+    assert (table["q1"] <= table["q3"]).all()
+    # At least min_n samples, unless the time budget ran out first (a loaded CI machine).
+    stopped = {row["value"]: row["stopped"] for row in read_rows(tmp_path)}
+    assert all(
+        n >= QUICK["min_n"] or stopped[v] == "budget" for v, n in zip(table["value"], table["n"])
+    )
     assert (table["rel_error"] < 1e-3).all()
     assert read_meta(tmp_path)["kind"] == "sweep"
     lines = (tmp_path / ROWS_FILE).read_text()
@@ -49,19 +51,8 @@ def test_ab_reports_the_ratio_with_its_interval(tmp_path):
         ex.load_sweep(tmp_path)
 
 
-def _write_sweep(run_dir, rows):
-    params = {"kernel": "moe", "param": "rows", "values": [1, 2, 4, 8], "tokens": [1, 512]}
-    meta = {"kind": "sweep", "schema_version": SCHEMA_VERSION, "params": params}
-    write_json_atomic(run_dir / "run.json", meta)
-    with (run_dir / ROWS_FILE).open("w") as f:
-        for value, tokens, status, ms in rows:
-            row = {"param": "rows", "value": value, "tokens": tokens, "status": status,
-                   "ms": ms, "ci_low": ms, "ci_high": ms, "key": f"{value}-{tokens}"}  # fmt: skip
-            f.write(json.dumps(row) + "\n")
-
-
 def test_did_not_help_gives_effect_ranges_and_failures(tmp_path):
-    _write_sweep(tmp_path, [(1, 1, "ok", 1.0), (1, 512, "ok", 2.0),
+    write_sweep(tmp_path, [(1, 1, "ok", 1.0), (1, 512, "ok", 2.0),
                             (2, 1, "ok", 0.9), (2, 512, "ok", 2.5),
                             (4, 1, "spills", 1.2), (4, 512, "spills", 2.2),
                             (8, 1, "ok", 1.1), (8, 512, "timeout", None)])  # fmt: skip
@@ -75,7 +66,7 @@ def test_did_not_help_gives_effect_ranges_and_failures(tmp_path):
 
 
 def test_a_sweep_loads_without_torch(tmp_path):
-    _write_sweep(tmp_path, [(1, 1, "ok", 1.0), (2, 1, "ok", 0.5)])
+    write_sweep(tmp_path, [(1, 1, "ok", 1.0), (2, 1, "ok", 0.5)])
     code = (
         "import sys\nfrom workbench.capture.experiments import load_sweep\n"
         f"t = load_sweep({str(tmp_path)!r}).table()\n"

@@ -47,6 +47,8 @@ def test_command_line_is_exact():
         "wb:moe:stock:T=6/",
         "--nvtx-include",
         "wb:moe:stock:T=4096/",
+        "--kernel-name",
+        "regex:^(_|silu_reduce)",
         "--target-processes",
         "all",
         "-f",

@@ -107,10 +107,10 @@ class ProfileResult:
         replayed = int(decode["graph"].sum())
         matching = self.meta.get("graph_matching")
         if matching:
-            how = (
-                f"CUDA graphs; {matching['matched_by_position']} of "
-                f"{matching['graph_kernels']} replayed kernels attributed by position"
-            )
+            ranks = matching.values() if "graph_kernels" not in matching else [matching]
+            matched = sum(m["matched_by_position"] for m in ranks)  # tensor-parallel: per rank
+            total = sum(m["graph_kernels"] for m in ranks)
+            how = f"CUDA graphs; {matched} of {total} replayed kernels attributed by position"
         elif replayed:
             how = f"{replayed} of {len(decode)} kernels replayed from CUDA graphs, by name"
         else:

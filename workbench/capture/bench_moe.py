@@ -26,12 +26,12 @@ from kernels.moe import FORMATS, VARIANTS, MoeWeights, last_facts, moe_reference
 from workbench.artifacts import write_run
 from workbench.capture.ceilings import measure_ceilings
 from workbench.capture.environment import describe
+from workbench.capture.experiments import GRAPH_TOKENS
 from workbench.presets import RankShapes, draw_routing, get_preset
 
 TOKENS = (1, 6, 24, 48, 512, 4096, 33863)
 SCHEDULERS = ("stock", "multirow", "flat", "padded")
 PEERS = ("torch_grouped_mm", "cublas_loop")
-GRAPH_TOKENS = 48  # at or below: time CUDA graph replays (launch overhead out of the number)
 TOLERANCE = 2e-2  # relative error against the reference on the same dequantised weights
 COLUMNS = [
     "kernel", "variant", "weight_dtype", "tokens", "routing", "ms", "iqr_ms", "floor_ms",
@@ -100,9 +100,12 @@ def _median_iqr(times_ms: Sequence[float]) -> tuple[float, float]:
     return q2, q3 - q1
 
 
-def time_call(fn: Callable[[], object], device: torch.device, tokens: int) -> tuple[float, float]:
-    """(median ms, IQR ms). CUDA graph replays for decode sizes, do_bench otherwise; the
-    interpreter's CPU stand-in uses wall-clock repeats (for tests of this harness only)."""
+def time_call(
+    fn: Callable[[], object], device: torch.device, tokens: int, graphable: bool = True
+) -> tuple[float, float]:
+    """(median ms, IQR ms). CUDA graph replays for decode sizes, do_bench otherwise (and for
+    the peers, whose host-side routing cannot be captured); the interpreter's CPU stand-in
+    uses wall-clock repeats (for tests of this harness only)."""
     if device.type != "cuda":
         fn()
         times = []
@@ -113,7 +116,7 @@ def time_call(fn: Callable[[], object], device: torch.device, tokens: int) -> tu
         return _median_iqr(times)
     import triton.testing
 
-    if tokens <= GRAPH_TOKENS:
+    if tokens <= GRAPH_TOKENS and graphable:
         q = triton.testing.do_bench_cudagraph(fn, rep=100, quantiles=[0.25, 0.5, 0.75])
     else:
         q = triton.testing.do_bench(fn, warmup=25, rep=200, quantiles=[0.25, 0.5, 0.75])
@@ -153,7 +156,7 @@ def measure(
         row |= {"rel_error": error, "regs": regs, "spills": spills}
         if not error <= TOLERANCE:  # NaN too
             return row | {"status": "wrong"}
-        ms, iqr = time_call(call, device, tokens)
+        ms, iqr = time_call(call, device, tokens, graphable=kernel == "moe")
     except torch.OutOfMemoryError:
         return row | {"status": "oom"}
     except Exception as err:  # noqa: BLE001 (a failing configuration is a result of the sweep)

@@ -31,6 +31,7 @@ WORKLOAD = {"variant": "stock", "fmt": "fp8", "routing": "uniform", "seed": 0,
 # GPU defaults: at least 10 samples, at most 200 or 10 s, stop once the interval is < 2 %.
 REPEATS = {"min_n": 10, "max_n": 200, "rel_width": 0.02, "budget_s": 10.0}
 SHAPE_FIELDS = {f.name for f in fields(RankShapes)}
+GRAPH_TOKENS = 48  # at or below: time CUDA graph replays, as `workbench bench moe` does
 L2_FLUSH_BYTES = 256 * 2**20  # larger than any L2 (H200: 60 MB)
 SWEEP_COLUMNS = ["param", "value", "tokens", "status", "ms", "q1", "q3", "ci_low", "ci_high",
                  "n", "regs", "spills", "rel_error", "error"]  # fmt: skip
@@ -45,9 +46,11 @@ def _split(fixed: dict) -> tuple[dict, dict, dict]:
     return workload, shapes, params
 
 
-def _timer(fn: Callable[[], object], device) -> Callable[[], float]:
-    """One timed launch in ms: CUDA events after an L2 flush on a GPU, wall clock on the CPU
-    (the interpreter's stand-in, for tests of this machinery only). Warms up (compiles) first."""
+def _timer(fn: Callable[[], object], device, tokens: int) -> Callable[[], float]:
+    """One timed launch in ms. On a GPU: CUDA events after an L2 flush; decode sizes (tokens at
+    or below GRAPH_TOKENS) replay a CUDA graph of the launch, so the CPU cost of launching a
+    handful of small kernels is not counted as kernel time. On the CPU: wall clock (the
+    interpreter's stand-in, for tests of this machinery only). Warms up (compiles) first."""
     import torch
 
     fn()
@@ -60,13 +63,19 @@ def _timer(fn: Callable[[], object], device) -> Callable[[], float]:
 
         return wall
     torch.cuda.synchronize()
+    launch = fn
+    if tokens <= GRAPH_TOKENS:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        launch = graph.replay
     cache = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
 
     def events() -> float:
         cache.zero_()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        launch()
         end.record()
         end.synchronize()
         return start.elapsed_time(end)
@@ -104,7 +113,7 @@ def measure_moe(config: dict) -> dict:
     row = {"rel_error": error, "regs": regs, "spills": spills}
     if not error <= TOLERANCE:  # NaN too
         return row | {"status": "wrong"}
-    samples, stopped = adaptive_repeats(_timer(call, dev), **config["repeats"])
+    samples, stopped = adaptive_repeats(_timer(call, dev, tokens), **config["repeats"])
     stats = summarise(samples)
     return row | {
         "status": "spills" if spills else "ok",

@@ -41,6 +41,10 @@ from workbench.errors import ArtifactError, WorkbenchError
 
 TARGET_MODULE = "workbench.capture.ncu_target"
 NCU_OPTIONS = ("--set", "full", "--import-source", "yes", "--clock-control", "none")
+# The workbench's Triton kernels (`_counts_kernel`, `_flat_gate_up_kernel`, ...). A MoE range also
+# holds the launch's torch glue (zeros, casts, a reduction): profiling those too made a report of
+# 6 tokens 28 MB, and they are not what a MoE report is about.
+MOE_KERNELS = "regex:^(_|silu_reduce)"
 NCU_HOMES = "/usr/local/cuda/bin/ncu or /opt/nvidia/nsight-compute/<version>/ncu"
 TAIL_LINES = 40
 
@@ -63,6 +67,8 @@ def ncu_command(
     filters = [
         arg for name in target.range_names() for arg in ("--nvtx-include", nvtx_filter(name))
     ]
+    if target.kernel == "moe":
+        filters += ["--kernel-name", MOE_KERNELS]
     return [
         ncu,
         *NCU_OPTIONS,

@@ -1,0 +1,93 @@
+"""Time a short, hand-picked grid of tile settings of one MoE scheduler on the GPU, in one
+process (each setting checked against the reference first), to choose its defaults.
+
+    python scripts/tune_moe.py OUT_DIR [--variant flat] [--budget-s 120]
+
+Writes OUT_DIR/tune-<variant>.csv and prints one line per setting as it finishes. This is a
+developer's tool for picking defaults; `workbench sweep` is the product's isolated sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+import torch
+import triton.testing
+
+from kernels.moe import VARIANTS, MoeWeights, last_facts, moe_reference
+from workbench.capture.bench_moe import _relative_error
+from workbench.presets import draw_routing, get_preset
+
+PREFILL = [
+    {},  # the current defaults
+    dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3),
+    dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=4),
+    dict(block_m=128, block_n=64, block_k=64, num_warps=4, num_stages=4),
+    dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3),
+    dict(block_m=64, block_n=256, block_k=64, num_warps=8, num_stages=3),
+    dict(block_m=64, block_n=128, block_k=128, num_warps=8, num_stages=3),
+    dict(block_m=128, block_n=128, block_k=128, num_warps=8, num_stages=2),
+]
+DECODE = [
+    {},
+    dict(swap_ab=True),
+    dict(block_n=64, block_k=128),
+    dict(block_n=128, block_k=128, num_stages=3),
+    dict(block_n=256, block_k=128, num_stages=3, num_warps=8),
+    dict(block_n=64, block_k=256, num_stages=3),
+    dict(block_n=128, block_k=64, num_stages=6),
+    dict(block_n=128, block_k=128, split_k=1),
+    dict(block_n=64, block_k=64, num_stages=4, num_warps=2),
+]
+CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),
+         ("bf16", 6, DECODE[:4])]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--variant", default="flat")
+    parser.add_argument("--budget-s", type=float, default=120.0)
+    args = parser.parse_args()
+    deadline = time.monotonic() + args.budget_s
+    dev = torch.device("cuda")
+    s = get_preset("dsv4-flash-tp2").rank_shapes()
+    gen = torch.Generator(device=dev).manual_seed(0)
+    gate_up = torch.randn(s.experts, 2 * s.expert_intermediate, s.hidden, generator=gen,
+                          device=dev, dtype=torch.bfloat16) * s.hidden**-0.5  # fmt: skip
+    down = torch.randn(s.experts, s.hidden, s.expert_intermediate, generator=gen, device=dev,
+                       dtype=torch.bfloat16) * s.expert_intermediate**-0.5  # fmt: skip
+    weights = {fmt: MoeWeights.quantize(gate_up, down, fmt) for fmt in ("bf16", "fp8")}
+    rows = []
+    for fmt, tokens, grid in CASES:
+        ids, route = draw_routing(tokens, s.experts, s.top_k, "uniform", tokens)
+        x = torch.randn(tokens, s.hidden, generator=gen, device=dev, dtype=torch.bfloat16)
+        problem = (x, torch.from_numpy(ids).to(dev), torch.from_numpy(route).to(dev))
+        reference = moe_reference(*problem, weights[fmt])
+        for params in grid:
+            if time.monotonic() > deadline:
+                break
+            row = {"variant": args.variant, "fmt": fmt, "tokens": tokens, **params}
+            call = partial(VARIANTS[args.variant], *problem, weights[fmt], **params)
+            try:
+                row["rel_error"] = _relative_error(call(), reference)
+                facts = [f for f in last_facts().values() if f.n_regs is not None]
+                row["regs"] = max(f.n_regs for f in facts)
+                row["spills"] = max(f.n_spills for f in facts)
+                bench = (triton.testing.do_bench_cudagraph if tokens <= 48
+                         else triton.testing.do_bench)  # fmt: skip
+                row["ms"] = bench(call, return_mode="median")
+            except Exception as err:  # noqa: BLE001 (a failing setting is a result)
+                row["error"] = f"{type(err).__name__}: {str(err)[:100]}"
+            print(row, flush=True)
+            rows.append(row)
+    args.out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(args.out / f"tune-{args.variant}.csv", index=False)
+
+
+if __name__ == "__main__":
+    main()
