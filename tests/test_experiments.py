@@ -29,7 +29,8 @@ def test_a_small_sweep_gives_checked_rows_with_intervals_and_resumes(tmp_path):
         n >= QUICK["min_n"] or stopped[v] == "budget" for v, n in zip(table["value"], table["n"])
     )
     assert (table["rel_error"] < 1e-3).all()
-    assert read_meta(tmp_path)["kind"] == "sweep"
+    meta = read_meta(tmp_path)
+    assert meta["kind"] == "sweep" and meta["environment"]["torch"]
     lines = (tmp_path / ROWS_FILE).read_text()
     again = ex.sweep("moe", "num_stages", [1, 2], [3], **args)  # resumes: nothing to run
     assert (tmp_path / ROWS_FILE).read_text() == lines

@@ -40,8 +40,21 @@ from kernels.moe.tiles import (
 SCHEDULES = ("static", "ticket")
 CPU_PROGRAMS = 4
 ITEMS_PER_PROGRAM = 4  # automatic split-K aims for at least this many items per program
-DECODE_TILES = Tiles(block_m=16, block_n=128, block_k=64, split_k=None, num_warps=4, num_stages=4)
-PREFILL_TILES = Tiles(block_m=64, block_n=128, block_k=64, split_k=1, num_warps=8, num_stages=3)
+# Chosen on the H200 at the TP2-rank shape (scripts/tune_moe.py; raw/h200-x2-tune-flat.csv):
+# decode, T=6: bf16 0.325 ms (was 0.374 with 64-deep K tiles), fp8 0.343 ms (was 0.435); the
+# wider fp8 tile streams twice the columns per program to hide the in-kernel dequantisation.
+# Prefill, T=33863: bf16 20.0 ms (was 24.3 with 64-row tiles). fp8 keeps 64-row tiles: 128-row
+# ones were faster (40-45 ms against 46) but spilled 50+ registers.
+DECODE_TILES = {
+    "bf16": Tiles(block_m=16, block_n=128, block_k=128, split_k=None, num_warps=4, num_stages=3),
+    "fp8": Tiles(block_m=16, block_n=256, block_k=128, split_k=None, num_warps=8, num_stages=3),
+    "int4": Tiles(block_m=16, block_n=128, block_k=64, split_k=None, num_warps=4, num_stages=4),
+}
+PREFILL_TILES = {
+    "bf16": Tiles(block_m=128, block_n=128, block_k=64, split_k=1, num_warps=8, num_stages=4),
+    "fp8": Tiles(block_m=64, block_n=128, block_k=128, split_k=1, num_warps=8, num_stages=3),
+    "int4": Tiles(block_m=64, block_n=128, block_k=64, split_k=1, num_warps=8, num_stages=3),
+}
 PREFILL_ROWS = 32  # mean rows per active expert from which 64-row tiles pay off
 
 
@@ -191,12 +204,12 @@ def _flat_down_kernel(
             )  # fmt: skip
 
 
-def default_tiles(shape: MoeShape) -> Tiles:
-    """Decode-like calls get 16-row, 128-column tiles with automatic split-K (weight streaming);
-    prefill-like calls get 64 x 128 x 64 tiles on 8 warps (compute-bound)."""
+def default_tiles(shape: MoeShape, fmt: str) -> Tiles:
+    """Decode-like calls get 16-row tiles with automatic split-K (weight streaming);
+    prefill-like calls get 64- or 128-row tiles on 8 warps (compute-bound); per format."""
     slots = shape.tokens * shape.top_k
     rows_per_expert = slots / min(shape.experts, slots)
-    return PREFILL_TILES if rows_per_expert >= PREFILL_ROWS else DECODE_TILES
+    return (PREFILL_TILES if rows_per_expert >= PREFILL_ROWS else DECODE_TILES)[fmt]
 
 
 def auto_split_k(row_tiles: int, col_tiles: int, programs: int) -> int:
@@ -224,7 +237,7 @@ def moe_flat(
     """Routed-expert output (T, H) in x.dtype, same contract as moe_reference.
 
     num_programs defaults to the SM count (4 on the CPU). None tile options come from
-    default_tiles(shape); split_k None picks a split per projection (auto_split_k), an int
+    default_tiles(shape, fmt); split_k None picks a split per projection (auto_split_k), an int
     applies to both. Kernel facts of the call: kernels.moe.last_facts().
     """
     if schedule not in SCHEDULES:

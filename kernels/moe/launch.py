@@ -83,14 +83,14 @@ def prepare(
     topk_weights: Tensor,
     weights: MoeWeights | tuple[Tensor, Tensor] | Tensor,
     w_down: Tensor | None,
-    defaults: Tiles | Callable[[MoeShape], Tiles],
+    defaults: Tiles | Callable[[MoeShape, str], Tiles],
     **options: object,
 ) -> tuple[MoeWeights, MoeShape, Tiles]:
     """The prologue every scheduler entry point shares: weights in one type, inputs checked,
     the scheduler's default tiles (fixed, or chosen from the shape) with the caller's options."""
     weights = as_moe_weights(weights, w_down)
     shape = validate_moe_inputs(x, topk_ids, topk_weights, weights)
-    base = defaults(shape) if callable(defaults) else defaults
+    base = defaults(shape, weights.fmt) if callable(defaults) else defaults
     tiles = base.override(**options)
     tiles.check(weights)
     return weights, shape, tiles

@@ -126,7 +126,7 @@ def padded_layout(topk_ids: Tensor, experts: int, block_m: int) -> tuple[Tensor,
     return padded_slots, block_experts
 
 
-def default_tiles(shape: MoeShape) -> Tiles:
+def default_tiles(shape: MoeShape, fmt: str) -> Tiles:
     """16-row blocks when experts get few rows (decode), 64 x 128 x 64 on 8 warps otherwise."""
     slots = shape.tokens * shape.top_k
     rows_per_expert = slots / min(shape.experts, slots)
@@ -150,7 +150,7 @@ def moe_padded(
 ) -> Tensor:
     """Routed-expert output (T, H) in x.dtype, same contract as moe_reference.
 
-    None options come from default_tiles(shape). Kernel facts: kernels.moe.last_facts().
+    None options come from default_tiles(shape, fmt). Kernel facts: kernels.moe.last_facts().
     """
     with recording():
         weights, shape, tiles = prepare(

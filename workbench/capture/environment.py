@@ -28,11 +28,12 @@ def _run(cmd: list[str]) -> str | None:
 
 
 def _git() -> dict:
-    """The commit of the code that ran. A copy of the tree without .git (as the GPU machine
-    gets) reads it from WORKBENCH_GIT_COMMIT, which the capture scripts pass along."""
-    commit = _run(["git", "rev-parse", "HEAD"])
-    if commit is None and os.environ.get("WORKBENCH_GIT_COMMIT"):
+    """The commit of the code that ran. WORKBENCH_GIT_COMMIT, which the capture scripts pass
+    along, wins: the GPU machine's copy of the tree may carry a stale .git (or none), whose
+    HEAD is not the code that ran."""
+    if os.environ.get("WORKBENCH_GIT_COMMIT"):
         return {"commit": os.environ["WORKBENCH_GIT_COMMIT"], "dirty": None, "source": "env"}
+    commit = _run(["git", "rev-parse", "HEAD"])
     dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
     return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
 

@@ -124,6 +124,14 @@ def measure_moe(config: dict) -> dict:
     }
 
 
+def _environment() -> dict:
+    """GPU, driver, versions and commit of the machine the workers run on (imports torch, which
+    only capturing needs; loading a sweep does not)."""
+    from workbench.capture.environment import describe
+
+    return describe()
+
+
 def _run_dir(out: str | Path, run_dir: str | Path | None, name: str) -> Path:
     if run_dir is not None:
         return Path(run_dir)
@@ -264,7 +272,8 @@ def sweep(
     for config, value in zip(configs, [v for v in values for _ in tokens]):
         config |= {"param": param, "value": value}
     meta = {"kind": "sweep", "params": {"kernel": kernel, "param": param, "values": list(values),
-            "tokens": list(tokens), "timeout_s": timeout_s, "fixed": fixed}}  # fmt: skip
+            "tokens": list(tokens), "timeout_s": timeout_s, "fixed": fixed},
+            "environment": _environment()}  # fmt: skip
     path = _run_dir(out, run_dir, f"sweep-{kernel}-{param}")
     run_configs(f"{__name__}.measure_moe", configs, path, meta, timeout_s, workers, progress)
     return load_sweep(path)
@@ -289,7 +298,7 @@ def ab(
     for config in configs:
         config["arm"] = config["label"]
     meta = {"kind": "ab", "params": {"kernel": kernel, "a": a, "b": b, "tokens": list(tokens),
-            "timeout_s": timeout_s, "fixed": fixed}}  # fmt: skip
+            "timeout_s": timeout_s, "fixed": fixed}, "environment": _environment()}  # fmt: skip
     path = _run_dir(out, run_dir, f"ab-{kernel}")
     run_configs(f"{__name__}.measure_moe", configs, path, meta, timeout_s, workers, progress)
     return load_ab(path)
