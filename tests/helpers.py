@@ -1,7 +1,29 @@
-"""Assertion helpers shared by the test modules."""
+"""Helpers shared by the test modules: assertions, stand-ins for ncu_report's objects,
+hand-written experiment rows, headless notebook runs and a real headless Chromium.
+
+nbformat and ncu_report are imported where they are used: the GPU machine, which runs the kernel
+tests through this module, has neither."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+from workbench.artifacts import SCHEMA_VERSION, write_json_atomic
+from workbench.capture.workers import ROWS_FILE
+
+if TYPE_CHECKING:
+    import nbformat
+
+CHROMIUM = "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parents[1]
+SCREENSHOTS = ROOT / "test-artifacts"  # ignored by git; CI keeps it as the test artifacts
 
 
 def relative_error(out: Tensor, ref: Tensor) -> float:
@@ -13,3 +35,291 @@ def relative_error(out: Tensor, ref: Tensor) -> float:
     ref_norm = ref64.norm().item()
     assert ref_norm > 0, "reference is all zeros: the comparison would prove nothing"
     return (out64 - ref64).norm().item() / ref_norm
+
+
+def real_reports() -> list[str]:
+    """The Nsight Compute reports from the GPU machine under ncu/ (WORKBENCH_NCU_REPORTS: a glob
+    of others)."""
+    pattern = os.environ.get("WORKBENCH_NCU_REPORTS", str(ROOT / "ncu" / "*.ncu-rep"))
+    return sorted(glob.glob(pattern))
+
+
+# ---- stand-ins for ncu_report's objects: what NcuReport reads, with made-up numbers ----------
+class Metric:
+    def __init__(self, value, unit="", per_pc=None):
+        self._value, self._unit, self._per_pc = value, unit, per_pc or {}
+
+    def value(self):
+        return self._value
+
+    def unit(self):
+        return self._unit
+
+    def num_instances(self):
+        return len(self._per_pc)
+
+    def as_double(self, k):
+        return float(list(self._per_pc.values())[k])
+
+    def as_uint64(self, k):  # correlation ids are instruction addresses
+        return list(self._per_pc)[k]
+
+    def correlation_ids(self):
+        return self if self._per_pc else None
+
+
+class Place:
+    def __init__(self, file, line):
+        self._file, self._line = file, line
+
+    def file_name(self):
+        return self._file
+
+    def line(self):
+        return self._line
+
+
+class Domain:
+    def __init__(self, name, push_pop):
+        self._name, self._push_pop = name, tuple(push_pop)
+
+    def name(self):
+        return self._name
+
+    def push_pop_ranges(self):
+        return self._push_pop
+
+    def start_end_ranges(self):
+        return ()
+
+
+class Nvtx:
+    def __init__(self, ranges):
+        self._domain = Domain("<default domain>", ranges)
+
+    def domains(self):
+        return (0,)
+
+    def domain_by_id(self, i):
+        return self._domain
+
+
+class Rule:
+    def __init__(self, name, kind, message, speedup=None):
+        self._name, self._kind, self._message, self._speedup = name, kind, message, speedup
+
+    def has_rule_message(self):
+        return True
+
+    def rule_message(self):
+        return {"title": self._name, "message": self._message, "type": self._kind}
+
+    def has_speedup_estimation(self):
+        return self._speedup is not None
+
+    def speedup_estimation(self):
+        import ncu_report
+
+        return {"type": ncu_report.SpeedupType.LOCAL, "speedup": self._speedup}
+
+    def section_identifier(self):
+        return "WarpStateStats"
+
+    def name(self):
+        return self._name
+
+
+STOCK = "/repo/kernels/moe/stock.py"
+SOURCE = "\n".join(f"line {i}" for i in range(1, 101))
+BASE = 0x7F0000
+
+
+class Action:
+    """What NcuReport reads of an ncu_report IAction, with made-up numbers."""
+
+    def __init__(self, kernel, metrics, ranges=(), rules=()):
+        self._kernel, self._metrics, self._ranges, self._rules = kernel, metrics, ranges, rules
+
+    def name(self, base=None):
+        return self._kernel if base is None else f"void {self._kernel}(...)"
+
+    def metric_names(self):
+        return tuple(self._metrics)
+
+    def metric_by_name(self, name):
+        return self._metrics.get(name)
+
+    def nvtx_state(self):
+        return Nvtx(self._ranges) if self._ranges else None
+
+    def source_info(self, pc):  # 0x10 and 0x20 are line 40, 0x30 line 41, 0x40 has no line
+        lines = {BASE + 0x10: 40, BASE + 0x20: 40, BASE + 0x30: 41}
+        return Place(STOCK, lines[pc]) if pc in lines else None
+
+    def source_files(self):
+        return {STOCK: SOURCE}
+
+    def sass_by_pc(self, pc):
+        return f"  LDG.E R{pc - BASE}, [R2.64]  "
+
+    def rule_results(self):
+        return self._rules
+
+
+def moe_action(
+    scale=1.0, ranges=("wb:moe:stock:T=6",), rules=(), kernel="_gate_up_kernel"
+) -> Action:
+    stall = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+    sampled = "smsp__pcsamp_warps_issue_stalled_{}"
+    pcs = {
+        "barrier": {BASE + 0x10: 30, BASE + 0x30: 6},
+        "wait": {BASE + 0x20: 20, BASE + 0x40: 4},
+        "selected": {BASE + 0x30: 40},
+        "no_instructions": {},
+    }
+    metrics = {
+        "gpu__time_duration.sum": Metric(41000.0 * scale, "ns"),
+        "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": Metric(18.0 * scale, "%"),
+        "sm__inst_issued.avg.pct_of_peak_sustained_elapsed": Metric(51.0, "%"),  # 2nd choice
+        "launch__registers_per_thread": Metric(128, "register/thread"),
+        "launch__occupancy_limit_registers": Metric(3),
+        "launch__occupancy_limit_shared_mem": Metric(4),
+        "launch__occupancy_limit_warps": Metric(3),
+        "launch__occupancy_limit_blocks": Metric(32),
+        "launch__function_pcs": Metric(BASE, per_pc={BASE: 1}),
+        stall.format("barrier"): Metric(1.61),
+        stall.format("wait"): Metric(1.38),
+        stall.format("selected"): Metric(1.0),
+        stall.format("no_instruction"): Metric(0.25),
+        sampled.format("barrier_not_issued"): Metric(99, per_pc={BASE + 0x10: 99}),
+    }
+    for reason, per_pc in pcs.items():
+        metrics[sampled.format(reason)] = Metric(sum(per_pc.values()), per_pc=per_pc)
+    return Action(kernel, metrics, ranges, rules)
+
+
+# ---- experiments -----------------------------------------------------------------------------
+SMALL = {"experts": 8, "top_k": 2, "hidden": 64, "expert_intermediate": 32}  # MoE shape overrides
+QUICK = {"min_n": 5, "max_n": 8, "budget_s": 2.0}  # adaptive repeats, enough for statistics
+
+
+def cpu_experiments(out: Path) -> Path:
+    """A real sweep and A/B run, made here by the workbench's own machinery (worker processes,
+    reference check, adaptive repeats) at a tiny shape: what notebooks and reports read while
+    no sweep from the GPU machine is committed. Times are the interpreter's, not a GPU's."""
+    from workbench.capture import experiments as ex
+
+    common = {"out": out, "fmt": "bf16", "repeats": QUICK, "workers": 2, "progress": False,
+              "timeout_s": 300, **SMALL}  # fmt: skip
+    ex.sweep("moe", "num_stages", [1, 2], [3, 17], variant="stock", **common)
+    ex.ab({"variant": "stock"}, {"variant": "flat"}, [3], **common)
+    return out
+
+
+def write_sweep(run_dir: Path, rows, param: str = "rows", values=(1, 2, 4, 8)) -> None:
+    """A sweep's run.json and rows.jsonl from (value, tokens, status, ms) tuples: the statuses a
+    CPU run cannot produce (spills, timeouts) for the tables that read them."""
+    params = {"kernel": "moe", "param": param, "values": list(values), "tokens": [1, 512]}
+    meta = {"kind": "sweep", "schema_version": SCHEMA_VERSION, "params": params}
+    write_json_atomic(run_dir / "run.json", meta)
+    with (run_dir / ROWS_FILE).open("w") as f:
+        for value, tokens, status, ms in rows:
+            row = {"param": param, "value": value, "tokens": tokens, "status": status,
+                   "ms": ms, "ci_low": ms, "ci_high": ms, "key": f"{value}-{tokens}"}  # fmt: skip
+            f.write(json.dumps(row) + "\n")
+
+
+# ---- notebooks -------------------------------------------------------------------------------
+def run_notebook(path: Path, timeout_s: int = 300) -> nbformat.NotebookNode:
+    """Execute a notebook headless (nbclient) in its own folder, as JupyterLab would; the
+    kernel inherits this process's environment (WORKBENCH_* variables pick the artifacts)."""
+    import nbformat
+
+    from workbench.report.notebook_export import execute
+
+    notebook = nbformat.read(path, as_version=4)
+    execute(notebook, path.parent, timeout_s)
+    return notebook
+
+
+def outputs(notebook: nbformat.NotebookNode, kind: str | None = None) -> list:
+    """Every output of the code cells (of one output_type)."""
+    found = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    return [o for o in found if kind in (None, o.output_type)]
+
+
+def printed(notebook: nbformat.NotebookNode) -> str:
+    return "".join(o.get("text", "") for o in outputs(notebook, "stream"))
+
+
+# ---- a real browser --------------------------------------------------------------------------
+def open_in_chromium(page_path: Path, screenshot: Path, full_page: bool = True) -> dict:
+    """Load a page from disk in headless Chromium; report console errors, requests that leave
+    the file, figures (plotly divs), the figures drawn (an SVG with traces), tables and the
+    text. Saves a screenshot."""
+    from playwright.sync_api import sync_playwright
+
+    errors, remote = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on(
+            "request", lambda r: remote.append(r.url) if not r.url.startswith("file:") else None
+        )
+        page.goto(page_path.resolve().as_uri(), wait_until="load")
+        page.wait_for_function(
+            "Array.from(document.querySelectorAll('.plotly-graph-div'))"
+            ".every(d => d.querySelector('svg.main-svg'))",
+            timeout=30_000,
+        )
+        found = page.evaluate(
+            "() => ({figures: document.querySelectorAll('.plotly-graph-div').length,"
+            " drawn: Array.from(document.querySelectorAll('.plotly-graph-div'))"
+            ".filter(d => d.querySelectorAll('svg.main-svg g.trace').length > 0).length,"
+            " tables: document.querySelectorAll('table.data').length,"
+            " text: document.body.innerText})"
+        )
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(screenshot), full_page=full_page)
+        browser.close()
+    return {"errors": errors, "remote": remote, **found}
+
+
+def chromium_missing() -> bool:
+    """Browser tests skip without Debian's chromium, except in CI, where they must run."""
+    return not Path(CHROMIUM).exists() and not os.environ.get("CI")
+
+
+def moe_call(variant: str, tokens: int, scale: float = 1.0) -> list[Action]:
+    """One MoE call as ncu sees it: the gate-up and down GEMMs (41 and 20.5 us at scale 1) and
+    an expert-count kernel of 1 us, all inside the call's NVTX range."""
+    nvtx = (f"wb:moe:{variant}:T={tokens}",)
+    counts = Action("_counts_kernel", {"gpu__time_duration.sum": Metric(1.0, "us")}, nvtx)
+    return [
+        moe_action(scale, nvtx, kernel=f"_{variant}_gate_up_kernel"),
+        moe_action(scale / 2, nvtx, kernel=f"_{variant}_down_kernel"),
+        counts,
+    ]
+
+
+def stand_in_reports():
+    """A capture set as the GPU machine writes it: stock at 6 and 4096 tokens in one report,
+    flat at 6 tokens (20% faster, same counters otherwise) in another, with their metadata."""
+    from workbench.analysis.ncu import NcuReport
+
+    env = {"gpu": {"name": "NVIDIA H200"}, "date": "2026-11-29", "git": {"commit": "0123456789ab"}}
+
+    def meta(variant, tokens):
+        return {"kind": "ncu", "kernel": "moe", "variant": variant, "tokens": tokens,
+                "params": {"fmt": "fp8"}, "ncu_version": "2025.3.1",
+                "environment": env}  # fmt: skip
+
+    stock_calls = moe_call("stock", 6) + moe_call("stock", 4096, 3.0)
+    stock = NcuReport(Path("moe-stock-T6-4096.ncu-rep"), stock_calls, meta("stock", [6, 4096]))
+    flat = NcuReport(Path("moe-flat-T6.ncu-rep"), moe_call("flat", 6, 0.8), meta("flat", [6]))
+    return [stock, flat]

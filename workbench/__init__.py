@@ -115,20 +115,23 @@ def profile(
     progress: bool = True,
     keep_trace: bool = False,
     cuda_graphs: bool | None = None,
+    hybrid_m: int | None = None,
     **shape_overrides: int,
 ) -> ProfileResult:
     """Profile a prefill of `prompt_tokens` then `decode_tokens` decode steps of the model.
 
-    On a GPU the default preset is `dsv4-flash-tp2` and times are GPU kernel times; without
-    one it is `tiny`, the Triton kernels are replaced by their torch references, and times are
-    CPU op times (the result's notes say so). `prefill_chunk=None` prefills in one pass;
-    `streams` tokens are decoded per step. `shape_overrides` change preset fields (e.g.
-    `top_k=8`, `layers=2`). `cuda_graphs` (default: on a GPU) replays each decode step as a
-    CUDA graph, as serving engines do; replayed kernels are attributed by their position in an
-    eager run of the same step. Without `tp`, one process profiles one rank of the preset's
-    tensor parallelism alone; `tp=N` runs N ranks through torch.distributed (NCCL on GPUs,
-    gloo on CPUs) with their all-reduces, merged with a `rank` column and a rank-skew table
-    (under torchrun, rank 0 returns the result and the other ranks None). Writes
+    On a GPU the default preset is `dsv4-flash-tp2` and times are GPU kernel times; without one
+    it is `tiny`, the Triton kernels are replaced by their torch references, and times are CPU
+    op times (the result's notes say so). `dense` is `bf16` (cuBLAS), `w8a16`, `w8a8` or
+    `hybrid` (W8A16 up to `hybrid_m` rows, default $DENSE_HYBRID_M or 128, W8A8 above), the FP8
+    ones on weights quantised once; `attention` is `torch` or `triton`. `prefill_chunk=None`
+    prefills in one pass; `streams` tokens are decoded per step. `shape_overrides` change preset
+    fields (e.g. `top_k=8`, `layers=2`). `cuda_graphs` (default: on a GPU) replays each decode
+    step as a CUDA graph, as serving engines do; replayed kernels are attributed by their
+    position in an eager run of the same step. Without `tp`, one process profiles one rank of
+    the preset's tensor parallelism alone; `tp=N` runs N ranks through torch.distributed (NCCL
+    on GPUs, gloo on CPUs) with their all-reduces, merged with a `rank` column and a rank-skew
+    table (under torchrun, rank 0 returns the result and the other ranks None). Writes
     `out/<run-id>/` (with the gzipped Chrome trace too when `keep_trace`).
     """
     from workbench.capture.profile_run import resolve, run_profile
@@ -149,6 +152,7 @@ def profile(
         cuda_graphs=cuda_graphs,
         tp=tp,
         shape_overrides=shape_overrides,
+        hybrid_m=hybrid_m,
     )
     if tp is None:
         return run_profile(spec, out, progress, keep_trace)

@@ -32,8 +32,11 @@ def _add_profile(sub) -> None:
     p.add_argument("--decode-tokens", type=int, default=64, help="decode steps (64)")
     p.add_argument("--preset", help="model preset (default: dsv4-flash-tp2 on a GPU, else tiny)")
     p.add_argument("--moe", default="stock", help="MoE kernel variant (stock)")
-    p.add_argument("--dense", default="bf16", help="dense GEMM variant (bf16)")
-    p.add_argument("--attention", default="torch", help="sparse attention variant (torch)")
+    p.add_argument("--dense", default="bf16", help="dense GEMM variant: bf16, w8a16, w8a8, hybrid")
+    p.add_argument(
+        "--hybrid-m", type=int, help="--dense hybrid: largest M for W8A16 ($DENSE_HYBRID_M or 128)"
+    )
+    p.add_argument("--attention", default="torch", help="sparse attention: torch or triton")
     p.add_argument("--routing", default="uniform", help="uniform or skewed (uniform)")
     p.add_argument("--streams", type=int, default=1, help="tokens per decode step (1)")
     p.add_argument(
@@ -105,24 +108,31 @@ def _add_bench(sub) -> None:
         help="benchmark kernels against their physical floor and peers (GPU)",
         description=(
             "bench moe: every MoE scheduler x weight format, and the torch._grouped_mm and "
-            "per-expert cuBLAS peers, at the TP2-rank shape; each checked against the reference "
-            "before it is timed, with the copy bandwidth and cuBLAS rates measured in the same "
-            "run. Writes OUT/bench-moe-<date>/bench.csv and prints it."
+            "per-expert cuBLAS peers, at the TP2-rank shape. bench dense: every dense backend "
+            "(bf16, w8a16, w8a8, hybrid) over one layer's dense projections at each M (--tokens), "
+            "and the seed's decode/prefill A/B table. bench attention: the indexer and sparse "
+            "attention, torch and triton, at decode (2K, 46K context) and a 4096-token prefill "
+            "chunk. Each row is checked against the reference before it is timed, with the copy "
+            "bandwidth and cuBLAS rates measured in the same run. Writes "
+            "OUT/bench-KERNEL-<date>/bench.csv and prints it."
         ),
     )
-    p.add_argument("kernel", choices=["moe"])
-    p.add_argument("--tokens", type=int, nargs="+", default=None)
+    p.add_argument("kernel", choices=["moe", "dense", "attention"])
+    p.add_argument("--tokens", type=int, nargs="+", default=None, help="token counts (dense: M)")
     p.add_argument("--routing", nargs="+", default=["uniform", "skewed"])
     p.add_argument("--variants", nargs="+", default=None)
     p.add_argument("--formats", nargs="+", default=None)
     p.add_argument("--no-peers", action="store_true")
+    p.add_argument("--block", type=int, default=32, help="dense: FP8 block edge (32)")
+    p.add_argument("--hybrid-m", type=int, help="dense: largest M of hybrid's W8A16 path")
+    p.add_argument("--no-ab", action="store_true", help="dense: skip the seed's A/B table")
     p.add_argument("--out", default="raw")
 
 
-def _bench(args) -> None:
+def _bench_moe(args):
     from workbench.capture import bench_moe as bench
 
-    table = bench.bench_moe(
+    return bench.bench_moe(
         tokens=args.tokens or bench.TOKENS,
         routings=args.routing,
         variants=args.variants or bench.SCHEDULERS,
@@ -130,6 +140,30 @@ def _bench(args) -> None:
         peers=not args.no_peers,
         out=args.out,
     )
+
+
+def _bench_dense(args):
+    from workbench.capture import bench_dense as bench
+
+    return bench.bench_dense(
+        ms=args.tokens or bench.M_SWEEP,
+        variants=args.variants or bench.BACKENDS,
+        ab=not args.no_ab,
+        block=args.block,
+        hybrid_m=args.hybrid_m,
+        out=args.out,
+    )
+
+
+def _bench_attention(args):
+    from workbench.capture import bench_attention as bench
+
+    return bench.bench_attention(variants=args.variants or bench.VARIANTS, out=args.out)
+
+
+def _bench(args) -> None:
+    run = {"moe": _bench_moe, "dense": _bench_dense, "attention": _bench_attention}
+    table = run[args.kernel](args)
     print(table.round(3).to_string(index=False))
     print(f"\nwritten to {table.attrs['path']}")
 
@@ -248,6 +282,7 @@ def _profile(args) -> None:
         progress=not args.no_progress,
         cuda_graphs=args.cuda_graphs,
         keep_trace=args.keep_trace,
+        hybrid_m=args.hybrid_m,
     )
     if result is None:  # a rank other than 0 under torchrun: rank 0 reports
         return
@@ -282,6 +317,44 @@ def _trace(args) -> None:
         print(f"report: {result.to_html(args.html)}")
 
 
+def _add_report(sub) -> None:
+    p = sub.add_parser(
+        "report",
+        help="the seed report's tables from artifacts, on one self-contained HTML page",
+        description=(
+            "Rebuild every table of the seed report that the ARTIFACTS support (run "
+            "directories, .ncu-rep files, or folders of them; default: raw and ncu), with "
+            "figures, a contents list and each artifact's metadata. A table whose artifacts "
+            "are absent says so and names the command that makes them. Works without a GPU."
+        ),
+    )
+    p.add_argument("artifacts", nargs="*", help="run directories, reports or folders")
+    p.add_argument("--html", metavar="PATH", required=True, help="where to write the page")
+
+
+def _report(args) -> None:
+    from workbench.report.seed_report import write_report
+
+    print(f"report: {write_report(args.artifacts, args.html)}")
+
+
+def _add_export_notebook(sub) -> None:
+    p = sub.add_parser(
+        "export-notebook", help="a notebook as an HTML page that opens offline (no CDN)"
+    )
+    p.add_argument("notebook")
+    p.add_argument("--html", metavar="PATH", required=True, help="where to write the page")
+    p.add_argument("--execute", action="store_true", help="run the notebook first")
+    p.add_argument("--timeout", type=int, default=600, help="seconds per cell with --execute")
+
+
+def _export_notebook(args) -> None:
+    from workbench.report.notebook_export import export_notebook
+
+    page = export_notebook(args.notebook, args.html, run=args.execute, timeout_s=args.timeout)
+    print(f"notebook: {page}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="workbench",
@@ -296,6 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(sub)
     _add_sweep(sub)
     _add_ab(sub)
+    _add_report(sub)
+    _add_export_notebook(sub)
     return parser
 
 
@@ -308,6 +383,8 @@ COMMANDS = {
     "bench": _bench,
     "sweep": _sweep,
     "ab": _ab,
+    "report": _report,
+    "export-notebook": _export_notebook,
 }
 
 

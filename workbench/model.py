@@ -9,13 +9,19 @@ category, phase, step and layer of each kernel from these scopes (see `analysis/
 Routing is drawn at random with a seed (`presets.draw_routing`) so that its skew is under
 control; the router GEMM and its top-k still run, for their cost, but their choice is replaced
 by the draw.
+
+Dense projections run the chosen dense variant; an FP8 variant gets its weights quantised once,
+when the model is built. The router (part of the MoE) and the LM head stay in bf16, as FP8
+checkpoints of DeepSeek-style models ship them.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -31,9 +37,16 @@ from workbench.presets import Preset, RankShapes, draw_routing
 
 # Variants that are Triton kernels, so they need a GPU; on the CPU their torch reference runs.
 TORCH_REFERENCE = {"moe": "reference", "dense": "bf16", "attention": "torch"}
+# The dense projections of a layer: each a weight that SyntheticModel.linear multiplies by.
+DENSE_WEIGHTS = ("q_a", "q_b", "kv", "index_q", "index_k", "index_w", "o_b", "shared_gate_up",
+                 "shared_down")  # fmt: skip
 
 
-def _pick(kind: str, name: str, table: dict[str, Callable]) -> Callable:
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+def _pick(kind: str, name: str, table: dict) -> Callable:
     try:
         return table[name]
     except KeyError:
@@ -175,6 +188,13 @@ class LayerWeights:
         )
         self.shared_down = init.take((h, shared), cols=own)
 
+    def quantize_dense(self, fmt: str) -> None:
+        """Store every dense projection (and each output-projection group) as DenseWeights in
+        `fmt`, replacing the bf16 tensors: done once, so no GEMM pays for quantisation."""
+        for name in DENSE_WEIGHTS:
+            setattr(self, name, dense_kernels.DenseWeights.quantize(getattr(self, name), fmt))
+        self.o_a = [dense_kernels.DenseWeights.quantize(w, fmt) for w in self.o_a]
+
 
 class Cache:
     """Per-layer latent KV and indexer keys: the prompt first, then each stream's decode tail.
@@ -253,7 +273,12 @@ class SyntheticModel:
         device: torch.device | str = "cpu",
         layers: int | None = None,
         shard: Shard | None = None,
+        hybrid_m: int | None = None,
+        interpret: bool = False,
     ):
+        """`hybrid_m`: the largest row count the `hybrid` dense variant sends to W8A16 (None:
+        $DENSE_HYBRID_M, else 128). `interpret`: run the chosen Triton variants on the CPU too,
+        under TRITON_INTERPRET=1 (for tests; slow), instead of their torch references."""
         self.preset = preset
         # Without a shard, one process simulates rank 0 of the preset's own TP degree.
         self.shard = shard or Shard(tp=preset.simulated_tp)
@@ -268,19 +293,34 @@ class SyntheticModel:
         self.variants = {"moe": moe, "dense": dense, "attention": attention}
         self.check_variants(**self.variants)
         self.on_gpu = self.device.type == "cuda"
-        # Triton kernels need a GPU; the CPU runs the torch references, and says so.
+        if interpret and not self.on_gpu and not _interpreting():
+            raise WorkbenchError(
+                "interpret=True runs the Triton kernels on the CPU, which needs TRITON_INTERPRET=1 "
+                "set before triton is imported; set it or use a GPU."
+            )
+        # Triton kernels need a GPU (or the interpreter); the CPU runs the torch references,
+        # and says so.
         self.kernels_run = {
-            kind: name if self.on_gpu else TORCH_REFERENCE[kind]
+            kind: name if self.on_gpu or interpret else TORCH_REFERENCE[kind]
             for kind, name in self.variants.items()
         }
         self.moe_fn = _pick("moe", self.kernels_run["moe"], moe_kernels.VARIANTS)
-        self.linear = _pick("dense", self.kernels_run["dense"], dense_kernels.VARIANTS)
-        self.attend = _pick("attention", self.kernels_run["attention"], attention_kernels.VARIANTS)
+        dense_name = self.kernels_run["dense"]
+        self.linear = _pick("dense", dense_name, dense_kernels.VARIANTS)
+        if dense_name == "hybrid":
+            self.linear = partial(self.linear, hybrid_m=hybrid_m)
+        self.attention = _pick(
+            "attention", self.kernels_run["attention"], attention_kernels.VARIANTS
+        )
         distinct = min(preset.distinct_weight_sets, self.layers)
         self.weights = [
             LayerWeights(full, self.shard, self.device, self.dtype, seed * 1000 + i)
             for i in range(distinct)
         ]
+        dense_format = dense_kernels.WEIGHT_FORMAT[dense_name]
+        if dense_format != "bf16":
+            for weights in self.weights:
+                weights.quantize_dense(dense_format)
         self.vocab_part = self.shard.part(full.vocab)  # vocab-parallel LM head
         self.lm_head = _SeededInit(self.device, self.dtype, seed + 7).take(
             (full.vocab, full.hidden), rows=[self.vocab_part]
@@ -393,7 +433,7 @@ class SyntheticModel:
         with record_function("other"):
             xn = rms_norm(x_last, self.final_norm)
         with record_function("dense"):
-            logits = self.linear(xn, self.lm_head)
+            logits = dense_kernels.linear(xn, self.lm_head)  # bf16, as checkpoints ship it
         with record_function("other"):
             best, index = logits.max(-1)
             index = index + self.vocab_part.start
@@ -411,22 +451,22 @@ class SyntheticModel:
 
     # ---- attention over the cache -------------------------------------------------------
     def _prefill_attention(self, cache: Cache, layer: int, start: int, size: int) -> Callable:
-        s, end = self.shapes, start + size
+        s, end, attn = self.shapes, start + size, self.attention
 
         def attend_to(q, kv, index_q, index_k, index_w):
             with record_function("other"):
                 cache.kv[layer][start:end] = kv
                 cache.keys[layer][start:end] = index_k
             with record_function("attention"):
-                scores = attention_kernels.indexer_scores(index_q, index_w, cache.keys[layer][:end])
                 pos = torch.arange(start, end, device=self.device)
-                chosen = attention_kernels.select_positions(scores, pos, s.index_topk, s.window)
-                return self.attend(q, cache.kv[layer][:end], chosen)
+                scores = attn.indexer_scores(index_q, index_w, cache.keys[layer][:end], pos)
+                chosen = attn.select_positions(scores, pos, s.index_topk, s.window)
+                return attn.attend(q, cache.kv[layer][:end], chosen)
 
         return attend_to
 
     def _decode_attention(self, state: DecodeState, layer: int) -> Callable:
-        s, cache = self.shapes, state.cache
+        s, cache, attn = self.shapes, state.cache, self.attention
         prompt, tail, streams = cache.prompt, cache.tail, state.streams
 
         def attend_to(q, kv, index_q, index_k, index_w):
@@ -436,16 +476,16 @@ class SyntheticModel:
                 cache.kv[layer][rows] = kv
                 keys[rows] = index_k
             with record_function("attention"):
-                prompt_scores = attention_kernels.indexer_scores(index_q, index_w, keys[:prompt])
+                prompt_scores = attn.indexer_scores(index_q, index_w, keys[:prompt])
                 # Score each stream's whole tail buffer: slots after the current step hold
                 # stale values, but select_positions never picks a position after the query.
                 tail_keys = keys[prompt : prompt + streams * tail]
-                both = attention_kernels.indexer_scores(index_q, index_w, tail_keys)
+                both = attn.indexer_scores(index_q, index_w, tail_keys)
                 own = both.view(streams, streams, tail).diagonal().T
                 scores = torch.cat([prompt_scores, own], dim=1)
                 pos = prompt + state.step.expand(streams)
-                virtual = attention_kernels.select_positions(scores, pos, s.index_topk, s.window)
-                return self.attend(q, cache.kv[layer], cache.virtual_to_flat(virtual))
+                virtual = attn.select_positions(scores, pos, s.index_topk, s.window)
+                return attn.attend(q, cache.kv[layer], cache.virtual_to_flat(virtual))
 
         return attend_to
 

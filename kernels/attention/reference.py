@@ -8,11 +8,18 @@ import torch
 from torch import Tensor
 
 
-def indexer_scores(q_idx: Tensor, weights: Tensor, k_idx: Tensor, query_block: int = 512) -> Tensor:
+def indexer_scores(
+    q_idx: Tensor,
+    weights: Tensor,
+    k_idx: Tensor,
+    query_pos: Tensor | None = None,
+    query_block: int = 512,
+) -> Tensor:
     """Indexer score of every key for every query, (Q, L) float32.
 
     score[q, j] = sum_h weights[q, h] * relu(q_idx[q, h] . k_idx[j]). The dot products run in the
-    input dtype (as the indexer kernel does); the weighted head sum runs in fp32.
+    input dtype; the weighted head sum runs in fp32. With `query_pos` (Q,), the scores are
+    causal: keys after a query's position score -inf (a kernel skips them).
     """
     num_q, heads, dim = q_idx.shape
     if weights.shape != (num_q, heads) or k_idx.dim() != 2 or k_idx.shape[1] != dim:
@@ -26,6 +33,10 @@ def indexer_scores(q_idx: Tensor, weights: Tensor, k_idx: Tensor, query_block: i
         dots = torch.relu(torch.matmul(q_idx[start:stop], k_idx.T))  # (b, h, L)
         head_weights = weights[start:stop, None, :].float()  # (b, 1, h)
         scores[start:stop] = torch.matmul(head_weights, dots.float()).squeeze(1)
+    if query_pos is not None:
+        keys = torch.arange(k_idx.shape[0], device=scores.device)
+        future = keys[None, :] > query_pos.to(scores.device)[:, None]
+        scores.masked_fill_(future, float("-inf"))
     return scores
 
 

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from kernels.dense import hybrid_threshold
 from workbench.analysis.graphs import attribute_graph_replays
 from workbench.analysis.trace import kernel_table, read_chrome_trace
 from workbench.artifacts import read_meta, write_run
@@ -56,6 +57,7 @@ class ProfileSpec:
     cuda_graphs: bool
     tp: int | None
     shape_overrides: dict = field(default_factory=dict)
+    hybrid_m: int | None = None  # dense="hybrid" only: the largest M sent to W8A16
 
     @property
     def plan(self) -> Plan:
@@ -82,6 +84,7 @@ def resolve(
     cuda_graphs: bool | None,
     tp: int | None,
     shape_overrides: dict,
+    hybrid_m: int | None = None,
 ) -> ProfileSpec:
     """Check everything that can be checked before any work, and fill in the defaults."""
     if device is None:
@@ -100,6 +103,7 @@ def resolve(
         )
     if routing not in ROUTINGS:
         raise WorkbenchError(f"unknown routing '{routing}'; known: {', '.join(ROUTINGS)}")
+    hybrid_m = _hybrid_m(dense, hybrid_m)
     spec = ProfileSpec(
         prompt_tokens,
         decode_tokens,
@@ -115,6 +119,7 @@ def resolve(
         graphs,
         tp,
         dict(shape_overrides),
+        hybrid_m,
     )
     chosen = spec.model_preset()
     chosen.validate()
@@ -130,6 +135,22 @@ def resolve(
     SyntheticModel.check_variants(moe=moe, dense=dense, attention=attention)
     _check_memory(chosen, plan, torch.device(device), tp)
     return spec
+
+
+def _hybrid_m(dense: str, hybrid_m: int | None) -> int | None:
+    """The hybrid threshold the run will use (given, else $DENSE_HYBRID_M, else 128), so the
+    run's metadata records it; None for the other dense variants, which take none."""
+    if dense != "hybrid":
+        if hybrid_m is not None:
+            raise WorkbenchError(
+                f"hybrid_m={hybrid_m} applies to dense='hybrid' only, not dense='{dense}'; "
+                "drop it or pick the hybrid variant."
+            )
+        return None
+    try:
+        return hybrid_threshold(hybrid_m)
+    except ValueError as err:
+        raise WorkbenchError(str(err)) from None
 
 
 def _check_memory(preset: Preset, plan: Plan, device: torch.device, tp: int | None) -> None:
@@ -175,6 +196,7 @@ def capture_rank(
             seed=spec.seed,
             device=device,
             shard=shard,
+            hybrid_m=spec.hybrid_m,
         )
         if device.type == "cuda":
             warmup = plan.warmup()

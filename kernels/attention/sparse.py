@@ -1,0 +1,190 @@
+"""Top-k sparse attention over one shared latent KV head, as one Triton kernel (plus a combine
+for the decode form).
+
+Every query attends to the cache rows its index names (its top-k picks and its sliding
+window; -1 marks an unused slot), with keys and values the same latent row, as in MLA. All
+heads of a query share those rows, so a program takes a block of heads of one query and
+gathers each selected row once for all of them, with a flash-attention online softmax in fp32.
+
+Prefill has thousands of queries, so one program per (query, head block) fills the GPU.
+Decode has one to a few queries: the selected slots are then split across programs that
+each write an unnormalised partial (sum, max, denominator), and a second kernel combines
+them (flash-decoding). A query with no valid slot gets zeros, never NaN; the -inf of masked
+slots never meets another -inf in a subtraction.
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from kernels.moe.compiled import launch, recording
+from kernels.moe.routing import dot_options, sm_count
+
+LOG2E = 1 / math.log(2)  # the kernel works in powers of two: exp(x) = exp2(x * LOG2E)
+OFF_GPU_SMS = 4
+
+
+@triton.jit
+def _sparse_attention_kernel(
+    q_ptr, kv_ptr, index_ptr, out_ptr, part_ptr, stats_ptr, Q, heads, n_sel, per_split,
+    scale_log2, stride_qq, stride_qh, stride_kv, stride_iq, stride_oq, stride_oh,
+    DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    query = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    split = tl.program_id(2)
+    h_ok = h < heads
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < DIM
+    q = tl.load(q_ptr + query * stride_qq + h[:, None] * stride_qh + d[None, :],
+                mask=h_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+    if UPCAST:
+        q = q.to(tl.float32)
+    m = tl.full((BLOCK_H,), float("-inf"), tl.float32)  # running max, log2 units
+    l = tl.zeros((BLOCK_H,), tl.float32)  # noqa: E741 (the softmax denominator, as in papers)
+    acc = tl.zeros((BLOCK_H, BLOCK_D), tl.float32)
+    lo = split * per_split
+    hi = tl.minimum(lo + per_split, n_sel)
+    for n0 in range(lo, hi, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        idx = tl.load(index_ptr + query * stride_iq + n, mask=n < hi, other=-1)
+        valid = idx >= 0
+        kv = tl.load(kv_ptr + idx.to(tl.int64)[:, None] * stride_kv + d[None, :],
+                     mask=valid[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+        if UPCAST:
+            kv = kv.to(tl.float32)
+        s = tl.dot(q, tl.trans(kv), input_precision=PRECISION) * scale_log2
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # all masked so far: any finite
+        alpha = tl.exp2(m - m_ref)
+        p = tl.exp2(s - m_ref[:, None])
+        l = l * alpha + tl.sum(p, axis=1)  # noqa: E741
+        acc = acc * alpha[:, None] + tl.dot(p.to(kv.dtype), kv, input_precision=PRECISION)
+        m = m_new
+    if SPLIT:
+        row = (split * Q + query) * heads + h  # part (splits, Q, heads, D), stats (..., 2)
+        tl.store(part_ptr + row[:, None] * DIM + d[None, :], acc,
+                 mask=h_ok[:, None] & d_ok[None, :])  # fmt: skip
+        tl.store(stats_ptr + row * 2, m, mask=h_ok)
+        tl.store(stats_ptr + row * 2 + 1, l, mask=h_ok)
+    else:
+        out = acc / tl.where(l > 0, l, 1.0)[:, None]  # no valid slot: acc is 0, so is out
+        tl.store(out_ptr + query * stride_oq + h[:, None] * stride_oh + d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=h_ok[:, None] & d_ok[None, :])  # fmt: skip
+
+
+@triton.jit
+def _combine_kernel(
+    part_ptr, stats_ptr, out_ptr, Q, heads, splits, stride_oq, stride_oh,
+    DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    query = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_ok = h < heads
+    d = tl.arange(0, BLOCK_D)
+    mask = h_ok[:, None] & (d < DIM)[None, :]
+    m = tl.full((BLOCK_H,), float("-inf"), tl.float32)
+    l = tl.zeros((BLOCK_H,), tl.float32)  # noqa: E741
+    acc = tl.zeros((BLOCK_H, BLOCK_D), tl.float32)
+    for split in range(0, splits):
+        row = (split * Q + query) * heads + h
+        m_s = tl.load(stats_ptr + row * 2, mask=h_ok, other=float("-inf"))
+        l_s = tl.load(stats_ptr + row * 2 + 1, mask=h_ok, other=0.0)
+        part = tl.load(part_ptr + row[:, None] * DIM + d[None, :], mask=mask, other=0.0)
+        m_new = tl.maximum(m, m_s)
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        a = tl.exp2(m - m_ref)
+        b = tl.exp2(m_s - m_ref)
+        l = l * a + l_s * b  # noqa: E741
+        acc = acc * a[:, None] + part * b[:, None]
+        m = m_new
+    out = acc / tl.where(l > 0, l, 1.0)[:, None]
+    tl.store(out_ptr + query * stride_oq + h[:, None] * stride_oh + d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=mask)  # fmt: skip
+
+
+def _check(q: Tensor, kv: Tensor, index: Tensor) -> None:
+    if (
+        q.dim() != 3
+        or kv.dim() != 2
+        or kv.shape[1] != q.shape[2]
+        or index.dim() != 2
+        or index.shape[0] != q.shape[0]
+    ):
+        raise ValueError(
+            f"sparse_attention expects q (Q, heads, D), kv (N, D), index (Q, n_sel); got "
+            f"{tuple(q.shape)}, {tuple(kv.shape)}, {tuple(index.shape)}"
+        )
+    if 0 in q.shape or index.shape[1] == 0:
+        raise ValueError("sparse_attention needs at least one query, head and selected slot.")
+    if q.dtype != kv.dtype or q.dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"q and kv must both be bf16 or fp32, got {q.dtype} and {kv.dtype}.")
+    if index.is_floating_point():
+        raise ValueError(f"index must be an integer tensor of cache rows, got {index.dtype}.")
+    if q.stride(2) != 1 or kv.stride(1) != 1 or index.stride(1) != 1:
+        raise ValueError("q, kv and index must be contiguous in their last dim.")
+
+
+def default_splits(queries: int, head_blocks: int, n_blocks: int, device: torch.device) -> int:
+    """Splits of the selected slots: 1 when queries fill the GPU (prefill), else enough for
+    about two programs per SM, keeping at least two slot blocks per split (decode)."""
+    programs = queries * head_blocks
+    sms = sm_count(device) or OFF_GPU_SMS
+    if programs >= 2 * sms:
+        return 1
+    return max(1, min(triton.cdiv(n_blocks, 2), triton.cdiv(2 * sms, programs)))
+
+
+def sparse_attention_triton(
+    q: Tensor,
+    kv: Tensor,
+    index: Tensor,
+    scale: float | None = None,
+    block_h: int = 16,
+    block_n: int = 32,
+    splits: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int = 2,
+) -> Tensor:
+    """Attention of each query over the kv rows named by `index` (-1 = unused), (Q, heads, D),
+    as `reference.sparse_attention` defines it (scale defaults to D**-0.5). Index values must
+    be -1 or rows of kv (not checked: that would read the index back, a sync).
+
+    `splits` of the selected slots default to `default_splits`; `num_warps` to 8 from head
+    dimension 256 up, where a (block_h, D) fp32 accumulator alone takes 64 registers a thread
+    at 4 warps."""
+    _check(q, kv, index)
+    (num_q, heads, dim), n_sel = q.shape, index.shape[1]
+    scale = dim**-0.5 if scale is None else scale
+    block_h = min(block_h, max(16, triton.next_power_of_2(heads)))
+    head_blocks, n_blocks = triton.cdiv(heads, block_h), triton.cdiv(n_sel, block_n)
+    splits = splits or default_splits(num_q, head_blocks, n_blocks, q.device)
+    per_split = triton.cdiv(n_blocks, min(splits, n_blocks)) * block_n
+    splits = triton.cdiv(n_sel, per_split)  # no split left empty
+    out = torch.empty_like(q)
+    part = stats = out  # stand-ins the unsplit kernel never writes
+    if splits > 1:
+        part = torch.empty(splits, num_q, heads, dim, dtype=torch.float32, device=q.device)
+        stats = torch.empty(splits, num_q, heads, 2, dtype=torch.float32, device=q.device)
+    precision, upcast = dot_options(q.dtype)
+    block_d = max(16, triton.next_power_of_2(dim))
+    num_warps = num_warps or (8 if block_d >= 256 else 4)
+    with recording():
+        launch(
+            _sparse_attention_kernel, (num_q, head_blocks, splits), q, kv, index, out, part,
+            stats, num_q, heads, n_sel, per_split, scale * LOG2E, q.stride(0), q.stride(1),
+            kv.stride(0), index.stride(0), out.stride(0), out.stride(1), DIM=dim,
+            BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_D=block_d, SPLIT=splits > 1,
+            PRECISION=precision, UPCAST=upcast, num_warps=num_warps, num_stages=num_stages,
+        )  # fmt: skip
+        if splits > 1:
+            launch(
+                _combine_kernel, (num_q, head_blocks), part, stats, out, num_q, heads, splits,
+                out.stride(0), out.stride(1), DIM=dim, BLOCK_H=block_h, BLOCK_D=block_d,
+            )  # fmt: skip
+    return out

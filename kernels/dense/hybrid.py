@@ -1,0 +1,41 @@
+"""Hybrid dense GEMM: W8A16 for small batches, W8A8 for large ones (the seed's DENSE_HYBRID_M).
+
+W8A16 wins while a GEMM streams its weight (decode: half the bytes of bf16, no activation
+quantisation), W8A8 once it is compute-bound (FP8 tensor cores at twice the bf16 rate), so one
+row count decides. Both take the same FP8 weights, so switching costs nothing at run time.
+"""
+
+import os
+
+from torch import Tensor
+
+from kernels.dense.formats import DenseWeights
+from kernels.dense.w8a8 import linear_w8a8
+from kernels.dense.w8a16 import linear_w8a16
+
+DEFAULT_HYBRID_M = 128
+ENV = "DENSE_HYBRID_M"
+
+
+def hybrid_threshold(hybrid_m: int | None = None) -> int:
+    """The largest M that takes W8A16: `hybrid_m`, else $DENSE_HYBRID_M, else 128."""
+    source = "hybrid_m"
+    if hybrid_m is None:
+        text = os.environ.get(ENV)
+        if text is None:
+            return DEFAULT_HYBRID_M
+        source = f"${ENV}"
+        try:
+            hybrid_m = int(text)
+        except ValueError:
+            raise ValueError(f"{source}={text!r} is not an integer; set it to e.g. 128.") from None
+    if not isinstance(hybrid_m, int) or hybrid_m < 0:
+        raise ValueError(f"{source}={hybrid_m!r} must be an integer >= 0 (0: always W8A8).")
+    return hybrid_m
+
+
+def linear_hybrid(x: Tensor, weights: DenseWeights, hybrid_m: int | None = None) -> Tensor:
+    """x @ W.T through W8A16 when x has at most `hybrid_threshold(hybrid_m)` rows, else W8A8."""
+    if x.shape[0] <= hybrid_threshold(hybrid_m):
+        return linear_w8a16(x, weights)
+    return linear_w8a8(x, weights)

@@ -1,0 +1,150 @@
+"""Host and device plumbing shared by the dense GEMM kernels: tile options, split-K plans, the
+program-to-tile order, and the output store with its split-K reduction.
+
+Both FP8 kernels (w8a16, w8a8) go through these, so their profiles differ only in how they
+multiply. Split-K (small M) writes fp32 partial sums to a (splits, M, N) buffer, and the last
+split of each output tile to arrive (an atomic count per tile) sums them and writes the tile:
+one launch per GEMM. A separate reduction kernel would cost a launch per projection, about as
+long as a decode-size projection itself.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from kernels.moe.routing import sm_count
+
+WARPS = (1, 2, 4, 8, 16)
+GROUP_M = 8  # row tiles per group in the program order (L2 reuse of weight tiles at large M)
+OFF_GPU_SMS = 4  # what the split-K plan assumes under the interpreter: a few programs
+LOCKS = 4096  # arrival counters kept per device; split GEMMs have fewer tiles than 2 per SM
+_locks: dict[torch.device, Tensor] = {}
+
+
+@dataclass(frozen=True)
+class GemmTiles:
+    """Launch options of one GEMM. split_k None lets the plan fill the GPU for small M."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    split_k: int | None = None
+
+    def override(self, **options: object) -> "GemmTiles":
+        """These tiles with every option that is not None replaced."""
+        return dataclasses.replace(self, **{k: v for k, v in options.items() if v is not None})
+
+    def check(self) -> None:
+        """Reject options that would not compile."""
+        for name in ("block_m", "block_n", "block_k"):
+            size = getattr(self, name)
+            if not isinstance(size, int) or size < 16 or size & (size - 1):
+                raise ValueError(
+                    f"{name}={size!r} must be a power of two >= 16 (tl.arange and tl.dot need "
+                    "it), e.g. 16, 32, 64 or 128."
+                )
+        if self.block_k < 32:
+            raise ValueError(
+                f"block_k={self.block_k} must be at least 32: FP8 MMAs reduce over 32 elements."
+            )
+        if self.split_k is not None and (not isinstance(self.split_k, int) or self.split_k < 1):
+            raise ValueError(f"split_k={self.split_k!r} must be an integer >= 1; 1 means no split.")
+        if self.num_warps not in WARPS:
+            raise ValueError(f"num_warps={self.num_warps!r} must be one of {WARPS}.")
+        if not isinstance(self.num_stages, int) or self.num_stages < 1:
+            raise ValueError(f"num_stages={self.num_stages!r} must be an integer >= 1.")
+
+    def sub_k(self, qblock: int) -> int:
+        """K width of one MMA: a K tile is cut into sub-tiles that each lie in one scale block
+        (both are powers of two, so the smaller divides the larger)."""
+        return min(self.block_k, qblock)
+
+
+def split_plan(tiles: GemmTiles, m: int, n: int, k: int, device: torch.device) -> tuple[int, int]:
+    """(splits, K elements per split): whole K tiles per split, no split left empty.
+
+    Without an explicit split_k, small-M GEMMs split K until there are about two programs per
+    SM: a decode GEMM with N = 64 would otherwise stream its whole weight through one SM.
+    """
+    k_tiles = triton.cdiv(k, tiles.block_k)
+    want = tiles.split_k
+    if want is None:
+        programs = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
+        want = triton.cdiv(2 * (sm_count(device) or OFF_GPU_SMS), programs)
+    per_split = triton.cdiv(k_tiles, min(want, k_tiles))
+    return triton.cdiv(k_tiles, per_split), per_split * tiles.block_k
+
+
+def outputs(
+    m: int, n: int, tiles: int, splits: int, dtype: torch.dtype, device: torch.device
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(y, part, locks): the output, the fp32 partial-sum buffer and the per-tile arrival
+    counters (y stands in for both when not split).
+
+    The counters are zero between calls (the last split of a tile resets its counter), so one
+    zeroed buffer per device serves every split GEMM on its stream, and CUDA graphs replay
+    them without a memset. It is made by the first split GEMM on the device, which in
+    practice runs eagerly (a check or a warm-up) before any graph capture.
+    """
+    y = torch.empty(m, n, dtype=dtype, device=device)
+    if splits == 1:
+        return y, y, y
+    part = torch.empty(splits, m, n, dtype=torch.float32, device=device)
+    locks = _locks.get(device)
+    if locks is None or locks.numel() < tiles:
+        locks = _locks[device] = torch.zeros(max(tiles, LOCKS), dtype=torch.int32, device=device)
+    return y, part, locks
+
+
+@triton.jit
+def program_tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr):
+    """(row tile, column tile) of this program, row tiles grouped so neighbours share columns.
+
+    Programs that run together then read the same weight tiles, which stay in L2 at large M.
+    """
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP * tiles_n
+    first_m = (pid // per_group) * GROUP
+    rows_in_group = tl.minimum(tiles_m - first_m, GROUP)
+    pid_m = first_m + (pid % per_group) % rows_in_group
+    pid_n = (pid % per_group) // rows_in_group
+    return pid_m, pid_n
+
+
+@triton.jit
+def store_tile(
+    y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps,
+    SPLIT: tl.constexpr,
+):  # fmt: skip
+    """y[rows, cols] = acc in y's dtype. With SPLIT, acc goes to part[split] and the tile's
+    last split to arrive writes y[rows, cols] = the sum of part[:, rows, cols] instead.
+
+    The barrier puts every thread's partial before the count (the acq_rel atomic releases
+    them GPU-wide); the summing program reads the partials from L2 (.cg), then resets the
+    count for the next GEMM on the stream.
+    """
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    y_ptrs = y_ptr + rows[:, None] * stride_ym + cols[None, :]
+    if SPLIT:
+        splits = tl.num_programs(1)
+        offsets = rows[:, None] * N + cols[None, :]
+        tl.store(part_ptr + tl.program_id(1).to(tl.int64) * stride_ps + offsets, acc, mask=mask)
+        tl.debug_barrier()
+        lock = locks_ptr + tl.program_id(0)
+        if tl.atomic_add(lock, 1, sem="acq_rel") == splits - 1:
+            total = tl.zeros_like(acc)
+            for split in range(0, splits):
+                partial_ptrs = part_ptr + split * stride_ps + offsets
+                total += tl.load(partial_ptrs, mask=mask, other=0.0, cache_modifier=".cg")
+            tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=mask)
+            tl.atomic_xchg(lock, 0)
+    else:
+        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)

@@ -1,0 +1,165 @@
+"""W8A8 dense GEMM, y = x @ W.T: activations quantised to FP8 by one Triton kernel, then an FP8
+tensor-core GEMM that applies both block scales (what FlashInfer's W8A8 does, in Triton).
+
+Activations get one power-of-two scale per token and K block (the weights' block edge), so
+every MMA over one K block has one activation scale per row and one weight scale per column:
+the fp32 product of a sub-tile is scaled by their outer product and added to the accumulator.
+torch._scaled_mm is not used: on Hopper its block-wise scaling takes 128-wide blocks only, and
+the default block here is 32.
+
+With 32-wide blocks the scaling costs one multiply-add per accumulator element for every 32
+of K, CUDA-core work beside the tensor cores; `block=128` quarters it.
+"""
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from kernels.dense.formats import DenseWeights, check_linear_inputs
+from kernels.dense.tiles import (
+    GROUP_M,
+    GemmTiles,
+    outputs,
+    program_tile,
+    split_plan,
+    store_tile,
+)
+from kernels.moe.compiled import launch, recording
+
+DECODE_TILES = GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4)
+MIDDLE_TILES = GemmTiles(block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=4)
+PREFILL_TILES = GemmTiles(block_m=128, block_n=128, block_k=128, num_warps=8, num_stages=3)
+QUANT_ROWS = 32  # token rows per program of the activation quantiser
+
+
+def default_tiles(m: int) -> GemmTiles:
+    """Bandwidth tiles up to 16 rows, then wider tiles as the GEMM turns compute-bound."""
+    if m <= 16:
+        return DECODE_TILES
+    return MIDDLE_TILES if m <= 64 else PREFILL_TILES
+
+
+@triton.jit
+def pow2_scale(absmax):
+    """(scale, 1 / scale): the smallest power of two with absmax / scale <= 448, from the bits.
+
+    absmax = 1.f * 2**(b - 127) fits under 448 = 1.75 * 2**8 scaled by 2**(b - 135), or by
+    2**(b - 134) when 1.f > 1.75; both results are built exactly as float bits, matching
+    formats.pow2_scales (scale 1 for absmax 0, exponents clamped to fp32's normal range).
+    """
+    bits = absmax.to(tl.int32, bitcast=True)
+    power = ((bits >> 23) & 0xFF) - 8 + ((bits & 0x7FFFFF) > 0x600000).to(tl.int32)
+    power = tl.minimum(tl.maximum(power, 1), 254)
+    power = tl.where(absmax > 0, power, 127)
+    scale = (power << 23).to(tl.float32, bitcast=True)
+    inverse = ((254 - power) << 23).to(tl.float32, bitcast=True)
+    return scale, inverse
+
+
+@triton.jit
+def round_to_e4m3(v):
+    """fp32 v (|v| <= 448) rounded to the nearest E4M3 value, ties to even, still in fp32.
+
+    Adding then subtracting 1.5 * 2**23 steps rounds v to a multiple of the step (2**-3 of its
+    binade, 2**-9 below E4M3's smallest normal 2**-6) by fp32's own round-to-nearest-even. The
+    conversion to fp8 is then exact everywhere; converting directly would be exact on the GPU,
+    but the Triton interpreter drops the carry into the exponent (127.9 becomes 64).
+    """
+    biased = tl.maximum((v.to(tl.int32, bitcast=True) >> 23) & 0xFF, 121)  # 121: 2**-6
+    magic = (((biased + 20) << 23) | 0x400000).to(tl.float32, bitcast=True)
+    return (v + magic) - magic
+
+
+@triton.jit
+def _quantize_rows_kernel(
+    x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm, stride_sm,
+    BLOCK_R: tl.constexpr, QBLOCK: tl.constexpr,
+):  # fmt: skip
+    rows = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    block = tl.program_id(1)
+    cols = block * QBLOCK + tl.arange(0, QBLOCK)
+    mask = (rows < M)[:, None] & (cols < K)[None, :]
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xk, mask=mask,
+                other=0.0).to(tl.float32)  # fmt: skip
+    scale, inverse = pow2_scale(tl.max(tl.abs(x), axis=1))
+    q = round_to_e4m3(x * inverse[:, None]).to(tl.float8e4nv)  # the scaling is exact
+    tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
+    tl.store(s_ptr + rows * stride_sm + block, scale, mask=rows < M)
+
+
+def quantize_activations(x: Tensor, block: int) -> tuple[Tensor, Tensor]:
+    """(values float8_e4m3fn (M, K), scales fp32 (M, cdiv(K, block))), as
+    `reference.quantize_activations_reference` computes them."""
+    m, k = x.shape
+    values = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=x.device)
+    scales = torch.empty(m, triton.cdiv(k, block), dtype=torch.float32, device=x.device)
+    grid = (triton.cdiv(m, QUANT_ROWS), scales.shape[1])
+    launch(
+        _quantize_rows_kernel, grid, x, values, scales, m, k, *x.stride(), values.stride(0),
+        scales.stride(0), BLOCK_R=QUANT_ROWS, QBLOCK=block,
+    )  # fmt: skip
+    return values, scales
+
+
+@triton.jit
+def _w8a8_kernel(
+    a_ptr, sa_ptr, w_ptr, sw_ptr, y_ptr, part_ptr, locks_ptr, M, N, K, k_per_split,
+    stride_am, stride_sam, stride_wn, stride_wk, stride_swn, stride_swk, stride_ym, stride_ps,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SUB_K: tl.constexpr,
+    QBLOCK: tl.constexpr, SPLIT: tl.constexpr, GROUP: tl.constexpr,
+):  # fmt: skip
+    pid_m, pid_n = program_tile(M, N, BLOCK_M, BLOCK_N, GROUP)
+    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    row_ok = rows < M
+    col_ok = cols < N
+    k_lo = tl.program_id(1) * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, K)
+    offs_k = tl.arange(0, SUB_K)
+    a_ptrs = a_ptr + rows[:, None] * stride_am + (k_lo + offs_k)[None, :]
+    w_ptrs = w_ptr + cols[None, :] * stride_wn + (k_lo + offs_k)[:, None] * stride_wk
+    sa_ptrs = sa_ptr + rows * stride_sam
+    sw_ptrs = sw_ptr + (cols // QBLOCK) * stride_swn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        for j in tl.static_range(BLOCK_K // SUB_K):
+            k_sub = k0 + j * SUB_K
+            k_ok = k_sub + offs_k < K
+            a = tl.load(a_ptrs + j * SUB_K, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            w = tl.load(w_ptrs + j * SUB_K * stride_wk, mask=k_ok[:, None] & col_ok[None, :],
+                        other=0.0)  # fmt: skip
+            block = k_sub // QBLOCK
+            sa = tl.load(sa_ptrs + block, mask=row_ok & (k_sub < K), other=0.0)
+            sw = tl.load(sw_ptrs + block * stride_swk, mask=col_ok & (k_sub < K), other=0.0)
+            acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
+        a_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K * stride_wk
+    store_tile(y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps, SPLIT)
+
+
+def linear_w8a8(x: Tensor, weights: DenseWeights, **options: int | None) -> Tensor:
+    """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
+
+    `options` override the GEMM's tiles (block_m, block_n, block_k, num_warps, num_stages,
+    split_k); by default they follow M (see `default_tiles`) and split_k fills the GPU.
+    """
+    check_linear_inputs(x, weights, "fp8")
+    (m, k), n = x.shape, weights.out_features
+    tiles = default_tiles(m).override(**options)
+    tiles.check()
+    splits, k_per_split = split_plan(tiles, m, n, k, x.device)
+    tiles_mn = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
+    y, part, locks = outputs(m, n, tiles_mn, splits, x.dtype, x.device)
+    grid = (tiles_mn, splits)
+    with recording():
+        values, scales = quantize_activations(x, weights.block)
+        launch(
+            _w8a8_kernel, grid, values, scales, weights.values, weights.scales, y, part, locks,
+            m, n, k, k_per_split, values.stride(0), scales.stride(0), *weights.values.stride(),
+            *weights.scales.stride(), y.stride(0), part.stride(0), BLOCK_M=tiles.block_m,
+            BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, SUB_K=tiles.sub_k(weights.block),
+            QBLOCK=weights.block, SPLIT=splits > 1, GROUP=GROUP_M, num_warps=tiles.num_warps,
+            num_stages=tiles.num_stages,
+        )  # fmt: skip
+    return y

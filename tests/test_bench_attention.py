@@ -1,0 +1,60 @@
+"""The attention benchmark harness at small shapes under the Triton interpreter: every variant
+and kernel checked against the fp32 reference before it is timed, floors from the bytes and
+FLOPs, and a wrong kernel reported as such. (No timing is asserted here.)"""
+
+import pytest
+
+import kernels.attention as attention
+from workbench.artifacts import read_meta
+from workbench.capture import bench_attention as bench
+
+SMALL = {"q_heads": 4, "head_dim": 32, "index_heads": 2, "index_dim": 16, "index_topk": 16,
+         "window": 8}  # fmt: skip
+CEILINGS = {"copy_bytes_per_s": 1e11, "bf16_flops": 1e12}
+SCENARIOS = (bench.Scenario("decode", 1, 40), bench.Scenario("prefill", 12, 60))
+
+
+@pytest.fixture(autouse=True)
+def fixed_timer(monkeypatch):
+    """Run each timed call once and call it 1 ms (interpreted kernels are slow to repeat)."""
+
+    def timer(fn, device, tokens):
+        fn()
+        return 1.0, 0.1
+
+    monkeypatch.setattr(bench, "time_call", timer)
+
+
+def _run(tmp_path, **kwargs):
+    args = {"scenarios": SCENARIOS, "device": "cpu", "ceilings": CEILINGS, "out": tmp_path,
+            "progress": False, **SMALL, **kwargs}  # fmt: skip
+    return bench.bench_attention(**args)
+
+
+def test_every_variant_and_kernel_gets_a_checked_timed_row(tmp_path):
+    table = _run(tmp_path)
+    assert list(table.columns) == bench.COLUMNS
+    assert len(table) == 2 * 2 * 3 and set(table["status"]) == {"ok"}
+    assert (table["rel_error"] < bench.TOLERANCE).all()
+    assert table["ratio_to_floor"].equals(table["ms"] / table["floor_ms"])
+    rows = table.set_index(["scenario", "variant", "kernel"])
+    # Decode reads the indexer's keys and scores and the selected rows: bytes, not FLOPs.
+    indexer = rows.loc[("decode", "triton", "indexer")]
+    keys_and_scores = 40 * 16 * 4 + (2 * 16) * 4 + 4 * (2 + 40)  # fp32 on the CPU
+    assert indexer["floor_ms"] == pytest.approx(keys_and_scores / 1e11 * 1e3)
+    both = rows.loc[("prefill", "triton")]
+    assert both.loc["attention", "floor_ms"] >= both.loc["sparse_attention", "floor_ms"]
+    meta = read_meta(table.attrs["path"])
+    assert meta["kind"] == "bench-attention" and meta["shapes"]["index_topk"] == 16
+
+
+def test_a_wrong_attention_is_reported_wrong_and_not_timed(tmp_path, monkeypatch):
+    good = attention.VARIANTS["triton"]
+    bad = attention.AttentionVariant(
+        good.indexer_scores, good.select_positions, lambda *a, **k: 0.5 * good.attend(*a, **k)
+    )
+    monkeypatch.setitem(attention.VARIANTS, "triton", bad)
+    table = _run(tmp_path, scenarios=SCENARIOS[:1], variants=("triton",))
+    status = table.set_index("kernel")["status"]
+    assert status.to_dict() == {"indexer": "ok", "sparse_attention": "wrong", "attention": "wrong"}
+    assert table.loc[table["status"] == "wrong", "ms"].isna().all()

@@ -1,0 +1,148 @@
+"""The dense benchmark harness end to end at small shapes under the Triton interpreter: every
+backend checked before it is timed, floors and ratios from the ceilings, the A/B table from
+the per-layer rows, failures as statuses, and the CLI's `bench dense`. (The H200 numbers come
+from running it there; no timing is asserted here.)"""
+
+import pandas as pd
+import pytest
+import torch
+
+import kernels.dense as dense
+from workbench.artifacts import read_meta, read_table
+from workbench.capture import bench_dense as bench
+from workbench.cli import main
+from workbench.model import DENSE_WEIGHTS, LayerWeights, Shard
+from workbench.presets import get_preset
+
+SMALL = {
+    "hidden": 64,
+    "q_lora_rank": 32,
+    "q_heads": 2,
+    "head_dim": 32,
+    "o_groups": 1,
+    "o_group_rank": 32,
+    "index_heads": 2,
+    "index_dim": 16,
+    "shared_intermediate": 48,
+}
+# Ceilings are parameters here (the CPU has no copy engine or cuBLAS to measure).
+CEILINGS = {"copy_bytes_per_s": 1e11, "bf16_flops": 1e12}
+
+
+@pytest.fixture
+def fixed_timer(monkeypatch):
+    """Interpreted kernels take tens of ms a call: run each timed layer once, call it 2 ms."""
+
+    def timer(fn, device, tokens):
+        fn()
+        return 2.0, 0.1
+
+    monkeypatch.setattr(bench, "time_call", timer)
+
+
+def _run(tmp_path, **kwargs):
+    args = {"ms": (1, 3), "variants": bench.BACKENDS, "hybrid_m": 1, "device": "cpu",
+            "ceilings": CEILINGS, "out": tmp_path, "progress": False, "ab_prompt": 4,
+            "ab_chunk": 4, **SMALL, **kwargs}  # fmt: skip
+    return bench.bench_dense(**args)
+
+
+def test_every_backend_gets_a_checked_timed_row_and_the_ab_table(tmp_path, fixed_timer):
+    table = _run(tmp_path)
+    assert list(table.columns) == bench.COLUMNS
+    layer = table[table["kernel"] == "dense-layer"]
+    assert sorted(set(layer["m"])) == [1, 3, 4]  # the sweep and the A/B chunk size
+    assert len(layer) == 3 * 4 and set(layer["status"]) == {"ok"}
+    for variant, bound in bench.TOLERANCE.items():
+        assert (layer.loc[layer["variant"] == variant, "rel_error"] < bound).all()
+    fp8 = layer[layer["variant"] != "bf16"]
+    assert (fp8["error_vs_bf16"] > fp8["rel_error"]).all()  # quantisation costs accuracy
+    assert layer["ratio_to_floor"].equals(layer["ms"] / layer["floor_ms"])
+    floors = layer.groupby("variant")["floor_ms"].first()
+    assert floors["w8a16"] < 0.6 * floors["bf16"]  # one byte a weight (plus scales), not two
+    assert (layer.loc[layer["variant"] == "bf16", "speedup_vs_bf16"] == 1).all()
+    layers = get_preset("dsv4-flash-tp2").layers
+    assert (layer["tokens_per_s"] == layer["m"] / (2.0 * layers / 1e3)).all()
+
+    ab = table[table["kernel"] == "dense-ab"].set_index(["variant", "scenario"])
+    assert len(ab) == 4 * 4 and set(ab["status"]) == {"ok"}
+    assert ab.loc[("w8a8", "decode-1"), "ms"] == 2.0 * layers  # per step: every layer once
+    prefill = ab.loc[("w8a8", "prefill-4-4")]  # four 4-token prompts in 4-token chunks
+    assert prefill["m"] == 16 and prefill["ms"] == 4 * 2.0 * layers
+    assert prefill["tokens_per_s"] == pytest.approx(16 / (prefill["ms"] / 1e3))
+
+    meta = read_meta(table.attrs["path"])
+    assert meta["kind"] == "bench-dense" and meta["ceilings"] == CEILINGS
+    assert meta["params"]["hybrid_m"] == 1 and meta["params"]["block"] == 32
+    assert [p["name"] for p in meta["projections"]][:2] == ["q_a", "q_b"]
+    assert read_table(table.attrs["path"], meta, "bench")["status"].notna().all()
+
+
+def test_a_wrong_kernel_is_reported_wrong_and_not_timed(tmp_path, monkeypatch, fixed_timer):
+    good = dense.VARIANTS["w8a16"]
+    monkeypatch.setitem(dense.VARIANTS, "w8a16", lambda x, w: 2 * good(x, w))
+    table = _run(tmp_path, ms=(1,), variants=("bf16", "w8a16"), ab_prompt=1)
+    bad = table[table["variant"] == "w8a16"]
+    assert set(bad["status"]) == {"wrong", "wrong (m=1)", "wrong (m=4)"}  # decode-4 needs m=4
+    assert bad["ms"].isna().all() and (bad["rel_error"] > 0.5).all()
+    assert set(table.loc[table["variant"] == "bf16", "status"]) == {"ok"}
+
+
+def test_a_failing_backend_is_a_status_and_the_sweep_goes_on(tmp_path, monkeypatch, fixed_timer):
+    def broken(x, w):
+        raise RuntimeError("no kernel for this shape")
+
+    monkeypatch.setitem(dense.VARIANTS, "w8a8", broken)
+    table = _run(tmp_path, ms=(2,), variants=("w8a8", "w8a16"), ab=False)
+    assert table.loc[0, "status"].startswith("error: RuntimeError: no kernel")
+    assert table.loc[1, "status"] == "ok" and table["speedup_vs_bf16"].isna().all()
+
+
+def test_layer_projections_are_the_models_dense_weights():
+    preset = get_preset("tiny")
+    weights = LayerWeights(preset.rank_shapes(1), Shard(tp=2), "cpu", torch.float32, seed=0)
+    projections = {p.name: p for p in bench.layer_projections(preset.rank_shapes())}
+    assert set(projections) == {*DENSE_WEIGHTS, "o_a"}
+    for name in DENSE_WEIGHTS:
+        p = projections[name]
+        assert tuple(getattr(weights, name).shape) == (p.n, p.k), name
+    assert len(weights.o_a) == projections["o_a"].count
+    assert tuple(weights.o_a[0].shape) == (projections["o_a"].n, projections["o_a"].k)
+
+
+def test_ab_chunks_batch_the_streams_prompts_into_4096_token_steps():
+    assert bench.ab_chunks(46_000, 1, 4096) == [4096] * 11 + [944]
+    assert bench.ab_chunks(46_000, 4, 4096) == [4096] * 44 + [3776]
+
+
+def test_cli_bench_dense_and_attention_pass_their_options(tmp_path, monkeypatch, capsys):
+    from workbench.capture import bench_attention
+
+    seen = {}
+
+    def fake(name):
+        def run(**kwargs):
+            seen[name] = kwargs
+            table = pd.DataFrame({"kernel": [name], "ms": [1.0]})
+            table.attrs["path"] = str(tmp_path / name)
+            return table
+
+        return run
+
+    monkeypatch.setattr(bench, "bench_dense", fake("dense"))
+    monkeypatch.setattr(bench_attention, "bench_attention", fake("attention"))
+    argv = ["bench", "dense", "--tokens", "1", "4", "--variants", "bf16", "w8a16", "--block",
+            "128", "--hybrid-m", "64", "--no-ab", "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    assert seen["dense"] == {"ms": [1, 4], "variants": ["bf16", "w8a16"], "ab": False,
+                             "block": 128, "hybrid_m": 64, "out": str(tmp_path)}  # fmt: skip
+    assert main(["bench", "attention", "--variants", "triton"]) == 0
+    assert seen["attention"] == {"variants": ["triton"], "out": "raw"}
+    assert "written to" in capsys.readouterr().out
+
+
+def test_unknown_backend_is_a_clear_error(tmp_path):
+    from workbench.errors import WorkbenchError
+
+    with pytest.raises(WorkbenchError, match="unknown dense variants"):
+        _run(tmp_path, variants=("bf16", "marlin"))

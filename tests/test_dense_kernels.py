@@ -1,0 +1,251 @@
+"""Dense GEMM variants under the Triton interpreter against their fp32 references: the FP8
+format (power-of-two block scales), W8A16, W8A8 with its activation quantiser, the hybrid
+switch, and the errors bad input gets."""
+
+import pytest
+import torch
+from helpers import relative_error
+
+import kernels.dense as dense
+from kernels.dense import DenseWeights, linear_reference, w8a8_reference
+from kernels.dense.formats import pow2_scales
+from kernels.dense.reference import quantize_activations_reference
+
+
+def master(n, k, seed=0, outlier=40.0):
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(seed)) / k**0.5
+    w[0] *= outlier  # an outlier row: its blocks' scales must not flatten the others
+    return w
+
+
+def make(m, n, k, dtype=torch.float32, block=32, seed=0, device="cpu"):
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(seed + 1))
+    w = master(n, k, seed).to(dtype).to(device)
+    return x.to(dtype).to(device), DenseWeights.quantize(w, "fp8", block)
+
+
+# ---- the format ----------------------------------------------------------------------------
+def test_pow2_scales_are_the_smallest_power_of_two_that_fits_448():
+    absmax = torch.tensor([448.0, 449.0, 1.0, 0.875, 3e-3, 0.0, 1e30])
+    scales = pow2_scales(absmax)
+    assert scales.tolist()[:3] == [1.0, 2.0, 2.0**-8]
+    assert scales[5] == 1.0  # all-zero block
+    mantissa, _ = torch.frexp(scales)
+    assert (mantissa == 0.5).all()  # powers of two
+    assert (absmax / scales <= 448).all() and (absmax[:5] / (scales[:5] / 2) > 448).all()
+
+
+@pytest.mark.parametrize("block", [32, 64])
+@pytest.mark.parametrize("shape", [(70, 100), (33, 32)])
+def test_fp8_weights_round_trip_within_e4m3_rounding(shape, block):
+    _, weights = make(1, *shape, block=block)
+    n, k = shape
+    assert weights.values.dtype == torch.float8_e4m3fn
+    assert weights.scales.shape == (-(-n // block), -(-k // block))
+    w = master(n, k)
+    back = weights.dequantize()
+    scale_of = weights.scales.repeat_interleave(block, 0).repeat_interleave(block, 1)[:n, :k]
+    # 3 mantissa bits: half a step is 2^-4 relative; subnormals step 2^-9 * scale.
+    assert ((back - w).abs() <= w.abs() * 2**-4 + scale_of * 2**-10).all()
+    assert weights.nbytes == n * k + 4 * weights.scales.numel()
+
+
+def test_dequantised_values_are_exact_in_bf16():
+    _, weights = make(1, 64, 96)
+    back = weights.dequantize()
+    assert torch.equal(back.to(torch.bfloat16).float(), back)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda v, s: DenseWeights("fp8", v, s[:, :1]), r"needs scales of shape \(2, 3\)"),
+        (lambda v, s: DenseWeights("fp8", v.float(), s), "must be torch.float8_e4m3fn"),
+        (lambda v, s: DenseWeights("fp8", v, None), "needs scales"),
+        (lambda v, s: DenseWeights("fp8", v, s, block=64), "block=64"),
+        (lambda v, s: DenseWeights("bf16", v.float(), s), "take no scales"),
+        (lambda v, s: DenseWeights("int4", v, s), "unknown dense weight format"),
+        (lambda v, s: DenseWeights.quantize(v.float().half()), "unsupported dtypes"),
+        (lambda v, s: DenseWeights.quantize(v.float().int()), "bf16 or fp32"),
+        (lambda v, s: DenseWeights.quantize(v.float(), block=48), "power of two >= 32"),
+        (lambda v, s: DenseWeights.quantize(v.float()[:0]), "empty"),
+    ],
+)
+def test_bad_weights_raise_a_clear_error(build, message):
+    _, weights = make(1, 40, 72)
+    with pytest.raises(ValueError, match=message):
+        build(weights.values, weights.scales)
+
+
+# ---- the kernels -----------------------------------------------------------------------------
+SHAPES = [(1, 40, 72), (5, 130, 200), (33, 70, 96), (130, 64, 160)]  # odd sizes, every tile set
+
+
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_w8a16_matches_fp32_on_the_dequantised_weights(m, n, k, dtype, device):
+    x, weights = make(m, n, k, dtype, device=device)
+    out = dense.linear_w8a16(x, weights)
+    assert out.dtype == dtype and out.shape == (m, n)
+    assert relative_error(out, linear_reference(x, weights)) < (
+        1e-5 if dtype == torch.float32 else 1e-2
+    )
+
+
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_w8a8_matches_fp32_on_quantised_activations_and_weights(m, n, k, dtype, device):
+    x, weights = make(m, n, k, dtype, device=device)
+    out = dense.linear_w8a8(x, weights)
+    assert out.dtype == dtype and out.shape == (m, n)
+    assert relative_error(out, w8a8_reference(x, weights)) < (
+        1e-5 if dtype == torch.float32 else 1e-2
+    )
+
+
+@pytest.mark.parametrize("linear", [dense.linear_w8a16, dense.linear_w8a8])
+def test_fp8_accuracy_against_the_unquantised_weights_is_within_5e_2(linear, device):
+    # What quantisation costs (weights, and activations for W8A8): the issue's FP8 bound.
+    x = torch.randn(24, 256, generator=torch.Generator().manual_seed(2)).to(device)
+    w = master(96, 256, outlier=1.0).to(device)
+    error = relative_error(linear(x, DenseWeights.quantize(w)), x.double() @ w.double().T)
+    assert 5e-3 < error < 5e-2
+
+
+@pytest.mark.parametrize("linear", [dense.linear_w8a16, dense.linear_w8a8])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"split_k": 1},
+        {"split_k": 3},  # three K splits through the fp32 partial buffer
+        {"block_k": 32, "split_k": 7},  # more splits than K tiles: clipped, none empty
+        {"block_m": 16, "block_n": 16, "block_k": 64, "num_warps": 1, "num_stages": 1},
+    ],
+)
+def test_tile_options_and_split_k_keep_the_result(linear, options, device):
+    x, weights = make(3, 50, 200, device=device)
+    ref = (
+        w8a8_reference(x, weights) if linear is dense.linear_w8a8 else linear_reference(x, weights)
+    )
+    assert relative_error(linear(x, weights, **options), ref) < 1e-5
+
+
+def test_split_k_leaves_its_arrival_counters_at_zero_for_the_next_gemm(device):
+    from kernels.dense.tiles import _locks
+
+    x, weights = make(4, 200, 256, device=device)
+    first = dense.linear_w8a16(x, weights, split_k=4, block_n=16)  # 13 tiles x 4 splits
+    assert not _locks[x.device].any()
+    assert torch.equal(dense.linear_w8a16(x, weights, split_k=4, block_n=16), first)
+
+
+@pytest.mark.parametrize("linear", [dense.linear_w8a16, dense.linear_w8a8])
+def test_blocks_wider_than_a_k_tile_and_strided_activations(linear, device):
+    # block 128 with block_k 64: one scale covers two K tiles. x is a column slice (as the
+    # model's output-projection groups are), so its row stride is not its width.
+    gen = torch.Generator().manual_seed(3)
+    wide = torch.randn(6, 2 * 136, generator=gen).to(device)
+    x = wide[:, 136:]
+    weights = DenseWeights.quantize(torch.randn(80, 136, generator=gen).to(device), block=128)
+    ref = (
+        w8a8_reference(x, weights) if linear is dense.linear_w8a8 else linear_reference(x, weights)
+    )
+    assert relative_error(linear(x, weights, block_k=64), ref) < 1e-5
+
+
+def test_activation_quantiser_matches_the_reference_bit_for_bit(device):
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(37, 100, generator=gen) * torch.logspace(-3, 3, 100)
+    x[3, 32:64] = 0.0  # an all-zero block: scale 1
+    x[5, :32] = 127.9 * 2.0**-3  # rounds up into the next binade: the interpreter's trap
+    x = x.to(device)
+    values, scales = dense.quantize_activations(x, 32)
+    ref_values, ref_scales = quantize_activations_reference(x, 32)
+    assert torch.equal(scales, ref_scales)
+    assert torch.equal(values.float(), ref_values.float())
+    assert scales[3, 1] == 1.0 and (values[3, 32:64].float() == 0).all()
+
+
+def test_hybrid_switches_at_hybrid_m(monkeypatch):
+    import kernels.dense.hybrid as hybrid
+
+    calls = []
+    monkeypatch.setattr(hybrid, "linear_w8a16", lambda x, w: calls.append("w8a16"))
+    monkeypatch.setattr(hybrid, "linear_w8a8", lambda x, w: calls.append("w8a8"))
+    monkeypatch.delenv("DENSE_HYBRID_M", raising=False)
+    for m in (1, 128, 129):
+        hybrid.linear_hybrid(torch.zeros(m, 8), None)
+    assert calls == ["w8a16", "w8a16", "w8a8"]
+    monkeypatch.setenv("DENSE_HYBRID_M", "4")
+    hybrid.linear_hybrid(torch.zeros(5, 8), None)
+    hybrid.linear_hybrid(torch.zeros(5, 8), None, hybrid_m=8)  # the argument wins
+    assert calls[3:] == ["w8a8", "w8a16"]
+    monkeypatch.setenv("DENSE_HYBRID_M", "big")
+    with pytest.raises(ValueError, match=r"\$DENSE_HYBRID_M='big' is not an integer"):
+        dense.hybrid_threshold()
+    with pytest.raises(ValueError, match="hybrid_m=-1 must be an integer >= 0"):
+        dense.hybrid_threshold(-1)
+
+
+def test_hybrid_gives_each_paths_answer(device):
+    x, weights = make(6, 40, 72, device=device)
+    assert torch.equal(dense.linear_hybrid(x, weights, hybrid_m=6), dense.linear_w8a16(x, weights))
+    assert torch.equal(dense.linear_hybrid(x, weights, hybrid_m=5), dense.linear_w8a8(x, weights))
+
+
+def test_variants_name_their_weight_format_and_facts_are_recorded(device):
+    assert set(dense.VARIANTS) == {"bf16", "w8a16", "w8a8", "hybrid"}
+    assert dense.WEIGHT_FORMAT == {"bf16": "bf16", "w8a16": "fp8", "w8a8": "fp8", "hybrid": "fp8"}
+    x, weights = make(2, 40, 300, device=device)
+    dense.linear_w8a8(x, weights, split_k=2)
+    facts = dense.last_facts()
+    assert list(facts) == ["quantize_rows_kernel", "w8a8_kernel"]  # split-K in one launch
+    compiled = device.type == "cuda"  # the interpreter makes no binary to read facts from
+    assert all((f.n_regs is not None) == compiled for f in facts.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 16, 256])
+@pytest.mark.parametrize("linear", [dense.linear_w8a16, dense.linear_w8a8])
+def test_default_tiles_compile_without_spills_and_replay_in_a_cuda_graph(linear, m):
+    # The TP2 shared expert's gate/up shape; split-K at small M, its counters inside a graph.
+    x, weights = make(m, 2304, 5120, torch.bfloat16, device="cuda")
+    eager = linear(x, weights)
+    assert all(f.n_spills == 0 for f in dense.last_facts().values()), dense.last_facts()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replayed = linear(x, weights)
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(replayed, eager)
+
+
+@pytest.mark.parametrize("linear", [dense.linear_w8a16, dense.linear_w8a8, dense.linear_hybrid])
+@pytest.mark.parametrize(
+    ("x", "message"),
+    [
+        (torch.zeros(0, 72), r"no rows \(M == 0\)"),
+        (torch.zeros(3, 70), "K=70 columns but the weight is"),
+        (torch.zeros(3, 72, dtype=torch.float16), "x must be bf16 or fp32"),
+        (torch.zeros(3, 72, dtype=torch.int32), "x must be bf16 or fp32"),
+        (torch.zeros(2, 3, 72), r"x must be \(M, K\)"),
+    ],
+)
+def test_bad_activations_raise_a_clear_error(linear, x, message):
+    _, weights = make(1, 40, 72)
+    with pytest.raises(ValueError, match=message):
+        linear(x, weights)
+
+
+def test_fp8_variants_refuse_unquantised_weights():
+    x = torch.zeros(2, 72)
+    with pytest.raises(ValueError, match="needs fp8 DenseWeights, got Tensor"):
+        dense.linear_w8a16(x, torch.zeros(40, 72))
+    with pytest.raises(ValueError, match="needs fp8 DenseWeights, got bf16"):
+        dense.linear_w8a8(x, DenseWeights.quantize(torch.zeros(40, 72), "bf16"))
+    _, weights = make(1, 40, 72)
+    with pytest.raises(ValueError, match="block_k=24 must be a power of two"):
+        dense.linear_w8a16(x, weights, block_k=24)
+    with pytest.raises(ValueError, match="split_k=0 must be an integer >= 1"):
+        dense.linear_w8a8(x, weights, split_k=0)

@@ -1,0 +1,93 @@
+"""The synthetic model with the Triton dense and attention variants, run on the CPU under the
+interpreter (`interpret=True`) at the tiny preset, and how `profile` takes `hybrid_m`."""
+
+import pytest
+import torch
+from helpers import relative_error
+
+import workbench
+from kernels.dense import DenseWeights
+from workbench.capture.profile_run import resolve
+from workbench.errors import WorkbenchError
+from workbench.model import Plan, SyntheticModel
+from workbench.presets import get_preset
+
+PLAN = Plan(prompt_tokens=20, decode_tokens=2, streams=2, prefill_chunk=16)
+
+
+def run(dense: str, attention: str, **options):
+    model = SyntheticModel(get_preset("tiny"), moe="reference", dense=dense, attention=attention,
+                           layers=1, interpret=True, **options)  # fmt: skip
+    state = model.new_state(PLAN)
+    tokens = model.run(PLAN, model.inputs(PLAN), state=state)
+    return model, tokens, state.hidden.clone()
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    return run("bf16", "torch")
+
+
+@pytest.mark.parametrize(
+    ("dense", "options"), [("w8a16", {}), ("w8a8", {}), ("hybrid", {"hybrid_m": 4})]
+)
+def test_model_runs_fp8_dense_and_triton_attention(baseline, dense, options):
+    model, tokens, hidden = run(dense, "triton", **options)
+    assert model.kernels_run == {"moe": "reference", "dense": dense, "attention": "triton"}
+    w = model.weights[0]
+    assert isinstance(w.q_b, DenseWeights) and w.q_b.fmt == "fp8"  # quantised once, up front
+    assert all(isinstance(group, DenseWeights) for group in w.o_a)
+    assert tokens.shape == (2, 2)
+    # Same weights, FP8-rounded: the decoded state stays close to the bf16 model's.
+    assert relative_error(hidden, baseline[2]) < 0.15
+
+
+def test_triton_attention_alone_matches_the_torch_reference(baseline):
+    _, tokens, hidden = run("bf16", "triton")
+    assert (tokens == baseline[1]).all()
+    assert relative_error(hidden, baseline[2]) < 1e-4
+
+
+def test_without_interpret_the_cpu_runs_the_references_on_bf16_weights():
+    model = SyntheticModel(get_preset("tiny"), dense="w8a8", attention="triton", layers=1)
+    assert model.kernels_run["dense"] == "bf16" and model.kernels_run["attention"] == "torch"
+    assert isinstance(model.weights[0].q_a, torch.Tensor)
+
+
+def test_interpret_needs_the_interpreter(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(WorkbenchError, match="needs TRITON_INTERPRET=1"):
+        SyntheticModel(get_preset("tiny"), dense="w8a16", layers=1, interpret=True)
+
+
+def _resolve(dense, hybrid_m=None):
+    return resolve(
+        64, 2, preset="tiny", moe="stock", dense=dense, attention="triton", routing="uniform",
+        streams=1, prefill_chunk=32, seed=0, device="cpu", cuda_graphs=None, tp=None,
+        shape_overrides={}, hybrid_m=hybrid_m,
+    )  # fmt: skip
+
+
+def test_profile_records_the_hybrid_threshold_it_used(monkeypatch):
+    monkeypatch.delenv("DENSE_HYBRID_M", raising=False)
+    assert _resolve("hybrid").hybrid_m == 128
+    assert _resolve("hybrid", 16).hybrid_m == 16
+    assert _resolve("w8a16").hybrid_m is None
+    monkeypatch.setenv("DENSE_HYBRID_M", "64")
+    assert _resolve("hybrid").hybrid_m == 64
+    monkeypatch.setenv("DENSE_HYBRID_M", "lots")
+    with pytest.raises(WorkbenchError, match="DENSE_HYBRID_M='lots' is not an integer"):
+        _resolve("hybrid")
+    with pytest.raises(WorkbenchError, match="hybrid_m=8 applies to dense='hybrid' only"):
+        _resolve("w8a8", 8)
+    with pytest.raises(WorkbenchError, match="unknown dense variant 'marlin'"):
+        _resolve("marlin")
+
+
+def test_profile_takes_the_new_variants_and_saves_hybrid_m(tmp_path):
+    run_ = workbench.profile(48, 2, dense="hybrid", hybrid_m=8, attention="triton",
+                             prefill_chunk=32, out=tmp_path, progress=False)  # fmt: skip
+    params = run_.meta["params"]
+    assert params["dense"] == "hybrid" and params["hybrid_m"] == 8
+    assert params["attention"] == "triton"
+    assert "dense=bf16" in run_.meta["notes"][0]  # the CPU says it ran the references

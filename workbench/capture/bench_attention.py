@@ -1,0 +1,221 @@
+"""`workbench bench attention`: the indexer, the sparse attention, and the two with the top-k
+between them, torch reference against Triton, at the TP2-rank shape and real context lengths.
+
+Scenarios: one decode query at 2K and at 46K context, and a 4096-query prefill chunk ending at
+46K. Each row is checked against the fp32 reference first (indexer scores, or the attention
+output over the positions the fp32 scores select) and only then timed, decode sizes as CUDA
+graph replays. The floor is the larger of the bytes a step must move at the measured copy
+bandwidth (the indexer's keys and scores, each selected latent row once, queries and outputs)
+and its FLOPs at the measured cuBLAS bf16 rate: decode is all bytes (the indexer's keys, at
+46K context), a prefill chunk mostly FLOPs (every query scores every earlier key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from functools import partial
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+import kernels.attention as attention
+from workbench.artifacts import write_run
+from workbench.capture.bench_moe import time_call
+from workbench.capture.bench_rows import (
+    call_with_facts,
+    check_then_time,
+    compile_facts,
+    print_row,
+    relative_error,
+    stamp,
+)
+from workbench.capture.ceilings import measure_ceilings
+from workbench.capture.environment import describe
+from workbench.errors import WorkbenchError
+from workbench.presets import RankShapes, get_preset
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """`queries` consecutive queries whose last one sits at position `context - 1`."""
+
+    name: str
+    queries: int
+    context: int
+
+
+SCENARIOS = (
+    Scenario("decode-2K", 1, 2048),
+    Scenario("decode-46K", 1, 46_000),
+    Scenario("prefill-46K", 4096, 46_000),
+)
+VARIANTS = ("torch", "triton")
+KERNELS = ("indexer", "sparse_attention", "attention")
+TOLERANCE = 1e-2
+COLUMNS = [
+    "kernel", "variant", "scenario", "m", "context", "ms", "iqr_ms", "floor_ms",
+    "ratio_to_floor", "tflops", "rel_error", "regs", "spills", "status",
+]  # fmt: skip
+PRINTED = ("kernel", "variant", "scenario", "ms", "floor_ms", "ratio_to_floor", "rel_error",
+           "regs", "spills", "status")  # fmt: skip
+
+
+@dataclass
+class Problem:
+    """One scenario's inputs in the serving dtype, and the fp32 answers they are checked by."""
+
+    q: torch.Tensor
+    kv: torch.Tensor
+    index_q: torch.Tensor
+    index_w: torch.Tensor
+    keys: torch.Tensor
+    pos: torch.Tensor
+    index: torch.Tensor  # positions the fp32 indexer selects
+    scores_ref: torch.Tensor
+    out_ref: torch.Tensor
+
+    @classmethod
+    def draw(cls, sc: Scenario, s: RankShapes, dtype, device, gen) -> Problem:
+        def randn(*shape):
+            return torch.randn(*shape, generator=gen, device=device, dtype=dtype)
+
+        index_q, keys = (
+            randn(sc.queries, s.index_heads, s.index_dim),
+            randn(sc.context, s.index_dim),
+        )
+        index_w = torch.randn(sc.queries, s.index_heads, generator=gen, device=device)
+        index_w *= s.index_heads**-0.5
+        q, kv = randn(sc.queries, s.q_heads, s.head_dim), randn(sc.context, s.head_dim)
+        pos = torch.arange(sc.context - sc.queries, sc.context, device=device)
+        scores = attention.indexer_scores(index_q.float(), index_w, keys.float(), pos)
+        index = attention.select_positions(scores, pos, s.index_topk, s.window)
+        out = attention.sparse_attention(q.float(), kv.float(), index)
+        return cls(q, kv, index_q, index_w, keys, pos, index, scores, out)
+
+
+def _scores_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Error over the scored keys; NaN unless exactly the future keys are -inf."""
+    finite = torch.isfinite(ref)
+    if not torch.equal(finite, torch.isfinite(out)):
+        return float("nan")
+    return relative_error(out[finite], ref[finite])
+
+
+def _calls(variant: attention.AttentionVariant, p: Problem, s: RankShapes) -> dict:
+    """kernel -> (call, reference, error measure) for one variant on one problem."""
+
+    def pipeline() -> torch.Tensor:
+        scores = variant.indexer_scores(p.index_q, p.index_w, p.keys, p.pos)
+        chosen = variant.select_positions(scores, p.pos, s.index_topk, s.window)
+        return variant.attend(p.q, p.kv, chosen)
+
+    return {
+        "indexer": (
+            partial(variant.indexer_scores, p.index_q, p.index_w, p.keys, p.pos),
+            p.scores_ref,
+            _scores_error,
+        ),  # fmt: skip
+        "sparse_attention": (
+            partial(variant.attend, p.q, p.kv, p.index),
+            p.out_ref,
+            relative_error,
+        ),  # fmt: skip
+        "attention": (pipeline, p.out_ref, relative_error),
+    }
+
+
+def cost(kernel: str, sc: Scenario, p: Problem, s: RankShapes) -> tuple[float, float]:
+    """(bytes, FLOPs) a kernel must move and compute at least, in the serving dtype."""
+    element = p.q.element_size()
+    indexer_bytes = (sc.context * s.index_dim + p.index_q.numel()) * element + 4 * (
+        p.index_w.numel() + sc.queries * sc.context
+    )
+    indexer_flops = 2.0 * s.index_heads * s.index_dim * float((p.pos + 1).sum())
+    rows = min(sc.queries * p.index.shape[1], sc.context)  # each selected latent row once
+    attend_bytes = (rows * s.head_dim + 2 * p.q.numel()) * element
+    attend_flops = 4.0 * s.q_heads * s.head_dim * float((p.index >= 0).sum())
+    if kernel == "indexer":
+        return indexer_bytes, indexer_flops
+    if kernel == "sparse_attention":
+        return attend_bytes, attend_flops
+    return indexer_bytes + attend_bytes, indexer_flops + attend_flops
+
+
+def _row(kernel, name, call: Callable, ref, error, sc, p, s, ctx) -> dict:
+    facts: list[dict] = []
+
+    def check() -> dict:
+        return {"rel_error": error(call_with_facts(call, facts), ref), **compile_facts(facts)}
+
+    row = {"kernel": kernel, "variant": name, "scenario": sc.name, "m": sc.queries,
+           "context": sc.context}  # fmt: skip
+    row = check_then_time(row, check, TOLERANCE, partial(time_call, call, ctx["device"],
+                                                         sc.queries))  # fmt: skip
+    if "ms" not in row:
+        return row
+    nbytes, flops = cost(kernel, sc, p, s)
+    ceilings = ctx["ceilings"]
+    floor_ms = max(nbytes / ceilings["copy_bytes_per_s"], flops / ceilings["bf16_flops"]) * 1e3
+    return row | {
+        "floor_ms": floor_ms,
+        "ratio_to_floor": row["ms"] / floor_ms,
+        "tflops": flops / (row["ms"] / 1e3) / 1e12,
+    }
+
+
+def bench_attention(
+    scenarios: Sequence[Scenario] = SCENARIOS,
+    variants: Sequence[str] = VARIANTS,
+    kernels: Sequence[str] = KERNELS,
+    preset: str = "dsv4-flash-tp2",
+    out: str = "raw",
+    seed: int = 0,
+    device: str = "cuda",
+    ceilings: dict | None = None,
+    progress: bool = True,
+    **shape_overrides: int,
+) -> pd.DataFrame:
+    """Benchmark every attention variant x kernel in every scenario."""
+    unknown = sorted(set(variants) - set(attention.VARIANTS)) + sorted(set(kernels) - set(KERNELS))
+    if unknown:
+        raise WorkbenchError(
+            f"unknown attention variants or kernels {unknown}; variants: "
+            f"{', '.join(attention.VARIANTS)}; kernels: {', '.join(KERNELS)}"
+        )
+    dev = torch.device(device)
+    s = replace(get_preset(preset).rank_shapes(), **shape_overrides)
+    ceilings = ceilings or measure_ceilings(dev)
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    ctx = {"device": dev, "ceilings": ceilings}
+    rows = []
+    total = len(scenarios) * len(variants) * len(kernels)
+    with tqdm(total=total, desc="bench attention", disable=not progress) as bar:
+        for sc in scenarios:
+            problem = Problem.draw(sc, s, dtype, dev, gen)
+            for name in variants:
+                calls = _calls(attention.VARIANTS[name], problem, s)
+                for kernel in kernels:
+                    rows.append(_row(kernel, name, *calls[kernel], sc, problem, s, ctx))
+                    print_row(bar, rows[-1], PRINTED)
+    table = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    meta = {
+        "kind": "bench-attention",
+        "params": {
+            "scenarios": [asdict(sc) for sc in scenarios],
+            "variants": list(variants),
+            "kernels": list(kernels),
+            "preset": preset,
+            "seed": seed,
+            "device": device,
+            "shape_overrides": shape_overrides,
+        },  # fmt: skip
+        "shapes": asdict(s),
+        "ceilings": ceilings,
+        "environment": describe(),
+    }
+    path = write_run(out, f"bench-attention-{preset}-{stamp()}", meta, {"bench": table})
+    table.attrs["path"] = str(path)
+    return table

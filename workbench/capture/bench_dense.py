@@ -1,0 +1,285 @@
+"""`workbench bench dense`: every dense backend over all dense projections of one layer, against
+the HBM floor and the cuBLAS rate measured in the same run, plus the seed's dense A/B table.
+
+A row times one layer's dense GEMMs (query LoRA, query heads, latent KV, indexer, the output
+projection's groups and second half, the shared expert) at M tokens, each projection checked
+first against an fp32 GEMM on the weights the backend holds (`rel_error`, dequantised FP8 for
+the FP8 backends); `error_vs_bf16` is the error against the unquantised weights, what FP8 costs
+in accuracy (the kernel-level stand-in for the seed's GSM8K column). Decode sizes cycle through
+a few copies of the layer so its weights come from HBM, not L2, as in a 40-layer model.
+
+The A/B table is the seed's "Dense backend" table at kernel level: the dense GEMM time of all
+layers for decode with 1 and 4 streams (ms per step) and for a 46K-token prefill in 4096-token
+chunks (one prompt, or four batched into the same chunks; ms for the whole prefill), from the
+per-layer times at those chunk sizes, with tokens per second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from functools import partial
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+import kernels.dense as dense
+from workbench.artifacts import write_run
+from workbench.capture.bench_moe import GRAPH_TOKENS, time_call
+from workbench.capture.bench_rows import (
+    call_with_facts,
+    check_then_time,
+    compile_facts,
+    print_row,
+    relative_error,
+    stamp,
+)
+from workbench.capture.ceilings import measure_ceilings
+from workbench.capture.environment import describe
+from workbench.errors import WorkbenchError
+from workbench.presets import RankShapes, get_preset
+
+M_SWEEP = (1, 4, 6, 24, 128, 256, 4096, 16384)
+BACKENDS = ("bf16", "w8a16", "w8a8", "hybrid")
+TOLERANCE = {"bf16": 1e-2, "w8a16": 1e-2, "w8a8": 5e-2, "hybrid": 5e-2}  # the issue's bounds
+AB_PROMPT, AB_CHUNK = 46_000, 4096
+DECODE_COPIES = 3  # layer copies cycled at decode sizes: about 300 MB of weights, over L2
+COLUMNS = [
+    "kernel", "variant", "scenario", "m", "ms", "iqr_ms", "floor_ms", "ratio_to_floor",
+    "tflops", "ratio_to_cublas", "tokens_per_s", "speedup_vs_bf16", "rel_error",
+    "error_vs_bf16", "regs", "spills", "status",
+]  # fmt: skip
+PRINTED = ("kernel", "variant", "scenario", "m", "ms", "ratio_to_floor", "ratio_to_cublas",
+           "speedup_vs_bf16", "rel_error", "regs", "spills", "status")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One dense projection of a layer: y (M, n) = x (M, k) @ W.T, `count` distinct weights."""
+
+    name: str
+    n: int
+    k: int
+    count: int = 1
+
+
+def layer_projections(s: RankShapes) -> list[Projection]:
+    """The dense GEMMs of one layer at one rank's shapes, as `workbench.model` runs them."""
+    per_group = (s.q_heads // s.o_groups) * s.head_dim
+    return [
+        Projection("q_a", s.q_lora_rank, s.hidden),
+        Projection("q_b", s.q_heads * s.head_dim, s.q_lora_rank),
+        Projection("kv", s.head_dim, s.hidden),
+        Projection("index_q", s.index_heads * s.index_dim, s.q_lora_rank),
+        Projection("index_k", s.index_dim, s.hidden),
+        Projection("index_w", s.index_heads, s.hidden),
+        Projection("o_a", s.o_group_rank, per_group, count=s.o_groups),
+        Projection("o_b", s.hidden, s.o_groups * s.o_group_rank),
+        Projection("shared_gate_up", 2 * s.shared_intermediate, s.hidden),
+        Projection("shared_down", s.hidden, s.shared_intermediate),
+    ]
+
+
+def layer_flops(m: int, projections: Sequence[Projection]) -> float:
+    return 2.0 * m * sum(p.n * p.k * p.count for p in projections)
+
+
+def ab_chunks(prompt: int, streams: int, chunk: int) -> list[int]:
+    """Token counts of the prefill steps: the streams' prompts batched into `chunk`-token steps."""
+    total = prompt * streams
+    return [min(chunk, total - start) for start in range(0, total, chunk)]
+
+
+class Layer:
+    """`copies` copies of one layer's dense weights: bf16 masters and the FP8 DenseWeights."""
+
+    def __init__(self, s: RankShapes, copies: int, block: int, dtype, device, gen):
+        self.projections = layer_projections(s)
+        self.masters = [
+            [
+                torch.randn(p.n, p.k, generator=gen, device=device, dtype=dtype) * p.k**-0.5
+                for p in self.projections
+                for _ in range(p.count)
+            ]
+            for _ in range(copies)
+        ]
+        self.fp8 = [
+            [dense.DenseWeights.quantize(w, "fp8", block) for w in ws] for ws in self.masters
+        ]
+        self.in_features = [p.k for p in self.projections for _ in range(p.count)]
+
+    def weights(self, variant: str) -> list[list]:
+        return self.masters if dense.WEIGHT_FORMAT[variant] == "bf16" else self.fp8
+
+    def weight_bytes(self, variant: str) -> int:
+        """Bytes one copy of the layer's weights takes in the variant's format."""
+        return sum(w.nbytes for w in self.weights(variant)[0])
+
+
+def _run_layer(linear: Callable, xs: dict[int, torch.Tensor], weights: list, in_features) -> list:
+    return [linear(xs[k], w) for k, w in zip(in_features, weights, strict=True)]
+
+
+def _check(linear, xs, layer: Layer, variant: str, refs: dict) -> dict:
+    """Errors of one layer's outputs: the worst projection against each reference."""
+    facts: list[dict] = []
+    held = refs[dense.WEIGHT_FORMAT[variant]]
+    errors, errors_bf16 = [], []
+    for i, (k, w) in enumerate(zip(layer.in_features, layer.weights(variant)[0], strict=True)):
+        out = call_with_facts(partial(linear, xs[k], w), facts)
+        errors.append(relative_error(out, held[i]))
+        errors_bf16.append(relative_error(out, refs["bf16"][i]))
+    return {"rel_error": max(errors), "error_vs_bf16": max(errors_bf16), **compile_facts(facts)}
+
+
+def _references(xs: dict[int, torch.Tensor], layer: Layer) -> dict[str, list[torch.Tensor]]:
+    """fp32 outputs of the first layer copy: on the bf16 masters and on the dequantised FP8."""
+    pairs = zip(layer.in_features, layer.masters[0], layer.fp8[0], strict=True)
+    refs: dict[str, list[torch.Tensor]] = {"bf16": [], "fp8": []}
+    for k, master, fp8 in pairs:
+        refs["bf16"].append(dense.linear_reference(xs[k], master))
+        refs["fp8"].append(dense.linear_reference(xs[k], fp8))
+    return refs
+
+
+def _layer_row(variant: str, m: int, linear, xs, layer: Layer, refs, ctx: dict) -> dict:
+    """One row: a layer's dense GEMMs by one backend at M tokens, checked, timed, judged."""
+    copies = layer.weights(variant)
+    sets = copies if m <= GRAPH_TOKENS else copies[:1]
+
+    def run_all() -> None:
+        for weights in sets:
+            _run_layer(linear, xs, weights, layer.in_features)
+
+    def timer() -> tuple[float, float]:
+        ms, iqr = time_call(run_all, ctx["device"], m)
+        return ms / len(sets), iqr / len(sets)
+
+    row = {"kernel": "dense-layer", "variant": variant, "scenario": f"m={m}", "m": m}
+    row = check_then_time(row, partial(_check, linear, xs, layer, variant, refs),
+                          TOLERANCE[variant], timer)  # fmt: skip
+    if "ms" not in row:
+        return row
+    ceilings, ms = ctx["ceilings"], row["ms"]
+    floor_ms = layer.weight_bytes(variant) / ceilings["copy_bytes_per_s"] * 1e3
+    tflops = layer_flops(m, layer.projections) / (ms / 1e3) / 1e12
+    return row | {
+        "floor_ms": floor_ms,
+        "ratio_to_floor": ms / floor_ms,
+        "tflops": tflops,
+        "ratio_to_cublas": tflops * 1e12 / ceilings["bf16_flops"],
+        "tokens_per_s": m / (ms * ctx["layers"] / 1e3),
+    }
+
+
+def _ab_rows(layer_rows: pd.DataFrame, variants, layers: int, prompt: int, chunk: int) -> list:
+    """The seed's A/B scenarios from per-layer times: dense time of all layers and tokens/s."""
+    scenarios = {"decode-1": [1], "decode-4": [4]}
+    for streams in (1, 4):
+        scenarios[f"prefill-{prompt}-{streams}"] = ab_chunks(prompt, streams, chunk)
+    rows = []
+    for variant in variants:
+        mine = layer_rows[layer_rows["variant"] == variant].set_index("m")
+        for name, steps in scenarios.items():
+            parts = mine.loc[sorted(set(steps))]
+            row = {"kernel": "dense-ab", "variant": variant, "scenario": name, "m": sum(steps),
+                   "rel_error": parts["rel_error"].max(),
+                   "error_vs_bf16": parts["error_vs_bf16"].max()}  # fmt: skip
+            bad = parts[~parts["status"].isin(["ok", "spills"])]
+            if len(bad):
+                rows.append(row | {"status": f"{bad['status'].iloc[0]} (m={bad.index[0]})"})
+                continue
+            ms = layers * sum(mine.loc[m, "ms"] for m in steps)  # decode: one step
+            rows.append(row | {"ms": ms, "tokens_per_s": sum(steps) / (ms / 1e3), "status": "ok"})
+    return rows
+
+
+def _speedups(table: pd.DataFrame) -> pd.Series:
+    """Each row's time against bf16's in the same kernel and scenario (>1: faster than cuBLAS)."""
+    base = table[table["variant"] == "bf16"].set_index(["kernel", "scenario"])["ms"]
+    keys = pd.MultiIndex.from_frame(table[["kernel", "scenario"]])
+    return pd.Series(base.reindex(keys).to_numpy() / table["ms"].to_numpy(), index=table.index)
+
+
+def bench_dense(
+    ms: Sequence[int] = M_SWEEP,
+    variants: Sequence[str] = BACKENDS,
+    ab: bool = True,
+    block: int = dense.DEFAULT_BLOCK,
+    hybrid_m: int | None = None,
+    preset: str = "dsv4-flash-tp2",
+    out: str = "raw",
+    seed: int = 0,
+    device: str = "cuda",
+    ceilings: dict | None = None,
+    progress: bool = True,
+    ab_prompt: int = AB_PROMPT,
+    ab_chunk: int = AB_CHUNK,
+    **shape_overrides: int,
+) -> pd.DataFrame:
+    """Benchmark every dense backend on one layer's projections at every M, then the A/B."""
+    unknown = sorted(set(variants) - set(dense.VARIANTS))
+    if unknown:
+        raise WorkbenchError(
+            f"unknown dense variants {unknown}; known: {', '.join(dense.VARIANTS)}"
+        )
+    dev = torch.device(device)
+    chosen = get_preset(preset)
+    s = replace(chosen.rank_shapes(), **shape_overrides)  # small shapes: the harness's tests
+    ceilings = ceilings or measure_ceilings(dev)
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    layer = Layer(s, DECODE_COPIES if dev.type == "cuda" else 1, block, dtype, dev, gen)
+    sizes = sorted(set(ms))
+    if ab:
+        steps = [1, 4, *ab_chunks(ab_prompt, 1, ab_chunk), *ab_chunks(ab_prompt, 4, ab_chunk)]
+        sizes = sorted(set(sizes) | set(steps))
+    linears = {
+        v: partial(dense.VARIANTS[v], hybrid_m=hybrid_m) if v == "hybrid" else dense.VARIANTS[v]
+        for v in variants
+    }
+    ctx = {"device": dev, "ceilings": ceilings, "layers": chosen.layers}
+    rows = []
+    with tqdm(total=len(sizes) * len(variants), desc="bench dense", disable=not progress) as bar:
+        for m in sizes:
+            xs = {
+                k: torch.randn(m, k, generator=gen, device=dev, dtype=dtype)
+                for k in set(layer.in_features)
+            }
+            refs = _references(xs, layer)
+            for variant in variants:
+                rows.append(_layer_row(variant, m, linears[variant], xs, layer, refs, ctx))
+                print_row(bar, rows[-1], PRINTED)
+    table = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    if ab:
+        ab_rows = _ab_rows(table, variants, chosen.layers, ab_prompt, ab_chunk)
+        table = pd.concat([table, pd.DataFrame(ab_rows)], ignore_index=True).reindex(
+            columns=COLUMNS
+        )
+    if "bf16" in variants:
+        table["speedup_vs_bf16"] = _speedups(table)
+    meta = {
+        "kind": "bench-dense",
+        "params": {
+            "ms": list(ms),
+            "variants": list(variants),
+            "ab": ab,
+            "block": block,
+            "hybrid_m": dense.hybrid_threshold(hybrid_m),
+            "preset": preset,
+            "seed": seed,
+            "device": device,
+            "ab_prompt": ab_prompt,
+            "ab_chunk": ab_chunk,
+            "shape_overrides": shape_overrides,
+        },  # fmt: skip
+        "shapes": asdict(s),
+        "projections": [asdict(p) for p in layer.projections],
+        "layers": chosen.layers,
+        "ceilings": ceilings,
+        "environment": describe(),
+    }
+    path = write_run(out, f"bench-dense-{preset}-{stamp()}", meta, {"bench": table})
+    table.attrs["path"] = str(path)
+    return table

@@ -1,0 +1,74 @@
+"""What every row of the dense and attention benchmarks shares: check, then time, then a status.
+
+A row's output is compared with its fp32 reference first; a wrong kernel is reported `wrong`
+and not timed, and one that runs out of memory, fails to compile or raises becomes a status
+too, so a sweep always finishes (DESIGN section 5). Rows are printed as they finish, so a run
+cut off by its time limit still shows what it did.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from kernels.moe import last_facts
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64; NaN when out has a NaN or inf, so it never passes."""
+    out64, ref64 = out.double(), ref.double()
+    if not bool(torch.isfinite(out64).all()):
+        return float("nan")
+    return (out64 - ref64).norm().item() / max(ref64.norm().item(), 1e-30)
+
+
+def compile_facts(facts: Sequence[dict]) -> dict:
+    """regs and spills: the most of any kernel in `facts` (last_facts() of several calls);
+    None for torch ops and under the interpreter."""
+    compiled = [f for call in facts for f in call.values() if f.n_regs is not None]
+    if not compiled:
+        return {"regs": None, "spills": None}
+    return {"regs": max(f.n_regs for f in compiled), "spills": max(f.n_spills for f in compiled)}
+
+
+def call_with_facts(fn: Callable[[], torch.Tensor], facts: list[dict]) -> torch.Tensor:
+    """fn(), noting the compile facts of the Triton kernels it launched."""
+    out = fn()
+    facts.append(last_facts())
+    return out
+
+
+def check_then_time(
+    row: dict,
+    check: Callable[[], dict],
+    tolerance: float,
+    timer: Callable[[], tuple[float, float]],
+) -> dict:
+    """`row` with check()'s columns (rel_error and any others), then ms and iqr_ms from
+    timer() if rel_error is within tolerance, and a status."""
+    try:
+        row = row | check()
+        if not row["rel_error"] <= tolerance:  # NaN too
+            return row | {"status": "wrong"}
+        ms, iqr = timer()
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return row | {"status": "oom"}
+    except Exception as err:  # noqa: BLE001 (a failing configuration is a result of the sweep)
+        kind = "compile-error" if "Compil" in type(err).__name__ else "error"
+        return row | {"status": f"{kind}: {type(err).__name__}: {str(err)[:120]}"}
+    return row | {"ms": ms, "iqr_ms": iqr, "status": "spills" if row.get("spills") else "ok"}
+
+
+def print_row(bar: tqdm, row: dict, keys: Sequence[str]) -> None:
+    """One line per finished row, through the progress bar so they do not collide."""
+    bar.write(" ".join(f"{k}={row[k]:.4g}" if isinstance(row.get(k), float) else
+                       f"{k}={row.get(k)}" for k in keys))  # fmt: skip
+    bar.update()
+
+
+def stamp() -> str:
+    return dt.datetime.now().strftime("%Y%m%dT%H%M%S")
