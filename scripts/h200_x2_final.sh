@@ -33,6 +33,9 @@ gpu0() {
 }
 gpu1() {
   export CUDA_VISIBLE_DEVICES=1
+  say "gpu-tests dense and attention (GPU 1)"
+  WORKBENCH_GPU_TESTS=1 timeout $(cap 100) python3 -m pytest -q -p no:cacheprovider \
+    tests/test_dense_kernels.py tests/test_attention_kernels.py 2>&1 | tail -25
   say "bench dense (GPU 1)"
   timeout $(cap 150) python3 -m workbench.cli bench dense --out "$out/g1" 2>&1 | tail -60
   say "bench attention (GPU 1)"
