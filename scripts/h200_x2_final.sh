@@ -31,16 +31,19 @@ gpu0() {
     --param variant=stock --param fmt=fp8 --baseline 16 --timeout 90 --out "$out/g0" 2>&1 | tail -30
   tar czf "$out/g0.tar.gz" -C "$out" g0 && rm -rf "${out:?}/g0"
 }
-gpu1() {
-  export CUDA_VISIBLE_DEVICES=1
-  say "gpu-tests dense and attention (GPU 1)"
+gpu1_benches() {
+  say "gpu-tests dense and attention"
   WORKBENCH_GPU_TESTS=1 timeout $(cap 100) python3 -m pytest -q -p no:cacheprovider \
     tests/test_dense_kernels.py tests/test_attention_kernels.py 2>&1 | tail -25
-  say "bench dense (GPU 1)"
+  say "bench dense"
   timeout $(cap 150) python3 -m workbench.cli bench dense --out "$out/g1" 2>&1 | tail -60
-  say "bench attention (GPU 1)"
+  say "bench attention"
   timeout $(cap 90) python3 -m workbench.cli bench attention --out "$out/g1" 2>&1 | tail -30
   tar czf "$out/g1.tar.gz" -C "$out" g1 && rm -rf "${out:?}/g1"
+}
+gpu1() {
+  export CUDA_VISIBLE_DEVICES=1
+  gpu1_benches
   for v in stock flat; do
     (( $(left) < 90 )) && { say "skip ncu-$v-4096"; continue; }
     say "ncu-$v-4096 (GPU 1)"
@@ -49,8 +52,20 @@ gpu1() {
     tar czf "$out/ncu-$v-4096.tar.gz" -C "$out" "ncu-$v-4096" && rm -rf "${out:?}/ncu-$v-4096"
   done
 }
-gpu0 > "$out/gpu0.log" 2>&1 &
-gpu1 > "$out/gpu1.log" 2>&1 &
-wait
-cat "$out/gpu0.log" "$out/gpu1.log" >> "$log" && rm -f "$out/gpu0.log" "$out/gpu1.log"
+single() {  # one GPU (the two-GPU kind was not lent): issue 4's first GPU run, then decode rows
+  gpu1_benches
+  export CUDA_VISIBLE_DEVICES=0
+  say "bench moe, decode sizes"
+  timeout $(left 15) python3 -m workbench.cli bench moe --tokens 1 6 24 48 --routing uniform \
+    skewed --formats bf16 fp8 int4 --out "$out/g0" 2>&1 | grep "kernel=\|written\|Error"
+  tar czf "$out/g0.tar.gz" -C "$out" g0 && rm -rf "${out:?}/g0"
+}
+if [ "$(nvidia-smi -L | wc -l)" = 1 ]; then
+  single 2>&1 | tee -a "$log"
+else
+  gpu0 > "$out/gpu0.log" 2>&1 &
+  gpu1 > "$out/gpu1.log" 2>&1 &
+  wait
+  cat "$out/gpu0.log" "$out/gpu1.log" >> "$log" && rm -f "$out/gpu0.log" "$out/gpu1.log"
+fi
 ls -la "$out" | tee -a "$log"
