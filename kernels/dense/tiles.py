@@ -66,6 +66,21 @@ class GemmTiles:
         return min(self.block_k, qblock)
 
 
+@dataclass(frozen=True)
+class TilesByM:
+    """A kernel's default tiles: bandwidth tiles up to 16 rows, then wider tiles as the GEMM
+    turns compute-bound (middle up to 64 rows, prefill above)."""
+
+    decode: GemmTiles
+    middle: GemmTiles
+    prefill: GemmTiles
+
+    def __call__(self, m: int) -> GemmTiles:
+        if m <= 16:
+            return self.decode
+        return self.middle if m <= 64 else self.prefill
+
+
 def split_plan(tiles: GemmTiles, m: int, n: int, k: int, device: torch.device) -> tuple[int, int]:
     """(splits, K elements per split): whole K tiles per split, no split left empty.
 

@@ -20,6 +20,7 @@ from kernels.dense.formats import DenseWeights, check_linear_inputs
 from kernels.dense.tiles import (
     GROUP_M,
     GemmTiles,
+    TilesByM,
     outputs,
     program_tile,
     split_plan,
@@ -27,17 +28,12 @@ from kernels.dense.tiles import (
 )
 from kernels.moe.compiled import launch, recording
 
-DECODE_TILES = GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4)
-MIDDLE_TILES = GemmTiles(block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=4)
-PREFILL_TILES = GemmTiles(block_m=128, block_n=128, block_k=128, num_warps=8, num_stages=3)
+default_tiles = TilesByM(
+    decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4),
+    middle=GemmTiles(block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=4),
+    prefill=GemmTiles(block_m=128, block_n=128, block_k=128, num_warps=8, num_stages=3),
+)
 QUANT_ROWS = 32  # token rows per program of the activation quantiser
-
-
-def default_tiles(m: int) -> GemmTiles:
-    """Bandwidth tiles up to 16 rows, then wider tiles as the GEMM turns compute-bound."""
-    if m <= 16:
-        return DECODE_TILES
-    return MIDDLE_TILES if m <= 64 else PREFILL_TILES
 
 
 @triton.jit
