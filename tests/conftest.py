@@ -12,8 +12,11 @@ GPU_TESTS = os.environ.get("WORKBENCH_GPU_TESTS") == "1"
 if not GPU_TESTS:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from pathlib import Path  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from helpers import cpu_experiments  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -33,3 +36,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def device() -> torch.device:
     """Where kernel tests put their tensors: the GPU under WORKBENCH_GPU_TESTS=1, else the CPU."""
     return torch.device("cuda" if GPU_TESTS else "cpu")
+
+
+@pytest.fixture(scope="session")
+def experiments_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding one real tiny sweep and one A/B run made on this machine (see
+    helpers.cpu_experiments), shared by the notebook, widget and report tests."""
+    return cpu_experiments(tmp_path_factory.mktemp("raw"))

@@ -6,58 +6,20 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import CHROMIUM, ROOT, SCREENSHOTS, chromium_missing, open_in_chromium
 
 import workbench
 
-CHROMIUM = "/usr/bin/chromium"
-ROOT = Path(__file__).parents[1]
-SCREENSHOTS = ROOT / "test-artifacts"
-
-if not Path(CHROMIUM).exists():
-    # CI installs Debian's chromium (.ci/run); elsewhere the browser tests need it too.
-    pytestmark = pytest.mark.skipif(
-        not os.environ.get("CI"), reason=f"{CHROMIUM} not installed (apt-get install chromium)"
-    )
-
-
-def open_in_chromium(page_path: Path, screenshot: Path) -> dict:
-    """Load a page from disk; report console errors, non-file requests, figures and SVGs."""
-    from playwright.sync_api import sync_playwright
-
-    errors, remote = [], []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on(
-            "request", lambda r: remote.append(r.url) if not r.url.startswith("file:") else None
-        )
-        page.goto(page_path.resolve().as_uri(), wait_until="load")
-        page.wait_for_function(
-            "Array.from(document.querySelectorAll('.plotly-graph-div'))"
-            ".every(d => d.querySelector('svg.main-svg'))",
-            timeout=30_000,
-        )
-        found = page.evaluate(
-            "() => ({figures: document.querySelectorAll('.plotly-graph-div').length,"
-            " drawn: Array.from(document.querySelectorAll('.plotly-graph-div'))"
-            ".filter(d => d.querySelectorAll('svg.main-svg g.trace').length > 0).length,"
-            " tables: document.querySelectorAll('table.data').length,"
-            " text: document.body.innerText})"
-        )
-        screenshot.parent.mkdir(exist_ok=True)
-        page.screenshot(path=str(screenshot), full_page=True)
-        browser.close()
-    return {"errors": errors, "remote": remote, **found}
+pytestmark = pytest.mark.skipif(
+    chromium_missing(), reason=f"{CHROMIUM} not installed (apt-get install chromium)"
+)
 
 
 def _h200_runs() -> list[workbench.ProfileResult]:
-    """The committed 33,863-token H200 profiles, CUDA-graph run first."""
-    runs = [workbench.load(p) for p in (ROOT / "raw").glob("profile-dsv4-flash-tp2-*-33863t-*")]
+    """The committed single-process 33,863-token H200 profiles of the stock kernel, CUDA-graph
+    run first."""
+    runs = [workbench.load(p) for p in (ROOT / "raw").glob("profile-dsv4-flash-tp2-stock-*")]
+    runs = [r for r in runs if not r.meta["params"].get("tp")]  # one process: graphs vs eager
     return sorted(runs, key=lambda r: not r.meta["params"]["cuda_graphs"])
 
 

@@ -5,7 +5,6 @@ The real-report tests skip until a report from the GPU machine is committed unde
 WORKBENCH_NCU_REPORTS to a glob to run them on other reports.
 """
 
-import glob
 import math
 import os
 import struct
@@ -15,6 +14,7 @@ from pathlib import Path
 import ncu_report
 import pandas as pd
 import pytest
+from helpers import STOCK, Action, Metric, Rule, moe_action, real_reports
 
 from workbench.analysis.ncu import (
     FIGURE_KINDS,
@@ -28,11 +28,6 @@ from workbench.analysis.ncu import (
 from workbench.errors import ArtifactError, WorkbenchError
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def real_reports() -> list[str]:
-    pattern = os.environ.get("WORKBENCH_NCU_REPORTS", str(REPO / "ncu" / "*.ncu-rep"))
-    return sorted(glob.glob(pattern))
 
 
 # ---- broken files ----------------------------------------------------------------------------
@@ -93,156 +88,7 @@ def test_rule_messages_lose_their_link_markup():
     assert _plain(message) == "See the Best Practices Guide and Warp State, line 88 at here."
 
 
-# ---- tables, on stand-ins for ncu_report's objects -------------------------------------------
-class Metric:
-    def __init__(self, value, unit="", per_pc=None):
-        self._value, self._unit, self._per_pc = value, unit, per_pc or {}
-
-    def value(self):
-        return self._value
-
-    def unit(self):
-        return self._unit
-
-    def num_instances(self):
-        return len(self._per_pc)
-
-    def as_double(self, k):
-        return float(list(self._per_pc.values())[k])
-
-    def as_uint64(self, k):  # correlation ids are instruction addresses
-        return list(self._per_pc)[k]
-
-    def correlation_ids(self):
-        return self if self._per_pc else None
-
-
-class Place:
-    def __init__(self, file, line):
-        self._file, self._line = file, line
-
-    def file_name(self):
-        return self._file
-
-    def line(self):
-        return self._line
-
-
-class Domain:
-    def __init__(self, name, push_pop):
-        self._name, self._push_pop = name, tuple(push_pop)
-
-    def name(self):
-        return self._name
-
-    def push_pop_ranges(self):
-        return self._push_pop
-
-    def start_end_ranges(self):
-        return ()
-
-
-class Nvtx:
-    def __init__(self, ranges):
-        self._domain = Domain("<default domain>", ranges)
-
-    def domains(self):
-        return (0,)
-
-    def domain_by_id(self, i):
-        return self._domain
-
-
-class Rule:
-    def __init__(self, name, kind, message, speedup=None):
-        self._name, self._kind, self._message, self._speedup = name, kind, message, speedup
-
-    def has_rule_message(self):
-        return True
-
-    def rule_message(self):
-        return {"title": self._name, "message": self._message, "type": self._kind}
-
-    def has_speedup_estimation(self):
-        return self._speedup is not None
-
-    def speedup_estimation(self):
-        return {"type": ncu_report.SpeedupType.LOCAL, "speedup": self._speedup}
-
-    def section_identifier(self):
-        return "WarpStateStats"
-
-    def name(self):
-        return self._name
-
-
-STOCK = "/repo/kernels/moe/stock.py"
-SOURCE = "\n".join(f"line {i}" for i in range(1, 101))
-BASE = 0x7F0000
-
-
-class Action:
-    """What NcuReport reads of an ncu_report IAction, with made-up numbers."""
-
-    def __init__(self, kernel, metrics, ranges=(), rules=()):
-        self._kernel, self._metrics, self._ranges, self._rules = kernel, metrics, ranges, rules
-
-    def name(self, base=None):
-        return self._kernel if base is None else f"void {self._kernel}(...)"
-
-    def metric_names(self):
-        return tuple(self._metrics)
-
-    def metric_by_name(self, name):
-        return self._metrics.get(name)
-
-    def nvtx_state(self):
-        return Nvtx(self._ranges) if self._ranges else None
-
-    def source_info(self, pc):  # 0x10 and 0x20 are line 40, 0x30 line 41, 0x40 has no line
-        lines = {BASE + 0x10: 40, BASE + 0x20: 40, BASE + 0x30: 41}
-        return Place(STOCK, lines[pc]) if pc in lines else None
-
-    def source_files(self):
-        return {STOCK: SOURCE}
-
-    def sass_by_pc(self, pc):
-        return f"  LDG.E R{pc - BASE}, [R2.64]  "
-
-    def rule_results(self):
-        return self._rules
-
-
-def moe_action(scale=1.0, ranges=("wb:moe:stock:T=6",), rules=()) -> Action:
-    stall = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
-    sampled = "smsp__pcsamp_warps_issue_stalled_{}"
-    pcs = {
-        "barrier": {BASE + 0x10: 30, BASE + 0x30: 6},
-        "wait": {BASE + 0x20: 20, BASE + 0x40: 4},
-        "selected": {BASE + 0x30: 40},
-        "no_instructions": {},
-    }
-    metrics = {
-        "gpu__time_duration.sum": Metric(41000.0 * scale, "ns"),
-        "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": Metric(18.0 * scale, "%"),
-        "sm__inst_issued.avg.pct_of_peak_sustained_elapsed": Metric(51.0, "%"),  # 2nd choice
-        "launch__registers_per_thread": Metric(128, "register/thread"),
-        "launch__occupancy_limit_registers": Metric(3),
-        "launch__occupancy_limit_shared_mem": Metric(4),
-        "launch__occupancy_limit_warps": Metric(3),
-        "launch__occupancy_limit_blocks": Metric(32),
-        "launch__function_pcs": Metric(BASE, per_pc={BASE: 1}),
-        stall.format("barrier"): Metric(1.61),
-        stall.format("wait"): Metric(1.38),
-        stall.format("selected"): Metric(1.0),
-        stall.format("no_instruction"): Metric(0.25),
-        sampled.format("barrier_not_issued"): Metric(99, per_pc={BASE + 0x10: 99}),
-    }
-    for reason, per_pc in pcs.items():
-        metrics[sampled.format(reason)] = Metric(sum(per_pc.values()), per_pc=per_pc)
-    return Action("_gate_up_kernel", metrics, ranges, rules)
-
-
+# ---- tables, on stand-ins for ncu_report's objects (tests/helpers.py) ----------------------
 @pytest.fixture
 def report() -> NcuReport:
     rules = (

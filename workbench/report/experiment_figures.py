@@ -30,3 +30,28 @@ def sweep_lines(table: pd.DataFrame, param: str, title: str) -> go.Figure:
     fig.update_yaxes(type="log", title="ms (median, 95% interval)")
     fig.update_layout(title=title, template="plotly_white")
     return fig
+
+
+def bench_lines(
+    table: pd.DataFrame, title: str, keys: tuple[str, ...], x: str = "tokens"
+) -> go.Figure:
+    """A benchmark's ms against its size column `x` (tokens, or M rows; log axes), one line per
+    combination of `keys` present in the table (e.g. variant, weight format, routing); rows
+    without a time leave gaps."""
+    present = [k for k in keys if k in table]
+    timed = table[pd.to_numeric(table["ms"], errors="coerce").notna()]
+    names = timed[present].astype(str).agg(" ".join, axis=1) if present else "all"
+    fig = go.Figure()
+    for label, group in timed.assign(line=names).groupby("line", sort=False):
+        group = group.sort_values(x)
+        fig.add_scatter(
+            x=group[x],
+            y=group["ms"],
+            mode="lines+markers",
+            name=label,
+            hovertemplate=f"%{{x}} {x}: %{{y:.4f}} ms<extra>{label}</extra>",
+        )
+    fig.update_xaxes(type="log", title=x)
+    fig.update_yaxes(type="log", title="ms (median)")
+    fig.update_layout(title=title, template="plotly_white", height=480)
+    return fig

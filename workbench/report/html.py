@@ -22,7 +22,8 @@ STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1150px; color: #222; }
 h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2.2rem;
   border-bottom: 1px solid #ddd; } h3 { font-size: 1.05rem; }
-table.data { border-collapse: collapse; margin: 0.6rem 0 1.2rem; font-size: 0.88rem; }
+table.data { border-collapse: collapse; margin: 0.6rem 0 1.2rem; font-size: 0.88rem;
+  display: block; max-width: 100%; overflow-x: auto; }  /* wide tables scroll */
 table.data th, table.data td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
 table.data th:first-child, table.data td:first-child { text-align: left; }
 table.data thead th { background: #f3f3f3; }
@@ -109,10 +110,14 @@ class HtmlPage:
         )
 
     def write(self, path: str | Path) -> Path:
-        """Write atomically enough for a report: a temporary file renamed into place."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(self.render(), encoding="utf-8")
-        tmp.replace(path)
-        return path
+        return write_atomic(path, self.render())
+
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    """Write atomically enough for a report: a temporary file renamed into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
