@@ -390,11 +390,11 @@ def test_capture_writes_report_metadata_and_summary(fake_machine, tmp_path, repo
     ]
     meta = json.loads(path.with_suffix(".json").read_text())
     assert meta["command"] == fake.command and meta["command"][0] == NCU
-    assert meta["tokens"] == [6, 4096] and meta["params"] == {"block_m": 32}
+    assert meta["tokens"] == [6, 4096] and meta["params"] == {"num_warps": 8}
     assert meta["ncu_version"] == "Version 2025.3.1.0 (build 1)"
     assert meta["nvtx_ranges"] == ["wb:moe:stock:T=6", "wb:moe:stock:T=4096"]
     assert meta["environment"] == {"gpu": {"name": "fake H200"}}
-    summary = path.with_name("moe-stock-T6-4096-block_m32.summary.txt").read_text()
+    summary = path.with_name("moe-stock-T6-4096-num_warps8.summary.txt").read_text()
     assert "Summary" in summary and "fake H200" in summary
 
 
