@@ -17,6 +17,7 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.moe.routing import sm_count
+from kernels.tiling import check_block_sizes
 
 WARPS = (1, 2, 4, 8, 16)
 GROUP_M = 8  # row tiles per group in the program order (L2 reuse of weight tiles at large M)
@@ -42,13 +43,7 @@ class GemmTiles:
 
     def check(self) -> None:
         """Reject options that would not compile."""
-        for name in ("block_m", "block_n", "block_k"):
-            size = getattr(self, name)
-            if not isinstance(size, int) or size < 16 or size & (size - 1):
-                raise ValueError(
-                    f"{name}={size!r} must be a power of two >= 16 (tl.arange and tl.dot need "
-                    "it), e.g. 16, 32, 64 or 128."
-                )
+        check_block_sizes(self)
         if self.block_k < 32:
             raise ValueError(
                 f"block_k={self.block_k} must be at least 32: FP8 MMAs reduce over 32 elements."

@@ -18,6 +18,7 @@ from kernels.moe.formats import MoeWeights, as_moe_weights
 from kernels.moe.routing import MoeShape, dot_options, validate_moe_inputs
 from kernels.moe.routing_kernels import combine
 from kernels.moe.tiles import silu_reduce_kernel
+from kernels.tiling import check_block_sizes
 
 FMT_CODES = {"bf16": 0, "fp8": 1, "int4": 2}  # tiles.FMT_PLAIN / FMT_FP8 / FMT_INT4
 WARPS = (1, 2, 4, 8, 16)
@@ -41,13 +42,7 @@ class Tiles:
 
     def check(self, weights: MoeWeights) -> None:
         """Reject options that would not compile or would compute the wrong thing."""
-        for name in ("block_m", "block_n", "block_k"):
-            size = getattr(self, name)
-            if not isinstance(size, int) or size < 16 or size & (size - 1):
-                raise ValueError(
-                    f"{name}={size!r} must be a power of two >= 16 (tl.arange and tl.dot need "
-                    "it), e.g. 16, 32, 64 or 128."
-                )
+        check_block_sizes(self)
         if self.split_k is not None and (not isinstance(self.split_k, int) or self.split_k < 1):
             raise ValueError(f"split_k={self.split_k!r} must be an integer >= 1; 1 means no split.")
         if self.num_warps not in WARPS:
