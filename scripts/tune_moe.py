@@ -19,7 +19,7 @@ import torch
 import triton.testing
 
 from kernels.moe import VARIANTS, MoeWeights, last_facts, moe_reference
-from workbench.capture.bench_moe import _relative_error
+from workbench.capture.bench_rows import relative_error
 from workbench.presets import draw_routing, get_preset
 
 PREFILL = [
@@ -74,7 +74,7 @@ def main() -> None:
             row = {"variant": args.variant, "fmt": fmt, "tokens": tokens, **params}
             call = partial(VARIANTS[args.variant], *problem, weights[fmt], **params)
             try:
-                row["rel_error"] = _relative_error(call(), reference)
+                row["rel_error"] = relative_error(call(), reference)
                 facts = [f for f in last_facts().values() if f.n_regs is not None]
                 row["regs"] = max(f.n_regs for f in facts)
                 row["spills"] = max(f.n_spills for f in facts)

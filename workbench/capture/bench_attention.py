@@ -22,7 +22,6 @@ from tqdm.auto import tqdm
 
 import kernels.attention as attention
 from workbench.artifacts import write_run
-from workbench.capture.bench_moe import time_call
 from workbench.capture.bench_rows import (
     call_with_facts,
     check_then_time,
@@ -30,6 +29,7 @@ from workbench.capture.bench_rows import (
     print_row,
     relative_error,
     stamp,
+    time_call,
 )
 from workbench.capture.ceilings import measure_ceilings
 from workbench.capture.environment import describe

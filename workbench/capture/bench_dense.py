@@ -26,7 +26,6 @@ from tqdm.auto import tqdm
 
 import kernels.dense as dense
 from workbench.artifacts import write_run
-from workbench.capture.bench_moe import GRAPH_TOKENS, time_call
 from workbench.capture.bench_rows import (
     call_with_facts,
     check_then_time,
@@ -34,9 +33,11 @@ from workbench.capture.bench_rows import (
     print_row,
     relative_error,
     stamp,
+    time_call,
 )
 from workbench.capture.ceilings import measure_ceilings
 from workbench.capture.environment import describe
+from workbench.capture.experiments import GRAPH_TOKENS
 from workbench.errors import WorkbenchError
 from workbench.presets import RankShapes, get_preset
 

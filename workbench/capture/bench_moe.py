@@ -11,8 +11,6 @@ repeats. Rows go to `raw/<run-id>/bench.csv` with `run.json` (ceilings, environm
 from __future__ import annotations
 
 import datetime as dt
-import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import partial
@@ -24,9 +22,15 @@ from tqdm.auto import tqdm
 
 from kernels.moe import FORMATS, VARIANTS, MoeWeights, last_facts, moe_reference
 from workbench.artifacts import write_run
+from workbench.capture.bench_rows import (
+    check_then_time,
+    compile_facts,
+    print_row,
+    relative_error,
+    time_call,
+)
 from workbench.capture.ceilings import measure_ceilings
 from workbench.capture.environment import describe
-from workbench.capture.experiments import GRAPH_TOKENS
 from workbench.presets import RankShapes, draw_routing, get_preset
 
 TOKENS = (1, 6, 24, 48, 512, 4096, 33863)
@@ -95,46 +99,6 @@ def cublas_loop_peer(x, ids, weights, w_gate_up, w_down) -> torch.Tensor:
     return out.to(x.dtype)
 
 
-def _median_iqr(times_ms: Sequence[float]) -> tuple[float, float]:
-    q1, q2, q3 = statistics.quantiles(times_ms, n=4) if len(times_ms) > 1 else (times_ms[0],) * 3
-    return q2, q3 - q1
-
-
-def time_call(
-    fn: Callable[[], object], device: torch.device, tokens: int, graphable: bool = True
-) -> tuple[float, float]:
-    """(median ms, IQR ms). CUDA graph replays for decode sizes, do_bench otherwise (and for
-    the peers, whose host-side routing cannot be captured); the interpreter's CPU stand-in
-    uses wall-clock repeats (for tests of this harness only)."""
-    if device.type != "cuda":
-        fn()
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - start) * 1e3)
-        return _median_iqr(times)
-    import triton.testing
-
-    if tokens <= GRAPH_TOKENS and graphable:
-        q = triton.testing.do_bench_cudagraph(fn, rep=100, quantiles=[0.25, 0.5, 0.75])
-    else:
-        q = triton.testing.do_bench(fn, warmup=25, rep=200, quantiles=[0.25, 0.5, 0.75])
-    return q[1], q[2] - q[0]
-
-
-def _relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    diff = (out.double() - ref.double()).norm().item()
-    return diff / max(ref.double().norm().item(), 1e-30)
-
-
-def _facts() -> tuple[int | None, int | None]:
-    facts = [f for f in last_facts().values() if f.n_regs is not None]
-    if not facts:
-        return None, None
-    return max(f.n_regs for f in facts), max(f.n_spills for f in facts)
-
-
 def measure(
     kernel: str,
     variant: str,
@@ -150,39 +114,30 @@ def measure(
     tokens = problem.x.shape[0]
     row = {"kernel": kernel, "variant": variant, "weight_dtype": fmt, "tokens": tokens,
            "routing": problem.routing}  # fmt: skip
-    try:
-        error = _relative_error(call(), reference)
-        regs, spills = _facts() if kernel == "moe" else (None, None)
-        row |= {"rel_error": error, "regs": regs, "spills": spills}
-        if not error <= TOLERANCE:  # NaN too
-            return row | {"status": "wrong"}
-        ms, iqr = time_call(call, device, tokens, graphable=kernel == "moe")
-    except torch.OutOfMemoryError:
-        return row | {"status": "oom"}
-    except Exception as err:  # noqa: BLE001 (a failing configuration is a result of the sweep)
-        kind = "compile-error" if "Compil" in type(err).__name__ else "error"
-        return row | {"status": f"{kind}: {type(err).__name__}: {str(err)[:120]}"}
+
+    def check() -> dict:
+        error = relative_error(call(), reference)
+        facts = compile_facts([last_facts()] if kernel == "moe" else [])
+        return {"rel_error": error, **facts}
+
+    timer = partial(time_call, call, device, tokens, graphable=kernel == "moe")
+    row = check_then_time(row, check, TOLERANCE, timer)
+    if row["status"] not in ("ok", "spills"):
+        return row
+    ms = row["ms"]
     touched = int(torch.unique(problem.ids).numel())
     floor_ms = weight_bytes(fmt, touched, s) / ceilings["copy_bytes_per_s"] * 1e3
     tflops = flops(tokens, s) / (ms / 1e3) / 1e12
     return row | {
-        "ms": ms,
-        "iqr_ms": iqr,
         "floor_ms": floor_ms,
         "ratio_to_floor": ms / floor_ms,
         "tflops": tflops,
         "ratio_to_cublas": tflops * 1e12 / ceilings["bf16_flops"],
-        "status": "spills" if row.get("spills") else "ok",
     }
 
 
-def _report(bar: tqdm, row: dict) -> None:
-    """Print each row as it finishes, so a run cut off by its time limit keeps what it did."""
-    keys = ("kernel", "variant", "weight_dtype", "tokens", "routing", "ms", "ratio_to_floor",
-            "ratio_to_cublas", "regs", "spills", "status")  # fmt: skip
-    bar.write(" ".join(f"{k}={row[k]:.4g}" if isinstance(row.get(k), float) else
-                       f"{k}={row.get(k)}" for k in keys))  # fmt: skip
-    bar.update()
+REPORT_KEYS = ("kernel", "variant", "weight_dtype", "tokens", "routing", "ms", "ratio_to_floor",
+               "ratio_to_cublas", "regs", "spills", "status")  # fmt: skip
 
 
 def bench_moe(
@@ -229,14 +184,14 @@ def bench_moe(
                         call = partial(VARIANTS[variant], *args, weights[fmt])
                         rows.append(measure("moe", variant, fmt, call, reference, problem, s,
                                             ceilings, dev))  # fmt: skip
-                        _report(bar, rows[-1])
+                        print_row(bar, rows[-1], REPORT_KEYS)
                     if fmt == "bf16" and peers:
                         for name, peer in (("torch_grouped_mm", grouped_mm_peer),
                                            ("cublas_loop", cublas_loop_peer)):  # fmt: skip
                             call = partial(peer, *args, *base)
                             rows.append(measure(name, "peer", fmt, call, reference, problem, s,
                                                 ceilings, dev))  # fmt: skip
-                            _report(bar, rows[-1])
+                            print_row(bar, rows[-1], REPORT_KEYS)
     table = pd.DataFrame(rows).reindex(columns=COLUMNS)
     meta = {
         "kind": "bench-moe",

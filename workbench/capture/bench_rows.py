@@ -1,4 +1,4 @@
-"""What every row of the dense and attention benchmarks shares: check, then time, then a status.
+"""What every benchmark row (MoE, dense, attention) shares: check, then time, then a status.
 
 A row's output is compared with its fp32 reference first; a wrong kernel is reported `wrong`
 and not timed, and one that runs out of memory, fails to compile or raises becomes a status
@@ -9,12 +9,15 @@ cut off by its time limit still shows what it did.
 from __future__ import annotations
 
 import datetime as dt
+import statistics
+import time
 from collections.abc import Callable, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
 from kernels.moe import last_facts
+from workbench.capture.experiments import GRAPH_TOKENS
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -23,6 +26,34 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     if not bool(torch.isfinite(out64).all()):
         return float("nan")
     return (out64 - ref64).norm().item() / max(ref64.norm().item(), 1e-30)
+
+
+def _median_iqr(times_ms: Sequence[float]) -> tuple[float, float]:
+    q1, q2, q3 = statistics.quantiles(times_ms, n=4) if len(times_ms) > 1 else (times_ms[0],) * 3
+    return q2, q3 - q1
+
+
+def time_call(
+    fn: Callable[[], object], device: torch.device, tokens: int, graphable: bool = True
+) -> tuple[float, float]:
+    """(median ms, IQR ms). CUDA graph replays for decode sizes, do_bench otherwise (and for
+    the peers, whose host-side routing cannot be captured); the interpreter's CPU stand-in
+    uses wall-clock repeats (for tests of this harness only)."""
+    if device.type != "cuda":
+        fn()
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e3)
+        return _median_iqr(times)
+    import triton.testing
+
+    if tokens <= GRAPH_TOKENS and graphable:
+        q = triton.testing.do_bench_cudagraph(fn, rep=100, quantiles=[0.25, 0.5, 0.75])
+    else:
+        q = triton.testing.do_bench(fn, warmup=25, rep=200, quantiles=[0.25, 0.5, 0.75])
+    return q[1], q[2] - q[0]
 
 
 def compile_facts(facts: Sequence[dict]) -> dict:

@@ -90,8 +90,9 @@ def measure_moe(config: dict) -> dict:
 
     import torch
 
-    from kernels.moe import VARIANTS, MoeWeights, moe_reference
-    from workbench.capture.bench_moe import TOLERANCE, _facts, _relative_error
+    from kernels.moe import VARIANTS, MoeWeights, last_facts, moe_reference
+    from workbench.capture.bench_moe import TOLERANCE
+    from workbench.capture.bench_rows import compile_facts, relative_error
     from workbench.presets import draw_routing, get_preset
 
     w, tokens = config["workload"], config["tokens"]
@@ -108,15 +109,14 @@ def measure_moe(config: dict) -> dict:
     x = torch.randn(tokens, s.hidden, generator=gen, device=dev, dtype=dtype)
     args = (x, torch.from_numpy(ids).to(dev), torch.from_numpy(route).to(dev), weights)
     call = partial(VARIANTS[w["variant"]], *args, **config["params"])
-    error = _relative_error(call(), moe_reference(*args))
-    regs, spills = _facts()
-    row = {"rel_error": error, "regs": regs, "spills": spills}
+    error = relative_error(call(), moe_reference(*args))
+    row = {"rel_error": error, **compile_facts([last_facts()])}
     if not error <= TOLERANCE:  # NaN too
         return row | {"status": "wrong"}
     samples, stopped = adaptive_repeats(_timer(call, dev, tokens), **config["repeats"])
     stats = summarise(samples)
     return row | {
-        "status": "spills" if spills else "ok",
+        "status": "spills" if row["spills"] else "ok",
         "ms": stats.pop("median"),
         **stats,
         "samples_ms": samples,
