@@ -79,6 +79,10 @@ def test_bad_weights_raise_a_clear_error(build, message):
 
 # ---- the kernels -----------------------------------------------------------------------------
 SHAPES = [(1, 40, 72), (5, 130, 200), (33, 70, 96), (130, 64, 160)]  # odd sizes, every tile set
+# fp32 in, FP8 products: exact under the interpreter. Hopper's FP8 MMAs keep about 14 bits of
+# their running sum (DeepSeek-V3 report, section 3.3.2), seen on the H200 as errors over 1e-5
+# from 64-row tiles up; the kernel promotes each 32-wide product to fp32, which bounds it.
+FP8_MMA_TOLERANCE = {"cpu": 1e-5, "cuda": 1e-3}
 
 
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)
@@ -99,7 +103,7 @@ def test_w8a8_matches_fp32_on_quantised_activations_and_weights(m, n, k, dtype, 
     out = dense.linear_w8a8(x, weights)
     assert out.dtype == dtype and out.shape == (m, n)
     assert relative_error(out, w8a8_reference(x, weights)) < (
-        1e-5 if dtype == torch.float32 else 1e-2
+        FP8_MMA_TOLERANCE[device.type] if dtype == torch.float32 else 1e-2
     )
 
 

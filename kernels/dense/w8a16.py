@@ -1,16 +1,17 @@
 """W8A16 dense GEMM, y = x @ W.T: FP8 weights dequantised in the kernel, activations as they
 come (what Marlin W8A16 does), fp32 accumulation.
 
-At decode sizes the GEMM is a stream of the weight through the SMs, and reading one byte per
-weight instead of bf16's two is the whole of its advantage, so the small-M tiles are shaped for
-bandwidth: 16-row MMA tiles (the fewest an MMA takes), 64 columns, 128-byte K rows per load,
-deep pipelining, and split-K until about two programs sit on every SM.
+The kernel computes the transpose, y.T = W @ x.T, as Marlin and Machete do: the weight tile is
+the MMA's first operand, which Hopper's wgmma reads from registers, so the dequantised weights
+go from the load straight into the tensor cores with no trip through shared memory; and the
+tokens are the MMA's narrow side, so a decode batch of 1 to 16 tokens fills a 16-column MMA
+instead of wasting 48 of a 64-row one.
 
-Each K tile is cut into sub-tiles of one scale block. The FP8 values convert to the activation
-dtype exactly, and the power-of-two scale multiplies the sub-tile's fp32 product, exactly too:
-one multiply-add per accumulator element per sub-tile, which at 16 rows is half the work of
-scaling every weight before the MMA (and keeps bf16 arithmetic, which the interpreter gets
-wrong, out of the kernel). Large-M tiles pay more for it; W8A8 serves large M.
+Each K tile is cut into sub-tiles of one scale block. The FP8 values and their power-of-two
+scale multiply exactly in fp32 and convert to the activation dtype exactly, so the dequantised
+weight is the weight `DenseWeights.dequantize()` gives, and one accumulator runs through every
+MMA of the tile (no per-sub-tile rescaling of the accumulator). Decode sizes split K until
+about two programs sit on every SM (see `tiles.split_plan`).
 """
 
 import triton
@@ -30,10 +31,11 @@ from kernels.dense.tiles import (
 from kernels.moe.compiled import launch, recording
 from kernels.moe.routing import dot_options
 
+# block_m: tokens per tile (the MMA's N side), block_n: weight rows per tile (its M side).
 default_tiles = TilesByM(
-    decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4),
-    middle=GemmTiles(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=4),
-    prefill=GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3),
+    decode=GemmTiles(block_m=16, block_n=64, block_k=256, num_warps=4, num_stages=4),
+    middle=GemmTiles(block_m=64, block_n=128, block_k=64, num_warps=8, num_stages=4),
+    prefill=GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=4),
 )
 
 
@@ -53,28 +55,29 @@ def _w8a16_kernel(
     k_lo = tl.program_id(1) * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
     offs_k = tl.arange(0, SUB_K)
-    x_ptrs = x_ptr + rows[:, None] * stride_xm + (k_lo + offs_k)[None, :] * stride_xk
-    w_ptrs = w_ptr + cols[None, :] * stride_wn + (k_lo + offs_k)[:, None] * stride_wk
+    x_ptrs = x_ptr + rows[None, :] * stride_xm + (k_lo + offs_k)[:, None] * stride_xk
+    w_ptrs = w_ptr + cols[:, None] * stride_wn + (k_lo + offs_k)[None, :] * stride_wk
     s_ptrs = s_ptr + (cols // QBLOCK) * stride_sn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # y.T's tile
     for k0 in range(k_lo, k_hi, BLOCK_K):
         for j in tl.static_range(BLOCK_K // SUB_K):
             k_sub = k0 + j * SUB_K
             k_ok = k_sub + offs_k < K
-            x = tl.load(x_ptrs + j * SUB_K * stride_xk, mask=row_ok[:, None] & k_ok[None, :],
-                        other=0.0)  # fmt: skip
-            w8 = tl.load(w_ptrs + j * SUB_K * stride_wk, mask=k_ok[:, None] & col_ok[None, :],
+            x_t = tl.load(x_ptrs + j * SUB_K * stride_xk, mask=k_ok[:, None] & row_ok[None, :],
+                          other=0.0)  # fmt: skip
+            w8 = tl.load(w_ptrs + j * SUB_K * stride_wk, mask=col_ok[:, None] & k_ok[None, :],
                          other=0.0)  # fmt: skip
             scale = tl.load(s_ptrs + (k_sub // QBLOCK) * stride_sk, mask=col_ok & (k_sub < K),
                             other=0.0)  # fmt: skip
-            w = w8.to(x.dtype)  # exact: every E4M3 value is a bf16 value
+            w = (w8.to(tl.float32) * scale[:, None]).to(x_t.dtype)  # exact, both steps
             if UPCAST:
-                x = x.to(tl.float32)
+                x_t = x_t.to(tl.float32)
                 w = w.to(tl.float32)
-            acc += tl.dot(x, w, input_precision=PRECISION) * scale[None, :]
+            acc = tl.dot(w, x_t, acc, input_precision=PRECISION)
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
-    store_tile(y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps, SPLIT)
+    store_tile(y_ptr, part_ptr, locks_ptr, rows, cols, tl.trans(acc), M, N, stride_ym, stride_ps,
+               SPLIT)  # fmt: skip
 
 
 def linear_w8a16(x: Tensor, weights: DenseWeights, **options: int | None) -> Tensor:

@@ -75,6 +75,13 @@ def recording() -> Iterator[dict[str, KernelFacts]]:
     _last = facts
 
 
+def forget_facts() -> None:
+    """Empty last_facts(), so a call that launches no Triton kernel (cuBLAS, a torch op) reads
+    as having none rather than as the previous call's."""
+    global _last
+    _last = {}
+
+
 def last_facts() -> dict[str, KernelFacts]:
     """Kernel name -> KernelFacts for the launches of the last completed MoE call, in order."""
     return dict(_last)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from kernels.moe import last_facts
+from kernels.moe.compiled import forget_facts, last_facts
 from workbench.capture.experiments import GRAPH_TOKENS
 
 
@@ -66,7 +66,8 @@ def compile_facts(facts: Sequence[dict]) -> dict:
 
 
 def call_with_facts(fn: Callable[[], torch.Tensor], facts: list[dict]) -> torch.Tensor:
-    """fn(), noting the compile facts of the Triton kernels it launched."""
+    """fn(), noting the compile facts of the Triton kernels it launched (none for torch ops)."""
+    forget_facts()
     out = fn()
     facts.append(last_facts())
     return out

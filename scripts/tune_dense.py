@@ -1,0 +1,117 @@
+"""Time a short, hand-picked grid of tile settings of the FP8 dense kernels on the GPU, over all
+dense projections of one `dsv4-flash-tp2` layer, in one process (each setting checked against
+its fp32 reference first), to choose their defaults per M class.
+
+    python scripts/tune_dense.py OUT_DIR [--budget-s 240]
+
+Writes OUT_DIR/tune-dense.csv and prints one line per setting as it finishes; cuBLAS bf16 on
+the same layer is timed at every M for scale. A developer's tool for picking defaults, like
+tune_moe.py; `workbench bench dense` is the product's benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+import kernels.dense as dense
+from workbench.capture.bench_dense import Layer
+from workbench.capture.bench_rows import call_with_facts, compile_facts, relative_error, time_call
+from workbench.presets import get_preset
+
+
+def tiles(m: int, n: int, k: int, w: int, s: int) -> dict:
+    return dict(block_m=m, block_n=n, block_k=k, num_warps=w, num_stages=s)
+
+
+DECODE = [{}, tiles(16, 64, 128, 4, 4), tiles(16, 128, 128, 4, 4), tiles(16, 128, 256, 4, 3),
+          tiles(16, 64, 512, 4, 3), tiles(16, 128, 128, 8, 4), tiles(16, 256, 128, 8, 3),
+          tiles(16, 64, 128, 4, 6), tiles(16, 64, 256, 4, 4) | {"split_k": 1}]  # fmt: skip
+MIDDLE = [{}, tiles(32, 128, 128, 4, 4), tiles(32, 64, 128, 4, 4), tiles(64, 64, 128, 4, 4),
+          tiles(16, 128, 128, 4, 4)]  # fmt: skip
+PREFILL = [{}, tiles(128, 128, 64, 8, 3), tiles(128, 256, 64, 8, 3), tiles(64, 128, 64, 4, 4),
+           tiles(128, 128, 128, 8, 3), tiles(128, 64, 64, 4, 4), tiles(256, 128, 64, 8, 3),
+           tiles(128, 128, 64, 4, 4)]  # fmt: skip
+W8A8_PREFILL = [{}, tiles(128, 128, 128, 8, 4), tiles(128, 128, 128, 8, 6),
+                tiles(128, 256, 128, 8, 4), tiles(64, 128, 128, 4, 4), tiles(128, 64, 128, 4, 4),
+                tiles(256, 128, 128, 8, 3)]  # fmt: skip
+# (variant, weight block, M, grid)
+CASES = [
+    ("w8a16", 32, 4, DECODE),
+    ("w8a16", 32, 4096, PREFILL),
+    ("w8a8", 32, 4096, W8A8_PREFILL),
+    ("w8a8", 128, 4096, W8A8_PREFILL[:4]),
+    ("w8a16", 32, 24, MIDDLE),
+    ("w8a16", 32, 256, PREFILL[:4]),
+    ("w8a8", 32, 256, W8A8_PREFILL[:4]),
+    ("w8a8", 32, 4, DECODE[:4]),
+]
+TOLERANCE = {"w8a16": 1e-2, "w8a8": 5e-2}
+
+
+def layer_call(linear, xs: dict[int, torch.Tensor], sets: list, in_features, **options):
+    def run() -> None:
+        for weights in sets:
+            for k, w in zip(in_features, weights, strict=True):
+                linear(xs[k], w, **options)
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--budget-s", type=float, default=240.0)
+    args = parser.parse_args()
+    deadline = time.monotonic() + args.budget_s
+    device = torch.device("cuda")
+    s = get_preset("dsv4-flash-tp2").rank_shapes()
+    gen = torch.Generator(device=device).manual_seed(0)
+    layers = {b: Layer(s, 3, b, torch.bfloat16, device, gen) for b in (32, 128)}
+    rows = []
+    for variant, block, m, grid in CASES:
+        layer = layers[block]
+        xs = {k: torch.randn(m, k, generator=gen, device=device, dtype=torch.bfloat16)
+              for k in set(layer.in_features)}  # fmt: skip
+        sets = layer.fp8 if m <= 48 else layer.fp8[:1]
+        bf16 = layer_call(dense.linear, xs, layer.masters if m <= 48 else layer.masters[:1],
+                          layer.in_features)  # fmt: skip
+        cublas_ms = time_call(bf16, device, m)[0] / len(sets)
+        linear = dense.VARIANTS[variant]
+        reference = dense.w8a8_reference if variant == "w8a8" else dense.linear_reference
+        for options in grid:
+            if time.monotonic() > deadline:
+                break
+            row = {"variant": variant, "block": block, "m": m, **options, "cublas_ms": cublas_ms}
+            try:
+                facts: list[dict] = []
+                errors = [
+                    relative_error(
+                        call_with_facts(partial(linear, xs[k], w, **options), facts),
+                        reference(xs[k], w),
+                    )  # fmt: skip
+                    for k, w in zip(layer.in_features, layer.fp8[0], strict=True)
+                ]
+                row |= {"rel_error": max(errors), **compile_facts(facts)}
+                if row["rel_error"] > TOLERANCE[variant]:
+                    row["status"] = "wrong"
+                else:
+                    run = layer_call(linear, xs, sets, layer.in_features, **options)
+                    row["ms"] = time_call(run, device, m)[0] / len(sets)
+                    row["vs_cublas"] = cublas_ms / row["ms"]
+                    row["status"] = "spills" if row.get("spills") else "ok"
+            except Exception as err:  # noqa: BLE001 (a failing setting is a result)
+                row["status"] = f"{type(err).__name__}: {str(err)[:120]}"
+            print(row, flush=True)
+            rows.append(row)
+    args.out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(args.out / "tune-dense.csv", index=False)
+
+
+if __name__ == "__main__":
+    main()
