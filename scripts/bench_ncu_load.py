@@ -1,6 +1,6 @@
 """Benchmark: load each Nsight Compute report and build every table of it, on this machine.
 
-    ./dev python scripts/bench_ncu_load.py [REPORT ...]   (default: ncu/*.ncu-rep)
+    ./dev python scripts/bench_ncu_load.py [REPORT ...]   (default: ncu/*.ncu-rep*)
 
 Prints, per report, its size and the best of three wall times of `load_ncu` plus summary,
 stalls, hotspots, occupancy, rules and a diff against itself. Issue 5 asks for under 2 s on a
@@ -28,7 +28,7 @@ def build_everything(path: Path) -> int:
 
 def main(paths: list[str]) -> None:
     rows = []
-    for path in map(Path, paths or sorted(glob.glob("ncu/*.ncu-rep"))):
+    for path in map(Path, paths or sorted(glob.glob("ncu/*.ncu-rep*"))):
         times = []
         for _ in range(3):
             start = time.perf_counter()

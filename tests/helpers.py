@@ -40,7 +40,7 @@ def relative_error(out: Tensor, ref: Tensor) -> float:
 def real_reports() -> list[str]:
     """The Nsight Compute reports from the GPU machine under ncu/ (WORKBENCH_NCU_REPORTS: a glob
     of others)."""
-    pattern = os.environ.get("WORKBENCH_NCU_REPORTS", str(ROOT / "ncu" / "*.ncu-rep"))
+    pattern = os.environ.get("WORKBENCH_NCU_REPORTS", str(ROOT / "ncu" / "*.ncu-rep*"))
     return sorted(glob.glob(pattern))
 
 

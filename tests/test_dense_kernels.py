@@ -134,6 +134,18 @@ def test_tile_options_and_split_k_keep_the_result(linear, options, device):
     assert relative_error(linear(x, weights, **options), ref) < 1e-5
 
 
+@pytest.mark.parametrize("m", [3, 40])
+def test_w8a16_orientations_agree(m, device):
+    # swap_ab computes y.T = W @ x.T (the prefill default), the direct form x @ W.T (decode's).
+    x, weights = make(m, 70, 160, device=device)
+    ref = linear_reference(x, weights)
+    for swap_ab in (False, True):
+        out = dense.linear_w8a16(x, weights, swap_ab=swap_ab, block_m=16, block_n=32)
+        assert relative_error(out, ref) < 1e-5, swap_ab
+    with pytest.raises(ValueError, match="swap_ab is a W8A16 option"):
+        dense.linear_w8a8(x, weights, swap_ab=True)
+
+
 def test_split_k_leaves_its_arrival_counters_at_zero_for_the_next_gemm(device):
     from kernels.dense.tiles import _locks
 

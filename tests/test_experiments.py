@@ -11,7 +11,7 @@ from helpers import QUICK, SMALL, write_sweep
 from workbench.artifacts import read_meta
 from workbench.capture import experiments as ex
 from workbench.capture.workers import ROWS_FILE, read_rows
-from workbench.errors import ArtifactError
+from workbench.errors import ArtifactError, WorkbenchError
 
 
 def test_a_small_sweep_gives_checked_rows_with_intervals_and_resumes(tmp_path):
@@ -50,6 +50,25 @@ def test_ab_reports_the_ratio_with_its_interval(tmp_path):
     assert row["significant"] in (True, False)
     with pytest.raises(ArtifactError, match="not a 'sweep'"):
         ex.load_sweep(tmp_path)
+
+
+def test_profile_ab_compares_whole_settings_per_phase(tmp_path):
+    # The seed's dense A/B through profile(), on the tiny CPU model: a prefill row and a decode
+    # row, each with both arms' step spans as samples and tokens per second.
+    result = ex.ab({"dense": "bf16"}, {"dense": "hybrid", "hybrid_m": 128}, [48],
+                   kernel="profile", run_dir=tmp_path, workers=2, progress=False,
+                   preset="tiny", decode_tokens=3, prefill_chunk=16, device="cpu")  # fmt: skip
+    table = result.table().set_index("phase")
+    assert list(table.index) == ["prefill", "decode"]
+    assert (table[["status_a", "status_b"]] == "ok").all().all()
+    rows = result.rows.set_index(["phase", "arm"])
+    assert len(rows.loc[("prefill", "a"), "samples_ms"]) == 3  # 48 tokens in chunks of 16
+    assert len(rows.loc[("decode", "b"), "samples_ms"]) == 3
+    for phase, row in table.iterrows():
+        assert row["ci_low"] <= row["ratio"] <= row["ci_high"], phase
+        assert row["tokens_per_s_a"] > 0 and row["tokens_per_s_b"] > 0
+    with pytest.raises(WorkbenchError, match="supports kernel 'moe' or 'profile'"):
+        ex.ab({}, {}, [1], kernel="dense", run_dir=tmp_path / "x")
 
 
 def test_did_not_help_gives_effect_ranges_and_failures(tmp_path):

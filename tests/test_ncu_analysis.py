@@ -5,10 +5,10 @@ The real-report tests skip until a report from the GPU machine is committed unde
 WORKBENCH_NCU_REPORTS to a glob to run them on other reports.
 """
 
+import gzip
 import math
 import os
 import struct
-import time
 from pathlib import Path
 
 import ncu_report
@@ -241,23 +241,33 @@ needs_reports = pytest.mark.skipif(
 each_report = pytest.mark.parametrize("path", REPORTS or [None])
 
 
+def direct_actions(path: str, tmp_path: Path) -> list:
+    """The report's launches as ncu_report itself reads them (a .gz report unpacked first)."""
+    if path.endswith(".gz"):
+        unpacked = tmp_path / Path(path).name.removesuffix(".gz")
+        unpacked.write_bytes(gzip.decompress(Path(path).read_bytes()))
+        path = str(unpacked)
+    context = ncu_report.load_report(path)
+    return [rng[i] for rng in context for i in range(len(rng))]
+
+
 @needs_reports
 @each_report
-def test_real_report_builds_every_table_quickly(path, tmp_path):
-    begun = time.perf_counter()
+def test_real_report_builds_every_table(path):
+    # How long this takes is a benchmark (scripts/bench_ncu_load.py), not a timed test.
     report = load_ncu(path)
     tables = [report.summary(), report.stalls(), report.hotspots(), report.occupancy()]
     tables += [report.rules(), report.diff(0), report.text()]
-    assert time.perf_counter() - begun < 2.0
+    assert all(len(table) for table in tables)
     assert len(report) >= 1 and len(set(report.labels)) == len(report)
     assert list(report.summary().columns) == report.labels
 
 
 @needs_reports
 @each_report
-def test_real_summary_equals_the_metrics_read_directly(path):
+def test_real_summary_equals_the_metrics_read_directly(path, tmp_path):
     report = load_ncu(path)
-    actions = [rng[i] for rng in ncu_report.load_report(path) for i in range(len(rng))]
+    actions = direct_actions(path, tmp_path)
     summary, sources = report.summary(), report.metric_sources()
     for row in SUMMARY_METRICS:
         for label, action in zip(report.labels, actions):
@@ -286,9 +296,9 @@ def test_real_stall_shares_add_up_to_100(path):
 
 @needs_reports
 @each_report
-def test_real_hotspots_point_at_real_kernel_lines(path):
+def test_real_hotspots_point_at_real_kernel_lines(path, tmp_path):
     report = load_ncu(path)
-    actions = [rng[i] for rng in ncu_report.load_report(path) for i in range(len(rng))]
+    actions = direct_actions(path, tmp_path)
     hot = report.hotspots(n=20)
     source = hot[hot["level"] == "source"]
     assert len(source), "no sample maps to a source line: was --import-source yes used?"
@@ -316,10 +326,13 @@ def test_real_diff_with_itself_is_zero(path):
 @each_report
 def test_real_report_cut_short_is_rejected(path, tmp_path):
     data = Path(path).read_bytes()
-    cut = tmp_path / "cut.ncu-rep"
-    cut.write_bytes(data[: len(data) // 2])
-    with pytest.raises(ArtifactError, match="truncated or damaged"):
-        load_ncu(cut)
+    cuts = {"cut.ncu-rep.gz": data} if path.endswith(".gz") else {}
+    cuts["cut.ncu-rep"] = gzip.decompress(data) if path.endswith(".gz") else data
+    for name, whole in cuts.items():
+        cut = tmp_path / name
+        cut.write_bytes(whole[: len(whole) // 2])
+        with pytest.raises(ArtifactError, match="truncated or damaged"):
+            load_ncu(cut)
 
 
 @needs_reports

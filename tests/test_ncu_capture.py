@@ -1,6 +1,7 @@
 """ncu captures without a GPU or ncu: the command line, the target entry point, and every
 failure of capture() with ncu's subprocess faked."""
 
+import gzip
 import json
 import shutil
 import subprocess
@@ -119,9 +120,9 @@ def test_bad_target_arguments_exit_with_usage(argv, capsys):
 
 
 def test_builder_registry():
-    assert set(BUILDERS) == {"moe", "model-decode-step"}
-    with pytest.raises(WorkbenchError, match="known kernels: moe, model-decode-step"):
-        TargetArgs("dense", "w8a8", (6,)).validate()
+    assert set(BUILDERS) == {"moe", "dense", "model-decode-step"}
+    with pytest.raises(WorkbenchError, match="known kernels: moe, dense, model-decode-step"):
+        TargetArgs("attention", "triton", (6,)).validate()
     with pytest.raises(WorkbenchError, match="counts >= 1"):
         TargetArgs("moe", "stock", (0,)).validate()
     with pytest.raises(WorkbenchError, match="unknown routing"):
@@ -175,7 +176,7 @@ def test_target_marks_exactly_one_launch_per_token_count(monkeypatch):
 def test_target_refuses_a_wrong_kernel(monkeypatch, capsys):
     monkeypatch.setitem(kernels.moe.VARIANTS, "broken", lambda x, *args: torch.zeros_like(x))
     marks = Marks()
-    with pytest.raises(WorkbenchError, match="differs from moe_reference"):
+    with pytest.raises(WorkbenchError, match="differs from its reference"):
         run_target(cpu_args(variant="broken"), marks)
     assert marks.names == []
     assert main(cpu_args(variant="broken").to_argv()) == 2
@@ -190,6 +191,18 @@ def test_target_rejects_unknown_parameters():
         run_target(cpu_args(variant="nope"))
     with pytest.raises(WorkbenchError, match="no parameter width; its parameters: layers"):
         run_target(cpu_args("model-decode-step", width=3))
+
+
+def test_dense_target_checks_then_marks_one_gemm_per_m():
+    marks = Marks()
+    args = cpu_args("dense", "w8a16", (1, 20), projection="kv", block_n=32)
+    assert run_target(args, marks, log=lambda line: None) == ["wb:dense:w8a16:T=1",
+                                                              "wb:dense:w8a16:T=20"]  # fmt: skip
+    assert marks.names == ["wb:dense:w8a16:T=1", "wb:dense:w8a16:T=20"]
+    with pytest.raises(WorkbenchError, match="unknown projection=qkv; the layer's are q_a"):
+        run_target(cpu_args("dense", "w8a8", projection="qkv"))
+    with pytest.raises(WorkbenchError, match="'bf16' has no parameter block_n"):
+        run_target(cpu_args("dense", "bf16", block_n=32))
 
 
 def test_target_needs_a_gpu_unless_told_otherwise(monkeypatch):
@@ -275,7 +288,7 @@ def assert_nothing_left(out: Path) -> None:
 def test_capture_checks_arguments_before_looking_for_ncu(monkeypatch, tmp_path):
     monkeypatch.setattr(shutil, "which", lambda name: pytest.fail("looked for ncu"))
     with pytest.raises(WorkbenchError, match="unknown kernel"):
-        capture("dense", "w8a8", 6, out=tmp_path)
+        capture("attention", "triton", 6, out=tmp_path)
     with pytest.raises(WorkbenchError, match="plain file name"):
         capture("moe", "stock", 6, out=tmp_path, name="../elsewhere")
 
@@ -380,7 +393,9 @@ def test_an_earlier_report_survives_a_failed_capture(fake_machine, tmp_path):
 def test_capture_writes_report_metadata_and_summary(fake_machine, tmp_path, report):
     if report is None:
         pytest.skip("needs a real .ncu-rep (none committed under ncu/ yet) to stand for ncu's")
-    fake = fake_machine(FakeNcu(f"{DONE}: ran\n", report=Path(report).read_bytes()))
+    data = Path(report).read_bytes()
+    data = gzip.decompress(data) if report.endswith(".gz") else data  # what ncu writes
+    fake = fake_machine(FakeNcu(f"{DONE}: ran\n", report=data))
     path = capture("moe", "stock", [6, 4096], out=tmp_path / "ncu", num_warps=8)
     assert path == tmp_path / "ncu" / "moe-stock-T6-4096-num_warps8.ncu-rep"
     assert sorted(p.name for p in path.parent.iterdir()) == [

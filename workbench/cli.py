@@ -90,12 +90,14 @@ def _add_ncu(sub) -> None:
         description=(
             "Relaunch a small target under `ncu --set full` and profile one launch per token "
             "count (after warm-up): KERNEL 'moe' with VARIANT a MoE scheduler at the TP2-rank "
-            "shape, or 'model-decode-step' for every kernel of one decode step (tokens are then "
-            "the streams). Writes OUT/<name>.ncu-rep, .json and .summary.txt."
+            "shape, 'dense' with VARIANT a dense backend (bf16, w8a16, w8a8, hybrid; tokens are "
+            "M, --param projection=o_b picks the layer's GEMM), or 'model-decode-step' for "
+            "every kernel of one decode step (tokens are then the streams). Writes "
+            "OUT/<name>.ncu-rep, .json and .summary.txt."
         ),
     )
-    p.add_argument("kernel", help="moe or model-decode-step")
-    p.add_argument("variant", help="the MoE variant, e.g. stock, multirow, flat")
+    p.add_argument("kernel", help="moe, dense or model-decode-step")
+    p.add_argument("variant", help="the variant, e.g. stock, multirow, flat; w8a16, w8a8")
     p.add_argument("--tokens", type=int, nargs="+", default=[6, 4096])
     p.add_argument("--param", type=_param, action="append", default=[], help="key=value")
     p.add_argument("--out", default="ncu")
@@ -201,10 +203,20 @@ def _add_ab(sub) -> None:
     p = sub.add_parser(
         "ab", help="A/B two settings of one workload: ratio b/a with its 95%% interval per size"
     )
-    p.add_argument("kernel", choices=["moe"])
+    p.add_argument(
+        "kernel",
+        choices=["moe", "profile"],
+        help="moe: kernel settings; profile: whole profile() settings (dense=...)",
+    )
     p.add_argument("--a", type=_param, action="append", required=True, help="key=value of A")
     p.add_argument("--b", type=_param, action="append", required=True, help="key=value of B")
-    p.add_argument("--tokens", type=int, nargs="+", default=[6, 4096])
+    p.add_argument(
+        "--tokens",
+        type=int,
+        nargs="+",
+        default=[6, 4096],
+        help="token counts (profile: prompt lengths)",
+    )
     p.add_argument("--param", dest="fixed", type=_param, action="append", default=[])
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--out", default="raw")

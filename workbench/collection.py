@@ -79,7 +79,7 @@ def _visit(found: Collection, path: Path, depth: int) -> None:
     if path.name.startswith("."):  # a capture in progress, or tool state
         return
     if path.is_file():
-        if path.suffix == ".ncu-rep":
+        if path.name.endswith((".ncu-rep", ".ncu-rep.gz")):
             from workbench.analysis.ncu import load_ncu
 
             try:

@@ -28,7 +28,8 @@ _locks: dict[torch.device, Tensor] = {}
 
 @dataclass(frozen=True)
 class GemmTiles:
-    """Launch options of one GEMM. split_k None lets the plan fill the GPU for small M."""
+    """Launch options of one GEMM. split_k None lets the plan fill the GPU for small M; swap_ab
+    computes y.T = W @ x.T (W8A16 only: see kernels.dense.w8a16)."""
 
     block_m: int
     block_n: int
@@ -36,6 +37,7 @@ class GemmTiles:
     num_warps: int
     num_stages: int
     split_k: int | None = None
+    swap_ab: bool = False
 
     def override(self, **options: object) -> "GemmTiles":
         """These tiles with every option that is not None replaced."""
@@ -50,6 +52,8 @@ class GemmTiles:
             )
         if self.split_k is not None and (not isinstance(self.split_k, int) or self.split_k < 1):
             raise ValueError(f"split_k={self.split_k!r} must be an integer >= 1; 1 means no split.")
+        if not isinstance(self.swap_ab, bool):
+            raise ValueError(f"swap_ab={self.swap_ab!r} must be True or False.")
         if self.num_warps not in WARPS:
             raise ValueError(f"num_warps={self.num_warps!r} must be one of {WARPS}.")
         if not isinstance(self.num_stages, int) or self.num_stages < 1:

@@ -32,7 +32,8 @@ from kernels.moe.compiled import launch, recording
 default_tiles = TilesByM(
     decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4),
     middle=GemmTiles(block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=4),
-    prefill=GemmTiles(block_m=128, block_n=128, block_k=128, num_warps=8, num_stages=3),
+    # 64 x 128 at 4 warps: 3.4 ms for a 4096-token layer on the H200, 128 x 128 at 8 warps 4.1.
+    prefill=GemmTiles(block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=4),
 )
 QUANT_ROWS = 32  # token rows per program of the activation quantiser
 
@@ -145,6 +146,8 @@ def linear_w8a8(x: Tensor, weights: DenseWeights, **options: int | None) -> Tens
     (m, k), n = x.shape, weights.out_features
     tiles = default_tiles(m).override(**options)
     tiles.check()
+    if tiles.swap_ab:
+        raise ValueError("swap_ab is a W8A16 option; W8A8 multiplies x @ W.T as it is.")
     splits, k_per_split = split_plan(tiles, m, n, k, x.device)
     tiles_mn = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
     y, part, locks = outputs(m, n, tiles_mn, splits, x.dtype, x.device)

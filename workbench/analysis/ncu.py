@@ -1,7 +1,9 @@
 """Nsight Compute reports as tables: `load_ncu(path) -> NcuReport`.
 
 Reads any `.ncu-rep` through NVIDIA's `ncu_report` package (from PyPI; it needs no GPU): one or
-many kernels, with or without NVTX ranges, with or without imported source. Pure pandas: imports
+many kernels, with or without NVTX ranges, with or without imported source. A gzipped report
+(`.ncu-rep.gz`, how the committed ones are kept: ncu's own format compresses about 6 to 1) is
+unpacked to a temporary file first, since `ncu_report` reads only paths. Pure pandas: imports
 neither torch nor triton, and plotly only when a figure or page is made.
 
 `ncu_report` loads an empty, foreign or cut-off file without complaint, as zero ranges or as the
@@ -17,10 +19,15 @@ the names against a real report before relying on them (tests/test_ncu_analysis.
 
 from __future__ import annotations
 
+import atexit
+import gzip
 import json
 import math
 import re
+import shutil
 import struct
+import tempfile
+import zlib
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -31,6 +38,7 @@ import pandas as pd
 from workbench.errors import ArtifactError, WorkbenchError
 
 MAGIC = b"NVR\x00"
+SUFFIXES = (".ncu-rep", ".ncu-rep.gz")
 
 # Rows of summary(): the seed's "Nsight Compute on the stock kernel" table and a little more.
 SUMMARY_METRICS: dict[str, tuple[str, ...]] = {
@@ -160,7 +168,16 @@ def framing_problem(data: bytes) -> str | None:
     return None
 
 
-def _check_file(path: Path) -> None:
+def report_stem(path: Path) -> str:
+    """`moe-stock-T6` of `moe-stock-T6.ncu-rep` or `moe-stock-T6.ncu-rep.gz`."""
+    name = path.name
+    for suffix in sorted(SUFFIXES, key=len, reverse=True):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return path.stem
+
+
+def _read_report_bytes(path: Path) -> bytes:
     if not path.exists():
         raise ArtifactError(
             f"{path} does not exist; give the path of an .ncu-rep file (e.g. under ncu/) or "
@@ -168,7 +185,18 @@ def _check_file(path: Path) -> None:
         )
     if not path.is_file():
         raise ArtifactError(f"{path} is not a file; give the path of an .ncu-rep file.")
-    data = path.read_bytes()
+    if not path.name.endswith(".gz"):
+        return path.read_bytes()
+    try:
+        return gzip.decompress(path.read_bytes())
+    except (OSError, EOFError, zlib.error) as err:
+        raise ArtifactError(
+            f"{path} is not a readable gzip file ({err}): it is truncated or damaged. Compress "
+            "the report again with gzip -k, or give the .ncu-rep itself."
+        ) from None
+
+
+def _check_report(path: Path, data: bytes) -> None:
     if not data:
         raise ArtifactError(
             f"{path} is empty (0 bytes): ncu was stopped before it wrote the report. "
@@ -187,9 +215,29 @@ def _check_file(path: Path) -> None:
         )
 
 
+_unpacked: list[str] = []  # folders of unpacked .gz reports, removed when the process ends
+
+
+@atexit.register
+def _remove_unpacked() -> None:
+    for folder in _unpacked:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _readable_path(path: Path, data: bytes) -> Path:
+    """A path ncu_report can open: the report itself, or the unpacked copy of a .gz one."""
+    if not path.name.endswith(".gz"):
+        return path
+    folder = tempfile.mkdtemp(prefix="workbench-ncu-")
+    _unpacked.append(folder)
+    unpacked = Path(folder) / f"{report_stem(path)}.ncu-rep"
+    unpacked.write_bytes(data)
+    return unpacked
+
+
 def _read_sidecar(path: Path) -> dict:
     """`<name>.json` beside the report (what capture() ran), if there is one."""
-    sidecar = path.with_suffix(".json")
+    sidecar = path.with_name(f"{report_stem(path)}.json")
     if not sidecar.is_file():
         return {}
     try:
@@ -207,8 +255,9 @@ def _read_sidecar(path: Path) -> dict:
 def load_ncu(path: str | Path) -> NcuReport:
     """Every profiled launch of an Nsight Compute report, checked, as an NcuReport."""
     path = Path(path)
-    _check_file(path)
-    context = ncu_report.load_report(str(path))
+    data = _read_report_bytes(path)
+    _check_report(path, data)
+    context = ncu_report.load_report(str(_readable_path(path, data)))
     actions = [rng[i] for rng in context for i in range(len(rng))]
     if not actions:
         raise ArtifactError(

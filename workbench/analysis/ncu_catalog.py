@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.analysis.ncu import HOTSPOT_COLUMNS, NcuReport, load_ncu
+from workbench.analysis.ncu import HOTSPOT_COLUMNS, SUFFIXES, NcuReport, load_ncu, report_stem
 from workbench.errors import ArtifactError, WorkbenchError
 
 # Scheduler names as they appear in kernel names (`_stock_gate_up_kernel`); removing them gives
@@ -46,15 +46,18 @@ TOP_STALL = "Top stall, cycles per issued instruction"
 NO_REPORTS = (
     "no Nsight Compute report matches {where}. Capture them on the GPU machine, e.g. "
     "`workbench ncu moe stock --tokens 6 4096 --param fmt=fp8` (and `flat`), and commit "
-    "ncu/*.ncu-rep with their .json; or point WORKBENCH_NCU_REPORTS at a glob of reports."
+    "ncu/*.ncu-rep (or gzipped, .ncu-rep.gz) with their .json; or point WORKBENCH_NCU_REPORTS "
+    "at a glob of reports."
 )
 
 
 def find_reports(where: str | Path) -> list[Path]:
-    """`.ncu-rep` files: a folder's reports, or those a glob matches, sorted by name."""
+    """`.ncu-rep` (or gzipped `.ncu-rep.gz`) files: a folder's reports, or those a glob
+    matches, sorted by name."""
     where = Path(where)
-    pattern = str(where / "*.ncu-rep") if where.is_dir() else str(where)
-    return sorted(Path(p) for p in glob.glob(pattern))
+    if not where.is_dir():
+        return sorted(Path(p) for p in glob.glob(str(where)))
+    return sorted(p for suffix in SUFFIXES for p in where.glob(f"*{suffix}"))
 
 
 def role(kernel: str) -> str:
@@ -70,7 +73,7 @@ def variant_label(meta: dict, path: Path) -> str:
     is not the MoE (`model-decode-step stock`); the weight format is the same across a capture
     set, so it stays in the entries table. Foreign reports: the file name."""
     if "variant" not in meta:
-        return path.stem
+        return report_stem(path)
     params = {k: v for k, v in (meta.get("params") or {}).items() if k != "fmt"}
     kernel = [] if meta.get("kernel", "moe") == "moe" else [meta["kernel"]]
     words = [*kernel, meta["variant"], *(f"{k}={v}" for k, v in sorted(params.items()))]

@@ -1,5 +1,11 @@
 """Sweeps and A/B runs of a kernel's parameters, with statistics, one worker per configuration.
 
+`ab(..., kernel="profile")` compares two whole `profile()` settings instead (the seed's
+"Hybrid dense GEMM, controlled A/B": `dense="w8a16"` against `dense="hybrid"`): each arm and
+phase runs one profile of the synthetic model in its worker, and the samples are the phase's
+steps (each prefill chunk, each decode step), timed from its first kernel's start to its last
+kernel's end, which is what sets tokens per second.
+
 Each (setting, tokens) runs in its own process under a watchdog (`workers.run_configs`), so a
 configuration that does not compile, spills, runs out of memory, crashes or deadlocks becomes
 a row with that status, like the seed's "Things that did not help" table, and the sweep goes
@@ -36,6 +42,9 @@ L2_FLUSH_BYTES = 256 * 2**20  # larger than any L2 (H200: 60 MB)
 SWEEP_COLUMNS = ["param", "value", "tokens", "status", "ms", "q1", "q3", "ci_low", "ci_high",
                  "n", "regs", "spills", "rel_error", "error"]  # fmt: skip
 FAILURE_LABELS = {"timeout": "timeout (deadlock?)"}
+MEASURE = {"moe": "measure_moe", "profile": "measure_profile"}  # kernel -> worker function
+PHASES = ("prefill", "decode")
+PROFILE_DECODE_TOKENS = 32  # decode steps of a profile A/B arm: 32 samples per arm
 
 
 def _split(fixed: dict) -> tuple[dict, dict, dict]:
@@ -124,6 +133,43 @@ def measure_moe(config: dict) -> dict:
     }
 
 
+def _step_spans_ms(kernels: pd.DataFrame) -> pd.Series:
+    """Per step: from its first kernel's start to its last kernel's end, in ms."""
+    ends = kernels["start_us"] + kernels["dur_us"]
+    steps = kernels.assign(end_us=ends).groupby("step")
+    return (steps["end_us"].max() - steps["start_us"].min()) / 1e3
+
+
+def measure_profile(config: dict) -> dict:
+    """Worker entry point of a profile A/B: one `profile()` run of an arm's settings, its
+    phase's step spans as samples, with tokens per second and the Dense GEMM kernel time."""
+    import tempfile
+
+    from workbench import profile
+
+    settings = {"decode_tokens": PROFILE_DECODE_TOKENS, **config["settings"]}
+    if config["phase"] == "prefill":
+        settings["decode_tokens"] = 1  # the fewest the model takes; only prefill is read
+    with tempfile.TemporaryDirectory() as tmp:
+        result = profile(prompt_tokens=config["tokens"], out=tmp, progress=False, **settings)
+    kernels = result.kernels[result.kernels["phase"] == config["phase"]]
+    spans = _step_spans_ms(kernels)
+    streams = int(settings.get("streams", 1))
+    tokens = config["tokens"] * streams if config["phase"] == "prefill" else len(spans) * streams
+    dense = kernels[kernels["category"] == "Dense GEMM"].groupby("step")["dur_us"].sum()
+    samples = spans.tolist()
+    stats = summarise(samples)
+    return {
+        "status": "ok",
+        "ms": stats.pop("median"),
+        **stats,
+        "samples_ms": samples,
+        "tokens_per_s": tokens / (spans.sum() / 1e3),
+        "dense_ms": float(dense.median() / 1e3) if len(dense) else 0.0,
+        "steps": len(spans),
+    }
+
+
 def _environment() -> dict:
     """GPU, driver, versions and commit of the machine the workers run on (imports torch, which
     only capturing needs; loading a sweep does not)."""
@@ -138,9 +184,11 @@ def _run_dir(out: str | Path, run_dir: str | Path | None, name: str) -> Path:
     return unique_run_dir(Path(out), f"{name}-{dt.datetime.now():%Y%m%dT%H%M%S}")
 
 
-def _check_kernel(kernel: str) -> None:
-    if kernel != "moe":
-        raise WorkbenchError(f"experiments support kernel 'moe' only, not {kernel!r}.")
+def _check_kernel(kernel: str, allowed: Sequence[str] = ("moe",)) -> None:
+    if kernel not in allowed:
+        raise WorkbenchError(
+            f"this experiment supports kernel {' or '.join(map(repr, allowed))}, not {kernel!r}."
+        )
 
 
 def _percent(change: float) -> str:
@@ -219,20 +267,30 @@ class AbResult:
     rows: pd.DataFrame
 
     def table(self) -> pd.DataFrame:
-        """Per tokens: both medians, ratio = median(b)/median(a) (below 1: b is faster), its
-        bootstrap 95% interval and whether it excludes 1 (the change exceeds the noise)."""
+        """Per tokens (and phase, for profile A/Bs): both medians, ratio = median(b)/median(a)
+        (below 1: b is faster), its bootstrap 95% interval and whether it excludes 1 (the
+        change exceeds the noise); profile A/Bs add each arm's tokens per second."""
+        keys = ["phase", "tokens"] if "phase" in self.rows else ["tokens"]
+        extra = [c for c in ("tokens_per_s", "dense_ms") if c in self.rows]
         out = []
-        for tokens, group in self.rows.groupby("tokens"):
+        for key, group in self.rows.groupby(keys, sort=False):
             arms = {arm: row for arm, row in zip(group["arm"], group.to_dict("records"))}
             a, b = arms.get("a", {}), arms.get("b", {})
-            line = {"tokens": tokens, "status_a": a.get("status"), "status_b": b.get("status"),
-                    "ms_a": a.get("ms"), "ms_b": b.get("ms")}  # fmt: skip
+            line = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+            line |= {"status_a": a.get("status"), "status_b": b.get("status"),
+                     "ms_a": a.get("ms"), "ms_b": b.get("ms")}  # fmt: skip
+            line |= {f"{c}_{arm}": row.get(c) for c in extra for arm, row in (("a", a), ("b", b))}
             if isinstance(a.get("samples_ms"), list) and isinstance(b.get("samples_ms"), list):
                 line |= ratio(a["samples_ms"], b["samples_ms"])
             out.append(line)
-        columns = ["tokens", "status_a", "status_b", "ms_a", "ms_b", "ratio", "ci_low",
-                   "ci_high", "significant"]  # fmt: skip
-        return pd.DataFrame(out).reindex(columns=columns)
+        columns = [*keys, "status_a", "status_b", "ms_a", "ms_b",
+                   *(f"{c}_{arm}" for c in extra for arm in "ab"), "ratio", "ci_low", "ci_high",
+                   "significant"]  # fmt: skip
+        table = pd.DataFrame(out).reindex(columns=columns)
+        if "phase" in keys:  # rows arrive as workers finish; show prefill first, as profiles do
+            table = table.sort_values(["phase", "tokens"], key=lambda c: c.map(PHASES.index)
+                                      if c.name == "phase" else c, ignore_index=True)  # fmt: skip
+        return table
 
 
 def _configs(settings: dict[str, dict], tokens: Sequence[int], fixed: dict) -> list[dict]:
@@ -291,16 +349,29 @@ def ab(
     progress: bool = True,
     **fixed,
 ) -> AbResult:
-    """Run settings `a` and `b` (kernel keywords, or workload keys such as variant) of the same
-    workload at each token count; `AbResult.table()` gives the ratio b/a with its interval."""
-    _check_kernel(kernel)
-    configs = _configs({"a": a, "b": b}, tokens, dict(fixed))
-    for config in configs:
-        config["arm"] = config["label"]
+    """Run settings `a` and `b` of the same workload at each token count; `AbResult.table()`
+    gives the ratio b/a with its interval.
+
+    kernel "moe": a and b are kernel keywords or workload keys (variant, fmt, ...). kernel
+    "profile": they are `profile()` keywords (dense, hybrid_m, moe, streams, ...), `tokens` are
+    prompt lengths, and each arm runs once per phase in `phases` (prefill and decode).
+    """
+    _check_kernel(kernel, tuple(MEASURE))
+    fixed = dict(fixed)
+    if kernel == "profile":
+        phases = fixed.pop("phases", PHASES)
+        configs = [{"kernel": "profile", "label": arm, "arm": arm, "phase": phase,
+                    "settings": {**fixed, **setting}, "tokens": int(t)}
+                   for arm, setting in {"a": a, "b": b}.items()
+                   for t in tokens for phase in phases]  # fmt: skip
+    else:
+        configs = _configs({"a": a, "b": b}, tokens, fixed)
+        for config in configs:
+            config["arm"] = config["label"]
     meta = {"kind": "ab", "params": {"kernel": kernel, "a": a, "b": b, "tokens": list(tokens),
             "timeout_s": timeout_s, "fixed": fixed}, "environment": _environment()}  # fmt: skip
     path = _run_dir(out, run_dir, f"ab-{kernel}")
-    run_configs(f"{__name__}.measure_moe", configs, path, meta, timeout_s, workers, progress)
+    run_configs(f"{__name__}.{MEASURE[kernel]}", configs, path, meta, timeout_s, workers, progress)
     return load_ab(path)
 
 

@@ -17,8 +17,8 @@ trailing `/` marks a push/pop range of the default domain (the bare name would m
 range), and several `--nvtx-include` options select any of their ranges. Range names therefore
 avoid ncu's filter quantifiers `@ , [ ] / * +` (the `\\` escape is not worth the risk).
 
-Kernels are registered in BUILDERS: a builder turns the parsed arguments into Workloads, so
-`--kernel dense` is one more function. Imports torch, the kernels and the model only: no plotly
+Kernels are registered in BUILDERS (moe, dense, model-decode-step): a builder turns the parsed
+arguments into Workloads. Imports torch, the kernels and the model only: no plotly
 and no nvtx package, which the GPU machine lacks.
 """
 
@@ -29,7 +29,7 @@ import inspect
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 
 import torch
@@ -201,18 +201,19 @@ def _keyword_params(fn: Callable, params: dict[str, object], label: str) -> dict
     return params
 
 
-def _check_moe(call: Callable[[], torch.Tensor], reference: Callable, label: str) -> None:
-    """Raise unless `call()` matches `reference()` (moe_reference) to the dtype's tolerance."""
+def _check_output(
+    call: Callable[[], torch.Tensor], reference: Callable, label: str, tolerance: float, hint: str
+) -> None:
+    """Raise unless `call()` matches `reference()` to `tolerance` (relative error)."""
     out, ref = call(), reference()
-    tolerance = TOLERANCE[ref.dtype]
     diff = (out.double() - ref.double()).norm().item()
     scale = ref.double().norm().item()
     error = diff / scale if scale else float("inf")
     if not error <= tolerance:  # also catches NaN
         raise WorkbenchError(
-            f"{label}: output differs from moe_reference (relative error {error:.3g}, tolerance "
+            f"{label}: output differs from its reference (relative error {error:.3g}, tolerance "
             f"{tolerance:g}); a wrong kernel is not profiled. Reproduce at small shapes with "
-            "tests/test_moe_stock.py."
+            f"{hint}."
         )
 
 
@@ -270,7 +271,53 @@ def build_moe(args: TargetArgs) -> list[Workload]:
         problem = (*_moe_problem(shapes, tokens, args, device), weights)
         call = partial(fn, *problem, **params)
         name = range_name("moe", args.variant, tokens)
-        check = partial(_check_moe, call, partial(moe_reference, *problem), name)
+        check = partial(_check_output, call, partial(moe_reference, *problem), name,
+                        TOLERANCE[torch.bfloat16], "tests/test_moe_stock.py")  # fmt: skip
+        workloads.append(Workload(name, check, call, _marked(call, name)))
+    return workloads
+
+
+# ---- --kernel dense --------------------------------------------------------------------------
+def build_dense(args: TargetArgs) -> list[Workload]:
+    """One launch of `kernels.dense.VARIANTS[variant]` per token count M, on one projection of a
+    layer: `projection` (default `o_b`, the output projection's second half, 5120 x 4096); FP8
+    variants get its weight quantised with `block` (32)."""
+    import kernels.dense as dense
+    from kernels.dense.tiles import GemmTiles
+    from workbench.capture.bench_dense import TOLERANCE as DENSE_TOLERANCE
+    from workbench.capture.bench_dense import layer_projections
+
+    fn = _variant(dense.VARIANTS, "dense", args.variant)
+    options = dict(args.params)
+    chosen = str(options.pop("projection", "o_b"))
+    block = int(options.pop("block", dense.DEFAULT_BLOCK))
+    projections = {p.name: p for p in layer_projections(get_preset(args.preset).rank_shapes())}
+    if chosen not in projections:
+        raise WorkbenchError(
+            f"unknown projection={chosen}; the layer's are {', '.join(projections)}."
+        )
+    allowed = set() if args.variant == "bf16" else {f.name for f in fields(GemmTiles)}
+    allowed |= {"hybrid_m"} if args.variant == "hybrid" else set()
+    unknown = ", ".join(sorted(set(options) - allowed))
+    if unknown:
+        raise WorkbenchError(
+            f"dense variant '{args.variant}' has no parameter {unknown}; its parameters: "
+            f"projection, block{''.join(', ' + a for a in sorted(allowed))}."
+        )
+    p, device = projections[chosen], _device(args.device)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    master = torch.randn(p.n, p.k, generator=gen, device=device, dtype=torch.bfloat16)
+    master *= p.k**-0.5
+    fp8 = dense.WEIGHT_FORMAT[args.variant] == "fp8"
+    weight = dense.DenseWeights.quantize(master, "fp8", block) if fp8 else master
+    reference = dense.w8a8_reference if args.variant == "w8a8" else dense.linear_reference
+    workloads = []
+    for tokens in args.tokens:
+        x = torch.randn(tokens, p.k, generator=gen, device=device, dtype=torch.bfloat16)
+        call = partial(fn, x, weight, **options)
+        name = range_name("dense", args.variant, tokens)
+        check = partial(_check_output, call, partial(reference, x, weight), name,
+                        DENSE_TOLERANCE[args.variant], "tests/test_dense_kernels.py")  # fmt: skip
         workloads.append(Workload(name, check, call, _marked(call, name)))
     return workloads
 
@@ -331,8 +378,9 @@ def _decode_workload(model: _MarkedModel, streams: int, opts: dict, args: Target
         experts.experts_down,
     )
     check = partial(
-        _check_moe, partial(model.moe_fn, *problem), partial(moe_reference, *problem), name
-    )
+        _check_output, partial(model.moe_fn, *problem), partial(moe_reference, *problem), name,
+        TOLERANCE[model.dtype], "tests/test_moe_stock.py",
+    )  # fmt: skip
     return Workload(name, check, lambda: None, run)  # run() warms up before the marked step
 
 
@@ -354,6 +402,7 @@ def build_decode_step(args: TargetArgs) -> list[Workload]:
 
 BUILDERS: dict[str, Callable[[TargetArgs], list[Workload]]] = {
     "moe": build_moe,
+    "dense": build_dense,
     DECODE_STEP: build_decode_step,
 }
 
