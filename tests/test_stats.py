@@ -45,6 +45,20 @@ def test_ratio_of_overlapping_noise_is_not_significant():
     assert r["ci_low"] < 1.0 < r["ci_high"] and not r["significant"]
 
 
+def test_paired_ratio_sees_a_steady_change_through_a_trend():
+    # Prefill chunks grow with the context; b is 4% slower on every chunk. Unpaired medians
+    # see the trend as noise; pairing sees the change.
+    a = np.linspace(480.0, 1040.0, 11)
+    b = a * 1.04
+    assert not stats.ratio(a, b)["significant"]
+    paired = stats.paired_ratio(a, b)
+    assert paired["ratio"] == pytest.approx(1.04)
+    assert paired["ci_low"] == pytest.approx(1.04) and paired["ci_high"] == pytest.approx(1.04)
+    assert paired["significant"]
+    with pytest.raises(ValueError, match="equal, non-zero counts; got 11 and 3"):
+        stats.paired_ratio(a, b[:3])
+
+
 def test_adaptive_repeats_stops_for_the_right_reason():
     samples, why = stats.adaptive_repeats(lambda: 1.0, min_n=10, max_n=50)
     assert (len(samples), why) == (10, "converged")

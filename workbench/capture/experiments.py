@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.analysis.stats import adaptive_repeats, ratio, summarise
+from workbench.analysis.stats import adaptive_repeats, paired_ratio, ratio, summarise
 from workbench.artifacts import read_meta, unique_run_dir
 from workbench.capture.workers import read_rows, run_configs
 from workbench.errors import ArtifactError, WorkbenchError
@@ -269,7 +269,8 @@ class AbResult:
     def table(self) -> pd.DataFrame:
         """Per tokens (and phase, for profile A/Bs): both medians, ratio = median(b)/median(a)
         (below 1: b is faster), its bootstrap 95% interval and whether it excludes 1 (the
-        change exceeds the noise); profile A/Bs add each arm's tokens per second."""
+        change exceeds the noise). Profile A/Bs pair their steps: ratio = total time of b over
+        a (`stats.paired_ratio`), and each arm's tokens per second."""
         keys = ["phase", "tokens"] if "phase" in self.rows else ["tokens"]
         extra = [c for c in ("tokens_per_s", "dense_ms") if c in self.rows]
         out = []
@@ -281,7 +282,9 @@ class AbResult:
                      "ms_a": a.get("ms"), "ms_b": b.get("ms")}  # fmt: skip
             line |= {f"{c}_{arm}": row.get(c) for c in extra for arm, row in (("a", a), ("b", b))}
             if isinstance(a.get("samples_ms"), list) and isinstance(b.get("samples_ms"), list):
-                line |= ratio(a["samples_ms"], b["samples_ms"])
+                # a profile's steps pair up (chunk i of both arms ran the same work)
+                compare = paired_ratio if "phase" in keys else ratio
+                line |= compare(a["samples_ms"], b["samples_ms"])
             out.append(line)
         columns = [*keys, "status_a", "status_b", "ms_a", "ms_b",
                    *(f"{c}_{arm}" for c in extra for arm in "ab"), "ratio", "ci_low", "ci_high",

@@ -74,13 +74,15 @@ SECTIONS = (
     Section(
         "Hybrid dense GEMM, controlled A/B",
         ("bench-dense", "ab"),
-        "`workbench bench dense` (the hybrid against W8A16) and `workbench ab moe --a "
-        "variant=stock --b variant=flat --tokens 6 4096 --param fmt=fp8`",
-        note="The seed's A/B ran a serving engine. Here: the dense GEMMs of all layers with the "
-        "hybrid backend (W8A16 up to M rows, W8A8 above) against W8A16 alone, in tokens per "
-        "second, with the error against bf16 weights standing in for GSM8K (acceptance length "
-        "has no kernel counterpart); and kernel A/B runs, the ratio b/a of the medians per size "
-        "with a bootstrap 95% interval (significant: the interval excludes 1).",
+        "`workbench ab profile --a dense=w8a16 --b dense=hybrid --b hybrid_m=128 --tokens "
+        "46000 --param moe=flat --param attention=triton`, `workbench bench dense` and "
+        "`workbench ab moe --a variant=stock --b variant=flat --tokens 6 4096 --param fmt=fp8`",
+        note="The seed's A/B ran a serving engine. Here: the synthetic model through profile(), "
+        "W8A16 against the hybrid (W8A16 up to M rows, W8A8 above), a 46K-token prefill and "
+        "decode steps at that context, each step's span a sample; the dense GEMMs of all layers "
+        "per backend in tokens per second, with the error against bf16 weights standing in for "
+        "GSM8K (acceptance length has no kernel counterpart); and kernel A/B runs. Ratios are "
+        "b/a of the medians with a bootstrap 95% interval (significant: it excludes 1).",
     ),
     Section("MoE kernels against their floor", ("bench-moe",), "`workbench bench moe`", False),
     Section("Sparse attention kernels", ("bench-attention",), "`workbench bench attention`", False),
