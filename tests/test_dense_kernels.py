@@ -146,6 +146,21 @@ def test_w8a16_orientations_agree(m, device):
         dense.linear_w8a8(x, weights, swap_ab=True)
 
 
+def test_the_default_split_plan_fills_the_gpu_but_bounds_the_reduction(monkeypatch):
+    from kernels.dense import tiles
+
+    monkeypatch.setattr(tiles, "sm_count", lambda device: 132)  # an H200
+    decode = tiles.GemmTiles(16, 64, 128, 4, 4)
+    # index_w (N=64, K=5120) at M=1: one tile, so 40 splits (every K tile) for 264 programs
+    assert tiles.split_plan(decode, 1, 64, 5120, torch.device("cpu")) == (40, 128)
+    # the same at M=128 with 128 x 128 tiles: 64 KB partial tiles, at most 8 of them summed
+    prefill = tiles.GemmTiles(128, 128, 64, 8, 3)
+    assert tiles.split_plan(prefill, 128, 64, 5120, torch.device("cpu")) == (8, 640)
+    assert tiles.split_plan(prefill, 4096, 5120, 4096, torch.device("cpu")) == (1, 4096)
+    assert tiles.split_plan(prefill.override(split_k=20), 128, 64, 5120,
+                            torch.device("cpu")) == (20, 256)  # fmt: skip
+
+
 def test_split_k_leaves_its_arrival_counters_at_zero_for_the_next_gemm(device):
     from kernels.dense.tiles import _locks
 

@@ -23,6 +23,7 @@ WARPS = (1, 2, 4, 8, 16)
 GROUP_M = 8  # row tiles per group in the program order (L2 reuse of weight tiles at large M)
 OFF_GPU_SMS = 4  # what the split-K plan assumes under the interpreter: a few programs
 LOCKS = 4096  # arrival counters kept per device; split GEMMs have fewer tiles than 2 per SM
+REDUCE_BYTES = 512 * 1024  # most fp32 partial sums the last split of a tile adds (default plan)
 _locks: dict[torch.device, Tensor] = {}
 
 
@@ -84,13 +85,17 @@ def split_plan(tiles: GemmTiles, m: int, n: int, k: int, device: torch.device) -
     """(splits, K elements per split): whole K tiles per split, no split left empty.
 
     Without an explicit split_k, small-M GEMMs split K until there are about two programs per
-    SM: a decode GEMM with N = 64 would otherwise stream its whole weight through one SM.
+    SM: a decode GEMM with N = 64 would otherwise stream its whole weight through one SM. The
+    last split of a tile adds all the partial tiles alone, so the plan keeps what it reads
+    under REDUCE_BYTES: on the H200, 128 x 128 tiles split 80 ways (narrow projections at M of
+    128 to 944) made layers 5 to 8 times slower than cuBLAS (raw/bench-dense-*T154120).
     """
     k_tiles = triton.cdiv(k, tiles.block_k)
     want = tiles.split_k
     if want is None:
         programs = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
         want = triton.cdiv(2 * (sm_count(device) or OFF_GPU_SMS), programs)
+        want = min(want, max(1, REDUCE_BYTES // (4 * tiles.block_m * tiles.block_n)))
     per_split = triton.cdiv(k_tiles, min(want, k_tiles))
     return triton.cdiv(k_tiles, per_split), per_split * tiles.block_k
 

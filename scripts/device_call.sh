@@ -1,0 +1,30 @@
+# Shared by the one-call device plans (scripts/h200_*.sh): `source scripts/device_call.sh "$OUT"`.
+# Sets `out`, `deadline` (now + BUDGET_S, default 570 s, inside the device tool's 600 s a call)
+# and `log`; installs the carried ncu_report wheel (.whl/, see README, Capturing); records the
+# GPU; and defines `step` and `archive`, so a plan is a list of time-boxed steps whose outputs
+# come back even when the call is cut off.
+set -uo pipefail
+out=${1:?usage: bash SCRIPT OUT_DIR}
+deadline=$(( $(date +%s) + ${BUDGET_S:-570} ))
+if ls .whl/ncu_report-*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/ncu_report-*.whl
+fi
+export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
+log="$out/log.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$log"
+
+step() {  # step NAME NEEDED_S COMMAND...: run if NEEDED_S are left, limited to what is left
+  local name=$1 need=$2; shift 2
+  local left=$(( deadline - $(date +%s) ))
+  if (( left < need )); then echo "== skip $name: ${left} s left" | tee -a "$log"; return; fi
+  echo "== $name (${left} s left)" | tee -a "$log"
+  timeout $(( left - 5 )) "$@" 2>&1 | grep -v "it/s\]$" | tail -60 | tee -a "$log"
+}
+
+archive() {  # archive FOLDER...: each as FOLDER.tar.gz beside it, then removed (16 MB a file)
+  local d
+  for d in "$@"; do
+    [ -d "$d" ] && tar czf "${d%/}.tar.gz" -C "$(dirname "$d")" "$(basename "$d")" && rm -rf "$d"
+  done
+  return 0
+}
