@@ -161,6 +161,19 @@ def test_the_default_split_plan_fills_the_gpu_but_bounds_the_reduction(monkeypat
                             torch.device("cpu")) == (20, 256)  # fmt: skip
 
 
+@pytest.mark.parametrize("swap_ab", [False, True])
+def test_sub_tiles_past_k_read_no_scale(swap_ab, device):
+    # K=72 in a 128-wide K tile: sub-tiles at 96 lie past K, in no scale block. Scales held as a
+    # view of a wider buffer whose spare column is NaN must not leak into the result.
+    x, weights = make(3, 64, 72, device=device)
+    padded = torch.full((weights.scales.shape[0], weights.scales.shape[1] + 2), float("nan"),
+                        device=device)  # fmt: skip
+    padded[:, : weights.scales.shape[1]] = weights.scales
+    viewed = DenseWeights("fp8", weights.values, padded[:, : weights.scales.shape[1]])
+    out = dense.linear_w8a16(x, viewed, block_k=128, block_m=16, block_n=32, swap_ab=swap_ab)
+    assert relative_error(out, linear_reference(x, weights)) < 1e-5
+
+
 def test_split_k_leaves_its_arrival_counters_at_zero_for_the_next_gemm(device):
     from kernels.dense.tiles import _locks
 

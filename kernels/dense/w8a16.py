@@ -64,7 +64,8 @@ def _swapped_mainloop(
                           other=0.0)  # fmt: skip
             w8 = tl.load(w_ptrs + j * SUB_K * stride_wk, mask=col_ok[:, None] & k_ok[None, :],
                          other=0.0)  # fmt: skip
-            scale = tl.load(s_ptrs + (k_sub // QBLOCK) * stride_sk, mask=col_ok, other=0.0)
+            scale = tl.load(s_ptrs + (k_sub // QBLOCK) * stride_sk, mask=col_ok & (k_sub < K),
+                            other=0.0)  # past K: no scale block there to read  # fmt: skip
             w = (w8.to(tl.float32) * scale[:, None]).to(x_t.dtype)  # exact, both steps
             if UPCAST:
                 x_t = x_t.to(tl.float32)
@@ -97,7 +98,8 @@ def _direct_mainloop(
                         other=0.0)  # fmt: skip
             w8 = tl.load(w_ptrs + j * SUB_K * stride_wk, mask=k_ok[:, None] & col_ok[None, :],
                          other=0.0)  # fmt: skip
-            scale = tl.load(s_ptrs + (k_sub // QBLOCK) * stride_sk, mask=col_ok, other=0.0)
+            scale = tl.load(s_ptrs + (k_sub // QBLOCK) * stride_sk, mask=col_ok & (k_sub < K),
+                            other=0.0)  # past K: no scale block there to read  # fmt: skip
             w = w8.to(x.dtype)  # exact: every E4M3 value is a bf16 value
             if UPCAST:
                 x = x.to(tl.float32)
