@@ -5,6 +5,7 @@ asserted beyond its statistics being consistent."""
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 from helpers import QUICK, SMALL, write_sweep
 
@@ -57,18 +58,30 @@ def test_profile_ab_compares_whole_settings_per_phase(tmp_path):
     # row, each with both arms' step spans as samples and tokens per second.
     result = ex.ab({"dense": "bf16"}, {"dense": "hybrid", "hybrid_m": 128}, [48],
                    kernel="profile", run_dir=tmp_path, workers=2, progress=False,
-                   preset="tiny", decode_tokens=3, prefill_chunk=16, device="cpu")  # fmt: skip
+                   preset="tiny", decode_tokens=5, prefill_chunk=8, device="cpu")  # fmt: skip
     table = result.table().set_index("phase")
     assert list(table.index) == ["prefill", "decode"]
     assert (table[["status_a", "status_b"]] == "ok").all().all()
     rows = result.rows.set_index(["phase", "arm"])
-    assert len(rows.loc[("prefill", "a"), "samples_ms"]) == 3  # 48 tokens in chunks of 16
-    assert len(rows.loc[("decode", "b"), "samples_ms"]) == 3
+    assert len(rows.loc[("prefill", "a"), "samples_ms"]) == 6  # 48 tokens in chunks of 8
+    assert len(rows.loc[("decode", "b"), "samples_ms"]) == 5
     for phase, row in table.iterrows():
         assert row["ci_low"] <= row["ratio"] <= row["ci_high"], phase
         assert row["tokens_per_s_a"] > 0 and row["tokens_per_s_b"] > 0
+    assert read_meta(tmp_path)["params"]["phases"] == ["prefill", "decode"]
     with pytest.raises(WorkbenchError, match="supports kernel 'moe' or 'profile'"):
         ex.ab({}, {}, [1], kernel="dense", run_dir=tmp_path / "x")
+    with pytest.raises(WorkbenchError, match="phases='decod': give one or more of prefill"):
+        ex.ab({}, {}, [1], kernel="profile", run_dir=tmp_path / "y", phases="decod")
+
+
+def test_profile_ab_arms_with_different_steps_compare_unpaired():
+    rows = [{"arm": "a", "phase": "decode", "tokens": 64, "status": "ok", "ms": 1.0,
+             "samples_ms": [1.0, 1.1, 0.9, 1.0, 1.05, 0.95]},
+            {"arm": "b", "phase": "decode", "tokens": 64, "status": "ok", "ms": 2.0,
+             "samples_ms": [2.0, 2.1, 1.9, 2.0]}]  # fmt: skip
+    line = ex.AbResult({"kind": "ab"}, pd.DataFrame(rows)).table().iloc[0]
+    assert line["ratio"] == pytest.approx(2.0) and line["significant"]
 
 
 def test_did_not_help_gives_effect_ranges_and_failures(tmp_path):

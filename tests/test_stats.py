@@ -57,6 +57,9 @@ def test_paired_ratio_sees_a_steady_change_through_a_trend():
     assert paired["significant"]
     with pytest.raises(ValueError, match="equal, non-zero counts; got 11 and 3"):
         stats.paired_ratio(a, b[:3])
+    one = stats.paired_ratio([100.0], [100.5])  # one prefill chunk a side: no interval
+    assert one["ratio"] == pytest.approx(1.005) and not one["significant"]
+    assert math.isnan(one["ci_low"]) and math.isnan(one["ci_high"])
 
 
 def test_adaptive_repeats_stops_for_the_right_reason():

@@ -15,6 +15,7 @@ import numpy as np
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
+MIN_PAIRS = 5  # fewest paired steps paired_ratio gives an interval for
 
 
 def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int]:
@@ -87,11 +88,16 @@ def paired_ratio(a_samples: Sequence[float], b_samples: Sequence[float], seed: i
     For runs whose i-th samples did the same work: the prefill chunks of two profiles (each at
     a longer context than the last, so the samples are not alike and an unpaired bootstrap of
     medians would mistake that spread for noise) or their decode steps. The ratio of sums is
-    the ratio of throughputs; resampling step indices keeps each pair together.
+    the ratio of throughputs; resampling step indices keeps each pair together. Fewer than
+    MIN_PAIRS steps get no interval and are never significant. The interval covers the
+    step-to-step noise of one run per arm, not the run-to-run noise of repeating the runs.
     """
     a, b = np.asarray(a_samples, dtype=float), np.asarray(b_samples, dtype=float)
     if a.size == 0 or a.size != b.size:
         raise ValueError(f"paired samples need equal, non-zero counts; got {a.size} and {b.size}")
+    if a.size < MIN_PAIRS:  # a resample of so few steps says nothing about the noise
+        return {"ratio": float(b.sum() / a.sum()), "ci_low": math.nan, "ci_high": math.nan,
+                "significant": False}  # fmt: skip
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, a.size, size=(BOOTSTRAP_RESAMPLES, a.size))
     alpha = (1.0 - CONFIDENCE) / 2

@@ -154,8 +154,9 @@ def measure_profile(config: dict) -> dict:
         result = profile(prompt_tokens=config["tokens"], out=tmp, progress=False, **settings)
     kernels = result.kernels[result.kernels["phase"] == config["phase"]]
     spans = _step_spans_ms(kernels)
+    # The prompt is prefilled once however many streams decode after it.
     streams = int(settings.get("streams", 1))
-    tokens = config["tokens"] * streams if config["phase"] == "prefill" else len(spans) * streams
+    tokens = config["tokens"] if config["phase"] == "prefill" else len(spans) * streams
     dense = kernels[kernels["category"] == "Dense GEMM"].groupby("step")["dur_us"].sum()
     samples = spans.tolist()
     stats = summarise(samples)
@@ -182,6 +183,17 @@ def _run_dir(out: str | Path, run_dir: str | Path | None, name: str) -> Path:
     if run_dir is not None:
         return Path(run_dir)
     return unique_run_dir(Path(out), f"{name}-{dt.datetime.now():%Y%m%dT%H%M%S}")
+
+
+def _phases(phases: str | Sequence[str]) -> tuple[str, ...]:
+    """A profile A/B's phases: a sequence, or a comma list as the command line gives it."""
+    chosen = tuple(phases.split(",")) if isinstance(phases, str) else tuple(phases)
+    unknown = [p for p in chosen if p not in PHASES]
+    if not chosen or unknown:
+        raise WorkbenchError(
+            f"phases={phases!r}: give one or more of {', '.join(PHASES)} (e.g. phases=decode)."
+        )
+    return chosen
 
 
 def _check_kernel(kernel: str, allowed: Sequence[str] = ("moe",)) -> None:
@@ -282,18 +294,23 @@ class AbResult:
                      "ms_a": a.get("ms"), "ms_b": b.get("ms")}  # fmt: skip
             line |= {f"{c}_{arm}": row.get(c) for c in extra for arm, row in (("a", a), ("b", b))}
             if isinstance(a.get("samples_ms"), list) and isinstance(b.get("samples_ms"), list):
-                # a profile's steps pair up (chunk i of both arms ran the same work)
-                compare = paired_ratio if "phase" in keys else ratio
-                line |= compare(a["samples_ms"], b["samples_ms"])
+                line |= _compare(a["samples_ms"], b["samples_ms"], paired="phase" in keys)
             out.append(line)
         columns = [*keys, "status_a", "status_b", "ms_a", "ms_b",
                    *(f"{c}_{arm}" for c in extra for arm in "ab"), "ratio", "ci_low", "ci_high",
                    "significant"]  # fmt: skip
         table = pd.DataFrame(out).reindex(columns=columns)
-        if "phase" in keys:  # rows arrive as workers finish; show prefill first, as profiles do
-            table = table.sort_values(["phase", "tokens"], key=lambda c: c.map(PHASES.index)
-                                      if c.name == "phase" else c, ignore_index=True)  # fmt: skip
-        return table
+        # rows arrive as workers finish: sort by size, prefill before decode as profiles show
+        return table.sort_values(keys, key=lambda c: c.map(PHASES.index) if c.name == "phase"
+                                 else c, ignore_index=True)  # fmt: skip
+
+
+def _compare(a: list[float], b: list[float], paired: bool) -> dict:
+    """The A/B ratio of two arms' samples: paired step by step when the arms ran the same steps
+    (a profile's chunks and decode steps), else the unpaired ratio of medians."""
+    if paired and len(a) == len(b):
+        return paired_ratio(a, b)
+    return ratio(a, b)
 
 
 def _configs(settings: dict[str, dict], tokens: Sequence[int], fixed: dict) -> list[dict]:
@@ -362,7 +379,7 @@ def ab(
     _check_kernel(kernel, tuple(MEASURE))
     fixed = dict(fixed)
     if kernel == "profile":
-        phases = fixed.pop("phases", PHASES)
+        phases = _phases(fixed.pop("phases", PHASES))
         configs = [{"kernel": "profile", "label": arm, "arm": arm, "phase": phase,
                     "settings": {**fixed, **setting}, "tokens": int(t)}
                    for arm, setting in {"a": a, "b": b}.items()
@@ -373,6 +390,8 @@ def ab(
             config["arm"] = config["label"]
     meta = {"kind": "ab", "params": {"kernel": kernel, "a": a, "b": b, "tokens": list(tokens),
             "timeout_s": timeout_s, "fixed": fixed}, "environment": _environment()}  # fmt: skip
+    if kernel == "profile":
+        meta["params"]["phases"] = list(phases)
     path = _run_dir(out, run_dir, f"ab-{kernel}")
     run_configs(f"{__name__}.{MEASURE[kernel]}", configs, path, meta, timeout_s, workers, progress)
     return load_ab(path)
