@@ -203,6 +203,15 @@ def test_dense_target_checks_then_marks_one_gemm_per_m():
         run_target(cpu_args("dense", "w8a8", projection="qkv"))
     with pytest.raises(WorkbenchError, match="'bf16' has no parameter block_n"):
         run_target(cpu_args("dense", "bf16", block_n=32))
+    with pytest.raises(WorkbenchError, match="'hybrid' has no parameter block_m; its parameters: "
+                       "projection, block, hybrid_m"):  # fmt: skip
+        run_target(cpu_args("dense", "hybrid", block_m=32))
+    with pytest.raises(WorkbenchError, match="'w8a8' has no parameter swap_ab"):
+        run_target(cpu_args("dense", "w8a8", swap_ab=True))
+    with pytest.raises(WorkbenchError, match="'w8a16': block_k=16 must be at least 32"):
+        run_target(cpu_args("dense", "w8a16", block_k=16))
+    with pytest.raises(WorkbenchError, match="block=48 must be a power of two"):
+        run_target(cpu_args("dense", "w8a8", block=48))
 
 
 def test_target_needs_a_gpu_unless_told_otherwise(monkeypatch):

@@ -283,6 +283,7 @@ def build_dense(args: TargetArgs) -> list[Workload]:
     layer: `projection` (default `o_b`, the output projection's second half, 5120 x 4096); FP8
     variants get its weight quantised with `block` (32)."""
     import kernels.dense as dense
+    from kernels.dense.formats import check_block
     from kernels.dense.tiles import GemmTiles
     from workbench.capture.bench_dense import TOLERANCE as DENSE_TOLERANCE
     from workbench.capture.bench_dense import layer_projections
@@ -296,14 +297,21 @@ def build_dense(args: TargetArgs) -> list[Workload]:
         raise WorkbenchError(
             f"unknown projection={chosen}; the layer's are {', '.join(projections)}."
         )
-    allowed = set() if args.variant == "bf16" else {f.name for f in fields(GemmTiles)}
-    allowed |= {"hybrid_m"} if args.variant == "hybrid" else set()
-    unknown = ", ".join(sorted(set(options) - allowed))
+    tiles = {f.name for f in fields(GemmTiles)}
+    allowed = {"bf16": set(), "w8a16": tiles, "w8a8": tiles - {"swap_ab"}, "hybrid": {"hybrid_m"}}
+    unknown = ", ".join(sorted(set(options) - allowed.get(args.variant, set())))
     if unknown:
+        names = "".join(", " + a for a in sorted(allowed.get(args.variant, ())))
         raise WorkbenchError(
             f"dense variant '{args.variant}' has no parameter {unknown}; its parameters: "
-            f"projection, block{''.join(', ' + a for a in sorted(allowed))}."
+            f"projection, block{names}."
         )
+    try:  # bad values fail here with the kernels' own messages, before ncu starts
+        check_block(block)
+        if args.variant in ("w8a16", "w8a8"):
+            GemmTiles(16, 64, 64, 4, 3).override(**options).check()
+    except ValueError as err:
+        raise WorkbenchError(f"dense variant '{args.variant}': {err}") from None
     p, device = projections[chosen], _device(args.device)
     gen = torch.Generator(device=device).manual_seed(args.seed)
     master = torch.randn(p.n, p.k, generator=gen, device=device, dtype=torch.bfloat16)
