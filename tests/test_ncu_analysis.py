@@ -336,6 +336,29 @@ def test_real_report_cut_short_is_rejected(path, tmp_path):
 
 
 @needs_reports
+def test_gzipped_reports_unpack_for_as_long_as_they_are_used(tmp_path):
+    import gc
+
+    from workbench.analysis.ncu_catalog import find_reports
+
+    packed = next(p for p in REPORTS if p.endswith(".gz"))
+    report = load_ncu(packed)
+    folder = Path(report._context[1].name)
+    assert folder.is_dir()  # ncu_report reads stall samples and source from it lazily
+    assert len(report.stalls()) and len(report.hotspots())
+    del report
+    gc.collect()
+    assert not folder.exists()
+    plain = tmp_path / "x.ncu-rep.gz"
+    plain.write_bytes(gzip.decompress(Path(packed).read_bytes()))
+    with pytest.raises(ArtifactError, match="named .gz but holds no gzip data"):
+        load_ncu(plain)
+    (tmp_path / "x.ncu-rep").write_bytes(plain.read_bytes())  # gunzip -k beside it
+    (tmp_path / ".y.ncu-rep").write_bytes(b"a capture in progress")
+    assert find_reports(tmp_path) == [tmp_path / "x.ncu-rep"]
+
+
+@needs_reports
 @each_report
 def test_real_capture_metadata_matches_the_launches(path):
     report = load_ncu(path)

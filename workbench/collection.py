@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.analysis.ncu_files import SUFFIXES, shadowed
 from workbench.artifacts import RUN_FILE, read_meta, read_table
 from workbench.errors import ArtifactError
 from workbench.results import load
@@ -79,7 +80,9 @@ def _visit(found: Collection, path: Path, depth: int) -> None:
     if path.name.startswith("."):  # a capture in progress, or tool state
         return
     if path.is_file():
-        if path.name.endswith((".ncu-rep", ".ncu-rep.gz")):
+        if path.name.endswith(SUFFIXES):
+            if shadowed(path):
+                return
             from workbench.analysis.ncu import load_ncu
 
             try:

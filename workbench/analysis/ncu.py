@@ -19,12 +19,10 @@ the names against a real report before relying on them (tests/test_ncu_analysis.
 
 from __future__ import annotations
 
-import atexit
 import gzip
 import json
 import math
 import re
-import shutil
 import struct
 import tempfile
 import zlib
@@ -35,10 +33,11 @@ from pathlib import Path
 import ncu_report
 import pandas as pd
 
+from workbench.analysis.ncu_files import report_stem
 from workbench.errors import ArtifactError, WorkbenchError
 
 MAGIC = b"NVR\x00"
-SUFFIXES = (".ncu-rep", ".ncu-rep.gz")
+GZIP_MAGIC = b"\x1f\x8b"
 
 # Rows of summary(): the seed's "Nsight Compute on the stock kernel" table and a little more.
 SUMMARY_METRICS: dict[str, tuple[str, ...]] = {
@@ -168,15 +167,6 @@ def framing_problem(data: bytes) -> str | None:
     return None
 
 
-def report_stem(path: Path) -> str:
-    """`moe-stock-T6` of `moe-stock-T6.ncu-rep` or `moe-stock-T6.ncu-rep.gz`."""
-    name = path.name
-    for suffix in sorted(SUFFIXES, key=len, reverse=True):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return path.stem
-
-
 def _read_report_bytes(path: Path) -> bytes:
     if not path.exists():
         raise ArtifactError(
@@ -187,8 +177,14 @@ def _read_report_bytes(path: Path) -> bytes:
         raise ArtifactError(f"{path} is not a file; give the path of an .ncu-rep file.")
     if not path.name.endswith(".gz"):
         return path.read_bytes()
+    packed = path.read_bytes()
+    if not packed.startswith(GZIP_MAGIC):
+        raise ArtifactError(
+            f"{path} is named .gz but holds no gzip data (it starts with {packed[:8]!r}); if it "
+            "is a plain report, name it .ncu-rep."
+        )
     try:
-        return gzip.decompress(path.read_bytes())
+        return gzip.decompress(packed)
     except (OSError, EOFError, zlib.error) as err:
         raise ArtifactError(
             f"{path} is not a readable gzip file ({err}): it is truncated or damaged. Compress "
@@ -215,24 +211,17 @@ def _check_report(path: Path, data: bytes) -> None:
         )
 
 
-_unpacked: list[str] = []  # folders of unpacked .gz reports, removed when the process ends
-
-
-@atexit.register
-def _remove_unpacked() -> None:
-    for folder in _unpacked:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _readable_path(path: Path, data: bytes) -> Path:
-    """A path ncu_report can open: the report itself, or the unpacked copy of a .gz one."""
+def _openable(path: Path, data: bytes) -> tuple[Path, tempfile.TemporaryDirectory | None]:
+    """(a path ncu_report can open, the folder that holds it if it is a copy): the report
+    itself, or an unpacked copy of a .gz one. ncu_report reads parts of a report (stall
+    samples, source, rules) lazily, so the copy must live as long as the report: the folder is
+    kept with it and removed when the report is dropped or the process ends."""
     if not path.name.endswith(".gz"):
-        return path
-    folder = tempfile.mkdtemp(prefix="workbench-ncu-")
-    _unpacked.append(folder)
-    unpacked = Path(folder) / f"{report_stem(path)}.ncu-rep"
+        return path, None
+    folder = tempfile.TemporaryDirectory(prefix="workbench-ncu-")
+    unpacked = Path(folder.name) / f"{report_stem(path)}.ncu-rep"
     unpacked.write_bytes(data)
-    return unpacked
+    return unpacked, folder
 
 
 def _read_sidecar(path: Path) -> dict:
@@ -257,14 +246,15 @@ def load_ncu(path: str | Path) -> NcuReport:
     path = Path(path)
     data = _read_report_bytes(path)
     _check_report(path, data)
-    context = ncu_report.load_report(str(_readable_path(path, data)))
+    openable, unpacked = _openable(path, data)
+    context = ncu_report.load_report(str(openable))
     actions = [rng[i] for rng in context for i in range(len(rng))]
     if not actions:
         raise ArtifactError(
             f"{path} holds no profiled kernel launch ({len(context)} ranges, 0 launches): ncu "
             "matched no kernel, e.g. its NVTX filter matched no range. Re-run the capture."
         )
-    return NcuReport(path, actions, _read_sidecar(path), context)
+    return NcuReport(path, actions, _read_sidecar(path), (context, unpacked))
 
 
 # ---- small helpers ---------------------------------------------------------------------------
@@ -367,7 +357,8 @@ class NcuReport:
     ):
         self.path = Path(path)
         self.meta = meta or {}
-        self._context = context  # the loaded report: the actions live as long as it does
+        # the loaded report (and a .gz report's unpacked file): the actions read from them
+        self._context = context
         self._actions = list(actions)
         self.launches = _launch_table(self._actions) if launches is None else launches
         self._names = [frozenset(a.metric_names()) for a in self._actions]

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.analysis.ncu import HOTSPOT_COLUMNS, SUFFIXES, NcuReport, load_ncu, report_stem
+from workbench.analysis.ncu import HOTSPOT_COLUMNS, NcuReport, load_ncu
+from workbench.analysis.ncu_files import SUFFIXES, report_stem, shadowed
 from workbench.errors import ArtifactError, WorkbenchError
 
 # Scheduler names as they appear in kernel names (`_stock_gate_up_kernel`); removing them gives
@@ -55,9 +56,11 @@ def find_reports(where: str | Path) -> list[Path]:
     """`.ncu-rep` (or gzipped `.ncu-rep.gz`) files: a folder's reports, or those a glob
     matches, sorted by name."""
     where = Path(where)
-    if not where.is_dir():
-        return sorted(Path(p) for p in glob.glob(str(where)))
-    return sorted(p for suffix in SUFFIXES for p in where.glob(f"*{suffix}"))
+    if where.is_dir():
+        found = [Path(p) for suffix in SUFFIXES for p in glob.glob(str(where / f"*{suffix}"))]
+    else:
+        found = [Path(p) for p in glob.glob(str(where))]
+    return sorted(p for p in found if not shadowed(p))
 
 
 def role(kernel: str) -> str:
