@@ -48,6 +48,19 @@ def test_every_variant_and_kernel_gets_a_checked_timed_row(tmp_path):
     assert meta["kind"] == "bench-attention" and meta["shapes"]["index_topk"] == 16
 
 
+def test_a_wrong_selection_is_reported_wrong(tmp_path, monkeypatch):
+    # The worst-scoring candidates instead of the best: the attention over them is right, the
+    # selection is not, and the whole pipeline must be reported wrong.
+    good = attention.VARIANTS["triton"]
+    bottom = attention.AttentionVariant(
+        lambda *a: -good.indexer_scores(*a), good.select_positions, good.attend
+    )
+    monkeypatch.setitem(attention.VARIANTS, "triton", bottom)
+    table = _run(tmp_path, scenarios=SCENARIOS[1:], variants=("triton",))
+    status = table.set_index("kernel")["status"]
+    assert status.to_dict() == {"indexer": "wrong", "sparse_attention": "ok", "attention": "wrong"}
+
+
 def test_a_wrong_attention_is_reported_wrong_and_not_timed(tmp_path, monkeypatch):
     good = attention.VARIANTS["triton"]
     bad = attention.AttentionVariant(
