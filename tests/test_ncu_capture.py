@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -444,3 +445,31 @@ def test_target_module_imports_no_plotly_or_nvtx():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ncu_capture.REPO
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"  # a zombie has stopped; whoever adopted it reaps it later
+
+
+def test_a_terminated_capture_takes_ncu_down_with_it(tmp_path):
+    # `timeout` sends the workbench SIGTERM; ncu runs in its own session, so without the
+    # handler it would go on profiling on the GPU after the workbench is gone.
+    pidfile = tmp_path / "ncu.pid"
+    stand_in = f"echo $$ > {pidfile}; exec sleep 120"
+    code = f"from workbench.capture.ncu import _run; _run(['sh', '-c', {stand_in!r}], 300)"
+    workbench = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.monotonic() < deadline and workbench.poll() is None
+        time.sleep(0.1)
+    stand_in_pid = int(pidfile.read_text())
+    workbench.terminate()
+    assert workbench.wait(timeout=30) != 0
+    deadline = time.monotonic() + 10
+    while _running(stand_in_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(stand_in_pid)

@@ -102,6 +102,8 @@ def _add_ncu(sub) -> None:
     p.add_argument("--param", type=_param, action="append", default=[], help="key=value")
     p.add_argument("--out", default="ncu")
     p.add_argument("--name", help="report name (default: from kernel, variant and tokens)")
+    p.add_argument("--timeout", type=float, default=900.0,
+                   help="seconds before ncu and its target are stopped (900)")  # fmt: skip
 
 
 def _add_bench(sub) -> None:
@@ -255,9 +257,8 @@ def _add_ncu_report(sub) -> None:
 def _ncu(args) -> None:
     import workbench
 
-    report = workbench.ncu(
-        args.kernel, args.variant, args.tokens, args.out, name=args.name, **dict(args.param)
-    )
+    report = workbench.ncu(args.kernel, args.variant, args.tokens, args.out, name=args.name,
+                           timeout_s=args.timeout, **dict(args.param))  # fmt: skip
     print(report.text())
 
 

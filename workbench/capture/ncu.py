@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -125,6 +126,7 @@ def _run(command: Sequence[str], timeout_s: float) -> tuple[int, str]:
         raise WorkbenchError(
             f"could not start {command[0]}; install Nsight Compute (usually {NCU_HOMES})."
         ) from None
+    previous = _raise_on_sigterm()
     try:
         output, _ = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -135,7 +137,26 @@ def _run(command: Sequence[str], timeout_s: float) -> tuple[int, str]:
             "kernel dozens of times: raise timeout_s, or profile fewer token counts or layers. "
             f"Last lines of its output:\n{_tail(output or '')}"
         ) from None
+    except BaseException:  # Ctrl-C, or a supervisor's SIGTERM: ncu and its target go too
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return process.returncode, output
+
+
+def _raise_on_sigterm():
+    """Make SIGTERM raise SystemExit while ncu runs (main thread only), so the handler above
+    kills ncu's process group instead of leaving it profiling on the GPU; returns the handler
+    to restore, or None off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def check_output(returncode: int, output: str, target: TargetArgs) -> None:
