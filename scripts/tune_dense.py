@@ -29,7 +29,8 @@ def tiles(m: int, n: int, k: int, w: int, s: int) -> dict:
     return dict(block_m=m, block_n=n, block_k=k, num_warps=w, num_stages=s)
 
 
-DECODE = [{}, tiles(16, 64, 128, 4, 4), tiles(16, 128, 128, 4, 4), tiles(16, 128, 256, 4, 3),
+DECODE = [{}, {"swap_ab": True}, tiles(16, 64, 128, 4, 4), tiles(16, 128, 128, 4, 4),
+          tiles(16, 128, 256, 4, 3),
           tiles(16, 64, 512, 4, 3), tiles(16, 128, 128, 8, 4), tiles(16, 256, 128, 8, 3),
           tiles(16, 64, 128, 4, 6), tiles(16, 64, 256, 4, 4) | {"split_k": 1}]  # fmt: skip
 MIDDLE = [{}, tiles(32, 128, 128, 4, 4), tiles(32, 64, 128, 4, 4), tiles(64, 64, 128, 4, 4),
@@ -49,7 +50,7 @@ CASES = [
     ("w8a16", 32, 24, MIDDLE),
     ("w8a16", 32, 256, PREFILL[:4]),
     ("w8a8", 32, 256, W8A8_PREFILL[:4]),
-    ("w8a8", 32, 4, DECODE[:4]),
+    ("w8a8", 32, 4, [DECODE[0], *DECODE[2:5]]),
 ]
 TOLERANCE = {"w8a16": 1e-2, "w8a8": 5e-2}
 

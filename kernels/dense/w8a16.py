@@ -9,8 +9,9 @@ Two orientations, chosen by the tiles' `swap_ab`:
   scale multiply exactly in fp32 and convert to the activation dtype exactly. On the H200 this
   took a 4096-token layer from 4.7 to 3.0 ms (scripts/tune_dense.py).
 - direct (decode sizes): x @ W.T with each sub-tile's fp32 product scaled before it joins the
-  accumulator: 16 token rows make that rescaling cheap, and this form streamed decode weights
-  about 20% faster than the swapped one on the H200.
+  accumulator: 16 token rows make that rescaling cheap. On the H200 a layer at M=4 took
+  0.132 ms this way and 0.158 ms swapped at its best tiles (two runs, not one:
+  raw/bench-dense-*T154120 and raw/h200-tune-dense.csv; tune_dense.py now times both).
 Each K tile is cut into sub-tiles of one scale block; decode sizes split K until about two
 programs sit on every SM (see `tiles.split_plan`).
 """

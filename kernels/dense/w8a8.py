@@ -140,7 +140,8 @@ def linear_w8a8(x: Tensor, weights: DenseWeights, **options: int | None) -> Tens
     """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
 
     `options` override the GEMM's tiles (block_m, block_n, block_k, num_warps, num_stages,
-    split_k); by default they follow M (see `default_tiles`) and split_k fills the GPU.
+    split_k); by default they follow M (see `default_tiles`) and split_k fills the GPU. The
+    kernel steps through K one scale block at a time, so block_k sets only how K is split.
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
