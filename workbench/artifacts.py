@@ -8,6 +8,7 @@ says what is wrong with a bad directory. Pure Python and pandas: no torch.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -84,6 +85,11 @@ def write_json_atomic(path: Path, document: Mapping) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def run_stamp() -> str:
+    """The local time as run ids end with it, e.g. `20261129T153138`: sortable, no separators."""
+    return dt.datetime.now().strftime("%Y%m%dT%H%M%S")
 
 
 def unique_run_dir(root: Path, run_id: str) -> Path:

@@ -14,7 +14,7 @@ prefill chunk mostly FLOPs (every query scores every earlier key).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from functools import partial
 
 import pandas as pd
@@ -22,20 +22,18 @@ import torch
 from tqdm.auto import tqdm
 
 import kernels.attention as attention
-from workbench.artifacts import write_run
 from workbench.capture.bench_rows import (
+    bench_setup,
     call_with_facts,
     check_then_time,
     compile_facts,
     print_row,
     relative_error,
-    stamp,
+    save_bench,
     time_call,
 )
-from workbench.capture.ceilings import measure_ceilings
-from workbench.capture.environment import describe
 from workbench.errors import WorkbenchError
-from workbench.presets import RankShapes, get_preset
+from workbench.presets import RankShapes
 
 
 @dataclass(frozen=True)
@@ -222,12 +220,9 @@ def bench_attention(
             f"unknown attention variants or kernels {unknown}; variants: "
             f"{', '.join(attention.VARIANTS)}; kernels: {', '.join(KERNELS)}"
         )
-    dev = torch.device(device)
-    s = replace(get_preset(preset).rank_shapes(), **shape_overrides)
-    ceilings = ceilings or measure_ceilings(dev)
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    ctx = {"device": dev, "ceilings": ceilings}
+    setup = bench_setup(preset, device, seed, ceilings, shape_overrides)
+    dev, s, gen, dtype = setup.device, setup.shapes, setup.gen, setup.dtype
+    ctx = {"device": dev, "ceilings": setup.ceilings}
     rows = []
     total = len(scenarios) * len(variants) * len(kernels)
     with tqdm(total=total, desc="bench attention", disable=not progress) as bar:
@@ -238,22 +233,8 @@ def bench_attention(
                 for kernel in kernels:
                     rows.append(_row(kernel, name, *calls[kernel], sc, problem, s, ctx))
                     print_row(bar, rows[-1], PRINTED)
+    params = {"scenarios": [asdict(sc) for sc in scenarios], "variants": list(variants),
+              "kernels": list(kernels), "preset": preset, "seed": seed, "device": device,
+              "shape_overrides": shape_overrides}  # fmt: skip
     table = pd.DataFrame(rows).reindex(columns=COLUMNS)
-    meta = {
-        "kind": "bench-attention",
-        "params": {
-            "scenarios": [asdict(sc) for sc in scenarios],
-            "variants": list(variants),
-            "kernels": list(kernels),
-            "preset": preset,
-            "seed": seed,
-            "device": device,
-            "shape_overrides": shape_overrides,
-        },  # fmt: skip
-        "shapes": asdict(s),
-        "ceilings": ceilings,
-        "environment": describe(),
-    }
-    path = write_run(out, f"bench-attention-{preset}-{stamp()}", meta, {"bench": table})
-    table.attrs["path"] = str(path)
-    return table
+    return save_bench("attention", setup, out, params, table)

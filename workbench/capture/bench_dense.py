@@ -17,7 +17,7 @@ per-layer times at those chunk sizes, with tokens per second.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from functools import partial
 
 import pandas as pd
@@ -25,21 +25,19 @@ import torch
 from tqdm.auto import tqdm
 
 import kernels.dense as dense
-from workbench.artifacts import write_run
 from workbench.capture.bench_rows import (
+    bench_setup,
     call_with_facts,
     check_then_time,
     compile_facts,
     print_row,
     relative_error,
-    stamp,
+    save_bench,
     time_call,
 )
-from workbench.capture.ceilings import measure_ceilings
-from workbench.capture.environment import describe
 from workbench.capture.experiments import GRAPH_TOKENS
 from workbench.errors import WorkbenchError
-from workbench.presets import RankShapes, get_preset
+from workbench.presets import RankShapes
 
 M_SWEEP = (1, 4, 6, 24, 128, 256, 4096, 16384)
 BACKENDS = ("bf16", "w8a16", "w8a8", "hybrid")
@@ -225,12 +223,8 @@ def bench_dense(
         raise WorkbenchError(
             f"unknown dense variants {unknown}; known: {', '.join(dense.VARIANTS)}"
         )
-    dev = torch.device(device)
-    chosen = get_preset(preset)
-    s = replace(chosen.rank_shapes(), **shape_overrides)  # small shapes: the harness's tests
-    ceilings = ceilings or measure_ceilings(dev)
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    setup = bench_setup(preset, device, seed, ceilings, shape_overrides)
+    dev, s, gen, dtype, chosen = setup.device, setup.shapes, setup.gen, setup.dtype, setup.preset
     layer = Layer(s, DECODE_COPIES if dev.type == "cuda" else 1, block, dtype, dev, gen)
     sizes = sorted(set(ms))
     if ab:
@@ -240,7 +234,7 @@ def bench_dense(
         v: partial(dense.VARIANTS[v], hybrid_m=hybrid_m) if v == "hybrid" else dense.VARIANTS[v]
         for v in variants
     }
-    ctx = {"device": dev, "ceilings": ceilings, "layers": chosen.layers}
+    ctx = {"device": dev, "ceilings": setup.ceilings, "layers": chosen.layers}
     rows = []
     with tqdm(total=len(sizes) * len(variants), desc="bench dense", disable=not progress) as bar:
         for m in sizes:
@@ -260,27 +254,10 @@ def bench_dense(
         )
     if "bf16" in variants:
         table["speedup_vs_bf16"] = _speedups(table)
-    meta = {
-        "kind": "bench-dense",
-        "params": {
-            "ms": list(ms),
-            "variants": list(variants),
-            "ab": ab,
-            "block": block,
-            "hybrid_m": dense.hybrid_threshold(hybrid_m),
-            "preset": preset,
-            "seed": seed,
-            "device": device,
-            "ab_prompt": ab_prompt,
-            "ab_chunk": ab_chunk,
-            "shape_overrides": shape_overrides,
-        },  # fmt: skip
-        "shapes": asdict(s),
-        "projections": [asdict(p) for p in layer.projections],
-        "layers": chosen.layers,
-        "ceilings": ceilings,
-        "environment": describe(),
-    }
-    path = write_run(out, f"bench-dense-{preset}-{stamp()}", meta, {"bench": table})
-    table.attrs["path"] = str(path)
-    return table
+    params = {"ms": list(ms), "variants": list(variants), "ab": ab, "block": block,
+              "hybrid_m": dense.hybrid_threshold(hybrid_m), "preset": preset, "seed": seed,
+              "device": device, "ab_prompt": ab_prompt, "ab_chunk": ab_chunk,
+              "shape_overrides": shape_overrides}  # fmt: skip
+    projections = [asdict(p) for p in layer.projections]
+    return save_bench("dense", setup, out, params, table, projections=projections,
+                      layers=chosen.layers)  # fmt: skip

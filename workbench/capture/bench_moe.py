@@ -10,9 +10,8 @@ repeats. Rows go to `raw/<run-id>/bench.csv` with `run.json` (ceilings, environm
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 import pandas as pd
@@ -21,17 +20,16 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from kernels.moe import FORMATS, VARIANTS, MoeWeights, last_facts, moe_reference
-from workbench.artifacts import write_run
 from workbench.capture.bench_rows import (
+    bench_setup,
     check_then_time,
     compile_facts,
     print_row,
     relative_error,
+    save_bench,
     time_call,
 )
-from workbench.capture.ceilings import measure_ceilings
-from workbench.capture.environment import describe
-from workbench.presets import RankShapes, draw_routing, get_preset
+from workbench.presets import RankShapes, draw_routing
 
 TOKENS = (1, 6, 24, 48, 512, 4096, 33863)
 SCHEDULERS = ("stock", "multirow", "flat", "padded")
@@ -155,12 +153,9 @@ def bench_moe(
     **shape_overrides: int,
 ) -> pd.DataFrame:
     """Benchmark every variant x format (and the peers) at every token count and routing."""
-    dev = torch.device(device)
-    chosen = get_preset(preset)
-    s = replace(chosen.rank_shapes(), **shape_overrides)  # small shapes: the harness's tests
-    ceilings = ceilings or measure_ceilings(dev)
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    setup = bench_setup(preset, device, seed, ceilings, shape_overrides)
+    dev, s, gen, dtype = setup.device, setup.shapes, setup.gen, setup.dtype
+    ceilings = setup.ceilings
     base = (
         torch.randn(s.experts, 2 * s.expert_intermediate, s.hidden, generator=gen, device=dev,
                     dtype=dtype) * s.hidden**-0.5,
@@ -192,24 +187,7 @@ def bench_moe(
                             rows.append(measure(name, "peer", fmt, call, reference, problem, s,
                                                 ceilings, dev))  # fmt: skip
                             print_row(bar, rows[-1], REPORT_KEYS)
-    table = pd.DataFrame(rows).reindex(columns=COLUMNS)
-    meta = {
-        "kind": "bench-moe",
-        "params": {
-            "tokens": list(tokens),
-            "routings": list(routings),
-            "variants": list(variants),
-            "formats": list(formats),
-            "preset": preset,
-            "seed": seed,
-            "device": device,
-            "shape_overrides": shape_overrides,
-        },  # fmt: skip
-        "shapes": asdict(s),
-        "ceilings": ceilings,
-        "environment": describe(),
-    }
-    stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S")
-    path = write_run(out, f"bench-moe-{preset}-{stamp}", meta, {"bench": table})
-    table.attrs["path"] = str(path)
-    return table
+    params = {"tokens": list(tokens), "routings": list(routings), "variants": list(variants),
+              "formats": list(formats), "preset": preset, "seed": seed, "device": device,
+              "shape_overrides": shape_overrides}  # fmt: skip
+    return save_bench("moe", setup, out, params, pd.DataFrame(rows).reindex(columns=COLUMNS))

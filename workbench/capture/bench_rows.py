@@ -8,16 +8,21 @@ cut off by its time limit still shows what it did.
 
 from __future__ import annotations
 
-import datetime as dt
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 
+import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
 from kernels.moe.compiled import forget_facts, last_facts
+from workbench.artifacts import run_stamp, write_run
+from workbench.capture.ceilings import measure_ceilings
+from workbench.capture.environment import describe
 from workbench.capture.experiments import GRAPH_TOKENS
+from workbench.presets import Preset, RankShapes, get_preset
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -102,5 +107,42 @@ def print_row(bar: tqdm, row: dict, keys: Sequence[str]) -> None:
     bar.update()
 
 
-def stamp() -> str:
-    return dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+@dataclass(frozen=True)
+class BenchSetup:
+    """What every benchmark starts from: its device, the preset and its rank shapes (shrunk by
+    overrides in the harness's tests), the ceilings measured in this run, a seeded generator
+    and the serving dtype (bf16; fp32 for the interpreter's CPU stand-in)."""
+
+    device: torch.device
+    preset: Preset
+    shapes: RankShapes
+    ceilings: dict
+    gen: torch.Generator
+    dtype: torch.dtype
+
+
+def bench_setup(
+    preset: str, device: str, seed: int, ceilings: dict | None, shape_overrides: dict
+) -> BenchSetup:
+    dev = torch.device(device)
+    chosen = get_preset(preset)
+    return BenchSetup(
+        device=dev,
+        preset=chosen,
+        shapes=replace(chosen.rank_shapes(), **shape_overrides),
+        ceilings=ceilings or measure_ceilings(dev),
+        gen=torch.Generator(device=dev).manual_seed(seed),
+        dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32,
+    )
+
+
+def save_bench(
+    kind: str, setup: BenchSetup, out: str, params: dict, table: pd.DataFrame, **meta: object
+) -> pd.DataFrame:
+    """Write `table` to `out/bench-<kind>-<preset>-<stamp>/` with its parameters, shapes, the
+    ceilings it was judged by and the environment; the table notes its path in attrs."""
+    meta = {"kind": f"bench-{kind}", "params": params, "shapes": asdict(setup.shapes), **meta,
+            "ceilings": setup.ceilings, "environment": describe()}  # fmt: skip
+    run_id = f"bench-{kind}-{setup.preset.name}-{run_stamp()}"
+    table.attrs["path"] = str(write_run(out, run_id, meta, {"bench": table}))
+    return table

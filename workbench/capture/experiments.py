@@ -18,7 +18,6 @@ imports torch.
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
@@ -27,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.analysis.stats import adaptive_repeats, paired_ratio, ratio, summarise
-from workbench.artifacts import read_meta, unique_run_dir
+from workbench.artifacts import read_meta, run_stamp, unique_run_dir
 from workbench.capture.workers import read_rows, run_configs
 from workbench.errors import ArtifactError, WorkbenchError
 from workbench.presets import RankShapes
@@ -182,7 +181,7 @@ def _environment() -> dict:
 def _run_dir(out: str | Path, run_dir: str | Path | None, name: str) -> Path:
     if run_dir is not None:
         return Path(run_dir)
-    return unique_run_dir(Path(out), f"{name}-{dt.datetime.now():%Y%m%dT%H%M%S}")
+    return unique_run_dir(Path(out), f"{name}-{run_stamp()}")
 
 
 def _phases(phases: str | Sequence[str]) -> tuple[str, ...]:

@@ -9,7 +9,6 @@ one atomic rename. `capture_rank` is the part one process does; a tensor-paralle
 
 from __future__ import annotations
 
-import datetime as dt
 import gzip
 import os
 import shutil
@@ -26,7 +25,7 @@ from tqdm.auto import tqdm
 from kernels.dense import hybrid_threshold
 from workbench.analysis.graphs import attribute_graph_replays
 from workbench.analysis.trace import kernel_table, read_chrome_trace
-from workbench.artifacts import read_meta, write_run
+from workbench.artifacts import read_meta, run_stamp, write_run
 from workbench.capture.cuda_graphs import capture_decode_graph, learn_signature
 from workbench.capture.environment import describe
 from workbench.capture.memory import estimate_bytes, out_of_memory_error
@@ -283,9 +282,9 @@ def write_profile(
         **extra_meta,
         "environment": describe(),
     }
-    stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S")
     mode = (f"-tp{spec.tp}" if spec.tp else "") + ("-graphs" if spec.cuda_graphs else "")
-    run_id = f"profile-{spec.preset}-{spec.moe}-{spec.dense}{mode}-{spec.prompt_tokens}t-{stamp}"
+    run_id = f"profile-{spec.preset}-{spec.moe}-{spec.dense}{mode}-{spec.prompt_tokens}t"
+    run_id += f"-{run_stamp()}"
     tables = {"kernels": kernels, **profile_tables(kernels), **extra_tables}
     path = write_run(out, run_id, meta, tables, extra_files=[kept_trace])
     # The metadata as written (with run id, schema and file list): captured == loaded.
