@@ -75,6 +75,18 @@ def test_profile_ab_compares_whole_settings_per_phase(tmp_path):
         ex.ab({}, {}, [1], kernel="profile", run_dir=tmp_path / "y", phases="decod")
 
 
+def test_a_failed_profile_arm_stands_for_each_of_its_phases():
+    rows = pd.DataFrame([
+        {"arm": "a", "tokens": 64, "phases": ["prefill", "decode"], "status": "ok",
+         "by_phase": {"prefill": {"ms": 5.0}, "decode": {"ms": 1.0}}},
+        {"arm": "b", "tokens": 64, "phases": ["prefill", "decode"], "status": "timeout",
+         "by_phase": None},
+    ])  # fmt: skip
+    expanded = ex._phase_rows(rows).set_index(["arm", "phase"])
+    assert expanded.loc[("a", "decode"), "ms"] == 1.0
+    assert list(expanded.loc["b", "status"]) == ["timeout", "timeout"]
+
+
 def test_profile_ab_arms_with_different_steps_compare_unpaired():
     rows = [{"arm": "a", "phase": "decode", "tokens": 64, "status": "ok", "ms": 1.0,
              "samples_ms": [1.0, 1.1, 0.9, 1.0, 1.05, 0.95]},

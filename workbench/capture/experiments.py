@@ -1,9 +1,9 @@
 """Sweeps and A/B runs of a kernel's parameters, with statistics, one worker per configuration.
 
 `ab(..., kernel="profile")` compares two whole `profile()` settings instead (the seed's
-"Hybrid dense GEMM, controlled A/B": `dense="w8a16"` against `dense="hybrid"`): each arm and
-phase runs one profile of the synthetic model in its worker, and the samples are the phase's
-steps (each prefill chunk, each decode step), timed from its first kernel's start to its last
+"Hybrid dense GEMM, controlled A/B": `dense="w8a16"` against `dense="hybrid"`): each arm runs
+one profile of the synthetic model in its worker, and the samples are each phase's steps
+(each prefill chunk, each decode step), timed from its first kernel's start to its last
 kernel's end, which is what sets tokens per second.
 
 Each (setting, tokens) runs in its own process under a watchdog (`workers.run_configs`), so a
@@ -140,34 +140,51 @@ def _step_spans_ms(kernels: pd.DataFrame) -> pd.Series:
 
 
 def measure_profile(config: dict) -> dict:
-    """Worker entry point of a profile A/B: one `profile()` run of an arm's settings, its
-    phase's step spans as samples, with tokens per second and the Dense GEMM kernel time."""
+    """Worker entry point of a profile A/B: one `profile()` run of an arm's settings; per phase
+    its step spans as samples, with tokens per second and the Dense GEMM kernel time."""
     import tempfile
 
     from workbench import profile
 
     settings = {"decode_tokens": PROFILE_DECODE_TOKENS, **config["settings"]}
-    if config["phase"] == "prefill":
+    if "decode" not in config["phases"]:
         settings["decode_tokens"] = 1  # the fewest the model takes; only prefill is read
     with tempfile.TemporaryDirectory() as tmp:
         result = profile(prompt_tokens=config["tokens"], out=tmp, progress=False, **settings)
-    kernels = result.kernels[result.kernels["phase"] == config["phase"]]
-    spans = _step_spans_ms(kernels)
-    # The prompt is prefilled once however many streams decode after it.
-    streams = int(settings.get("streams", 1))
-    tokens = config["tokens"] if config["phase"] == "prefill" else len(spans) * streams
-    dense = kernels[kernels["category"] == "Dense GEMM"].groupby("step")["dur_us"].sum()
-    samples = spans.tolist()
-    stats = summarise(samples)
-    return {
-        "status": "ok",
-        "ms": stats.pop("median"),
-        **stats,
-        "samples_ms": samples,
-        "tokens_per_s": tokens / (spans.sum() / 1e3),
-        "dense_ms": float(dense.median() / 1e3) if len(dense) else 0.0,
-        "steps": len(spans),
-    }
+    phases = {}
+    for phase in config["phases"]:
+        kernels = result.kernels[result.kernels["phase"] == phase]
+        spans = _step_spans_ms(kernels)
+        # The prompt is prefilled once however many streams decode after it.
+        streams = int(settings.get("streams", 1))
+        tokens = config["tokens"] if phase == "prefill" else len(spans) * streams
+        dense = kernels[kernels["category"] == "Dense GEMM"].groupby("step")["dur_us"].sum()
+        samples = spans.tolist()
+        stats = summarise(samples)
+        phases[phase] = {
+            "ms": stats.pop("median"),
+            **stats,
+            "samples_ms": samples,
+            "tokens_per_s": tokens / (spans.sum() / 1e3),
+            "dense_ms": float(dense.median() / 1e3) if len(dense) else 0.0,
+            "steps": len(spans),
+        }
+    return {"status": "ok", "by_phase": phases}
+
+
+def _phase_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """A profile A/B's rows, one per arm, tokens and phase: a worker's row holds every phase
+    of its one profile run (`by_phase`); a failed run's status stands for each of its phases.
+    Runs recorded with one row per phase pass as they are."""
+    if "by_phase" not in rows:
+        return rows
+    out = []
+    for row in rows.to_dict("records"):
+        measured = row.pop("by_phase")
+        measured = measured if isinstance(measured, dict) else {}
+        for phase in row.get("phases") or measured:
+            out.append({**row, "phase": phase, **measured.get(phase, {})})
+    return pd.DataFrame(out)
 
 
 def _environment() -> dict:
@@ -373,24 +390,23 @@ def ab(
 
     kernel "moe": a and b are kernel keywords or workload keys (variant, fmt, ...). kernel
     "profile": they are `profile()` keywords (dense, hybrid_m, moe, streams, ...), `tokens` are
-    prompt lengths, and each arm runs once per phase in `phases` (prefill and decode).
+    prompt lengths, and each arm runs one profile, read for each phase in `phases` (prefill
+    and decode).
     """
     _check_kernel(kernel, tuple(MEASURE))
-    fixed = dict(fixed)
+    fixed, recorded = dict(fixed), {}
     if kernel == "profile":
-        phases = _phases(fixed.pop("phases", PHASES))
-        configs = [{"kernel": "profile", "label": arm, "arm": arm, "phase": phase,
+        phases = recorded["phases"] = list(_phases(fixed.pop("phases", PHASES)))
+        configs = [{"kernel": "profile", "label": arm, "arm": arm, "phases": phases,
                     "settings": {**fixed, **setting}, "tokens": int(t)}
-                   for arm, setting in {"a": a, "b": b}.items()
-                   for t in tokens for phase in phases]  # fmt: skip
+                   for arm, setting in {"a": a, "b": b}.items() for t in tokens]  # fmt: skip
     else:
         configs = _configs({"a": a, "b": b}, tokens, fixed)
         for config in configs:
             config["arm"] = config["label"]
     meta = {"kind": "ab", "params": {"kernel": kernel, "a": a, "b": b, "tokens": list(tokens),
-            "timeout_s": timeout_s, "fixed": fixed}, "environment": _environment()}  # fmt: skip
-    if kernel == "profile":
-        meta["params"]["phases"] = list(phases)
+            "timeout_s": timeout_s, "fixed": fixed, **recorded},
+            "environment": _environment()}  # fmt: skip
     path = _run_dir(out, run_dir, f"ab-{kernel}")
     run_configs(f"{__name__}.{MEASURE[kernel]}", configs, path, meta, timeout_s, workers, progress)
     return load_ab(path)
@@ -416,4 +432,5 @@ def load_sweep(run_dir: str | Path) -> SweepResult:
 
 def load_ab(run_dir: str | Path) -> AbResult:
     """An A/B run from its run directory; no torch needed."""
-    return AbResult(*_load(run_dir, "ab"))
+    meta, rows = _load(run_dir, "ab")
+    return AbResult(meta, _phase_rows(rows))
