@@ -16,7 +16,13 @@ from test_ncu_analysis import real_reports
 
 import kernels.moe
 from workbench.capture import ncu as ncu_capture
-from workbench.capture.ncu import capture, capture_decode_step, default_name, ncu_command
+from workbench.capture.ncu import (
+    capture,
+    capture_decode_step,
+    collection_options,
+    default_name,
+    ncu_command,
+)
 from workbench.capture.ncu_target import (
     BUILDERS,
     DONE,
@@ -303,6 +309,22 @@ def test_capture_checks_arguments_before_looking_for_ncu(monkeypatch, tmp_path):
         capture("moe", "stock", 6, out=tmp_path, name="../elsewhere")
 
 
+def test_what_ncu_collects():
+    assert collection_options() == ["--set", "full"]
+    assert collection_options("detailed") == ["--set", "detailed"]
+    assert collection_options(sections=["Occupancy", "regex:^(?!PmSampling)"]) == [
+        "--section", "Occupancy", "--section", "regex:^(?!PmSampling)",
+    ]  # fmt: skip
+
+
+def test_bad_collection_options_are_refused_before_looking_for_ncu(monkeypatch, tmp_path):
+    monkeypatch.setattr(shutil, "which", lambda name: pytest.fail("looked for ncu"))
+    with pytest.raises(WorkbenchError, match="ncu_set 'fulll' is not one of ncu's sets basic"):
+        capture("moe", "stock", 6, out=tmp_path, ncu_set="fulll")
+    with pytest.raises(WorkbenchError, match="ncu_set or sections, not both"):
+        capture("moe", "stock", 6, out=tmp_path, ncu_set="full", sections=["Occupancy"])
+
+
 def test_ncu_not_on_path(monkeypatch, tmp_path):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(WorkbenchError) as err:
@@ -418,6 +440,7 @@ def test_capture_writes_report_metadata_and_summary(fake_machine, tmp_path, repo
     assert meta["tokens"] == [6, 4096] and meta["params"] == {"num_warps": 8}
     assert meta["ncu_version"] == "Version 2025.3.1.0 (build 1)"
     assert meta["nvtx_ranges"] == ["wb:moe:stock:T=6", "wb:moe:stock:T=4096"]
+    assert meta["collect"] == ["--set", "full"] == meta["command"][1:3]
     assert meta["environment"] == {"gpu": {"name": "fake H200"}}
     summary = path.with_name("moe-stock-T6-4096-num_warps8.summary.txt").read_text()
     assert "Summary" in summary and "fake H200" in summary
@@ -426,8 +449,9 @@ def test_capture_writes_report_metadata_and_summary(fake_machine, tmp_path, repo
 def test_decode_step_capture_names_its_target(fake_machine, tmp_path):
     fake = fake_machine(FakeNcu("crash", 1))
     with pytest.raises(WorkbenchError):
-        capture_decode_step("stock", [1, 4], out=tmp_path / "ncu", layers=2)
+        capture_decode_step("stock", [1, 4], out=tmp_path / "ncu", layers=2, ncu_set="detailed")
     command = fake.command
+    assert command[1:3] == ["--set", "detailed"]  # ncu's option, not the target's parameter
     assert command[command.index("--kernel") + 1] == "model-decode-step"
     assert "--nvtx-include" in command and "wb:model-decode-step:stock:T=4/" in command
     assert command[-4:] == ["--param", "layers=2", "--param", "prompt_tokens=2048"]

@@ -83,12 +83,14 @@ def ncu(
     out: str | Path = "ncu",
     **params: object,
 ) -> NcuReport:
-    """Capture `ncu --set full` reports of one launch per token count and load them.
+    """Capture Nsight Compute reports of one launch per token count and load them.
 
-    `kernel="moe"` profiles a MoE scheduler at the TP2-rank shape; `kernel="decode-step"`
-    profiles every kernel of one decode step of the synthetic model (`tokens` are then the
-    streams). Relaunches a small target under ncu in a subprocess (ncu 2025.3 cannot attach),
-    writes `out/<name>.ncu-rep` with `<name>.json` and `<name>.summary.txt`.
+    `kernel="moe"` profiles a MoE scheduler at the TP2-rank shape, `kernel="dense"` a dense
+    backend; `kernel="model-decode-step"` profiles every kernel of one decode step of the
+    synthetic model (`tokens` are then the streams). `ncu_set="full"` (the default) collects
+    what stalls and hot spots need; "detailed" makes smaller reports of many kernels.
+    Relaunches a small target under ncu in a subprocess (ncu 2025.3 cannot attach), writes
+    `out/<name>.ncu-rep` with `<name>.json` and `<name>.summary.txt`.
     """
     from workbench.capture.ncu import DECODE_STEP, capture, capture_decode_step
 

@@ -104,6 +104,9 @@ def _add_ncu(sub) -> None:
     p.add_argument("--name", help="report name (default: from kernel, variant and tokens)")
     p.add_argument("--timeout", type=float, default=900.0,
                    help="seconds before ncu and its target are stopped (900)")  # fmt: skip
+    p.add_argument("--set", dest="ncu_set", help="ncu section set: full (default), detailed, basic")
+    p.add_argument("--section", dest="sections", action="append", default=[],
+                   help="collect this ncu section (or regex:...) instead of a set")  # fmt: skip
 
 
 def _add_bench(sub) -> None:
@@ -258,7 +261,8 @@ def _ncu(args) -> None:
     import workbench
 
     report = workbench.ncu(args.kernel, args.variant, args.tokens, args.out, name=args.name,
-                           timeout_s=args.timeout, **dict(args.param))  # fmt: skip
+                           timeout_s=args.timeout, ncu_set=args.ncu_set, sections=args.sections,
+                           **dict(args.param))  # fmt: skip
     print(report.text())
 
 

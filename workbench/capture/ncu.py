@@ -41,7 +41,31 @@ from workbench.capture.ncu_target import DECODE_STEP, DONE, PREFIX, TargetArgs, 
 from workbench.errors import ArtifactError, WorkbenchError
 
 TARGET_MODULE = "workbench.capture.ncu_target"
-NCU_OPTIONS = ("--set", "full", "--import-source", "yes", "--clock-control", "none")
+NCU_OPTIONS = ("--import-source", "yes", "--clock-control", "none")
+# ncu's section sets, lightest first; `full` (the default) holds what stalls() and hotspots()
+# read. A whole step is ~100 mostly tiny kernels: a lighter set, or explicit `--section`s, keeps
+# its report small enough to commit (see ncu/README.md).
+NCU_SETS = ("basic", "detailed", "full")
+
+
+def collection_options(ncu_set: str | None = None, sections: Sequence[str] = ()) -> list[str]:
+    """ncu's options for what to collect: `--set NCU_SET` (full when neither is given), or one
+    `--section` per entry of `sections` (ncu's identifiers, or `regex:...`) instead of a set."""
+    if sections and ncu_set is not None:
+        raise WorkbenchError(
+            "give ncu_set or sections, not both: ncu collects the sections instead of the set."
+        )
+    if sections:
+        return [arg for section in sections for arg in ("--section", section)]
+    ncu_set = ncu_set or "full"
+    if ncu_set not in NCU_SETS:
+        raise WorkbenchError(
+            f"ncu_set '{ncu_set}' is not one of ncu's sets {', '.join(NCU_SETS)}: 'full' for "
+            "stalls and source hot spots, a lighter one for a smaller report of many kernels."
+        )
+    return ["--set", ncu_set]
+
+
 # The workbench's Triton kernels (`_counts_kernel`, `_flat_gate_up_kernel`, ...). A MoE range also
 # holds the launch's torch glue (zeros, casts, a reduction): profiling those too made a report of
 # 6 tokens 28 MB, and they are not what a MoE report is about.
@@ -62,7 +86,11 @@ def find_ncu() -> str:
 
 
 def ncu_command(
-    ncu: str, output: Path, target: TargetArgs, python: str = sys.executable
+    ncu: str,
+    output: Path,
+    target: TargetArgs,
+    python: str = sys.executable,
+    collect: Sequence[str] = ("--set", "full"),
 ) -> list[str]:
     """The full ncu command line that profiles `target`'s marked launches into `output`.ncu-rep."""
     filters = [
@@ -72,6 +100,7 @@ def ncu_command(
         filters += ["--kernel-name", MOE_KERNELS]
     return [
         ncu,
+        *collect,
         *NCU_OPTIONS,
         "--nvtx",
         *filters,
@@ -218,17 +247,22 @@ def capture(
     *,
     routing: str = "uniform",
     seed: int = 0,
+    ncu_set: str | None = None,
+    sections: Sequence[str] = (),
     **params: object,
 ) -> Path:
-    """Profile one launch of `kernel`/`variant` per token count with `ncu --set full`.
+    """Profile one launch of `kernel`/`variant` per token count with Nsight Compute.
 
-    `params` go to the variant (e.g. `block_m=32`). Writes `out/<name>.ncu-rep`, `<name>.json`
-    and `<name>.summary.txt` and returns the report's path; `name` defaults to e.g.
-    `moe-stock-T6-4096`. Needs ncu and a GPU; the report then loads anywhere with load_ncu.
+    `params` go to the variant (e.g. `block_m=32`). ncu collects `--set full`, or `ncu_set`
+    (one of NCU_SETS), or instead the `sections` named (see collection_options). Writes
+    `out/<name>.ncu-rep`, `<name>.json` and `<name>.summary.txt` and returns the report's path;
+    `name` defaults to e.g. `moe-stock-T6-4096`. Needs ncu and a GPU; the report then loads
+    anywhere with load_ncu.
     """
     counts = (tokens,) if isinstance(tokens, int) else tuple(tokens)
     target = TargetArgs(kernel, variant, counts, dict(params), routing, seed)
     target.validate()
+    collect = collection_options(ncu_set, sections)
     name = name or default_name(target)
     if not re.fullmatch(r"[A-Za-z0-9._=-]+", name) or name.startswith("."):
         raise WorkbenchError(f"name '{name}' must be a plain file name (letters, digits, ._=-).")
@@ -238,7 +272,7 @@ def capture(
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=out_dir))
     try:
-        command = ncu_command(ncu, tmp / name, target)
+        command = ncu_command(ncu, tmp / name, target, collect=collect)
         begun = time.perf_counter()
         returncode, output = _run(command, timeout_s)
         wall_s = time.perf_counter() - begun
@@ -257,6 +291,7 @@ def capture(
             "seed": seed,
             "preset": target.preset,
             "nvtx_ranges": target.range_names(),
+            "collect": collect,
             "command": command,
             "ncu_version": ncu_version(ncu),
             "wall_s": round(wall_s, 1),
@@ -286,6 +321,8 @@ def capture_decode_step(
     prompt_tokens: int = 2048,
     routing: str = "uniform",
     seed: int = 0,
+    ncu_set: str | None = None,
+    sections: Sequence[str] = (),
     **params: object,
 ) -> Path:
     """Every kernel of one decode step of the synthetic model (dsv4-flash-tp2) in one report.
@@ -304,6 +341,8 @@ def capture_decode_step(
         timeout_s,
         routing=routing,
         seed=seed,
+        ncu_set=ncu_set,
+        sections=sections,
         layers=layers,
         prompt_tokens=prompt_tokens,
         **params,
