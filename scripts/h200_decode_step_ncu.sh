@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # One device call for issue 5's last report: every kernel of one decode step of the model
-# (stock MoE, Triton attention, one layer), collected three ways to learn which a committed
-# report can afford: full's sections without PM sampling, --set detailed, and --set full.
-# ncu's sets and sections are logged first; each report is archived on its own.
+# (stock MoE, Triton attention, one layer), collected several ways to learn which a committed
+# report can afford. ncu's sets and sections are logged first; each report is archived on its
+# own, with the share of its bytes that are embedded cubins (ELF images) logged.
+# First call (log raw/h200-decode-step-ncu-log.txt): without PM sampling 28.7 MB gzipped,
+# --set detailed 23.5 MB (171 MB unpacked), for 133 kernels. Second call (STAGE=2): the
+# sections the analysis reads, with and without SourceCounters.
 #   WORKBENCH_GIT_COMMIT=<sha> bash scripts/h200_decode_step_ncu.sh "$OUT"
 source "$(dirname "$0")/device_call.sh" "$@"
 export PATH=/usr/local/cuda/bin:$PATH
@@ -13,9 +16,27 @@ capture() {  # capture NAME NEEDED_S ARGS...: one `workbench ncu` decode-step ru
   step "$name" "$need" python3 -m workbench.cli ncu "${decode[@]}" "$@" --out "$out/$name" \
     --name "model-decode-step-stock-T1-$name"
   du -sh "$out/$name"/* 2>/dev/null | tee -a "$log"
+  python3 - "$out/$name"/*.ncu-rep <<'PY' 2>&1 | tee -a "$log"
+import re, struct, sys
+for path in sys.argv[1:]:
+    data = open(path, "rb").read()
+    elf = 0
+    for m in re.finditer(rb"\x7fELF\x02", data):  # ELF64: section headers end the image
+        shoff, = struct.unpack_from("<Q", data, m.start() + 0x28)
+        size, count = struct.unpack_from("<HH", data, m.start() + 0x3A)
+        elf += shoff + size * count
+    print(f"{path}: {len(data)} bytes, of them {elf} in embedded ELF images")
+PY
   archive "$out/$name"
 }
-capture nopm 120 --section 'regex:^(?!PmSampling)'
-capture detailed 100 --set detailed
-capture full 120 --set full
+analysed=(SpeedOfLight LaunchStats Occupancy WarpStateStats ComputeWorkloadAnalysis
+          MemoryWorkloadAnalysis SchedulerStats InstructionStats)
+if [ "${STAGE:-1}" = 1 ]; then
+  capture nopm 120 --section 'regex:^(?!PmSampling)'
+  capture detailed 100 --set detailed
+  capture full 120 --set full
+else
+  capture nosource 100 $(printf -- '--section %s ' "${analysed[@]}")
+  capture analysed 150 $(printf -- '--section %s ' "${analysed[@]}" SourceCounters)
+fi
 ls -la "$out" | tee -a "$log"
