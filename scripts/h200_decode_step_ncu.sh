@@ -26,8 +26,10 @@ for path in sys.argv[1:]:
         size, count = struct.unpack_from("<HH", data, m.start() + 0x3A)
         elf += shoff + size * count
     print(f"{path}: {len(data)} bytes, of them {elf} in embedded ELF images")
+    images = [data[m.start():m.start() + 64] for m in re.finditer(rb"\x7fELF\x02", data)]
+    print(f"{len(images)} ELF images, {len(set(images))} distinct headers")
 PY
-  archive "$out/$name"
+  [ -n "${keep:-}" ] || archive "$out/$name"
 }
 analysed=(SpeedOfLight LaunchStats Occupancy WarpStateStats ComputeWorkloadAnalysis
           MemoryWorkloadAnalysis SchedulerStats InstructionStats)
@@ -35,8 +37,15 @@ if [ "${STAGE:-1}" = 1 ]; then
   capture nopm 120 --section 'regex:^(?!PmSampling)'
   capture detailed 100 --set detailed
   capture full 120 --set full
-else
+elif [ "$STAGE" = 2 ]; then
   capture nosource 100 $(printf -- '--section %s ' "${analysed[@]}")
   capture analysed 150 $(printf -- '--section %s ' "${analysed[@]}" SourceCounters)
+else  # the cubins repeat across kernels: does a long-window compressor fold them together?
+  keep=1 capture analysed 150 $(printf -- '--section %s ' "${analysed[@]}" SourceCounters)
+  rep=$(ls "$out"/analysed/*.ncu-rep)
+  step xz 200 xz -9 -k -T1 -v "$rep"
+  if command -v zstd >/dev/null; then step zstd 60 zstd -19 --long=27 -T0 -k "$rep"; fi
+  ls -la "$out"/analysed | tee -a "$log"
+  rm -f "$rep"
 fi
 ls -la "$out" | tee -a "$log"
