@@ -6,6 +6,7 @@ WORKBENCH_NCU_REPORTS to a glob to run them on other reports.
 """
 
 import gzip
+import lzma
 import math
 import os
 import struct
@@ -25,6 +26,7 @@ from workbench.analysis.ncu import (
     framing_problem,
     load_ncu,
 )
+from workbench.analysis.ncu_files import PACKINGS, packing, report_stem
 from workbench.errors import ArtifactError, WorkbenchError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -241,11 +243,18 @@ needs_reports = pytest.mark.skipif(
 each_report = pytest.mark.parametrize("path", REPORTS or [None])
 
 
+def unpacked_bytes(path: str) -> bytes:
+    """The report as ncu wrote it (a .gz or .xz report unpacked)."""
+    how = packing(Path(path))
+    data = Path(path).read_bytes()
+    return how.unpack(data) if how else data
+
+
 def direct_actions(path: str, tmp_path: Path) -> list:
-    """The report's launches as ncu_report itself reads them (a .gz report unpacked first)."""
-    if path.endswith(".gz"):
-        unpacked = tmp_path / Path(path).name.removesuffix(".gz")
-        unpacked.write_bytes(gzip.decompress(Path(path).read_bytes()))
+    """The report's launches as ncu_report itself reads them (a packed report unpacked first)."""
+    if packing(Path(path)):
+        unpacked = tmp_path / f"{report_stem(Path(path))}.ncu-rep"
+        unpacked.write_bytes(unpacked_bytes(path))
         path = str(unpacked)
     context = ncu_report.load_report(path)
     return [rng[i] for rng in context for i in range(len(rng))]
@@ -325,9 +334,9 @@ def test_real_diff_with_itself_is_zero(path):
 @needs_reports
 @each_report
 def test_real_report_cut_short_is_rejected(path, tmp_path):
-    data = Path(path).read_bytes()
-    cuts = {"cut.ncu-rep.gz": data} if path.endswith(".gz") else {}
-    cuts["cut.ncu-rep"] = gzip.decompress(data) if path.endswith(".gz") else data
+    cuts = {"cut.ncu-rep": unpacked_bytes(path)}
+    if packing(Path(path)):
+        cuts["cut" + Path(path).name[len(report_stem(Path(path))) :]] = Path(path).read_bytes()
     for name, whole in cuts.items():
         cut = tmp_path / name
         cut.write_bytes(whole[: len(whole) // 2])
@@ -336,12 +345,15 @@ def test_real_report_cut_short_is_rejected(path, tmp_path):
 
 
 @needs_reports
-def test_gzipped_reports_unpack_for_as_long_as_they_are_used(tmp_path):
+@pytest.mark.parametrize("suffix", sorted(PACKINGS))
+def test_packed_reports_unpack_for_as_long_as_they_are_used(tmp_path, suffix):
     import gc
 
     from workbench.analysis.ncu_catalog import find_reports
 
-    packed = next(p for p in REPORTS if p.endswith(".gz"))
+    data = unpacked_bytes(min(REPORTS, key=os.path.getsize))
+    packed = tmp_path / f"x.ncu-rep{suffix}"
+    packed.write_bytes(gzip.compress(data) if suffix == ".gz" else lzma.compress(data))
     report = load_ncu(packed)
     folder = Path(report._context[1].name)
     assert folder.is_dir()  # ncu_report reads stall samples and source from it lazily
@@ -349,12 +361,14 @@ def test_gzipped_reports_unpack_for_as_long_as_they_are_used(tmp_path):
     del report
     gc.collect()
     assert not folder.exists()
-    plain = tmp_path / "x.ncu-rep.gz"
-    plain.write_bytes(gzip.decompress(Path(packed).read_bytes()))
-    with pytest.raises(ArtifactError, match="named .gz but holds no gzip data"):
-        load_ncu(plain)
-    (tmp_path / "x.ncu-rep").write_bytes(plain.read_bytes())  # gunzip -k beside it
+    misnamed = tmp_path / f"y.ncu-rep{suffix}"
+    misnamed.write_bytes(data)
+    with pytest.raises(ArtifactError, match=f"named {suffix} but holds no {suffix[1:]} data"):
+        load_ncu(misnamed)
+    misnamed.unlink()
     (tmp_path / ".y.ncu-rep").write_bytes(b"a capture in progress")
+    assert find_reports(tmp_path) == [packed]
+    (tmp_path / "x.ncu-rep").write_bytes(data)  # unpacked beside it: the plain one is listed
     assert find_reports(tmp_path) == [tmp_path / "x.ncu-rep"]
 
 

@@ -1,9 +1,9 @@
 """Nsight Compute reports as tables: `load_ncu(path) -> NcuReport`.
 
 Reads any `.ncu-rep` through NVIDIA's `ncu_report` package (from PyPI; it needs no GPU): one or
-many kernels, with or without NVTX ranges, with or without imported source. A gzipped report
-(`.ncu-rep.gz`, how the committed ones are kept: ncu's own format compresses about 6 to 1) is
-unpacked to a temporary file first, since `ncu_report` reads only paths. Pure pandas: imports
+many kernels, with or without NVTX ranges, with or without imported source. A packed report
+(`.ncu-rep.gz` or `.ncu-rep.xz`, how the committed ones are kept; see ncu_files) is unpacked
+to a temporary file first, since `ncu_report` reads only paths. Pure pandas: imports
 neither torch nor triton, and plotly only when a figure or page is made.
 
 `ncu_report` loads an empty, foreign or cut-off file without complaint, as zero ranges or as the
@@ -19,13 +19,11 @@ the names against a real report before relying on them (tests/test_ncu_analysis.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
 import struct
 import tempfile
-import zlib
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -33,11 +31,10 @@ from pathlib import Path
 import ncu_report
 import pandas as pd
 
-from workbench.analysis.ncu_files import report_stem
+from workbench.analysis.ncu_files import packing, report_stem
 from workbench.errors import ArtifactError, WorkbenchError
 
 MAGIC = b"NVR\x00"
-GZIP_MAGIC = b"\x1f\x8b"
 
 # Rows of summary(): the seed's "Nsight Compute on the stock kernel" table and a little more.
 SUMMARY_METRICS: dict[str, tuple[str, ...]] = {
@@ -175,20 +172,21 @@ def _read_report_bytes(path: Path) -> bytes:
         )
     if not path.is_file():
         raise ArtifactError(f"{path} is not a file; give the path of an .ncu-rep file.")
-    if not path.name.endswith(".gz"):
+    how = packing(path)
+    if how is None:
         return path.read_bytes()
-    packed = path.read_bytes()
-    if not packed.startswith(GZIP_MAGIC):
+    packed, kind = path.read_bytes(), path.suffix.lstrip(".")
+    if not packed.startswith(how.magic):
         raise ArtifactError(
-            f"{path} is named .gz but holds no gzip data (it starts with {packed[:8]!r}); if it "
-            "is a plain report, name it .ncu-rep."
+            f"{path} is named {path.suffix} but holds no {kind} data (it starts with "
+            f"{packed[:8]!r}); if it is a plain report, name it .ncu-rep."
         )
     try:
-        return gzip.decompress(packed)
-    except (OSError, EOFError, zlib.error) as err:
+        return how.unpack(packed)
+    except how.errors as err:
         raise ArtifactError(
-            f"{path} is not a readable gzip file ({err}): it is truncated or damaged. Compress "
-            "the report again with gzip -k, or give the .ncu-rep itself."
+            f"{path} is not a readable {kind} file ({err}): it is truncated or damaged. Pack "
+            f"the report again with {how.command}, or give the .ncu-rep itself."
         ) from None
 
 
@@ -213,10 +211,10 @@ def _check_report(path: Path, data: bytes) -> None:
 
 def _openable(path: Path, data: bytes) -> tuple[Path, tempfile.TemporaryDirectory | None]:
     """(a path ncu_report can open, the folder that holds it if it is a copy): the report
-    itself, or an unpacked copy of a .gz one. ncu_report reads parts of a report (stall
+    itself, or an unpacked copy of a packed one. ncu_report reads parts of a report (stall
     samples, source, rules) lazily, so the copy must live as long as the report: the folder is
     kept with it and removed when the report is dropped or the process ends."""
-    if not path.name.endswith(".gz"):
+    if packing(path) is None:
         return path, None
     folder = tempfile.TemporaryDirectory(prefix="workbench-ncu-")
     unpacked = Path(folder.name) / f"{report_stem(path)}.ncu-rep"
@@ -515,7 +513,6 @@ class NcuReport:
             return self._hot[i]
         action = self._actions[i]
         start = self._first(i, ("launch__function_pcs",))[0]
-        sources = {f: text.splitlines() for f, text in action.source_files().items()}
         lines: dict[tuple, dict[str, float]] = {}
         for pc, by_reason in self._pc_samples(i).items():
             info = action.source_info(pc)
@@ -524,6 +521,11 @@ class NcuReport:
             merged = lines.setdefault(key, {})
             for reason, samples in by_reason.items():
                 merged[reason] = merged.get(reason, 0.0) + samples
+        # Read only where a line is known: ncu_report's source_files() is the slow call (90 ms
+        # for one of torch's kernels, which map no line), 20 s of a 134-kernel step report.
+        sources = {}
+        if any(key[0] == "source" for key in lines):
+            sources = {f: text.splitlines() for f, text in action.source_files().items()}
         rows = []
         for key, by_reason in lines.items():
             top = max(by_reason, key=by_reason.get)

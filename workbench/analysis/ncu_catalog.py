@@ -47,14 +47,14 @@ TOP_STALL = "Top stall, cycles per issued instruction"
 NO_REPORTS = (
     "no Nsight Compute report matches {where}. Capture them on the GPU machine, e.g. "
     "`workbench ncu moe stock --tokens 6 4096 --param fmt=fp8` (and `flat`), and commit "
-    "ncu/*.ncu-rep (or gzipped, .ncu-rep.gz) with their .json; or point WORKBENCH_NCU_REPORTS "
-    "at a glob of reports."
+    "ncu/*.ncu-rep (or packed, .ncu-rep.gz or .ncu-rep.xz) with their .json; or point "
+    "WORKBENCH_NCU_REPORTS at a glob of reports."
 )
 
 
 def find_reports(where: str | Path) -> list[Path]:
-    """`.ncu-rep` (or gzipped `.ncu-rep.gz`) files: a folder's reports, or those a glob
-    matches, sorted by name."""
+    """`.ncu-rep` (or packed `.ncu-rep.gz`, `.ncu-rep.xz`) files: a folder's reports, or those a
+    glob matches, sorted by name."""
     where = Path(where)
     if where.is_dir():
         found = [Path(p) for suffix in SUFFIXES for p in glob.glob(str(where / f"*{suffix}"))]
