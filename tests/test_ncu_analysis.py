@@ -170,6 +170,15 @@ def test_hotspots_group_addresses_by_source_line(report):
     assert list(report.hotspots(n=1)["launch"]) == report.labels[:2]  # none for the third
 
 
+def test_kernel_time_adds_up_each_kernels_launches(report):
+    table = report.kernel_time()
+    assert list(table.index) == ["_gate_up_kernel", "vectorized_elementwise_kernel"]
+    assert list(table["launches"]) == [2, 1]
+    assert list(table["total_us"]) == pytest.approx([41.0 + 82.0, 2.0])
+    assert table.loc["_gate_up_kernel", "mean_us"] == pytest.approx(61.5)
+    assert list(table["share_pct"]) == pytest.approx([100 * 123 / 125, 100 * 2 / 125])
+
+
 def test_occupancy_names_the_limiter(report):
     occupancy = report.occupancy()
     assert occupancy.loc["Limiter", report.labels[0]] == "registers, warps"
@@ -209,7 +218,7 @@ def test_select_keeps_labels(report):
 
 def test_text_figures_and_page(report, tmp_path):
     text = report.text()
-    for title in ("Summary", "Warp stalls", "Hot spots", "Occupancy", "ncu rules"):
+    for title in ("Profiled time by kernel", "Summary", "Warp stalls", "Hot spots", "Occupancy"):
         assert title in text
     assert "stock.py" in text and "Info" not in text  # rules that passed are left out
     for kind in FIGURE_KINDS:
@@ -270,6 +279,18 @@ def test_real_report_builds_every_table(path):
     assert all(len(table) for table in tables)
     assert len(report) >= 1 and len(set(report.labels)) == len(report)
     assert list(report.summary().columns) == report.labels
+
+
+@needs_reports
+@each_report
+def test_real_kernel_time_adds_up_the_summary(path):
+    report = load_ncu(path)
+    table = report.kernel_time()
+    durations = report.summary().loc["Duration (us)"].astype(float)
+    assert table["launches"].sum() == len(report)
+    assert table["total_us"].sum() == pytest.approx(durations.sum())
+    assert table["share_pct"].sum() == pytest.approx(100.0)
+    assert table["total_us"].is_monotonic_decreasing
 
 
 @needs_reports

@@ -55,6 +55,7 @@ def test_coverage_says_which_seed_tables_are_rebuilt_and_how_to_make_the_rest():
     text = build(found).render()
     assert "6 tokens, gate_up" in text and "barrier 1.61" in text
     assert "flat against stock, launch by launch" in text
+    assert "a report of one decode step" in text  # absent here: the command to capture it
     assert "NVIDIA H200" in text and "0123456789" in text  # each artifact's metadata
 
 
@@ -81,6 +82,7 @@ def test_report_of_the_artifacts_renders_offline(experiments_dir, tmp_path, caps
         assert (absent in text) != present, section.title
     assert "Prefill: summed kernel time, ms" in text and "5,205.5" in text  # stock, graphs
     assert "Decode, per step: mean ms" in text
+    assert "One decode step: profiled time by kernel" in text and "_stock_down_kernel" in text
     assert "num_stages=1 -> 2" in text and "sweep-moe-num_stages" in text
     assert "NVIDIA H200" in text and NOT_RECORDED in text  # sweeps record no environment
     for profile in PROFILES:

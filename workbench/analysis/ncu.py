@@ -101,7 +101,7 @@ STALL_ALIASES = {"no_instructions": "no_instruction"}  # the sampled name has an
 NOT_A_STALL = "selected"  # the warp issued: sampled like a stall, never the "top stall"
 
 TIME_TO_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
-FIGURE_KINDS = ("summary", "stalls", "hotspots", "occupancy")
+FIGURE_KINDS = ("kernel_time", "summary", "stalls", "hotspots", "occupancy")
 HOTSPOT_COLUMNS = [
     "launch", "level", "file", "line", "address", "text", "samples", "share_pct", "top_stall",
 ]  # fmt: skip
@@ -677,6 +677,22 @@ class NcuReport:
         duration = SUMMARY_METRICS["Duration (us)"]
         return pd.Series([self._first(i, duration, True)[0] for i in range(len(self))])
 
+    def kernel_time(self) -> pd.DataFrame:
+        """Where the profiled time goes, kernel by kernel, the longest first: launches, total
+        duration (us) and share of the report's. A decode step's 134 launches come to 28 kernels.
+
+        ncu replays each launch alone with its caches flushed, so these rank a step's kernels;
+        they do not add up to a served step's time (profile()'s traces do that).
+        """
+        frame = pd.DataFrame(
+            {"kernel": self.launches["kernel"].to_numpy(), "us": self._durations().to_numpy()}
+        )
+        table = frame.groupby("kernel").agg(
+            launches=("us", "size"), total_us=("us", "sum"), mean_us=("us", "mean")
+        )
+        table["share_pct"] = 100 * table["total_us"] / table["total_us"].sum()
+        return table.sort_values("total_us", ascending=False)
+
     def main_launches(self, n: int = MAIN_LAUNCHES) -> list[str]:
         """The `n` longest launches, in report order: the ones text and HTML detail."""
         keep = set(self._durations().fillna(0).nlargest(n).index)
@@ -688,15 +704,23 @@ class NcuReport:
         return pd.concat(frames, ignore_index=True) if frames else self.hotspots(launch=0)
 
     def figure(self, kind: str = "summary"):
-        """A plotly figure: "summary", "stalls", "hotspots" or "occupancy"."""
+        """A plotly figure: "kernel_time", "summary", "stalls", "hotspots" or "occupancy"."""
         if kind not in FIGURE_KINDS:
             raise WorkbenchError(f"unknown figure kind '{kind}'; known: {', '.join(FIGURE_KINDS)}")
         from workbench.report import ncu_figures
 
+        if kind == "kernel_time":
+            title = f"Profiled time by kernel: {self.title}"
+            return ncu_figures.kernel_time_bars(self.kernel_time(), title)
+        main = self.main_launches()
+        some = f" ({len(main)} longest launches)" if len(main) < len(self) else ""
         if kind == "summary":
-            return ncu_figures.summary_bars(self.summary(), f"ncu summary: {self.title}")
+            summary = self.summary()[main]
+            return ncu_figures.summary_bars(summary, f"ncu summary: {self.title}{some}")
         if kind == "stalls":
-            return ncu_figures.stall_bars(self.stalls(), f"Warp stalls: {self.title}")
+            stalls = self.stalls()
+            stalls = stalls[main] if not stalls.empty else stalls
+            return ncu_figures.stall_bars(stalls, f"Warp stalls: {self.title}{some}")
         if kind == "hotspots":
             return ncu_figures.hotspot_bars(self._main_hotspots(), f"Hot spots: {self.title}")
         return ncu_figures.occupancy_bars(self.occupancy(), f"Occupancy: {self.title}")
@@ -723,6 +747,7 @@ class NcuReport:
         stalls = self.stalls()
         stalls = stalls[main].head(10) if not stalls.empty else stalls
         sections = [
+            ("Profiled time by kernel", self.kernel_time().head(MAIN_LAUNCHES * 2)),
             ("Summary", _fit(self.summary())),
             ("Warp stalls: cycles per issued instruction, % of PC samples", stalls),
             ("Hot spots (most sampled lines)", hot.drop(columns=["level"])),
@@ -745,7 +770,10 @@ class NcuReport:
         page = HtmlPage(f"Nsight Compute: {self.title}")
         for note in self.notes():
             page.text(note, css="note")
-        page.heading("Summary").figure(self.figure("summary")).table(_blank(self.summary()))
+        page.heading("Profiled time by kernel").figure(self.figure("kernel_time"))
+        page.table(self.kernel_time(), "each launch replayed alone, caches flushed", 1)
+        page.heading("Summary").figure(self.figure("summary"))
+        page.table(_blank(_fit(self.summary())))
         page.heading("Warp stalls").figure(self.figure("stalls"))
         page.table(_blank(self.stalls()), "cycles per issued instruction; % of PC samples")
         main, hot = self.main_launches(), self._main_hotspots()
@@ -756,7 +784,7 @@ class NcuReport:
             page.heading("Hot spots").figure(self.figure("hotspots"))
             page.table(_blank(hot), caption)
         page.heading("Occupancy").figure(self.figure("occupancy"))
-        page.table(_blank(self.occupancy()))
+        page.table(_blank(_fit(self.occupancy())))
         rules = self.rules()
         if not rules.empty:
             page.heading("ncu rules").table(_blank(rules), "largest estimated speedup first", 1)

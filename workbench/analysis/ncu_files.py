@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PLAIN = ".ncu-rep"
+# The kernel name of whole-step captures: report names (`model-decode-step-stock-T1`) and the
+# capture metadata's "kernel" use it; readers tell step reports from kernel reports by it.
+DECODE_STEP = "model-decode-step"
 
 
 @dataclass(frozen=True)

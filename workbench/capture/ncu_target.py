@@ -35,6 +35,7 @@ from functools import partial
 import torch
 
 from kernels.moe import FORMATS, VARIANTS, MoeWeights, moe_reference
+from workbench.analysis.ncu_files import DECODE_STEP
 from workbench.errors import WorkbenchError
 from workbench.model import Plan, SyntheticModel
 from workbench.presets import ROUTINGS, RankShapes, draw_routing, get_preset
@@ -44,7 +45,6 @@ DONE = f"{PREFIX} done"
 DEFAULT_PRESET = "dsv4-flash-tp2"
 FILTER_QUANTIFIERS = frozenset("@,[]/*+\\")
 TOLERANCE = {torch.bfloat16: 1e-2, torch.float32: 1e-4}  # relative error, as tests/test_moe_stock
-DECODE_STEP = "model-decode-step"
 DECODE_DEFAULTS = {
     "layers": 4,  # of 40: enough for a representative step, short under ncu's replays
     "prompt_tokens": 2048,

@@ -27,6 +27,34 @@ def _numeric_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.apply(pd.to_numeric, errors="coerce")
 
 
+def kernel_time_bars(kernel_time: pd.DataFrame, title: str, top: int = 20) -> go.Figure:
+    """Share of the profiled time per kernel, the longest on top; the rest in one bar."""
+    rows = kernel_time.head(top)
+    rest = kernel_time.iloc[top:]
+    names = [*rows.index]
+    shares, launches = [*rows["share_pct"]], [*rows["launches"]]
+    if len(rest):
+        names.append(f"{len(rest)} other kernels")
+        shares.append(rest["share_pct"].sum())
+        launches.append(rest["launches"].sum())
+    fig = go.Figure(
+        go.Bar(
+            orientation="h",
+            y=names[::-1],
+            x=shares[::-1],
+            customdata=launches[::-1],
+            hovertemplate="%{y}<br>%{x:.1f}% in %{customdata} launches<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=title,
+        xaxis_title="% of the profiled time",
+        template="plotly_white",
+        height=max(320, 24 * len(names) + 120),
+    )
+    return fig
+
+
 def summary_bars(summary: pd.DataFrame, title: str) -> go.Figure:
     """The percentage rows of the summary (throughputs, occupancy, pipes) per launch."""
     rows = [r for r in summary.index if str(r).endswith("(%)")]

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from workbench.analysis.ncu_catalog import variant_label
+from workbench.analysis.ncu_files import DECODE_STEP
 from workbench.analysis.tables import short_kernel_name
 from workbench.collection import Collection, collect, environment_row
 from workbench.report.experiment_figures import bench_lines
@@ -188,9 +190,22 @@ def _ncu(page: HtmlPage, collection: Collection, section: Section) -> None:
     elif variant == "stock":
         _absent(page, "a report of the flat kernel to diff against",
                 "`workbench ncu moe flat --tokens 6 4096 --param fmt=fp8`")  # fmt: skip
+    steps = [r for r in catalog.reports if r.meta.get("kernel") == DECODE_STEP]
     launches = catalog.launches()
+    launches = launches[~launches["file"].isin([r.path.name for r in steps])]
     launches["kernel"] = launches.pop("launch").map(short_kernel_name)
     page.table(launches, "Launches: every profiled kernel and its share of its call", 1)
+    for step in steps:
+        page.text(
+            f"Every kernel of one decode step ({variant_label(step.meta, step.path)}, "
+            f"{len(step)} launches, {step.path.name}): ncu replays each alone with its caches "
+            "flushed, so this ranks the step's kernels; the profile above adds them up."
+        )
+        page.figure(step.figure("kernel_time"))
+        page.table(step.kernel_time().head(20), "One decode step: profiled time by kernel", 1)
+    if not steps:
+        _absent(page, "a report of one decode step", "`workbench ncu model-decode-step stock "
+                "--tokens 1 --param layers=1 --param attention=triton`")  # fmt: skip
 
 
 # ---- experiments -----------------------------------------------------------------------------
