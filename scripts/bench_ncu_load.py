@@ -22,6 +22,7 @@ from workbench.analysis.ncu import load_ncu
 def build_everything(path: Path) -> int:
     report = load_ncu(path)
     report.summary(), report.stalls(), report.hotspots(), report.occupancy(), report.rules()
+    report.kernel_time()
     report.diff(report)
     return len(report)
 
