@@ -77,7 +77,9 @@ def test_ncu_notebook_from_the_committed_reports():
     html = "".join(o.get("data", {}).get("text/html", "") for o in outputs(notebook))
     for tokens in NcuCatalog.load(real_reports()).tokens("stock"):  # the seed's: 6 and 4096
         assert f"{tokens} tokens, gate_up" in html
-    assert len([o for o in outputs(notebook) if PLOTLY in o.get("data", {})]) == 4
+    assert "model-decode-step-stock-T1-analysed.ncu-rep.xz: 134 launches of 28 kernels" in text
+    assert "_stock_down_kernel" in html  # the step's longest kernel, first in its table
+    assert len([o for o in outputs(notebook) if PLOTLY in o.get("data", {})]) == 5
 
 
 def test_ncu_notebook_without_reports_names_the_capture(tmp_path, monkeypatch):
