@@ -333,7 +333,8 @@ def _blank(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _fit(frame: pd.DataFrame, width: int = 4) -> pd.DataFrame:
-    """Launches as rows once there are more than `width` of them, for a readable text file."""
+    """Launches as rows once there are more than `width` of them, for a readable text file or
+    page table (a decode step's 134 launches would otherwise be 134 columns)."""
     return frame.T if frame.shape[1] > width else frame
 
 
