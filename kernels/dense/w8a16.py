@@ -11,7 +11,7 @@ Two orientations, chosen by the tiles' `swap_ab`:
 - direct (decode sizes): x @ W.T with each sub-tile's fp32 product scaled before it joins the
   accumulator: 16 token rows make that rescaling cheap. On the H200 a layer at M=4 took
   0.132 ms this way and 0.158 ms swapped at its best tiles (two runs, not one:
-  raw/bench-dense-*T154120 and raw/h200-tune-dense.csv; tune_dense.py now times both).
+  raw/bench-dense-*T154120 and raw/logs/h200-tune-dense.csv; tune_dense.py now times both).
 Each K tile is cut into sub-tiles of one scale block; decode sizes split K until about two
 programs sit on every SM (see `tiles.split_plan`).
 """

@@ -40,7 +40,7 @@ from kernels.moe.tiles import (
 SCHEDULES = ("static", "ticket")
 CPU_PROGRAMS = 4
 ITEMS_PER_PROGRAM = 4  # automatic split-K aims for at least this many items per program
-# Chosen on the H200 at the TP2-rank shape (scripts/tune_moe.py; raw/h200-x2-tune-flat.csv):
+# Chosen on the H200 at the TP2-rank shape (scripts/tune_moe.py; raw/logs/h200-x2-tune-flat.csv):
 # decode, T=6: bf16 0.325 ms (was 0.374 with 64-deep K tiles), fp8 0.343 ms (was 0.435); the
 # wider fp8 tile streams twice the columns per program to hide the in-kernel dequantisation.
 # Prefill, T=33863: bf16 20.0 ms (was 24.3 with 64-row tiles). fp8 keeps 64-row tiles: 128-row
