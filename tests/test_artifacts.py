@@ -1,11 +1,21 @@
 """Run directories: atomic writes, round trips, and clear errors for damaged ones."""
 
 import json
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.artifacts import SCHEMA_VERSION, read_meta, read_table, write_run
+from workbench.artifacts import (
+    RUN_FILE,
+    SCHEMA_VERSION,
+    STRINGS_FILE,
+    read_meta,
+    read_table,
+    write_json_atomic,
+    write_run,
+)
 from workbench.errors import ArtifactError
 
 
@@ -19,7 +29,7 @@ def test_round_trip_keeps_tables_and_meta(tmp_path):
     path = write_run(tmp_path, "run-a", {"kind": "profile", "params": {"x": 1}}, _tables())
     meta = read_meta(path)
     assert meta["schema_version"] == SCHEMA_VERSION and meta["params"] == {"x": 1}
-    assert meta["tables"] == {"kernels": "kernels.csv.gz", "prefill": "prefill.csv"}
+    assert meta["tables"] == {"kernels": "kernels.csv.xz", "prefill": "prefill.csv"}
     assert read_table(path, meta, "kernels").equals(_tables()["kernels"])
     assert read_table(path, meta, "prefill").set_index("category").equals(_tables()["prefill"])
 
@@ -34,9 +44,77 @@ def test_long_text_columns_are_stored_once_as_strings(tmp_path):
         "0,a_long_kernel_name",
         "1,b",
     ]
-    assert "a_long_kernel_name" not in pd.read_csv(path / "kernels.csv.gz").to_string()
+    assert "a_long_kernel_name" not in pd.read_csv(path / "kernels.csv.xz").to_string()
     loaded = read_table(path, read_meta(path), "kernels")
     assert loaded["name"].tolist() == kernels["name"].tolist()
+
+
+def _kernel_table(rows: int = 5000) -> pd.DataFrame:
+    """Like a profile's: start times on a 1/1024 us grid, as torch's traces give them."""
+    rng = np.random.default_rng(0)
+    start = np.cumsum(rng.integers(0, 400_000, rows)) / 1024 + 3.6e5
+    return pd.DataFrame(
+        {
+            "name": [f"k{i % 7}" for i in range(rows)],
+            "start_us": start,
+            "dur_us": np.round(rng.uniform(0.5, 90, rows), 3),
+            "correlation": np.cumsum(rng.integers(1, 20, rows)) + 82012,
+        }
+    )
+
+
+def _identical(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """Same columns, dtypes and bits (DataFrame.equals would let -0.0 pass for 0.0)."""
+    return list(a.columns) == list(b.columns) and all(
+        a[c].dtype == b[c].dtype
+        and (
+            np.array_equal(a[c].to_numpy().view(np.int64), b[c].to_numpy().view(np.int64))
+            if a[c].dtype == np.float64
+            else a[c].equals(b[c])
+        )
+        for c in a.columns
+    )
+
+
+def test_growing_columns_are_stored_as_exact_differences(tmp_path):
+    kernels = _kernel_table()
+    path = write_run(tmp_path, "run", {"kind": "profile"}, {"kernels": kernels})
+    stored = pd.read_csv(path / "kernels.csv.xz")
+    assert list(stored.columns) == ["name_id", "start_us@delta/1024", "dur_us", "correlation@delta"]
+    assert _identical(read_table(path, read_meta(path), "kernels"), kernels)
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        np.arange(3000) * 0.1,
+        np.r_[np.nan, np.arange(2999) / 4.0],
+        np.r_[-0.0, np.arange(1, 3000.0)],
+    ],
+    ids=["off-grid", "nan", "negative-zero"],
+)
+def test_columns_without_an_exact_difference_are_stored_as_they_are(tmp_path, start):
+    kernels = pd.DataFrame({"start_us": start, "correlation": range(3000)})
+    path = write_run(tmp_path, "run", {"kind": "profile"}, {"kernels": kernels})
+    assert list(pd.read_csv(path / "kernels.csv.xz").columns) == ["start_us", "correlation@delta"]
+    assert _identical(read_table(path, read_meta(path), "kernels"), kernels)
+
+
+def test_runs_written_as_gzipped_csv_still_read(tmp_path):
+    """The form of runs committed before xz: plain values, gzipped, names in strings.csv."""
+    kernels = _kernel_table()
+    path = tmp_path / "old-run"
+    path.mkdir()
+    pd.Series(["k0", "k1", "k2", "k3", "k4", "k5", "k6"], name="text").to_csv(
+        path / STRINGS_FILE, index_label="id"
+    )
+    coded = kernels.assign(name=kernels["name"].str[1:].astype(int)).rename(
+        columns={"name": "name_id"}
+    )
+    coded.to_csv(path / "kernels.csv.gz", index=False)
+    document = {"kind": "profile", "schema_version": 1, "tables": {"kernels": "kernels.csv.gz"}}
+    write_json_atomic(path / RUN_FILE, document)
+    assert _identical(read_table(path, read_meta(path), "kernels"), kernels)
 
 
 def test_runs_are_never_overwritten(tmp_path):
@@ -102,3 +180,13 @@ def test_the_commit_passed_by_a_capture_script_wins_over_a_stale_checkout(monkey
     }
     monkeypatch.delenv("WORKBENCH_GIT_COMMIT")
     assert len(environment._git()["commit"]) == 40  # this checkout's own HEAD
+
+
+def test_committed_artifacts_stay_under_40_mb():
+    """The GPU machine takes a working tree of at most 64 MiB; raw/ and ncu/ keep 40 MB of it
+    so code, fixtures and a capture's output fit beside them. Supersede old runs, or store
+    their tables more compactly, rather than raise this."""
+    root = Path(__file__).resolve().parents[1]
+    files = [f for d in ("raw", "ncu") for f in (root / d).rglob("*") if f.is_file()]
+    size = sum(f.stat().st_size for f in files)
+    assert size < 40e6, f"raw/ and ncu/ hold {size / 1e6:.1f} MB"
