@@ -17,6 +17,8 @@ import warnings
 
 import pandas as pd
 
+from workbench.analysis.rules import GRAPH_POSITION_RULE
+
 GRAPH_POSITION = "graph-position"
 SIGNATURE_COLUMNS = ["position", "name", "category", "layer", "source"]
 # Names that differ between an eager launch and the same operation inside a graph.
@@ -49,7 +51,7 @@ def attribute_graph_replays(
 ) -> tuple[pd.DataFrame, dict]:
     """Label each replay's kernels by position where names match the signature.
 
-    Returns the kernel table (category, layer and source updated on matched rows) and a
+    Returns the kernel table (category, layer, source and rule updated on matched rows) and a
     summary: graph kernels, how many matched by position, replays seen, replays fully matched.
     """
     kernels = kernels.copy()
@@ -68,6 +70,7 @@ def attribute_graph_replays(
         for col in ("category", "layer"):
             kernels.loc[rows, col] = positions[col].to_numpy()
         kernels.loc[rows, "source"] = GRAPH_POSITION
+        kernels.loc[rows, "rule"] = GRAPH_POSITION_RULE
         matched += len(pairs)
         full += len(pairs) == len(replay)
     replays = int(graph["correlation"].nunique())

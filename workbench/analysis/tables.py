@@ -30,7 +30,7 @@ def idle_between_kernels_us(rows: pd.DataFrame) -> float:
 def phase_table(kernels: pd.DataFrame, phase: str) -> pd.DataFrame:
     """Summed kernel time by category for one phase: time_ms, share_pct, kernels; Total last."""
     rows = kernels[kernels["phase"] == phase]
-    order = category_order(set(kernels["category"]))
+    order = category_order(set(kernels["category"].unique()))
     grouped = rows.groupby("category")["dur_us"].agg(["sum", "count"]).reindex(order, fill_value=0)
     total_us = float(grouped["sum"].sum())
     table = pd.DataFrame(
@@ -51,14 +51,24 @@ def per_step_table(kernels: pd.DataFrame, phase: str = "decode") -> pd.DataFrame
     the idle time between kernels inside each step's span (launch gaps, host overhead).
 
     Steps in which a category launched nothing count as zero for it, so the means add up.
+    Kernels of the phase outside every step are left out; a phase with no steps is one step.
     """
     rows = kernels[kernels["phase"] == phase]
-    order = category_order(set(kernels["category"]))
+    if len(rows) and rows["step"].isna().all():
+        # A phase scope with no step inside it: the whole phase is one step.
+        rows = rows.assign(step=pd.array([0] * len(rows), dtype="Int64"))
+    rows = rows[rows["step"].notna()]
+    order = category_order(set(kernels["category"].unique()))
     per_step = rows.pivot_table(
         index="step", columns="category", values="dur_us", aggfunc="sum", fill_value=0.0
     ).reindex(columns=order, fill_value=0.0)
     per_step[TOTAL] = per_step.sum(axis=1)
-    per_step[GAPS] = rows.groupby("step")[["start_us", "dur_us"]].apply(idle_between_kernels_us)
+    # A Series built step by step: groupby().apply() returns a DataFrame when there are no
+    # groups, which cannot be assigned to one column.
+    per_step[GAPS] = pd.Series(
+        {step: idle_between_kernels_us(group) for step, group in rows.groupby("step")},
+        dtype=float,
+    ).reindex(per_step.index)
     counts = rows.groupby("step").size()
     stats = pd.DataFrame(
         {
@@ -126,14 +136,24 @@ def top_kernels(kernels: pd.DataFrame, phase: str | None = None, n: int = 15) ->
 
 
 def attribution_table(kernels: pd.DataFrame) -> pd.DataFrame:
-    """How each category was decided (range scope, launching op, kernel name, default).
+    """Kernel counts by category, what kind of rule decided (`decided by`: range scope,
+    module, launching op, kernel name, default, graph position) and which rule.
 
     External traces have no workbench scopes: this shows how much of a table rests on names.
+    The counts add up to the number of kernels.
     """
-    table = kernels.pivot_table(
-        index="category", columns="source", values="dur_us", aggfunc="count", fill_value=0
+    order = category_order(set(kernels["category"].unique()))
+    rules = kernels["rule"].astype(object).where(kernels["rule"].notna(), "(not recorded)")
+    frame = pd.DataFrame(
+        {
+            # Categorical in the canonical order, so the sorted index reads MoE first.
+            "category": pd.Categorical(kernels["category"], categories=order, ordered=True),
+            "decided by": kernels["source"].astype(object),
+            "rule": rules,
+        }
     )
-    return table.reindex(category_order(set(kernels["category"])), fill_value=0).astype(int)
+    counts = frame.groupby(["category", "decided by", "rule"], observed=True, dropna=False).size()
+    return counts.rename("kernels").to_frame().sort_index()
 
 
 def side_by_side(tables: Mapping[str, pd.DataFrame], column: str) -> pd.DataFrame:

@@ -2,10 +2,11 @@
 
 One path for the workbench's own traces and for external ones (vLLM, SGLang, HF
 transformers): every GPU kernel is linked to the runtime call that launched it through its
-correlation id, and the host ranges (record_function scopes, aten ops) open on the launching
-thread at that moment form its *stack*. The category comes from that stack and the kernel name
-through the ordered rules of `rules.py`. A trace with no GPU kernels (a CPU run) gives one row
-per op instead, timed by its self time (excluding child ops) so that sums count time once.
+correlation id, and the host frames (record_function scopes, `nn.Module` scopes, aten ops)
+open on the launching thread at that moment form its *stack* (`attribute.py`). The category
+comes from that stack and the kernel name through the ordered rules of `rules.py`, and the
+`rule` column names the rule that decided. A trace with no GPU kernels (a CPU run) gives one
+row per op instead, timed by its self time (excluding child ops) so that sums count time once.
 Pure Python and pandas: no torch.
 """
 
@@ -13,34 +14,39 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import zlib
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from workbench.analysis.rules import (
-    DEFAULT_RULES,
-    LAYER_PATTERN,
-    OPAQUE_RANGES,
-    OTHER,
-    PHASE_PATTERNS,
-    Rule,
+from workbench.analysis.attribute import (
+    OP_CATS,
+    RANGE_CATS,
+    Resolver,
+    host_stacks,
+    recorded_rule,
+    structure,
 )
+from workbench.analysis.rules import DEFAULT_RULES, Rule
+from workbench.artifacts import RUN_FILE
 from workbench.errors import ArtifactError
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
-LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
-RANGE_CATS = {"user_annotation"}
-OP_CATS = {"cpu_op"}
 GRAPH_LAUNCH = "cudaGraphLaunch"
+TRACE_SUFFIXES = (".json", ".json.gz")
+RUN_DIR_HINT = " It is a workbench run directory: workbench.load() reads its tables."
 
 # The kernel table's schema: one dtype per column, applied on capture and on load alike.
 KERNEL_DTYPES: dict[str, str] = {
     "name": "string",
     "category": "string",
     "source": "string",
+    "rule": "string",
     "phase": "string",
     "step": "Int64",
     "layer": "Int64",
@@ -54,6 +60,7 @@ KERNEL_DTYPES: dict[str, str] = {
     "launch": "string",
     "correlation": "Int64",
     "op": "string",
+    "module": "string",
     "graph": "bool",
     "rank": "Int64",
 }
@@ -71,13 +78,59 @@ class ChromeTrace:
         return min(e["ts"] for e in self.events)
 
 
-def read_chrome_trace(path: str | Path) -> ChromeTrace:
-    """Parse a `.json` or `.json.gz` Chrome trace, with a clear error for every kind of damage."""
-    path = Path(path)
+def _trace_files(folder: Path) -> list[str]:
+    """Trace files in `folder` and one level below, as paths relative to it."""
+    found = [
+        p
+        for pattern in ("*", "*/*")
+        for p in folder.glob(pattern)
+        if p.is_file()
+        and p.name.endswith(TRACE_SUFFIXES)
+        and p.name != RUN_FILE
+        and not p.name.startswith(".")
+    ]
+    return sorted(str(p.relative_to(folder)) for p in found)
+
+
+def check_trace_path(path: object) -> Path:
+    """`path` as a Path to a trace file, or an ArtifactError saying what was given instead."""
+    if not isinstance(path, str | os.PathLike) or not str(path).strip():
+        raise ArtifactError(
+            f"load_trace() needs the path of a torch.profiler trace (.json or .json.gz); "
+            f"got {path!r}."
+        )
+    path = Path(path).expanduser()
+    if path.is_dir():
+        files = _trace_files(path)
+        inside = (
+            f"trace files inside: {', '.join(files[:10])}{' ...' if len(files) > 10 else ''}"
+            if files
+            else "it holds no .json or .json.gz files"
+        )
+        raise ArtifactError(
+            f"{path} is a directory; give the trace file itself (.json or .json.gz): {inside}."
+            + (RUN_DIR_HINT if (path / RUN_FILE).is_file() else "")
+        )
     if not path.is_file():
         raise ArtifactError(
             f"trace {path} does not exist; give the path of a torch.profiler trace."
         )
+    return path
+
+
+def _complete(event: object) -> bool:
+    """A complete ('X') event with a start and a name: the only events the tables read."""
+    return (
+        isinstance(event, dict)
+        and event.get("ph") == "X"
+        and "ts" in event
+        and isinstance(event.get("name"), str)
+    )
+
+
+def read_chrome_trace(path: str | Path) -> ChromeTrace:
+    """Parse a `.json` or `.json.gz` Chrome trace, with a clear error for every kind of damage."""
+    path = check_trace_path(path)
     raw = path.read_bytes()
     if not raw.strip():
         raise ArtifactError(f"trace {path} is empty; re-export it with prof.export_chrome_trace().")
@@ -102,7 +155,7 @@ def read_chrome_trace(path: str | Path) -> ChromeTrace:
             f"{path} is JSON but not a Chrome trace: it has no 'traceEvents' list. "
             "Give a trace written by torch.profiler's export_chrome_trace()."
         )
-    complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
+    complete = [e for e in events if _complete(e)]
     if not complete:
         raise ArtifactError(
             f"{path} holds no complete ('X') events, so no op or kernel can be read; "
@@ -110,136 +163,6 @@ def read_chrome_trace(path: str | Path) -> ChromeTrace:
         )
     meta = {k: v for k, v in doc.items() if k != "traceEvents"} if isinstance(doc, dict) else {}
     return ChromeTrace(complete, meta)
-
-
-@dataclass
-class _Interval:
-    end: float
-    name: str
-    is_op: bool
-    row: int  # index of the op in the leaf bookkeeping, -1 for ranges
-
-
-def _host_stacks(
-    events: Sequence[dict],
-) -> tuple[dict[int, tuple], list[tuple[dict, tuple, float]]]:
-    """Sweep each host thread once: the open ranges and ops at every launch, and every op.
-
-    Returns (stack of each launch's correlation id, [(op event, its stack, self time in us)]).
-    Self time excludes child ops, so summing it over ops counts every microsecond once. An
-    opaque range (OPAQUE_RANGES) is one row of its whole duration instead of its ops. A stack
-    is a tuple of (name, is_op) pairs from outermost to innermost.
-    """
-    by_thread: dict[tuple, list[dict]] = {}
-    for e in events:
-        cat = e.get("cat")
-        if cat in RANGE_CATS or cat in OP_CATS or cat in LAUNCH_CATS:
-            by_thread.setdefault((e.get("pid"), e.get("tid")), []).append(e)
-    launch_stacks: dict[int, tuple] = {}
-    op_rows: list[tuple[dict, tuple, float]] = []
-    for thread_events in by_thread.values():
-        # Enclosing ranges first at equal start: longer first; launches after ranges.
-        thread_events.sort(
-            key=lambda e: (e["ts"], e.get("cat") in LAUNCH_CATS, -float(e.get("dur", 0)))
-        )
-        stack: list[_Interval] = []
-        ops: list[dict] = []
-        child_us: list[float] = []
-        op_stacks: list[tuple] = []
-        for e in thread_events:
-            ts = e["ts"]
-            while stack and stack[-1].end <= ts:
-                stack.pop()
-            names = tuple((s.name, s.is_op) for s in stack)
-            cat = e.get("cat")
-            if cat in LAUNCH_CATS:
-                corr = (e.get("args") or {}).get("correlation")
-                if corr is not None:
-                    launch_stacks[corr] = (*names, (e["name"], False))
-                continue
-            is_op = cat in OP_CATS
-            dur = float(e.get("dur", 0))
-            row = -1
-            inside_opaque = any(not s.is_op and OPAQUE_RANGES.search(s.name) for s in stack)
-            if not is_op and OPAQUE_RANGES.search(e["name"]) and not inside_opaque:
-                op_rows.append((e, (*names, (e["name"], False)), dur))
-            elif is_op and not inside_opaque:
-                parent = next((s for s in reversed(stack) if s.is_op), None)
-                if parent is not None:
-                    child_us[parent.row] += dur
-                row = len(ops)
-                ops.append(e)
-                child_us.append(0.0)
-                op_stacks.append((*names, (e["name"], True)))
-            stack.append(_Interval(ts + dur, e["name"], is_op, row))
-        op_rows.extend(
-            (op, st, max(float(op.get("dur", 0)) - child, 0.0))
-            for op, st, child in zip(ops, op_stacks, child_us)
-        )
-    return launch_stacks, op_rows
-
-
-class _Resolver:
-    """Resolves stacks to (category, source, phase, step, layer, op), caching per name."""
-
-    def __init__(self, rules: Sequence[Rule]):
-        self.rules = list(rules)
-        self._name_cache: dict[tuple[str, str], str | None] = {}
-        self._struct_cache: dict[str, tuple] = {}
-
-    def _rule_category(self, kind: str, name: str) -> str | None:
-        key = (kind, name)
-        if key not in self._name_cache:
-            self._name_cache[key] = next(
-                (r.category for r in self.rules if r.match_on == kind and r.regex.search(name)),
-                None,
-            )
-        return self._name_cache[key]
-
-    def _structure(self, name: str) -> tuple[str | None, int | None, int | None]:
-        if name not in self._struct_cache:
-            phase = step = layer = None
-            for pattern, fixed_phase in PHASE_PATTERNS:
-                m = pattern.search(name)
-                if m:
-                    groups = m.groupdict()
-                    phase = fixed_phase or groups.get("phase", "").lower() or None
-                    step = int(groups["step"]) if groups.get("step") else None
-                    break
-            m = LAYER_PATTERN.search(name)
-            if m:
-                layer = int(m.group("layer") or m.group("module_layer"))
-            self._struct_cache[name] = (phase, step, layer)
-        return self._struct_cache[name]
-
-    def resolve(self, stack: tuple, kernel_name: str, by_stack: bool = True) -> tuple:
-        """(category, source, phase, step, layer, op). With `by_stack` False (a kernel replayed
-        from a CUDA graph, whose launch site is not where it was captured) the stack still
-        gives phase and step, but only the kernel name gives the category."""
-        category = source = phase = step = layer = op = None
-        for name, is_op in reversed(stack):
-            if is_op and op is None:
-                op = name
-            if category is None and not is_op and by_stack:
-                category = self._rule_category("range", name)
-                source = "range" if category else None
-            if phase is None or layer is None:
-                p, s, lay = self._structure(name)
-                if phase is None and p is not None:
-                    phase, step = p, s
-                if layer is None and lay is not None:
-                    layer = lay
-        if category is None and by_stack:
-            for name, is_op in reversed(stack):
-                if is_op:
-                    category = self._rule_category("op", name)
-                    if category:
-                        source = "op"
-                        break
-        if category is None:
-            category = self._rule_category("kernel", kernel_name)
-            source = "kernel" if category else "default"
-        return category or OTHER, source, phase, step, layer, op
 
 
 def _dims(value) -> str | None:
@@ -253,13 +176,14 @@ def kernel_table(
 ) -> pd.DataFrame:
     """One row per GPU kernel (or, for a CPU-only trace, per op with its self time), attributed.
 
-    Columns: see KERNEL_COLUMNS. `source` says what decided the category (`range`, `op`,
-    `kernel` name, or `default`), so a user sees how much of a table rests on names alone.
-    Times are microseconds from `origin_us` (default: the first row's start); ranks of one
-    host share a clock, so a common origin lines their tables up.
+    Columns: see KERNEL_DTYPES. `source` says what kind of rule decided the category (`range`,
+    `module`, `op`, `kernel` name, or `default`) and `rule` which one, so a user sees how much
+    of a table rests on names alone. `module` is the module class path of a `with_stack`
+    trace. Times are microseconds from `origin_us` (default: the first row's start); ranks of
+    one host share a clock, so a common origin lines their tables up.
     """
-    resolver = _Resolver(tuple(rules))
-    launch_stacks, ops = _host_stacks(trace.events)
+    resolver = Resolver(tuple(rules))
+    launch_stacks, ops = host_stacks(trace.events)
     gpu = [e for e in trace.events if e.get("cat") in GPU_CATS]
     rows = []
     if gpu:
@@ -267,11 +191,12 @@ def kernel_table(
             args = e.get("args") or {}
             correlation = args.get("correlation")
             stack = launch_stacks.get(correlation, ())
-            launch = stack[-1][0] if stack else None
+            launch = stack[-1].name if stack else None
+            r = resolver.resolve(stack[:-1], e["name"], by_stack=launch != GRAPH_LAUNCH)
             rows.append(
                 (
                     e["name"],
-                    *resolver.resolve(stack[:-1], e["name"], by_stack=launch != GRAPH_LAUNCH),
+                    *r,
                     e["ts"],
                     float(e.get("dur", 0)),
                     e["cat"],
@@ -285,39 +210,12 @@ def kernel_table(
             )
     else:
         for e, stack, self_us in ops:
-            rows.append(
-                (
-                    e["name"],
-                    *resolver.resolve(stack, e["name"]),
-                    e["ts"],
-                    self_us,
-                    "cpu_op" if e.get("cat") in OP_CATS else "cpu_range",
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                )
-            )
-    columns = [
-        "name",
-        "category",
-        "source",
-        "phase",
-        "step",
-        "layer",
-        "op",
-        "start_us",
-        "dur_us",
-        "kind",
-        "stream",
-        "grid",
-        "block",
-        "registers",
-        "launch",
-        "correlation",
-    ]
+            kind = "cpu_op" if e.get("cat") in OP_CATS else "cpu_range"
+            r = resolver.resolve(stack, e["name"])
+            rows.append((e["name"], *r, e["ts"], self_us, kind, *[None] * 6))
+    columns = ["name", "category", "source", "rule", "phase", "step", "layer", "op", "module",
+               "start_us", "dur_us", "kind", "stream", "grid", "block", "registers", "launch",
+               "correlation"]  # fmt: skip
     table = pd.DataFrame(rows, columns=columns)
     if table.empty:
         raise ArtifactError(
@@ -333,13 +231,37 @@ def kernel_table(
     return with_schema(table)
 
 
-# Columns added after the first artifacts were written: older tables load with them empty.
-LATER_COLUMNS = ("correlation", "rank")
+# Columns added after the first artifacts were written: older tables load with them empty,
+# except `rule`, which `_recorded_rules` fills in where the row shows it.
+LATER_COLUMNS = ("correlation", "rank", "module")
+
+
+def _recorded_rules(table: pd.DataFrame) -> np.ndarray:
+    """The `rule` of each row of a table saved before the column existed. Scope, default and
+    graph-position rows follow from source and category; only the (few) rows decided by op
+    or kernel name need their names, so long names are not hashed row by row."""
+    out = pd.Series(None, index=table.index, dtype=object)
+    if not {"source", "category", "name", "op"} <= set(table.columns):
+        return out.to_numpy()
+    resolver = Resolver(DEFAULT_RULES)
+    known = table["source"].notna() & table["category"].notna()
+    by_name = known & table["source"].isin(["kernel", "op"])
+    for (source, category), rows in (
+        table[known & ~by_name].groupby(["source", "category"]).groups.items()
+    ):
+        out[rows] = recorded_rule(resolver, source, category, "", None)
+    named = table[by_name].groupby(["source", "category", "name", "op"], dropna=False)
+    for (source, category, name, op), rows in named.groups.items():
+        op = op if isinstance(op, str) else None
+        out[rows] = recorded_rule(resolver, source, category, str(name), op)
+    return out.to_numpy()
 
 
 def with_schema(table: pd.DataFrame) -> pd.DataFrame:
     """The kernel table's columns in order with their dtypes (a CSV round trip loses them)."""
     table = table.assign(**{c: pd.NA for c in LATER_COLUMNS if c not in table.columns})
+    if "rule" not in table.columns:
+        table = table.assign(rule=_recorded_rules(table))
     missing = sorted(set(KERNEL_DTYPES) - set(table.columns))
     if missing:
         raise ArtifactError(f"kernel table lacks columns {missing}; re-run the capture.")
@@ -357,3 +279,75 @@ def with_schema(table: pd.DataFrame) -> pd.DataFrame:
 def device_of(table: pd.DataFrame) -> str:
     """'cuda' when the table holds GPU kernels, 'cpu' when it holds CPU ops."""
     return "cpu" if bool(table["kind"].str.startswith("cpu").all()) else "cuda"
+
+
+def numbered_scopes(trace: ChromeTrace) -> dict[str, int]:
+    """Phase scopes without a step number ("decode", as users write it around every step)
+    that number the steps, and how many times each occurs: those not inside another
+    step-less scope of the same phase on their thread (as `attribute._phase_and_step`)."""
+    ranges = sorted(
+        (e for e in trace.events if e.get("cat") in RANGE_CATS),
+        key=lambda e: (e.get("pid"), e.get("tid"), e["ts"], -float(e.get("dur", 0))),
+    )
+    counts: Counter[str] = Counter()
+    open_until: dict[tuple, float] = {}  # (pid, tid, phase) -> end of the outer scope
+    for e in ranges:
+        phase, step, _ = structure(e["name"])
+        if phase is None or step is not None:
+            continue
+        where = (e.get("pid"), e.get("tid"), phase)
+        if e["ts"] < open_until.get(where, float("-inf")):
+            continue  # nested inside an outer scope of its phase
+        open_until[where] = e["ts"] + float(e.get("dur", 0))
+        counts[e["name"]] += 1
+    return dict(counts)
+
+
+def trace_notes(
+    trace: ChromeTrace, kernels: pd.DataFrame, path: str | Path | None = None
+) -> list[str]:
+    """What a reader of an external trace's tables must know: rows that are CPU ops, kernels
+    whose category rests on names alone, module scopes used, how steps were numbered, and
+    that a workbench run's own table is better than its trace re-read."""
+    notes = []
+    if path is not None and (Path(path).parent / RUN_FILE).is_file():
+        notes.append(
+            f"This is the trace of a workbench run: workbench.load('{Path(path).parent}') reads "
+            "the run's own kernel table, which attributes CUDA-graph replays by their eager "
+            "signature rather than by kernel names."
+        )
+    if device_of(kernels) == "cpu":
+        notes.append(
+            "This trace holds no GPU kernels (a CPU run, or profiled without "
+            "ProfilerActivity.CUDA): every row is a CPU op timed by its self time, so the "
+            "tables give CPU op time, and their 'kernels' counts are ops."
+        )
+    else:
+        unlinked = int(kernels["launch"].isna().sum())
+        if unlinked == len(kernels):
+            notes.append(
+                f"None of the {unlinked} GPU kernels could be linked to its launching call (the "
+                "trace holds no CPU activity, or no correlation ids): categories rest on kernel "
+                "names alone, and phases and steps are unknown."
+            )
+        elif unlinked:
+            notes.append(
+                f"{unlinked} of {len(kernels)} GPU kernels have no launching call in the trace "
+                "(launched before the profiler started, or on an unprofiled thread): their "
+                "categories rest on kernel names alone."
+            )
+    under_modules = int(kernels["module"].notna().sum())
+    if under_modules:
+        notes.append(
+            f"{under_modules} of {len(kernels)} rows ran under nn.Module scopes (a with_stack "
+            "trace): module classes decide before launching ops and kernel names (MoE block -> "
+            "MoE; Linear inside an attention -> Dense GEMM; the rest of an attention -> "
+            "Attention; MLP -> Dense GEMM)."
+        )
+    for name, count in numbered_scopes(trace).items():
+        if count > 1:
+            notes.append(
+                f"{count} scopes named '{name}' are taken as {structure(name)[0]} steps 0 to "
+                f"{count - 1}, in order."
+            )
+    return notes
