@@ -16,11 +16,14 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-import triton.testing
 
-from kernels.moe import VARIANTS, MoeWeights, last_facts, moe_reference
-from workbench.capture.bench_rows import relative_error
-from workbench.presets import draw_routing, get_preset
+from kernels.moe import VARIANTS, MoeWeights, last_facts
+from workbench.capture.bench_rows import compile_facts, time_call
+from workbench.presets import get_preset
+from workbench.workloads.checks import relative_error
+from workbench.workloads.moe import expert_masters, moe_problem, reference
+
+SEED = 0
 
 PREFILL = [
     {},  # the current defaults
@@ -56,31 +59,21 @@ def main() -> None:
     deadline = time.monotonic() + args.budget_s
     dev = torch.device("cuda")
     s = get_preset("dsv4-flash-tp2").rank_shapes()
-    gen = torch.Generator(device=dev).manual_seed(0)
-    gate_up = torch.randn(s.experts, 2 * s.expert_intermediate, s.hidden, generator=gen,
-                          device=dev, dtype=torch.bfloat16) * s.hidden**-0.5  # fmt: skip
-    down = torch.randn(s.experts, s.hidden, s.expert_intermediate, generator=gen, device=dev,
-                       dtype=torch.bfloat16) * s.expert_intermediate**-0.5  # fmt: skip
-    weights = {fmt: MoeWeights.quantize(gate_up, down, fmt) for fmt in ("bf16", "fp8")}
+    masters = expert_masters(s, SEED, dev, torch.bfloat16)
+    weights = {fmt: MoeWeights.quantize(*masters, fmt) for fmt in ("bf16", "fp8")}
     rows = []
     for fmt, tokens, grid in CASES:
-        ids, route = draw_routing(tokens, s.experts, s.top_k, "uniform", tokens)
-        x = torch.randn(tokens, s.hidden, generator=gen, device=dev, dtype=torch.bfloat16)
-        problem = (x, torch.from_numpy(ids).to(dev), torch.from_numpy(route).to(dev))
-        reference = moe_reference(*problem, weights[fmt])
+        problem = moe_problem(s, tokens, "uniform", SEED, dev, torch.bfloat16)
+        expected = reference(problem, weights[fmt])
         for params in grid:
             if time.monotonic() > deadline:
                 break
             row = {"variant": args.variant, "fmt": fmt, "tokens": tokens, **params}
-            call = partial(VARIANTS[args.variant], *problem, weights[fmt], **params)
+            call = partial(VARIANTS[args.variant], *problem.args(), weights[fmt], **params)
             try:
-                row["rel_error"] = relative_error(call(), reference)
-                facts = [f for f in last_facts().values() if f.n_regs is not None]
-                row["regs"] = max(f.n_regs for f in facts)
-                row["spills"] = max(f.n_spills for f in facts)
-                bench = (triton.testing.do_bench_cudagraph if tokens <= 48
-                         else triton.testing.do_bench)  # fmt: skip
-                row["ms"] = bench(call, return_mode="median")
+                row["rel_error"] = relative_error(call(), expected)
+                row |= compile_facts([last_facts()])
+                row["ms"] = time_call(call, dev, tokens)[0]
             except Exception as err:  # noqa: BLE001 (a failing setting is a result)
                 row["error"] = f"{type(err).__name__}: {str(err)[:100]}"
             print(row, flush=True)

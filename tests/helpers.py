@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from workbench.artifacts import SCHEMA_VERSION, write_json_atomic
-from workbench.capture.workers import ROWS_FILE
+from workbench.artifacts import ROWS_FILE, SCHEMA_VERSION, write_json_atomic
+from workbench.workloads import checks
 
 if TYPE_CHECKING:
     import nbformat
@@ -27,14 +27,14 @@ SCREENSHOTS = ROOT / "test-artifacts"  # ignored by git; CI keeps it as the test
 
 
 def relative_error(out: Tensor, ref: Tensor) -> float:
-    """||out - ref|| / ||ref|| in float64; fails on NaN/inf in either or on a zero reference."""
+    """The workbench's relative error, failing the test on NaN/inf in either, a shape mismatch
+    or a zero reference."""
     out64, ref64 = out.double().cpu(), ref.double().cpu()
     assert out.shape == ref.shape, f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
     assert torch.isfinite(out64).all(), "output has NaN or inf"
     assert torch.isfinite(ref64).all(), "reference has NaN or inf"
-    ref_norm = ref64.norm().item()
-    assert ref_norm > 0, "reference is all zeros: the comparison would prove nothing"
-    return (out64 - ref64).norm().item() / ref_norm
+    assert ref64.norm().item() > 0, "reference is all zeros: the comparison would prove nothing"
+    return checks.relative_error(out64, ref64)
 
 
 def real_reports() -> list[str]:

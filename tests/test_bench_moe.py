@@ -11,6 +11,8 @@ from kernels.moe import VARIANTS
 from workbench.artifacts import read_meta, read_table
 from workbench.capture import bench_moe as bench
 from workbench.presets import get_preset
+from workbench.workloads import moe as moe_workload
+from workbench.workloads.checks import tolerance
 
 SMALL = {"experts": 8, "top_k": 2, "hidden": 64, "expert_intermediate": 32}
 # Ceilings are parameters here (the CPU has no copy engine or cuBLAS to measure).
@@ -30,7 +32,7 @@ def test_every_variant_format_and_peer_gets_a_checked_timed_row(tmp_path):
     assert len(table) == 2 * (2 * 2 + 2)  # tokens x (variants x formats + peers)
     moe = table[table["kernel"] == "moe"]
     assert set(moe["status"]) == {"ok"}
-    assert (moe["rel_error"] < bench.TOLERANCE).all()
+    assert (moe["rel_error"] < tolerance("moe", "bf16")).all()
     assert (moe["ms"] > 0).all() and (moe["floor_ms"] > 0).all()
     assert moe["ratio_to_floor"].equals(moe["ms"] / moe["floor_ms"])
     loop = table[table["kernel"] == "cublas_loop"]
@@ -62,10 +64,10 @@ def test_a_failing_configuration_is_a_status_and_the_sweep_goes_on(tmp_path, mon
 def test_floor_counts_the_bytes_of_the_touched_experts():
     s = get_preset("dsv4-flash-tp2").rank_shapes()
     one = 3 * 5120 * 1152
-    assert bench.weight_bytes("bf16", 1, s) == 2 * one
-    assert bench.weight_bytes("fp8", 1, s) == pytest.approx(one + 4 * one / 128**2)
-    assert bench.weight_bytes("int4", 2, s) == pytest.approx(one + 4 * 2 * one / 128)
-    assert bench.flops(6, s) == 2 * 6 * 6 * one
+    assert moe_workload.weight_bytes("bf16", 1, s) == 2 * one
+    assert moe_workload.weight_bytes("fp8", 1, s) == pytest.approx(one + 4 * one / 128**2)
+    assert moe_workload.weight_bytes("int4", 2, s) == pytest.approx(one + 4 * 2 * one / 128)
+    assert moe_workload.flops(6, s) == 2 * 6 * 6 * one
 
 
 def test_peers_agree_with_the_reference():

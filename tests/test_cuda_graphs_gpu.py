@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import workbench
-from workbench.model import Plan, SyntheticModel
 from workbench.presets import get_preset
+from workbench.workloads.model import Plan, SyntheticModel
 
 pytestmark = pytest.mark.gpu
 

@@ -9,10 +9,16 @@ import pandas as pd
 import pytest
 from helpers import QUICK, SMALL, write_sweep
 
-from workbench.artifacts import read_meta
+import kernels.moe  # noqa: F401 (its kernels defined under the interpreter, before a test unsets it)
+from workbench.analysis import experiments as results
+from workbench.artifacts import ROWS_FILE, read_meta, read_rows
 from workbench.capture import experiments as ex
-from workbench.capture.workers import ROWS_FILE, read_rows
+from workbench.capture import memory
+from workbench.cli import main
 from workbench.errors import ArtifactError, WorkbenchError
+from workbench.views.experiments import view_sweep
+
+GIB = 2**30
 
 
 def test_a_small_sweep_gives_checked_rows_with_intervals_and_resumes(tmp_path):
@@ -20,7 +26,7 @@ def test_a_small_sweep_gives_checked_rows_with_intervals_and_resumes(tmp_path):
             "workers": 2, "progress": False, "timeout_s": 120, **SMALL}  # fmt: skip
     result = ex.sweep("moe", "num_stages", [1, 2], [3], **args)
     table = result.table()
-    assert list(table.columns) == ex.SWEEP_COLUMNS
+    assert list(table.columns) == results.SWEEP_COLUMNS
     assert list(table["value"]) == [1, 2] and set(table["status"]) == {"ok"}
     assert (table["ci_low"] <= table["ms"]).all() and (table["ms"] <= table["ci_high"]).all()
     assert (table["q1"] <= table["q3"]).all()
@@ -36,8 +42,8 @@ def test_a_small_sweep_gives_checked_rows_with_intervals_and_resumes(tmp_path):
     again = ex.sweep("moe", "num_stages", [1, 2], [3], **args)  # resumes: nothing to run
     assert (tmp_path / ROWS_FILE).read_text() == lines
     assert again.table().equals(table)
-    assert len(result.figure().data) == 4  # a band and a line per value
-    page = result.to_html(tmp_path / "sweep.html", baseline_value=1).read_text()
+    assert len(view_sweep(result).figure().data) == 4  # a band and a line per value
+    page = view_sweep(result).to_html(tmp_path / "sweep.html", baseline_value=1).read_text()
     assert "Things that did not help" in page and "num_stages=1 -&gt; 2" in page
 
 
@@ -50,7 +56,7 @@ def test_ab_reports_the_ratio_with_its_interval(tmp_path):
     assert row["ratio"] == pytest.approx(row["ms_b"] / row["ms_a"])
     assert row["significant"] in (True, False)
     with pytest.raises(ArtifactError, match="not a 'sweep'"):
-        ex.load_sweep(tmp_path)
+        results.load_sweep(tmp_path)
 
 
 def test_profile_ab_compares_whole_settings_per_phase(tmp_path):
@@ -82,7 +88,7 @@ def test_a_failed_profile_arm_stands_for_each_of_its_phases():
         {"arm": "b", "tokens": 64, "phases": ["prefill", "decode"], "status": "timeout",
          "by_phase": None},
     ])  # fmt: skip
-    expanded = ex._phase_rows(rows).set_index(["arm", "phase"])
+    expanded = results._phase_rows(rows).set_index(["arm", "phase"])
     assert expanded.loc[("a", "decode"), "ms"] == 1.0
     assert list(expanded.loc["b", "status"]) == ["timeout", "timeout"]
 
@@ -92,7 +98,7 @@ def test_profile_ab_arms_with_different_steps_compare_unpaired():
              "samples_ms": [1.0, 1.1, 0.9, 1.0, 1.05, 0.95]},
             {"arm": "b", "phase": "decode", "tokens": 64, "status": "ok", "ms": 2.0,
              "samples_ms": [2.0, 2.1, 1.9, 2.0]}]  # fmt: skip
-    line = ex.AbResult({"kind": "ab"}, pd.DataFrame(rows)).table().iloc[0]
+    line = results.AbResult({"kind": "ab"}, pd.DataFrame(rows)).table().iloc[0]
     assert line["ratio"] == pytest.approx(2.0) and line["significant"]
 
 
@@ -101,7 +107,7 @@ def test_did_not_help_gives_effect_ranges_and_failures(tmp_path):
                             (2, 1, "ok", 0.9), (2, 512, "ok", 2.5),
                             (4, 1, "spills", 1.2), (4, 512, "spills", 2.2),
                             (8, 1, "ok", 1.1), (8, 512, "timeout", None)])  # fmt: skip
-    table = ex.load_sweep(tmp_path).did_not_help(1).set_index("change")
+    table = results.load_sweep(tmp_path).did_not_help(1).set_index("change")
     assert table.loc["rows=1 -> 2", "effect"] == "between 10% faster and 25% slower"
     assert table.loc["rows=1 -> 2", "failures"] == ""
     assert table.loc["rows=1 -> 4", "effect"] == "between 10% slower and 20% slower"
@@ -113,8 +119,97 @@ def test_did_not_help_gives_effect_ranges_and_failures(tmp_path):
 def test_a_sweep_loads_without_torch(tmp_path):
     write_sweep(tmp_path, [(1, 1, "ok", 1.0), (2, 1, "ok", 0.5)])
     code = (
-        "import sys\nfrom workbench.capture.experiments import load_sweep\n"
+        "import sys\nfrom workbench import load_sweep\n"
         f"t = load_sweep({str(tmp_path)!r}).table()\n"
         "assert len(t) == 2 and 'torch' not in sys.modules and 'triton' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_without_a_gpu_a_sweep_runs_tiny_under_the_interpreter(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU visible, whatever the machine has
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the sweep sets it for its workers
+    ex.sweep("moe", "num_stages", [1], [2], run_dir=tmp_path, fmt="bf16", repeats=QUICK,
+             progress=False, timeout_s=120, **SMALL)  # fmt: skip
+    rows = read_rows(tmp_path)
+    assert [r["status"] for r in rows] == ["ok"], rows
+    assert rows[0]["workload"]["preset"] == "tiny"
+    said = [line for line in capsys.readouterr().err.splitlines() if "tiny" in line]
+    assert len(said) == 1 and "TRITON_INTERPRET=1" in said[0]
+
+
+def test_a_preset_that_does_not_fit_the_host_is_refused_before_any_worker(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(memory, "available_host_bytes", lambda: 16 * GIB)
+    with pytest.raises(WorkbenchError, match=r"preset 'dsv4-flash-tp2'.* GiB.*preset=tiny"):
+        ex.sweep("moe", "num_stages", [1, 2], [6], run_dir=tmp_path / "sweep", progress=False,
+                 preset="dsv4-flash-tp2")  # fmt: skip
+    with pytest.raises(WorkbenchError, match=r"preset 'dsv4-flash-tp2'.* GiB.*preset=tiny"):
+        ex.ab({"dense": "bf16"}, {"dense": "w8a16"}, [64], kernel="profile", progress=False,
+              run_dir=tmp_path / "ab", preset="dsv4-flash-tp2")  # fmt: skip
+    assert not (tmp_path / "sweep").exists() and not (tmp_path / "ab").exists()
+
+
+BAD = [
+    ("sweep", {"param": "num_stage"}, "moe variant 'stock' takes no parameter num_stage"),
+    ("sweep", {"tokens": [0]}, "tokens=0 is below 1"),
+    ("sweep", {"tokens": [-3]}, "tokens=-3 is below 1"),
+    ("sweep", {"tokens": [2.5]}, "tokens=2.5 is not a whole number"),
+    ("sweep", {"tokens": ["6"]}, "tokens='6' is not a whole number"),
+    ("sweep", {"tokens": []}, "give at least one token count"),
+    ("sweep", {"variant": "bogus"}, "unknown moe variant 'bogus'"),
+    ("sweep", {"fmt": "fp4"}, "unknown weight format fmt='fp4'"),
+    ("sweep", {"routing": "zipf"}, "unknown routing 'zipf'"),
+    ("sweep", {"preset": "huge"}, "unknown preset 'huge'"),
+    ("sweep", {"experts": 0}, "experts=0 is below 1"),
+    ("sweep", {"repeats": {"min": 3}}, "repeats"),
+    ("sweep", {"workers": 0}, "workers=0"),
+    ("sweep", {"values": []}, "give at least one of values"),
+    ("sweep", {"values": [1, "1"]}, "values: 1 is given twice"),
+    ("sweep", {"tokens": [6, 6]}, "tokens: 6 is given twice"),
+    ("sweep", {"device": "cuda:1"}, "device='cuda:1'"),
+    ("ab", {"a": {"num_stage": 1}}, "takes no parameter num_stage"),
+    ("ab", {"b": {"variant": "bogus"}}, "unknown moe variant 'bogus'"),
+    ("profile", {"a": {"moe": "bogus"}}, "unknown moe variant 'bogus'"),
+    ("profile", {"tokens": [0]}, "tokens=0 is below 1"),
+    ("profile", {"b": {"dense": "fp4"}}, "unknown dense variant 'fp4'"),
+]
+
+
+@pytest.mark.parametrize("kind, bad, message", BAD)
+def test_bad_settings_are_refused_before_any_worker_starts(tmp_path, monkeypatch, kind, bad,
+                                                           message):  # fmt: skip
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    run_dir = tmp_path / "run"
+    common = {"run_dir": run_dir, "progress": False, "timeout_s": 60, "repeats": QUICK, **SMALL}
+    bad = dict(bad)
+    tokens = bad.pop("tokens", [2])
+    with pytest.raises(WorkbenchError, match=message):
+        if kind == "sweep":
+            param, values = bad.pop("param", "num_stages"), bad.pop("values", [1])
+            ex.sweep("moe", param, values, tokens, **(common | bad))
+        elif kind == "ab":
+            ex.ab(bad.get("a", {}), bad.get("b", {}), tokens, **common)
+        else:
+            ex.ab(bad.get("a", {}), bad.get("b", {}), tokens, kernel="profile", run_dir=run_dir,
+                  progress=False, timeout_s=60, preset="tiny")  # fmt: skip
+    assert not run_dir.exists()
+
+
+def test_a_sweep_whose_every_row_failed_says_so_and_the_cli_exits_non_zero(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    run_dir = tmp_path / "run"
+    shapes = [f"{k}={v}" for k, v in SMALL.items()]
+    # block_n=3 is refused by the kernel when it runs: every row is an error.
+    argv = ["sweep", "moe", "block_n", "3", "--tokens", "2", "--run-dir", str(run_dir),
+            "--timeout", "120", "--param", "fmt=bf16", *shapes]  # fmt: skip
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "every configuration failed (error: 1)" in err
+    with pytest.warns(ex.AllFailedWarning, match="every configuration failed"):  # resumed
+        ex.sweep("moe", "block_n", [3], [2], run_dir=run_dir, fmt="bf16", timeout_s=120,
+                 progress=False, **SMALL)  # fmt: skip
+    assert main([*argv[:4], "--tokens", "0", "--run-dir", str(tmp_path / "zero")]) == 2
+    assert "tokens=0 is below 1" in capsys.readouterr().err

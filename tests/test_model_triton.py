@@ -9,8 +9,8 @@ import workbench
 from kernels.dense import DenseWeights
 from workbench.capture.profile_run import resolve
 from workbench.errors import WorkbenchError
-from workbench.model import Plan, SyntheticModel
 from workbench.presets import get_preset
+from workbench.workloads.model import Plan, SyntheticModel
 
 PLAN = Plan(prompt_tokens=20, decode_tokens=2, streams=2, prefill_chunk=16)
 

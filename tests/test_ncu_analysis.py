@@ -9,25 +9,23 @@ import gzip
 import lzma
 import math
 import os
+import re
 import struct
 from pathlib import Path
 
 import ncu_report
 import pandas as pd
 import pytest
-from helpers import STOCK, Action, Metric, Rule, moe_action, real_reports
+from helpers import STOCK, Action, Metric, Rule, moe_action, real_reports, stand_in_reports
 
-from workbench.analysis.ncu import (
-    FIGURE_KINDS,
-    MAGIC,
-    SUMMARY_METRICS,
-    NcuReport,
-    _plain,
-    framing_problem,
-    load_ncu,
-)
-from workbench.analysis.ncu_files import PACKINGS, packing, report_stem
+from workbench.analysis.ncu import SUMMARY_METRICS, NcuReport, load_ncu
+from workbench.analysis.ncu_files import MAGIC, PACKINGS, framing_problem, packing, report_stem
+from workbench.analysis.ncu_rules import plain
+from workbench.analysis.ncu_source import readable_path
+from workbench.analysis.ncu_text import diff_tables, diff_text, percent, significant
 from workbench.errors import ArtifactError, WorkbenchError
+from workbench.report.ncu_page import FIGURE_KINDS, ncu_figure, write_ncu_page
+from workbench.views.ncu import NcuCatalogResult, NcuResult
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,12 +85,12 @@ def test_rule_messages_lose_their_link_markup():
         "See the @url:Best Practices Guide:https://docs.nvidia.com/x#y@ and "
         "@section:WarpStateStats:Warp State@, line @source:/k/stock.py:88:88@ at @sass:0x1f0:here@."
     )
-    assert _plain(message) == "See the Best Practices Guide and Warp State, line 88 at here."
+    assert plain(message) == "See the Best Practices Guide and Warp State, line 88 at here."
 
 
 # ---- tables, on stand-ins for ncu_report's objects (tests/helpers.py) ----------------------
-@pytest.fixture
-def report() -> NcuReport:
+def stand_in(cls: type[NcuReport] = NcuReport) -> NcuReport:
+    """Two MoE launches (one with rules) and a small torch kernel, as a `cls`."""
     rules = (
         Rule("CPIStall", ncu_report.MsgType.OPTIMIZATION, "Barrier @url:docs:https://x@", 36.0),
         Rule("Occupancy", ncu_report.MsgType.WARNING, "Registers limit occupancy.", 12.5),
@@ -103,7 +101,12 @@ def report() -> NcuReport:
         moe_action(2.0, ranges=("wb:moe:stock:T=4096",)),
         Action("vectorized_elementwise_kernel", {"gpu__time_duration.sum": Metric(2.0, "us")}),
     ]
-    return NcuReport(Path("moe-stock.ncu-rep"), actions)
+    return cls(Path("moe-stock.ncu-rep"), actions)
+
+
+@pytest.fixture
+def report() -> NcuReport:
+    return stand_in()
 
 
 def test_launches_are_labelled_by_kernel_and_range(report):
@@ -161,7 +164,8 @@ def test_hotspots_group_addresses_by_source_line(report):
     hot = report.hotspots(n=5, launch=0)
     assert list(hot["level"]) == ["source", "source", "sass"]
     top = hot.iloc[0]
-    assert (top["file"], top["line"], top["text"]) == (STOCK, 40, "line 40")
+    assert (top["file"], top["line"], top["text"]) == ("kernels/moe/stock.py", 40, "line 40")
+    assert STOCK == "/repo/kernels/moe/stock.py"  # the capture machine's path, shown relative
     assert top["samples"] == 50 and top["top_stall"] == "barrier"  # 30 barrier + 20 wait
     assert hot.iloc[1]["top_stall"] == "selected" and hot.iloc[1]["line"] == 41
     sass = hot.iloc[2]
@@ -203,8 +207,15 @@ def test_diff_against_a_launch_and_against_a_report(report):
     one = report.select("T=6$")
     against_one = report.diff(one)
     assert against_one.loc["Duration (us)", (second, "change")] == pytest.approx(41.0)
-    with pytest.raises(WorkbenchError, match="cannot pair"):
-        report.select("gate_up").diff(NcuReport(Path("y.ncu-rep"), [moe_action()] * 3))
+    # no range to read tokens from: the two gate-up launches pair with the first two by position
+    three = NcuReport(Path("y.ncu-rep"), [moe_action(ranges=())] * 3)
+    paired = report.select("gate_up").pairs(three)
+    assert list(paired.pairs.values()) == three.labels[:2] and paired.only_baseline == [
+        three.labels[2]
+    ]
+    torch_only = NcuReport(Path("z.ncu-rep"), [report._actions[2]] * 2)
+    with pytest.raises(WorkbenchError, match="runs a kernel of.*--select REGEX"):
+        report.select("gate_up").diff(torch_only)
     with pytest.raises(WorkbenchError, match="no launch 'nope'"):
         report.diff("nope")
 
@@ -216,26 +227,112 @@ def test_select_keeps_labels(report):
         report.select("down_kernel")
 
 
+def test_flat_pairs_with_stock_by_kernel_tokens_and_position():
+    stock, flat = stand_in_reports()  # stock: T=6 and T=4096 calls; flat: T=6
+    paired = flat.pairs(stock)
+    assert paired.pairs == {
+        "_flat_gate_up_kernel @ wb:moe:flat:T=6": "_stock_gate_up_kernel @ wb:moe:stock:T=6",
+        "_flat_down_kernel @ wb:moe:flat:T=6": "_stock_down_kernel @ wb:moe:stock:T=6",
+        "_counts_kernel @ wb:moe:flat:T=6": "_counts_kernel @ wb:moe:stock:T=6",
+    }
+    assert paired.only_here == [] and all("4096" in label for label in paired.only_baseline)
+    assert "Only in moe-stock-T6-4096.ncu-rep" in paired.notes(flat.path.name, stock.path.name)[0]
+    diff = flat.diff(stock)
+    gate_up = "_flat_gate_up_kernel @ wb:moe:flat:T=6"
+    assert diff.loc["Duration (us)", (gate_up, "change_pct")] == pytest.approx(-20.0)
+    backwards = stock.pairs(flat)  # stock's 4096-token launches have no partner left
+    assert len(backwards.pairs) == 3 and all("4096" in x for x in backwards.only_here)
+    assert stock.select("gate_up").pairs(flat.select("gate_up")).pairs == {
+        "_stock_gate_up_kernel @ wb:moe:stock:T=6": gate_up,
+        "_stock_gate_up_kernel @ wb:moe:stock:T=4096": gate_up,  # one launch: all with it
+    }
+
+
+def test_diff_text_is_rounded_and_names_what_is_left_out():
+    stock, flat = stand_in_reports()
+    text = diff_text(flat, stock)
+    assert "Only in moe-stock-T6-4096.ncu-rep (not compared)" in text
+    assert "-20.0" in text and "41" in text and "32.8" in text  # 41 us -> 32.8 us, -20.0%
+    assert not re.search(r"\d\.\d{5,}", text), text  # no unrounded floats
+    tables = diff_tables(flat, stock)
+    assert list(tables.overview.columns) == [
+        "baseline launch", "baseline (us)", "this (us)", "change (%)"
+    ]  # fmt: skip
+    one = tables.launches["_flat_gate_up_kernel @ wb:moe:flat:T=6"]
+    assert one.loc["Duration (us)"].tolist() == ["41", "32.8", "-8.2", "-20.0"]
+    assert one.loc["Top stall"].tolist() == ["barrier", "barrier", "", ""]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(410.75, "411"), (21.634, "21.6"), (0.062345, "0.0623"), (127.0, "127"), (0.0, "0"),
+     (12345.6, "12,346"), (-0.5, "-0.5"), (math.nan, ""), ("wait", "wait"), (None, "")],
+)  # fmt: skip
+def test_significant_digits(value, text):
+    assert significant(value) == text
+
+
+def test_percentages_have_one_decimal():
+    assert percent(26.94) == "26.9" and percent(-41.25, sign=True) == "-41.2"
+    assert percent(3.0, sign=True) == "+3.0" and percent(math.nan) == ""
+    assert significant(8.2, sign=True) == "+8.2"
+
+
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [
+        ("/work/main/.snap/kernels/moe/stock.py", "kernels/moe/stock.py"),  # the GPU box's
+        ("/root/src/work/kernels/dense/w8a8.py", "kernels/dense/w8a8.py"),
+        ("/root/x/kernels/moe/since_removed.py", "kernels/moe/since_removed.py"),
+        ("/home/u/workbench/scripts/tune_moe.py", "scripts/tune_moe.py"),
+        ("/opt/torch/.venv/lib/python3.12/site-packages/triton/language/standard.py",
+         "triton/language/standard.py"),
+        ("/usr/lib/python3/dist-packages/torch/include/ATen/core/Tensor.h",
+         "torch/include/ATen/core/Tensor.h"),
+        ("/root/.triton/cache/Q2XJ6L/_stock_gate_up_kernel.py",
+         "triton cache: _stock_gate_up_kernel.py"),
+        ("/tmp/torchinductor_root/ab/cabq6x.py", "inductor cache: cabq6x.py"),
+        ("/var/lib/jenkins/workspace/aten/src/ATen/native/cuda/Reduce.cuh",
+         "torch/…/Reduce.cuh"),
+        ("/usr/local/cuda/include/cuda_fp16.hpp", "…/include/cuda_fp16.hpp"),
+        ("", ""),
+    ],
+)  # fmt: skip
+def test_source_paths_read_as_a_reader_knows_them(path, shown):
+    assert readable_path(path) == shown
+
+
 def test_text_figures_and_page(report, tmp_path):
     text = report.text()
     for title in ("Profiled time by kernel", "Summary", "Warp stalls", "Hot spots", "Occupancy"):
         assert title in text
     assert "stock.py" in text and "Info" not in text  # rules that passed are left out
     for kind in FIGURE_KINDS:
-        assert report.figure(kind).data
+        assert ncu_figure(report, kind).data
     with pytest.raises(WorkbenchError, match="unknown figure kind"):
-        report.figure("roofline")
-    page = report.to_html(tmp_path / "ncu.html").read_text()
+        ncu_figure(report, "roofline")
+    page = write_ncu_page(report, tmp_path / "ncu.html").read_text()
     assert page.count('class="plotly-graph-div"') == len(FIGURE_KINDS)
 
 
-def test_analysis_imports_no_torch_or_plotly():
+def test_the_facade_draws_with_the_report_functions(tmp_path):
+    result = stand_in(NcuResult)
+    assert isinstance(result.select("T=6$"), NcuResult)
+    assert result.figure("stalls").to_json() == ncu_figure(result, "stalls").to_json()
+    with pytest.raises(WorkbenchError, match="unknown figure kind"):
+        result.figure("roofline")
+    page = result.to_html(tmp_path / "ncu.html").read_text()
+    assert page.count('class="plotly-graph-div"') == len(FIGURE_KINDS)
+
+
+def test_analysis_imports_no_torch_plotly_or_report():
     import subprocess
     import sys
 
     code = (
-        "import sys, workbench.analysis.ncu; "
-        "bad = [m for m in ('torch', 'triton', 'plotly') if m in sys.modules]; "
+        "import sys, workbench.analysis.ncu, workbench.analysis.ncu_catalog; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'plotly') "
+        "or m.startswith(('workbench.report', 'workbench.capture'))]; "
         "print(bad); sys.exit(bool(bad))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
@@ -333,7 +430,11 @@ def test_real_hotspots_point_at_real_kernel_lines(path, tmp_path):
     source = hot[hot["level"] == "source"]
     assert len(source), "no sample maps to a source line: was --import-source yes used?"
     for row in source.itertuples():
-        sources = dict(actions[report.labels.index(row.launch)].source_files().items())
+        assert not row.file.startswith(("/", "…")), f"{row.file}: the capture machine's path"
+        if row.file.startswith(("kernels/", "workbench/")):  # this repository's, relative
+            assert (REPO / row.file).is_file(), row.file
+        imported = dict(actions[report.labels.index(row.launch)].source_files().items())
+        sources = {readable_path(path): text for path, text in imported.items()}
         assert sources.get(row.file), f"{row.file} not imported: was --import-source yes used?"
         lines = sources[row.file].splitlines()
         assert 1 <= row.line <= len(lines)
@@ -391,6 +492,17 @@ def test_packed_reports_unpack_for_as_long_as_they_are_used(tmp_path, suffix):
     assert find_reports(tmp_path) == [packed]
     (tmp_path / "x.ncu-rep").write_bytes(data)  # unpacked beside it: the plain one is listed
     assert find_reports(tmp_path) == [tmp_path / "x.ncu-rep"]
+
+
+@needs_reports
+def test_real_reports_load_as_the_facade():
+    import workbench
+
+    smallest = min(REPORTS, key=os.path.getsize)
+    assert isinstance(workbench.load_ncu(smallest), NcuResult)
+    assert type(load_ncu(smallest)) is NcuReport
+    catalog = NcuCatalogResult.load([smallest])
+    assert all(isinstance(report, NcuResult) for report in catalog.reports)
 
 
 @needs_reports

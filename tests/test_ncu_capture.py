@@ -23,16 +23,9 @@ from workbench.capture.ncu import (
     default_name,
     ncu_command,
 )
-from workbench.capture.ncu_target import (
-    BUILDERS,
-    DONE,
-    TargetArgs,
-    main,
-    nvtx_filter,
-    parse_args,
-    range_name,
-    run_target,
-)
+from workbench.capture.ncu_args import DONE, TargetArgs, nvtx_filter, parse_args, range_name
+from workbench.capture.ncu_builders import BUILDERS
+from workbench.capture.ncu_target import main, run_target
 from workbench.errors import WorkbenchError
 
 NCU = "/usr/local/cuda/bin/ncu"

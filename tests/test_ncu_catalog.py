@@ -7,6 +7,8 @@ from helpers import real_reports, stand_in_reports
 
 from workbench.analysis.ncu_catalog import SEED_ROWS, NcuCatalog, role, variant_label
 from workbench.errors import ArtifactError, WorkbenchError
+from workbench.report.ncu_page import CATALOG_FIGURE_KINDS, catalog_figure
+from workbench.views.ncu import NcuCatalogResult
 
 
 @pytest.fixture
@@ -55,8 +57,12 @@ def test_stalls_occupancy_and_hotspots_per_main_launch(catalog):
     assert catalog.occupancy("stock").loc["Limiter"].eq("registers, warps").all()
     hot = catalog.hotspots("flat", 6, n=2)
     assert list(hot["launch"]) == ["6 tokens, gate_up"] * 2 + ["6 tokens, down"] * 2
-    for kind in ("seed", "stalls", "occupancy", "hotspots"):
-        assert catalog.figure(kind, "stock").data
+    for kind in CATALOG_FIGURE_KINDS:
+        assert catalog_figure(catalog, kind, "stock").data
+    drawn = NcuCatalogResult(catalog.reports).figure("seed", "stock")
+    assert drawn.to_json() == catalog_figure(catalog, "seed", "stock").to_json()
+    with pytest.raises(WorkbenchError, match="unknown figure kind 'roofline'; known: seed"):
+        catalog_figure(catalog, "roofline")
 
 
 def test_flat_against_stock_launch_by_launch(catalog):

@@ -126,9 +126,11 @@ def test_notebooks_take_under_three_minutes_together():
 def test_export_command_writes_a_page_without_remote_scripts(tmp_path, capsys):
     page = tmp_path / "02.html"
     assert main(["export-notebook", str(NOTEBOOKS / "02-ncu.ipynb"), "--html", str(page)]) == 0
-    assert f"notebook: {page}" in capsys.readouterr().out
+    said = capsys.readouterr()
+    assert f"notebook: {page}" in said.out and "add --execute" in said.err
     html = page.read_text()
     assert "<script src=" not in html and "cdnjs" not in html and "unpkg" not in html
     assert "NcuExplorer" in html  # the code cells, unexecuted
+    assert "without results" in html and "--execute" in html  # and the page says so
     assert main(["export-notebook", str(tmp_path / "no.ipynb"), "--html", str(page)]) == 2
     assert "does not exist" in capsys.readouterr().err

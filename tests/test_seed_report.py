@@ -14,9 +14,9 @@ from helpers import (
     stand_in_reports,
 )
 
+from workbench.analysis.collection import NOT_RECORDED, Artifact, Collection, collect
 from workbench.artifacts import write_run
 from workbench.cli import main
-from workbench.collection import NOT_RECORDED, Artifact, Collection, collect
 from workbench.errors import ArtifactError
 from workbench.report.seed_report import (
     SECTIONS,

@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from workbench.errors import ArtifactError, WorkbenchError
-from workbench.results import Comparison, ProfileResult, load, load_trace
+from workbench.views.profile import Comparison, ProfileResult, load, load_trace
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from workbench.analysis.ncu import NcuReport
+    from workbench.views.ncu import NcuResult
 
 __all__ = [
     "ArtifactError",
@@ -39,8 +39,9 @@ def sweep(kernel: str, param: str, values, tokens, **options):
     """Time `kernel` at each value of `param` x tokens, each configuration in its own worker
     process under a watchdog (see `workbench.capture.experiments.sweep`)."""
     from workbench.capture.experiments import sweep as _sweep
+    from workbench.views.experiments import view_sweep
 
-    return _sweep(kernel, param, values, tokens, **options)
+    return view_sweep(_sweep(kernel, param, values, tokens, **options))
 
 
 def ab(a: dict, b: dict, tokens, **options):
@@ -53,25 +54,25 @@ def ab(a: dict, b: dict, tokens, **options):
 
 def load_sweep(run_dir: str | Path):
     """A sweep from its run directory, without a GPU or torch."""
-    from workbench.capture.experiments import load_sweep as _load_sweep
+    from workbench.views.experiments import load_sweep as _load_sweep
 
     return _load_sweep(run_dir)
 
 
 def load_ab(run_dir: str | Path):
     """An A/B run from its run directory, without a GPU or torch."""
-    from workbench.capture.experiments import load_ab as _load_ab
+    from workbench.analysis.experiments import load_ab as _load_ab
 
     return _load_ab(run_dir)
 
 
-def load_ncu(path: str | Path) -> NcuReport:
+def load_ncu(path: str | Path) -> NcuResult:
     """An Nsight Compute report (the workbench's or anyone's) as tables and figures.
 
     Imported on use: it needs NVIDIA's `ncu_report` module, which a bare GPU box may lack
     (ncu ships one under its `extras/python`).
     """
-    from workbench.analysis.ncu import load_ncu as _load_ncu
+    from workbench.views.ncu import load_ncu as _load_ncu
 
     return _load_ncu(path)
 
@@ -82,7 +83,7 @@ def ncu(
     tokens: int | Sequence[int] = (6, 4096),
     out: str | Path = "ncu",
     **params: object,
-) -> NcuReport:
+) -> NcuResult:
     """Capture Nsight Compute reports of one launch per token count and load them.
 
     `kernel="moe"` profiles a MoE scheduler at the TP2-rank shape, `kernel="dense"` a dense
@@ -103,59 +104,46 @@ def profile(
     prompt_tokens: int = 33863,
     decode_tokens: int = 64,
     *,
-    preset: str | None = None,
-    moe: str = "stock",
-    dense: str = "bf16",
-    attention: str = "torch",
-    routing: str = "uniform",
-    streams: int = 1,
-    prefill_chunk: int | None = 4096,
-    seed: int = 0,
-    device: str | None = None,
-    tp: int | None = None,
     out: str | Path = "raw",
     progress: bool = True,
     keep_trace: bool = False,
-    cuda_graphs: bool | None = None,
-    hybrid_m: int | None = None,
-    **shape_overrides: int,
+    **settings: object,
 ) -> ProfileResult:
     """Profile a prefill of `prompt_tokens` then `decode_tokens` decode steps of the model.
 
     On a GPU the default preset is `dsv4-flash-tp2` and times are GPU kernel times; without one
     it is `tiny`, the Triton kernels are replaced by their torch references, and times are CPU
-    op times (the result's notes say so). `dense` is `bf16` (cuBLAS), `w8a16`, `w8a8` or
-    `hybrid` (W8A16 up to `hybrid_m` rows, default $DENSE_HYBRID_M or 128, W8A8 above), the FP8
-    ones on weights quantised once; `attention` is `torch` or `triton`. `prefill_chunk=None`
-    prefills in one pass; `streams` tokens are decoded per step. `shape_overrides` change preset
-    fields (e.g. `top_k=8`, `layers=2`). `cuda_graphs` (default: on a GPU) replays each decode
-    step as a CUDA graph, as serving engines do; replayed kernels are attributed by their
-    position in an eager run of the same step. Without `tp`, one process profiles one rank of
-    the preset's tensor parallelism alone; `tp=N` runs N ranks through torch.distributed (NCCL
-    on GPUs, gloo on CPUs) with their all-reduces, merged with a `rank` column and a rank-skew
-    table (under torchrun, rank 0 returns the result and the other ranks None). Writes
-    `out/<run-id>/` (with the gzipped Chrome trace too when `keep_trace`).
+    op times (the result's notes say so). `settings` are the profile parameters below (one
+    table, `workbench.workloads.profile_params`, which the CLI reads too) and preset fields as
+    shape overrides (e.g. `top_k=8`, `layers=2`). With CUDA graphs (the GPU default) each decode
+    step is replayed as a graph, as serving engines do, and replayed kernels are attributed by
+    their position in an eager run of the same step. Without `tp`, one process profiles one
+    rank of the preset's tensor parallelism alone; `tp=N` runs N ranks through
+    torch.distributed (NCCL on GPUs, gloo on CPUs) with their all-reduces, merged with a `rank`
+    column and a rank-skew table (under torchrun, rank 0 returns the result and the other ranks
+    None). Writes `out/<run-id>/` (with the gzipped Chrome trace too when `keep_trace`).
+
+    Parameters (name=default: meaning):
     """
+    from workbench.artifacts import check_output_dir
     from workbench.capture.profile_run import resolve, run_profile
     from workbench.capture.tensor_parallel import run_profile_tp
+    from workbench.views.profile import view
+    from workbench.workloads.profile_params import split_settings
 
-    spec = resolve(
-        prompt_tokens,
-        decode_tokens,
-        preset=preset,
-        moe=moe,
-        dense=dense,
-        attention=attention,
-        routing=routing,
-        streams=streams,
-        prefill_chunk=prefill_chunk,
-        seed=seed,
-        device=device,
-        cuda_graphs=cuda_graphs,
-        tp=tp,
-        shape_overrides=shape_overrides,
-        hybrid_m=hybrid_m,
-    )
-    if tp is None:
-        return run_profile(spec, out, progress, keep_trace)
-    return run_profile_tp(spec, out, progress)
+    check_output_dir(out)
+    params, overrides = split_settings(settings)
+    spec = resolve(prompt_tokens, decode_tokens, **params, shape_overrides=overrides)
+    if spec.tp is None:
+        return view(run_profile(spec, out, progress, keep_trace))
+    result = run_profile_tp(spec, out, progress)
+    return None if result is None else view(result)
+
+
+def _document_profile_parameters() -> None:
+    from workbench.workloads.profile_params import describe
+
+    profile.__doc__ = (profile.__doc__ or "") + describe().replace("\n", "\n    ") + "\n"
+
+
+_document_profile_parameters()

@@ -16,7 +16,8 @@ from workbench.errors import WorkbenchError
 
 @dataclass(frozen=True)
 class Preset:
-    """Whole-model shapes. Attention numbers are approximate (DESIGN section 2)."""
+    """Whole-model shapes, from the public description of the model. The attention numbers
+    are approximate (`docs/design.md`, the workload)."""
 
     name: str
     description: str

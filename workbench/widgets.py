@@ -15,14 +15,15 @@ from typing import TYPE_CHECKING
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
+from workbench.analysis.profile import ProfileResult
 from workbench.analysis.tables import GAPS, TOTAL
+from workbench.report.experiment_figures import sweep_figure
 from workbench.report.figures import CATEGORY_COLOURS, step_timeline
 from workbench.report.ncu_figures import OTHER_COLOUR, STALL_COLOURS
-from workbench.results import ProfileResult
 
 if TYPE_CHECKING:  # the ncu and sweep explorers' inputs; ncu_report is imported on use only
+    from workbench.analysis.experiments import SweepResult
     from workbench.analysis.ncu_catalog import NcuCatalog
-    from workbench.capture.experiments import SweepResult
 
 METRICS = {
     "prefill": ("time_ms", "share_pct", "kernels"),
@@ -244,7 +245,7 @@ class SweepExplorer:
     def _on_artifact(self, _=None) -> None:
         table = self.current.table()
         _offer(self.tokens, sorted(int(t) for t in table["tokens"].unique()))
-        _replace_traces(self.bands, self.current.figure())
+        _replace_traces(self.bands, sweep_figure(self.current))
         self._draw_bars()
 
     def rows(self):

@@ -79,7 +79,7 @@ def _sparse_attention_kernel(
 
 
 @triton.jit
-def _combine_kernel(
+def _sparse_combine_kernel(
     part_ptr, stats_ptr, out_ptr, Q, heads, splits, stride_oq, stride_oh,
     DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
@@ -184,7 +184,7 @@ def sparse_attention_triton(
         )  # fmt: skip
         if splits > 1:
             launch(
-                _combine_kernel, (num_q, head_blocks), part, stats, out, num_q, heads, splits,
-                out.stride(0), out.stride(1), DIM=dim, BLOCK_H=block_h, BLOCK_D=block_d,
+                _sparse_combine_kernel, (num_q, head_blocks), part, stats, out, num_q, heads,
+                splits, out.stride(0), out.stride(1), DIM=dim, BLOCK_H=block_h, BLOCK_D=block_d,
             )  # fmt: skip
     return out

@@ -6,7 +6,8 @@ its 6-token and 4096-token columns, spans files. A MoE call is several launches 
 offsets, permutation, the gate-up and down GEMMs, the combine); the seed's table is about the
 GEMMs, so each launch gets a *role* (its kernel name without the scheduler's name, so stock's
 and flat's gate-up kernels pair up) and the launches holding a real share of their call's time
-are its *main* launches. Pure pandas over `NcuReport`: no torch, plotly only for figures.
+are its *main* launches. Pure pandas over `NcuReport`: no torch, no plotly; the set's figures
+are drawn by workbench.report.ncu_page (and workbench.views.ncu.NcuCatalogResult.figure).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Self
 
 import pandas as pd
 
-from workbench.analysis.ncu import HOTSPOT_COLUMNS, NcuReport, load_ncu
+from workbench.analysis.ncu import HOTSPOT_COLUMNS, NcuReport
 from workbench.analysis.ncu_files import SUFFIXES, report_stem, shadowed
 from workbench.errors import ArtifactError, WorkbenchError
 
@@ -144,6 +146,9 @@ def _unique_columns(launches: list[Launch]) -> list[Launch]:
 class NcuCatalog:
     """Reports of one capture set (e.g. every `ncu/*.ncu-rep`), indexed by variant and tokens."""
 
+    # What load() reads each file as: a subclass of the catalog can load a subclass of the report.
+    report_type: type[NcuReport] = NcuReport
+
     def __init__(self, reports: Iterable[NcuReport]):
         self.reports = list(reports)
         if not self.reports:
@@ -151,12 +156,12 @@ class NcuCatalog:
         self.all = _unique_columns([x for report in self.reports for x in _launches_of(report)])
 
     @classmethod
-    def load(cls, where: str | Path | Iterable[str | Path]) -> NcuCatalog:
-        """Every report in a folder or glob (or the given paths), checked by `load_ncu`."""
+    def load(cls, where: str | Path | Iterable[str | Path]) -> Self:
+        """Every report in a folder or glob (or the given paths), checked by `NcuReport.load`."""
         paths = find_reports(where) if isinstance(where, str | Path) else [Path(p) for p in where]
         if not paths:
             raise ArtifactError(NO_REPORTS.format(where=str(where)))
-        return cls(load_ncu(p) for p in paths)
+        return cls(cls.report_type.load(p) for p in paths)
 
     # ---- what the set holds --------------------------------------------------------------
     def entries(self) -> pd.DataFrame:
@@ -291,21 +296,3 @@ class NcuCatalog:
             out[(column, "change_pct")] = change["change_pct"]
         order = [row for row in a.report.summary().index if row in change.index]
         return pd.DataFrame(out).reindex(order).dropna(how="all")
-
-    def figure(self, kind: str, variant: str = "stock"):
-        """A plotly figure of the set: "seed" (the seed table's percentages), "stalls",
-        "occupancy" or "hotspots", in the same style as NcuReport.figure."""
-        from workbench.report import ncu_figures
-
-        title = f"{variant}: main launches"
-        if kind == "seed":
-            return ncu_figures.summary_bars(self.seed_table(variant), f"ncu summary, {title}")
-        if kind == "stalls":
-            return ncu_figures.stall_bars(self.stalls(variant), f"Warp stalls, {title}")
-        if kind == "occupancy":
-            return ncu_figures.occupancy_bars(self.occupancy(variant), f"Occupancy, {title}")
-        if kind == "hotspots":
-            return ncu_figures.hotspot_bars(self.hotspots(variant), f"Hot spots, {title}")
-        raise WorkbenchError(
-            f"unknown figure kind '{kind}'; known: seed, stalls, occupancy, hotspots"
-        )

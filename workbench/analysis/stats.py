@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -108,6 +109,17 @@ def paired_ratio(a_samples: Sequence[float], b_samples: Sequence[float], seed: i
         "ci_high": float(high),
         "significant": bool(low > 1.0 or high < 1.0),
     }
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """When `adaptive_repeats` stops: at least `min_n` samples, at most `max_n` or `budget_s`
+    seconds, and once the median's 95% interval is narrower than `rel_width` of it."""
+
+    min_n: int = 10
+    max_n: int = 200
+    rel_width: float = 0.02
+    budget_s: float = 10.0
 
 
 def adaptive_repeats(

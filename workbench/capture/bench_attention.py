@@ -14,7 +14,7 @@ prefill chunk mostly FLOPs (every query scores every earlier key).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import partial
 
 import pandas as pd
@@ -28,31 +28,16 @@ from workbench.capture.bench_rows import (
     check_then_time,
     compile_facts,
     print_row,
-    relative_error,
     save_bench,
     time_call,
 )
 from workbench.errors import WorkbenchError
 from workbench.presets import RankShapes
+from workbench.workloads.attention import SCENARIOS, Problem, Scenario
+from workbench.workloads.checks import relative_error, tolerance
 
-
-@dataclass(frozen=True)
-class Scenario:
-    """`queries` consecutive queries whose last one sits at position `context - 1`."""
-
-    name: str
-    queries: int
-    context: int
-
-
-SCENARIOS = (
-    Scenario("decode-2K", 1, 2048),
-    Scenario("decode-46K", 1, 46_000),
-    Scenario("prefill-46K", 4096, 46_000),
-)
 VARIANTS = ("torch", "triton")
 KERNELS = ("indexer", "sparse_attention", "attention")
-TOLERANCE = 1e-2
 SELECTION_SLACK = 1e-2  # of a row's largest |score|: how far below the fp32 cut a pick may be
 COLUMNS = [
     "kernel", "variant", "scenario", "m", "context", "ms", "iqr_ms", "floor_ms",
@@ -60,39 +45,6 @@ COLUMNS = [
 ]  # fmt: skip
 PRINTED = ("kernel", "variant", "scenario", "ms", "floor_ms", "ratio_to_floor", "rel_error",
            "regs", "spills", "status")  # fmt: skip
-
-
-@dataclass
-class Problem:
-    """One scenario's inputs in the serving dtype, and the fp32 answers they are checked by."""
-
-    q: torch.Tensor
-    kv: torch.Tensor
-    index_q: torch.Tensor
-    index_w: torch.Tensor
-    keys: torch.Tensor
-    pos: torch.Tensor
-    index: torch.Tensor  # positions the fp32 indexer selects
-    scores_ref: torch.Tensor
-    out_ref: torch.Tensor
-
-    @classmethod
-    def draw(cls, sc: Scenario, s: RankShapes, dtype, device, gen) -> Problem:
-        def randn(*shape):
-            return torch.randn(*shape, generator=gen, device=device, dtype=dtype)
-
-        index_q, keys = (
-            randn(sc.queries, s.index_heads, s.index_dim),
-            randn(sc.context, s.index_dim),
-        )
-        index_w = torch.randn(sc.queries, s.index_heads, generator=gen, device=device)
-        index_w *= s.index_heads**-0.5
-        q, kv = randn(sc.queries, s.q_heads, s.head_dim), randn(sc.context, s.head_dim)
-        pos = torch.arange(sc.context - sc.queries, sc.context, device=device)
-        scores = attention.indexer_scores(index_q.float(), index_w, keys.float(), pos)
-        index = attention.select_positions(scores, pos, s.index_topk, s.window)
-        out = attention.sparse_attention(q.float(), kv.float(), index)
-        return cls(q, kv, index_q, index_w, keys, pos, index, scores, out)
 
 
 def _scores_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -187,8 +139,8 @@ def _row(kernel, name, call: Callable, ref, error, sc, p, s, ctx) -> dict:
 
     row = {"kernel": kernel, "variant": name, "scenario": sc.name, "m": sc.queries,
            "context": sc.context}  # fmt: skip
-    row = check_then_time(row, check, TOLERANCE, partial(time_call, call, ctx["device"],
-                                                         sc.queries))  # fmt: skip
+    timer = partial(time_call, call, ctx["device"], sc.queries)
+    row = check_then_time(row, check, tolerance("attention", "bf16"), timer)
     if "ms" not in row:
         return row
     nbytes, flops = cost(kernel, sc, p, s)
@@ -221,13 +173,13 @@ def bench_attention(
             f"{', '.join(attention.VARIANTS)}; kernels: {', '.join(KERNELS)}"
         )
     setup = bench_setup(preset, device, seed, ceilings, shape_overrides)
-    dev, s, gen, dtype = setup.device, setup.shapes, setup.gen, setup.dtype
+    dev, s, dtype = setup.device, setup.shapes, setup.dtype
     ctx = {"device": dev, "ceilings": setup.ceilings}
     rows = []
     total = len(scenarios) * len(variants) * len(kernels)
     with tqdm(total=total, desc="bench attention", disable=not progress) as bar:
         for sc in scenarios:
-            problem = Problem.draw(sc, s, dtype, dev, gen)
+            problem = Problem.draw(sc, s, dtype, dev, seed)
             for name in variants:
                 calls = _calls(attention.VARIANTS[name], problem, s)
                 for kernel in kernels:

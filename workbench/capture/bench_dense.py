@@ -17,7 +17,7 @@ per-layer times at those chunk sizes, with tokens per second.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import partial
 
 import pandas as pd
@@ -31,17 +31,16 @@ from workbench.capture.bench_rows import (
     check_then_time,
     compile_facts,
     print_row,
-    relative_error,
     save_bench,
     time_call,
 )
-from workbench.capture.experiments import GRAPH_TOKENS
+from workbench.capture.timing import GRAPH_TOKENS
 from workbench.errors import WorkbenchError
-from workbench.presets import RankShapes
+from workbench.workloads.checks import relative_error, tolerance
+from workbench.workloads.dense import Layer, activations, layer_flops
 
 M_SWEEP = (1, 4, 6, 24, 128, 256, 4096, 16384)
 BACKENDS = ("bf16", "w8a16", "w8a8", "hybrid")
-TOLERANCE = {"bf16": 1e-2, "w8a16": 1e-2, "w8a8": 5e-2, "hybrid": 5e-2}  # the issue's bounds
 AB_PROMPT, AB_CHUNK = 46_000, 4096
 DECODE_COPIES = 3  # layer copies cycled at decode sizes: about 300 MB of weights, over L2
 COLUMNS = [
@@ -53,67 +52,10 @@ PRINTED = ("kernel", "variant", "scenario", "m", "ms", "ratio_to_floor", "ratio_
            "speedup_vs_bf16", "rel_error", "regs", "spills", "status")  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Projection:
-    """One dense projection of a layer: y (M, n) = x (M, k) @ W.T, `count` distinct weights."""
-
-    name: str
-    n: int
-    k: int
-    count: int = 1
-
-
-def layer_projections(s: RankShapes) -> list[Projection]:
-    """The dense GEMMs of one layer at one rank's shapes, as `workbench.model` runs them."""
-    per_group = (s.q_heads // s.o_groups) * s.head_dim
-    return [
-        Projection("q_a", s.q_lora_rank, s.hidden),
-        Projection("q_b", s.q_heads * s.head_dim, s.q_lora_rank),
-        Projection("kv", s.head_dim, s.hidden),
-        Projection("index_q", s.index_heads * s.index_dim, s.q_lora_rank),
-        Projection("index_k", s.index_dim, s.hidden),
-        Projection("index_w", s.index_heads, s.hidden),
-        Projection("o_a", s.o_group_rank, per_group, count=s.o_groups),
-        Projection("o_b", s.hidden, s.o_groups * s.o_group_rank),
-        Projection("shared_gate_up", 2 * s.shared_intermediate, s.hidden),
-        Projection("shared_down", s.hidden, s.shared_intermediate),
-    ]
-
-
-def layer_flops(m: int, projections: Sequence[Projection]) -> float:
-    return 2.0 * m * sum(p.n * p.k * p.count for p in projections)
-
-
 def ab_chunks(prompt: int, streams: int, chunk: int) -> list[int]:
     """Token counts of the prefill steps: the streams' prompts batched into `chunk`-token steps."""
     total = prompt * streams
     return [min(chunk, total - start) for start in range(0, total, chunk)]
-
-
-class Layer:
-    """`copies` copies of one layer's dense weights: bf16 masters and the FP8 DenseWeights."""
-
-    def __init__(self, s: RankShapes, copies: int, block: int, dtype, device, gen):
-        self.projections = layer_projections(s)
-        self.masters = [
-            [
-                torch.randn(p.n, p.k, generator=gen, device=device, dtype=dtype) * p.k**-0.5
-                for p in self.projections
-                for _ in range(p.count)
-            ]
-            for _ in range(copies)
-        ]
-        self.fp8 = [
-            [dense.DenseWeights.quantize(w, "fp8", block) for w in ws] for ws in self.masters
-        ]
-        self.in_features = [p.k for p in self.projections for _ in range(p.count)]
-
-    def weights(self, variant: str) -> list[list]:
-        return self.masters if dense.WEIGHT_FORMAT[variant] == "bf16" else self.fp8
-
-    def weight_bytes(self, variant: str) -> int:
-        """Bytes one copy of the layer's weights takes in the variant's format."""
-        return sum(w.nbytes for w in self.weights(variant)[0])
 
 
 def _run_layer(linear: Callable, xs: dict[int, torch.Tensor], weights: list, in_features) -> list:
@@ -157,7 +99,7 @@ def _layer_row(variant: str, m: int, linear, xs, layer: Layer, refs, ctx: dict) 
 
     row = {"kernel": "dense-layer", "variant": variant, "scenario": f"m={m}", "m": m}
     row = check_then_time(row, partial(_check, linear, xs, layer, variant, refs),
-                          TOLERANCE[variant], timer)  # fmt: skip
+                          tolerance("dense", variant), timer)  # fmt: skip
     if "ms" not in row:
         return row
     ceilings, ms = ctx["ceilings"], row["ms"]
@@ -224,8 +166,8 @@ def bench_dense(
             f"unknown dense variants {unknown}; known: {', '.join(dense.VARIANTS)}"
         )
     setup = bench_setup(preset, device, seed, ceilings, shape_overrides)
-    dev, s, gen, dtype, chosen = setup.device, setup.shapes, setup.gen, setup.dtype, setup.preset
-    layer = Layer(s, DECODE_COPIES if dev.type == "cuda" else 1, block, dtype, dev, gen)
+    dev, s, dtype, chosen = setup.device, setup.shapes, setup.dtype, setup.preset
+    layer = Layer(s, DECODE_COPIES if dev.type == "cuda" else 1, block, dtype, dev, seed)
     sizes = sorted(set(ms))
     if ab:
         steps = [1, 4, *ab_chunks(ab_prompt, 1, ab_chunk), *ab_chunks(ab_prompt, 4, ab_chunk)]
@@ -238,10 +180,7 @@ def bench_dense(
     rows = []
     with tqdm(total=len(sizes) * len(variants), desc="bench dense", disable=not progress) as bar:
         for m in sizes:
-            xs = {
-                k: torch.randn(m, k, generator=gen, device=dev, dtype=dtype)
-                for k in set(layer.in_features)
-            }
+            xs = activations(m, layer.in_features, seed, dev, dtype)
             refs = _references(xs, layer)
             for variant in variants:
                 rows.append(_layer_row(variant, m, linears[variant], xs, layer, refs, ctx))

@@ -3,15 +3,15 @@ and its peers, at the TP2-rank shape, with the ceilings measured in the same run
 
 Each row is checked against `moe_reference` on the same (dequantised) weights before it is
 timed: a wrong kernel is reported `wrong`, not timed; one that does not compile, runs out of
-memory or spills is reported as such (DESIGN sections 1 and 5). Decode-size launches are timed
-as CUDA graph replays; larger ones with `triton.testing.do_bench`, which clears L2 between
-repeats. Rows go to `raw/<run-id>/bench.csv` with `run.json` (ceilings, environment).
+memory or spills is reported as such. Inputs come from the one MoE workload builder
+(`workbench.workloads.moe`) and times from the one timer (`workbench.capture.timing`), as in
+`sweep`, `ab` and `ncu`. Rows go to `raw/<run-id>/bench.csv` with `run.json` (ceilings,
+timing method, environment).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 
 import pandas as pd
@@ -19,51 +19,33 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from kernels.moe import FORMATS, VARIANTS, MoeWeights, last_facts, moe_reference
+from kernels.moe import FORMATS, VARIANTS, MoeWeights, last_facts
 from workbench.capture.bench_rows import (
     bench_setup,
     check_then_time,
     compile_facts,
     print_row,
-    relative_error,
     save_bench,
     time_call,
 )
-from workbench.presets import RankShapes, draw_routing
+from workbench.presets import RankShapes
+from workbench.workloads.checks import relative_error, tolerance
+from workbench.workloads.moe import (
+    MoeProblem,
+    expert_masters,
+    flops,
+    moe_problem,
+    reference,
+    weight_bytes,
+)
 
 TOKENS = (1, 6, 24, 48, 512, 4096, 33863)
 SCHEDULERS = ("stock", "multirow", "flat", "padded")
 PEERS = ("torch_grouped_mm", "cublas_loop")
-TOLERANCE = 2e-2  # relative error against the reference on the same dequantised weights
 COLUMNS = [
     "kernel", "variant", "weight_dtype", "tokens", "routing", "ms", "iqr_ms", "floor_ms",
     "ratio_to_floor", "tflops", "ratio_to_cublas", "rel_error", "regs", "spills", "status",
 ]  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One (routing, tokens) input, shared by every variant and format."""
-
-    x: torch.Tensor
-    ids: torch.Tensor
-    weights: torch.Tensor
-    routing: str
-
-
-def weight_bytes(fmt: str, experts_touched: int, s: RankShapes, block: int = 128) -> float:
-    """Bytes of the weights a launch must read: the touched experts' values and scales."""
-    elements = experts_touched * 3 * s.hidden * s.expert_intermediate
-    per_element = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}[fmt]
-    scale_bytes = (
-        0.0 if fmt == "bf16" else 4.0 * elements / (block * (block if fmt == "fp8" else 1))
-    )
-    return elements * per_element + scale_bytes
-
-
-def flops(tokens: int, s: RankShapes) -> float:
-    """Gate, up and down GEMMs of every routed slot."""
-    return 2.0 * tokens * s.top_k * 3 * s.hidden * s.expert_intermediate
 
 
 def grouped_mm_peer(x, ids, weights, w_gate_up, w_down) -> torch.Tensor:
@@ -102,8 +84,8 @@ def measure(
     variant: str,
     fmt: str,
     call: Callable[[], torch.Tensor],
-    reference: torch.Tensor,
-    problem: Problem,
+    expected: torch.Tensor,
+    problem: MoeProblem,
     s: RankShapes,
     ceilings: dict,
     device: torch.device,
@@ -114,17 +96,17 @@ def measure(
            "routing": problem.routing}  # fmt: skip
 
     def check() -> dict:
-        error = relative_error(call(), reference)
+        error = relative_error(call(), expected)
         facts = compile_facts([last_facts()] if kernel == "moe" else [])
         return {"rel_error": error, **facts}
 
     timer = partial(time_call, call, device, tokens, graphable=kernel == "moe")
-    row = check_then_time(row, check, TOLERANCE, timer)
+    row = check_then_time(row, check, tolerance("moe", fmt), timer)
     if row["status"] not in ("ok", "spills"):
         return row
     ms = row["ms"]
-    touched = int(torch.unique(problem.ids).numel())
-    floor_ms = weight_bytes(fmt, touched, s) / ceilings["copy_bytes_per_s"] * 1e3
+    floor_ms = weight_bytes(fmt, problem.experts_touched(), s) / ceilings["copy_bytes_per_s"]
+    floor_ms *= 1e3
     tflops = flops(tokens, s) / (ms / 1e3) / 1e12
     return row | {
         "floor_ms": floor_ms,
@@ -154,37 +136,28 @@ def bench_moe(
 ) -> pd.DataFrame:
     """Benchmark every variant x format (and the peers) at every token count and routing."""
     setup = bench_setup(preset, device, seed, ceilings, shape_overrides)
-    dev, s, gen, dtype = setup.device, setup.shapes, setup.gen, setup.dtype
-    ceilings = setup.ceilings
-    base = (
-        torch.randn(s.experts, 2 * s.expert_intermediate, s.hidden, generator=gen, device=dev,
-                    dtype=dtype) * s.hidden**-0.5,
-        torch.randn(s.experts, s.hidden, s.expert_intermediate, generator=gen, device=dev,
-                    dtype=dtype) * s.expert_intermediate**-0.5,
-    )  # fmt: skip
+    dev, s, dtype, ceilings = setup.device, setup.shapes, setup.dtype, setup.ceilings
+    base = expert_masters(s, seed, dev, dtype)
     weights = {fmt: MoeWeights.quantize(*base, fmt) for fmt in formats}
     rows = []
     work = len(routings) * len(tokens) * (len(variants) * len(formats) + len(PEERS) * peers)
     with tqdm(total=work, desc="bench moe", disable=not progress) as bar:
         for routing in routings:
             for t in tokens:
-                ids, w = draw_routing(t, s.experts, s.top_k, routing, seed + t)
-                x = torch.randn(t, s.hidden, generator=gen, device=dev, dtype=dtype)
-                problem = Problem(x, torch.from_numpy(ids).to(dev), torch.from_numpy(w).to(dev),
-                                  routing)  # fmt: skip
-                args = (problem.x, problem.ids, problem.weights)
+                problem = moe_problem(s, t, routing, seed, dev, dtype)
+                args = problem.args()
                 for fmt in formats:
-                    reference = moe_reference(*args, weights[fmt])
+                    expected = reference(problem, weights[fmt])
                     for variant in variants:
                         call = partial(VARIANTS[variant], *args, weights[fmt])
-                        rows.append(measure("moe", variant, fmt, call, reference, problem, s,
+                        rows.append(measure("moe", variant, fmt, call, expected, problem, s,
                                             ceilings, dev))  # fmt: skip
                         print_row(bar, rows[-1], REPORT_KEYS)
                     if fmt == "bf16" and peers:
                         for name, peer in (("torch_grouped_mm", grouped_mm_peer),
                                            ("cublas_loop", cublas_loop_peer)):  # fmt: skip
                             call = partial(peer, *args, *base)
-                            rows.append(measure(name, "peer", fmt, call, reference, problem, s,
+                            rows.append(measure(name, "peer", fmt, call, expected, problem, s,
                                                 ceilings, dev))  # fmt: skip
                             print_row(bar, rows[-1], REPORT_KEYS)
     params = {"tokens": list(tokens), "routings": list(routings), "variants": list(variants),

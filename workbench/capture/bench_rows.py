@@ -2,14 +2,12 @@
 
 A row's output is compared with its fp32 reference first; a wrong kernel is reported `wrong`
 and not timed, and one that runs out of memory, fails to compile or raises becomes a status
-too, so a sweep always finishes (DESIGN section 5). Rows are printed as they finish, so a run
+too, so a benchmark always finishes. Rows are printed as they finish, so a run
 cut off by its time limit still shows what it did.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 
@@ -21,44 +19,17 @@ from kernels.moe.compiled import forget_facts, last_facts
 from workbench.artifacts import run_stamp, write_run
 from workbench.capture.ceilings import measure_ceilings
 from workbench.capture.environment import describe
-from workbench.capture.experiments import GRAPH_TOKENS
+from workbench.capture.timing import method_for, time_launch
 from workbench.presets import Preset, RankShapes, get_preset
-
-
-def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| in float64; NaN when out has a NaN or inf, so it never passes."""
-    out64, ref64 = out.double(), ref.double()
-    if not bool(torch.isfinite(out64).all()):
-        return float("nan")
-    return (out64 - ref64).norm().item() / max(ref64.norm().item(), 1e-30)
-
-
-def _median_iqr(times_ms: Sequence[float]) -> tuple[float, float]:
-    q1, q2, q3 = statistics.quantiles(times_ms, n=4) if len(times_ms) > 1 else (times_ms[0],) * 3
-    return q2, q3 - q1
+from workbench.workloads.seeds import serving_dtype
 
 
 def time_call(
     fn: Callable[[], object], device: torch.device, tokens: int, graphable: bool = True
 ) -> tuple[float, float]:
-    """(median ms, IQR ms). CUDA graph replays for decode sizes, do_bench otherwise (and for
-    the peers, whose host-side routing cannot be captured); the interpreter's CPU stand-in
-    uses wall-clock repeats (for tests of this harness only)."""
-    if device.type != "cuda":
-        fn()
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - start) * 1e3)
-        return _median_iqr(times)
-    import triton.testing
-
-    if tokens <= GRAPH_TOKENS and graphable:
-        q = triton.testing.do_bench_cudagraph(fn, rep=100, quantiles=[0.25, 0.5, 0.75])
-    else:
-        q = triton.testing.do_bench(fn, warmup=25, rep=200, quantiles=[0.25, 0.5, 0.75])
-    return q[1], q[2] - q[0]
+    """(median ms, IQR ms) of `fn` by the workbench's one timer (`capture.timing`)."""
+    timing = time_launch(fn, device, tokens, graphable)
+    return timing.median_ms, timing.iqr_ms
 
 
 def compile_facts(facts: Sequence[dict]) -> dict:
@@ -110,14 +81,14 @@ def print_row(bar: tqdm, row: dict, keys: Sequence[str]) -> None:
 @dataclass(frozen=True)
 class BenchSetup:
     """What every benchmark starts from: its device, the preset and its rank shapes (shrunk by
-    overrides in the harness's tests), the ceilings measured in this run, a seeded generator
-    and the serving dtype (bf16; fp32 for the interpreter's CPU stand-in)."""
+    overrides in the harness's tests), the ceilings measured in this run, the seed of its
+    workloads and the serving dtype (bf16; fp32 for the interpreter's CPU stand-in)."""
 
     device: torch.device
     preset: Preset
     shapes: RankShapes
     ceilings: dict
-    gen: torch.Generator
+    seed: int
     dtype: torch.dtype
 
 
@@ -131,8 +102,8 @@ def bench_setup(
         preset=chosen,
         shapes=replace(chosen.rank_shapes(), **shape_overrides),
         ceilings=ceilings or measure_ceilings(dev),
-        gen=torch.Generator(device=dev).manual_seed(seed),
-        dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32,
+        seed=seed,
+        dtype=serving_dtype(dev),
     )
 
 
@@ -141,8 +112,11 @@ def save_bench(
 ) -> pd.DataFrame:
     """Write `table` to `out/bench-<kind>-<preset>-<stamp>/` with its parameters, shapes, the
     ceilings it was judged by and the environment; the table notes its path in attrs."""
+    timing = {"decode": method_for(setup.device, 1).record(),
+              "prefill": method_for(setup.device, 10**6).record()}  # fmt: skip
     meta = {"kind": f"bench-{kind}", "params": params, "shapes": asdict(setup.shapes), **meta,
-            "ceilings": setup.ceilings, "environment": describe()}  # fmt: skip
+            "ceilings": setup.ceilings, "timing": timing,
+            "environment": describe()}  # fmt: skip
     run_id = f"bench-{kind}-{setup.preset.name}-{run_stamp()}"
     table.attrs["path"] = str(write_run(out, run_id, meta, {"bench": table}))
     return table

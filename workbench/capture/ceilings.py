@@ -1,7 +1,7 @@
 """The device's ceilings, measured in the same run as the kernels they judge.
 
 A kernel's time is reported against its physical floor: the bytes it must move at the copy
-bandwidth measured here, or its FLOPs at the cuBLAS rate measured here (DESIGN section 5).
+bandwidth measured here, or its FLOPs at the cuBLAS rate measured here.
 Datasheet numbers are leads; these are readings.
 """
 

@@ -17,8 +17,9 @@ import torch
 
 from workbench.analysis.graphs import signature_of
 from workbench.analysis.trace import kernel_table, read_chrome_trace
+from workbench.capture.debris import TEMP_PREFIX, owned_prefix
 from workbench.capture.torch_trace import trace_to_file
-from workbench.model import DecodeState, SyntheticModel
+from workbench.workloads.model import DecodeState, SyntheticModel
 
 
 @torch.inference_mode()
@@ -46,7 +47,7 @@ def learn_signature(model: SyntheticModel, state: DecodeState) -> pd.DataFrame:
         model.decode_step(state)
         torch.cuda.synchronize(model.device)
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(prefix=owned_prefix(TEMP_PREFIX + "signature")) as tmp:
         path = Path(tmp) / "signature.json"
         trace_to_file(one_step, path)
         return signature_of(kernel_table(read_chrome_trace(path)))

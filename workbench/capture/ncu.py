@@ -36,8 +36,9 @@ import torch
 
 from workbench.analysis.ncu import load_ncu
 from workbench.artifacts import SCHEMA_VERSION, write_json_atomic
+from workbench.capture.debris import owned_prefix
 from workbench.capture.environment import REPO, describe
-from workbench.capture.ncu_target import DECODE_STEP, DONE, PREFIX, TargetArgs, nvtx_filter
+from workbench.capture.ncu_args import DECODE_STEP, DONE, PREFIX, TargetArgs, nvtx_filter
 from workbench.errors import ArtifactError, WorkbenchError
 
 TARGET_MODULE = "workbench.capture.ncu_target"
@@ -270,7 +271,7 @@ def capture(
     _require_gpu()
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=out_dir))
+    tmp = Path(tempfile.mkdtemp(prefix=owned_prefix(f".{name}"), dir=out_dir))
     try:
         command = ncu_command(ncu, tmp / name, target, collect=collect)
         begun = time.perf_counter()

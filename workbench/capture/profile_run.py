@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -24,16 +25,17 @@ from tqdm.auto import tqdm
 
 from kernels.dense import hybrid_threshold
 from workbench.analysis.graphs import attribute_graph_replays
+from workbench.analysis.profile import ProfileResult, profile_tables
 from workbench.analysis.trace import kernel_table, read_chrome_trace
 from workbench.artifacts import read_meta, run_stamp, write_run
 from workbench.capture.cuda_graphs import capture_decode_graph, learn_signature
+from workbench.capture.debris import TEMP_PREFIX, owned_prefix, remove_leftovers
 from workbench.capture.environment import describe
-from workbench.capture.memory import estimate_bytes, out_of_memory_error
+from workbench.capture.memory import available_host_bytes, estimate_bytes, out_of_memory_error
 from workbench.capture.torch_trace import trace_to_file
 from workbench.errors import WorkbenchError
-from workbench.model import Plan, Shard, SyntheticModel
 from workbench.presets import ROUTINGS, Preset, get_preset, with_overrides
-from workbench.results import ProfileResult, profile_tables
+from workbench.workloads.model import Plan, Shard, SyntheticModel
 
 DEFAULT_GPU_PRESET, DEFAULT_CPU_PRESET = "dsv4-flash-tp2", "tiny"
 
@@ -86,8 +88,18 @@ def resolve(
     hybrid_m: int | None = None,
 ) -> ProfileSpec:
     """Check everything that can be checked before any work, and fill in the defaults."""
+    for name, value in (("prompt_tokens", prompt_tokens), ("decode_tokens", decode_tokens),
+                        ("streams", streams), ("seed", seed)):  # fmt: skip
+        check_count(name, value, minimum=0 if name == "seed" else 1)
+    if prefill_chunk is not None:
+        check_count("prefill_chunk", prefill_chunk)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise WorkbenchError(
+            f"device={device!r} is not a device the workbench runs on; give 'cuda' (or "
+            "'cuda:N') for a GPU, 'cpu', or leave it out to pick the GPU when there is one."
+        )
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise WorkbenchError(
             "device='cuda' was asked for but no CUDA GPU is visible (torch.cuda.is_available() "
@@ -152,8 +164,21 @@ def _hybrid_m(dense: str, hybrid_m: int | None) -> int | None:
         raise WorkbenchError(str(err)) from None
 
 
+def check_count(name: str, value: object, minimum: int = 1) -> int:
+    """An integer setting, refused with its name when it is not a whole number >= minimum
+    (a string, a float such as 16.7, None, or a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WorkbenchError(
+            f"{name}={value!r} is not a whole number; give an integer such as {name}=4096."
+        )
+    if value < minimum:
+        raise WorkbenchError(f"{name}={value} is below {minimum}; give at least {minimum}.")
+    return value
+
+
 def _check_memory(preset: Preset, plan: Plan, device: torch.device, tp: int | None) -> None:
     if device.type != "cuda":
+        _check_host_memory(preset, plan)
         return
     if tp is not None:
         preset = with_overrides(preset, simulated_tp=tp)
@@ -164,6 +189,18 @@ def _check_memory(preset: Preset, plan: Plan, device: torch.device, tp: int | No
     if estimate_bytes(preset, plan.prompt_tokens, chunk, plan.streams) > free:
         raise out_of_memory_error(
             preset, plan.prompt_tokens, plan.prefill_chunk, free, plan.streams
+        )
+
+
+def _check_host_memory(preset: Preset, plan: Plan) -> None:
+    """On the CPU the same estimate holds against the memory the host has free (fp32 doubles
+    the bf16 estimate)."""
+    free = available_host_bytes()
+    chunk = min(plan.prefill_chunk or plan.prompt_tokens, plan.prompt_tokens)
+    need = 2 * estimate_bytes(preset, plan.prompt_tokens, chunk, plan.streams)
+    if free is not None and need > free:
+        raise out_of_memory_error(
+            preset, plan.prompt_tokens, plan.prefill_chunk, free // 2, plan.streams, where="host"
         )
 
 
@@ -302,7 +339,9 @@ def run_profile(
 ) -> ProfileResult:
     """One process: this rank of the preset's simulated TP, no collectives."""
     begun = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
+    for line in remove_leftovers(Path(out)):
+        print(line)
+    with tempfile.TemporaryDirectory(prefix=owned_prefix(TEMP_PREFIX + "profile")) as tmp:
         capture = capture_rank(
             spec,
             Shard(tp=spec.model_preset().simulated_tp),

@@ -23,8 +23,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from workbench.analysis.profile import ProfileResult
 from workbench.analysis.skew import skew_table
 from workbench.analysis.trace import read_chrome_trace
+from workbench.capture.debris import TEMP_PREFIX, owned_prefix, remove_leftovers
 from workbench.capture.profile_run import (
     ProfileSpec,
     attributed_kernels,
@@ -33,8 +35,7 @@ from workbench.capture.profile_run import (
     write_profile,
 )
 from workbench.errors import WorkbenchError
-from workbench.model import Shard
-from workbench.results import ProfileResult
+from workbench.workloads.model import Shard
 
 # Keep NVLink multicast off: on shared hosts it can take the GPUs out of service.
 NCCL_ENV = {
@@ -178,7 +179,9 @@ def run_profile_tp(
     begun = time.perf_counter()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return _under_torchrun(spec, out, progress, begun)
-    with tempfile.TemporaryDirectory() as tmp:
+    for line in remove_leftovers(Path(out)):
+        print(line)
+    with tempfile.TemporaryDirectory(prefix=owned_prefix(TEMP_PREFIX + "profile-tp")) as tmp:
         started = time.perf_counter()
         _spawn(spec, tmp, progress, RUN_DEADLINE_S)
         profiled_s = time.perf_counter() - started

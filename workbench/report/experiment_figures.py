@@ -1,10 +1,16 @@
-"""plotly figures of experiments: sweeps as lines with interval bands across token counts."""
+"""plotly figures and pages of experiments: sweeps as lines with interval bands across token
+counts, benchmarks as lines per kernel."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
+
+from workbench.analysis.experiments import SweepResult
+from workbench.report.html import HtmlPage
 
 
 def sweep_lines(table: pd.DataFrame, param: str, title: str) -> go.Figure:
@@ -55,3 +61,17 @@ def bench_lines(
     fig.update_yaxes(type="log", title="ms (median)")
     fig.update_layout(title=title, template="plotly_white", height=480)
     return fig
+
+
+def sweep_figure(result: SweepResult) -> go.Figure:
+    """A sweep's ms against tokens, one line per value (see `sweep_lines`)."""
+    return sweep_lines(result.table(), result.param, f"{result.meta['params']['kernel']} sweep")
+
+
+def write_sweep_page(result: SweepResult, path: str | Path, baseline_value=None) -> Path:
+    """A self-contained page: the figure, the table, optionally "did not help"."""
+    page = HtmlPage(f"Sweep of {result.param}").heading("Timings").figure(sweep_figure(result))
+    page.table(result.table(), caption="ms: median; ci: the median's 95% interval", digits=4)
+    if baseline_value is not None:
+        page.heading("Things that did not help").table(result.did_not_help(baseline_value))
+    return page.metadata(result.meta).write(path)

@@ -10,7 +10,8 @@ import html
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,11 @@ table.data thead th { background: #f3f3f3; }
 details { margin: 0.5rem 0 1rem; } pre { font-size: 0.78rem; background: #f7f7f7;
   padding: 0.6rem; overflow-x: auto; }
 nav ol { columns: 2; font-size: 0.9rem; }
+/* table.wrap: the last column is prose (ncu's rule messages, C++ names) and wraps at a
+   readable width instead of being squeezed to a sliver or stretching the page */
+table.data.wrap td:last-child { text-align: left; white-space: normal; min-width: 36ch;
+  max-width: 80ch; overflow-wrap: anywhere; }
+details > summary { cursor: pointer; } details details { margin-left: 1rem; }
 """
 
 
@@ -39,14 +45,14 @@ def _anchor(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
 
 
-def _format_table(frame: pd.DataFrame, digits: int) -> str:
+def _format_table(frame: pd.DataFrame, digits: int, css: str = "") -> str:
     def fmt(value):
         if isinstance(value, float):
             return "" if math.isnan(value) else f"{value:,.{digits}f}"
         return value
 
     shown = frame.apply(lambda col: col.map(fmt))
-    return shown.to_html(classes="data", border=0, na_rep="", escape=True)
+    return shown.to_html(classes=f"data {css}".strip(), border=0, na_rep="", escape=True)
 
 
 @dataclass
@@ -69,11 +75,25 @@ class HtmlPage:
         self.parts.append(f"<p{klass}>{html.escape(text)}</p>")
         return self
 
-    def table(self, frame: pd.DataFrame, caption: str = "", digits: int = 2) -> HtmlPage:
+    def table(
+        self, frame: pd.DataFrame, caption: str = "", digits: int = 2, css: str = ""
+    ) -> HtmlPage:
+        """A table; `css` adds classes to it ("wrap": its last column is wrapped prose)."""
         if caption:
             self.parts.append(f'<div class="caption">{html.escape(caption)}</div>')
-        self.parts.append(_format_table(frame, digits))
+        self.parts.append(_format_table(frame, digits, css))
         return self
+
+    @contextmanager
+    def details(self, summary: str, open: bool = False) -> Iterator[HtmlPage]:
+        """What is added inside the `with` block folds into a `<details>` block (closed unless
+        `open`), so a long section costs the reader one line until asked for."""
+        shown = " open" if open else ""
+        self.parts.append(f"<details{shown}><summary>{html.escape(summary)}</summary>")
+        try:
+            yield self
+        finally:
+            self.parts.append("</details>")
 
     def figure(self, fig: go.Figure) -> HtmlPage:
         self.figures += 1

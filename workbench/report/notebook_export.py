@@ -94,4 +94,22 @@ def export_notebook(
     notebook = nbformat.read(source, as_version=4)
     if run:
         execute(notebook, source.resolve().parent, timeout_s)
+    elif not has_outputs(notebook):  # a page of code alone must say so, or it reads as broken
+        notebook.cells.insert(0, nbformat.v4.new_markdown_cell(code_only_note(source)))
     return write_atomic(html, to_html(notebook, source.stem))
+
+
+def has_outputs(notebook: nbformat.NotebookNode) -> bool:
+    """Whether any code cell holds an output (the committed notebooks are saved without)."""
+    return any(cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code")
+
+
+CODE_ONLY = "without results"  # the note's words that tell a code-only page
+
+
+def code_only_note(source: Path) -> str:
+    return (
+        f"**This page shows the code of `{source.name}` {CODE_ONLY}**: the notebook was "
+        "exported without running it. `workbench export-notebook "
+        f"{source} --execute --html PAGE` runs it first, with its tables and figures."
+    )

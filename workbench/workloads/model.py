@@ -6,9 +6,9 @@ phase and step (`wb.prefill#<chunk>`, `wb.decode#<step>`) and the layer (`wb.lay
 The trace links every GPU kernel to its launching CPU op, so the analysis layer reads the
 category, phase, step and layer of each kernel from these scopes (see `analysis/rules.py`).
 
-Routing is drawn at random with a seed (`presets.draw_routing`) so that its skew is under
-control; the router GEMM and its top-k still run, for their cost, but their choice is replaced
-by the draw.
+Routing is drawn at random (`presets.draw_routing`), seeded by the one seed rule
+(`workloads.seeds`), so that its skew is under control; the router GEMM and its top-k still
+run, for their cost, but their choice is replaced by the draw.
 
 Dense projections run the chosen dense variant; an FP8 variant gets its weights quantised once,
 when the model is built. The router (part of the MoE) and the LM head stay in bf16, as FP8
@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -33,13 +32,15 @@ import kernels.dense as dense_kernels
 import kernels.moe as moe_kernels
 from kernels.norm import rms_norm
 from workbench.errors import WorkbenchError
-from workbench.presets import Preset, RankShapes, draw_routing
+from workbench.presets import Preset, draw_routing
+from workbench.workloads.model_state import Cache, DecodeState, Plan
+from workbench.workloads.model_weights import DENSE_WEIGHTS, LayerWeights, Shard, ShardedInit
+from workbench.workloads.seeds import derive, generator, serving_dtype
+
+__all__ = ["DENSE_WEIGHTS", "DecodeState", "LayerWeights", "Plan", "Shard", "SyntheticModel"]
 
 # Variants that are Triton kernels, so they need a GPU; on the CPU their torch reference runs.
 TORCH_REFERENCE = {"moe": "reference", "dense": "bf16", "attention": "torch"}
-# The dense projections of a layer: each a weight that SyntheticModel.linear multiplies by.
-DENSE_WEIGHTS = ("q_a", "q_b", "kv", "index_q", "index_k", "index_w", "o_b", "shared_gate_up",
-                 "shared_down")  # fmt: skip
 
 
 def _interpreting() -> bool:
@@ -53,209 +54,6 @@ def _pick(kind: str, name: str, table: dict) -> Callable:
         raise WorkbenchError(
             f"unknown {kind} variant '{name}'; known {kind} variants: {', '.join(table)}"
         ) from None
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What one run computes: a chunked prefill of the prompt, then batched decode steps."""
-
-    prompt_tokens: int
-    decode_tokens: int
-    streams: int = 1
-    prefill_chunk: int | None = 4096
-
-    def __post_init__(self) -> None:
-        for name in ("prompt_tokens", "decode_tokens", "streams"):
-            value = getattr(self, name)
-            if value < 1:
-                raise WorkbenchError(f"{name}={value} is below 1; give a count of at least 1.")
-        if self.prefill_chunk is not None and self.prefill_chunk < 1:
-            raise WorkbenchError(
-                f"prefill_chunk={self.prefill_chunk} is below 1; give a positive chunk size "
-                "or None for one pass."
-            )
-
-    def chunks(self) -> list[tuple[int, int]]:
-        """(first position, size) of every prefill chunk."""
-        size = self.prefill_chunk or self.prompt_tokens
-        return [
-            (start, min(size, self.prompt_tokens - start))
-            for start in range(0, self.prompt_tokens, size)
-        ]
-
-    def warmup(self) -> Plan:
-        """A short plan with the same kernel specialisations: one chunk of each distinct size."""
-        sizes = sorted({size for _, size in self.chunks()}, reverse=True)
-        return Plan(sum(sizes), min(2, self.decode_tokens), self.streams, sizes[0])
-
-
-@dataclass(frozen=True)
-class Shard:
-    """Which slice of the model this process holds: rank `rank` of tensor parallelism `tp`.
-
-    `group` is the torch.distributed process group of a real multi-rank run; without one the
-    process simulates rank 0 alone and no collective runs (the preset's one-rank profile).
-    """
-
-    tp: int = 1
-    rank: int = 0
-    group: object | None = None
-
-    def part(self, size: int) -> slice:
-        """This rank's contiguous share of a dimension of `size`."""
-        n = size // self.tp
-        return slice(self.rank * n, (self.rank + 1) * n)
-
-
-class _SeededInit:
-    """Weights drawn at the *whole* model's shapes from one seed, keeping this rank's slice.
-
-    Every tensor-parallel degree therefore slices the same weights, and TP1 and TPn compute
-    the same function. Scaled by the whole fan-in so activations stay O(1) through 40 layers.
-    Drawn in chunks of the leading dimension (experts) so the full size never sits in memory.
-    """
-
-    CHUNK = 16
-
-    def __init__(self, device: torch.device, dtype: torch.dtype, seed: int):
-        self.gen = torch.Generator(device=device).manual_seed(seed)
-        self.device, self.dtype = device, dtype
-
-    def _draw(self, shape: tuple[int, ...]) -> torch.Tensor:
-        t = torch.randn(*shape, generator=self.gen, device=self.device, dtype=self.dtype)
-        return t.mul_(shape[-1] ** -0.5)
-
-    def take(self, shape: tuple[int, ...], rows: list[slice] | None = None, cols=None):
-        """The tensor of `shape`, keeping `rows` (of dim -2) and `cols` (of dim -1) slices."""
-
-        def keep(t: torch.Tensor) -> torch.Tensor:
-            if rows is not None:
-                t = torch.cat([t[..., r, :] for r in rows], dim=-2)
-            return t[..., cols] if cols is not None else t
-
-        if len(shape) < 3:
-            return keep(self._draw(shape)).contiguous()
-        out = None
-        for i in range(0, shape[0], self.CHUNK):
-            part = keep(self._draw((min(self.CHUNK, shape[0] - i), *shape[1:])))
-            if out is None:  # the shard alone is allocated; chunks of the full size come and go
-                out = torch.empty((shape[0], *part.shape[1:]), device=self.device, dtype=self.dtype)
-            out[i : i + part.shape[0]].copy_(part)
-        return out
-
-
-class LayerWeights:
-    """One distinct weight set, this rank's shard of it; layers cycle through a few sets.
-
-    Column-parallel (split by output rows): query heads, expert and shared-expert gate/up.
-    Row-parallel (split by input columns, summed by an all-reduce): the output projection's
-    second half and the expert and shared-expert down projections. Replicated: the single KV
-    head, the query LoRA, the indexer, the router and the norms.
-    """
-
-    def __init__(self, full: RankShapes, shard: Shard, device, dtype, seed: int):
-        init = _SeededInit(device, dtype, seed)
-        h, d = full.hidden, full.head_dim
-        self.attn_norm = torch.ones(h, device=device, dtype=dtype)
-        self.q_norm = torch.ones(full.q_lora_rank, device=device, dtype=dtype)
-        self.kv_norm = torch.ones(d, device=device, dtype=dtype)
-        self.ffn_norm = torch.ones(h, device=device, dtype=dtype)
-        self.q_a = init.take((full.q_lora_rank, h))
-        heads = shard.part(full.q_heads)
-        self.q_b = init.take(
-            (full.q_heads * d, full.q_lora_rank), rows=[slice(heads.start * d, heads.stop * d)]
-        )
-        self.kv = init.take((d, h))
-        self.index_q = init.take((full.index_heads * full.index_dim, full.q_lora_rank))
-        self.index_k = init.take((full.index_dim, h))
-        self.index_w = init.take((full.index_heads, h))
-        per_group = (full.q_heads // full.o_groups) * d
-        o_a = [init.take((full.o_group_rank, per_group)) for _ in range(full.o_groups)]
-        groups = shard.part(full.o_groups)
-        self.o_a = o_a[groups]
-        ranks = slice(groups.start * full.o_group_rank, groups.stop * full.o_group_rank)
-        self.o_b = init.take((h, full.o_groups * full.o_group_rank), cols=ranks)
-        self.router = init.take((full.experts, h))
-        inter = full.expert_intermediate
-        mine = shard.part(inter)
-        gate_up_rows = [mine, slice(inter + mine.start, inter + mine.stop)]
-        self.experts_gate_up = init.take((full.experts, 2 * inter, h), rows=gate_up_rows)
-        self.experts_down = init.take((full.experts, h, inter), cols=mine)
-        shared = full.shared_intermediate
-        own = shard.part(shared)
-        self.shared_gate_up = init.take(
-            (2 * shared, h), rows=[own, slice(shared + own.start, shared + own.stop)]
-        )
-        self.shared_down = init.take((h, shared), cols=own)
-
-    def quantize_dense(self, fmt: str) -> None:
-        """Store every dense projection (and each output-projection group) as DenseWeights in
-        `fmt`, replacing the bf16 tensors: done once, so no GEMM pays for quantisation."""
-        for name in DENSE_WEIGHTS:
-            setattr(self, name, dense_kernels.DenseWeights.quantize(getattr(self, name), fmt))
-        self.o_a = [dense_kernels.DenseWeights.quantize(w, fmt) for w in self.o_a]
-
-
-class Cache:
-    """Per-layer latent KV and indexer keys: the prompt first, then each stream's decode tail.
-
-    A stream's token at decode step t sits at flat row `prompt + stream * tail + t`, and at
-    *virtual* position `prompt + t` in its own sequence (the prompt, then its own tail).
-    """
-
-    def __init__(self, s: RankShapes, layers: int, plan: Plan, device, dtype):
-        self.prompt = plan.prompt_tokens
-        self.tail = plan.decode_tokens
-        rows = plan.prompt_tokens + plan.streams * plan.decode_tokens
-        self.kv = [torch.empty(rows, s.head_dim, device=device, dtype=dtype) for _ in range(layers)]
-        self.keys = [
-            torch.empty(rows, s.index_dim, device=device, dtype=dtype) for _ in range(layers)
-        ]
-
-    def virtual_to_flat(self, virtual: torch.Tensor) -> torch.Tensor:
-        """Map per-stream positions (prompt, then own tail) to flat cache rows; -1 stays -1."""
-        stream = torch.arange(virtual.shape[0], device=virtual.device)[:, None]
-        tail_row = self.prompt + stream * self.tail + (virtual - self.prompt)
-        flat = torch.where(virtual >= self.prompt, tail_row, virtual)
-        return torch.where(virtual < 0, virtual, flat)
-
-
-class DecodeState:
-    """Static buffers of a decode step, so that every step has the same shapes and pointers.
-
-    The step index lives in a device tensor and the step's inputs are copied into fixed
-    buffers: one CUDA graph then serves every decode step, and an eager run does exactly the
-    same work as a replay.
-    """
-
-    def __init__(self, model: SyntheticModel, plan: Plan):
-        dev, s = model.device, model.shapes
-        self.cache = Cache(s, model.layers, plan, dev, model.dtype)
-        self.streams = plan.streams
-        self.step = torch.zeros((), dtype=torch.int64, device=dev)
-        self.x = torch.zeros(plan.streams, s.hidden, device=dev, dtype=model.dtype)
-        self.ids = [
-            torch.zeros(plan.streams, s.top_k, dtype=torch.int32, device=dev)
-            for _ in range(model.layers)
-        ]
-        self.weights = [
-            torch.full((plan.streams, s.top_k), 1.0 / s.top_k, device=dev)
-            for _ in range(model.layers)
-        ]
-        self.stream_rows = plan.prompt_tokens + torch.arange(plan.streams, device=dev) * (
-            plan.decode_tokens
-        )
-        self.tokens = torch.zeros(plan.streams, dtype=torch.int64, device=dev)
-        self.hidden = torch.zeros(plan.streams, s.hidden, device=dev, dtype=model.dtype)
-
-    def load(self, inputs: dict, step: int) -> None:
-        """Copy decode step `step`'s inputs into the static buffers (outside any graph)."""
-        rows = slice(step * self.streams, (step + 1) * self.streams)
-        self.step.fill_(step)
-        self.x.copy_(inputs["decode"][step])
-        for i, (ids, weights) in enumerate(inputs["decode_routing"]):
-            self.ids[i].copy_(ids[rows])
-            self.weights[i].copy_(weights[rows])
 
 
 class SyntheticModel:
@@ -287,7 +85,7 @@ class SyntheticModel:
         self.device = torch.device(device)
         # bf16 on the GPU, as served. The CPU stand-in computes in fp32: CPUs without bf16
         # matrix units run bf16 GEMMs some 30x slower, which would only measure the emulation.
-        self.dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        self.dtype = serving_dtype(self.device)
         self.layers = layers or preset.layers
         self.routing, self.seed = routing, seed
         self.variants = {"moe": moe, "dense": dense, "attention": attention}
@@ -314,7 +112,7 @@ class SyntheticModel:
         )
         distinct = min(preset.distinct_weight_sets, self.layers)
         self.weights = [
-            LayerWeights(full, self.shard, self.device, self.dtype, seed * 1000 + i)
+            LayerWeights(full, self.shard, self.device, self.dtype, seed, i)
             for i in range(distinct)
         ]
         dense_format = dense_kernels.WEIGHT_FORMAT[dense_name]
@@ -322,7 +120,7 @@ class SyntheticModel:
             for weights in self.weights:
                 weights.quantize_dense(dense_format)
         self.vocab_part = self.shard.part(full.vocab)  # vocab-parallel LM head
-        self.lm_head = _SeededInit(self.device, self.dtype, seed + 7).take(
+        self.lm_head = ShardedInit(self.device, self.dtype, seed, "model", "lm_head").take(
             (full.vocab, full.hidden), rows=[self.vocab_part]
         )
         self.final_norm = torch.ones(full.hidden, device=self.device, dtype=self.dtype)
@@ -339,10 +137,10 @@ class SyntheticModel:
             _pick(kind, name, tables[kind])
 
     # ---- inputs -------------------------------------------------------------------------
-    def _routing(self, tokens: int, salt: int) -> tuple[torch.Tensor, torch.Tensor]:
-        ids, weights = draw_routing(
-            tokens, self.shapes.experts, self.shapes.top_k, self.routing, self.seed + salt
-        )
+    def _routing(self, tokens: int, phase: str, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        seed = derive(self.seed, "model", "routing", self.routing, phase, layer)
+        ids, weights = draw_routing(tokens, self.shapes.experts, self.shapes.top_k, self.routing,
+                                    seed)  # fmt: skip
         return (
             torch.from_numpy(ids).to(self.device),
             torch.from_numpy(weights).to(self.device),
@@ -350,20 +148,21 @@ class SyntheticModel:
 
     def inputs(self, plan: Plan) -> dict:
         """Hidden states and routing for a whole plan, made before profiling starts."""
-        gen = torch.Generator(device=self.device).manual_seed(self.seed + 1)
-        h = self.shapes.hidden
+        h, dev = self.shapes.hidden, self.device
+        prompt = generator(dev, self.seed, "model", "prompt", plan.prompt_tokens)
+        decode = generator(dev, self.seed, "model", "decode", plan.decode_tokens, plan.streams)
         return {
-            "prompt": torch.randn(plan.prompt_tokens, h, generator=gen, device=self.device).to(
+            "prompt": torch.randn(plan.prompt_tokens, h, generator=prompt, device=dev).to(
                 self.dtype
             ),
             "decode": torch.randn(
-                plan.decode_tokens, plan.streams, h, generator=gen, device=self.device
+                plan.decode_tokens, plan.streams, h, generator=decode, device=dev
             ).to(self.dtype),
             "prefill_routing": [
-                self._routing(plan.prompt_tokens, 10_000 + i) for i in range(self.layers)
+                self._routing(plan.prompt_tokens, "prefill", i) for i in range(self.layers)
             ],
             "decode_routing": [
-                self._routing(plan.decode_tokens * plan.streams, 20_000 + i)
+                self._routing(plan.decode_tokens * plan.streams, "decode", i)
                 for i in range(self.layers)
             ],
         }

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.analysis.experiments import load_ab, load_sweep
 from workbench.analysis.ncu_files import SUFFIXES, shadowed
+from workbench.analysis.profile import load
 from workbench.artifacts import RUN_FILE, read_meta, read_table
 from workbench.errors import ArtifactError
-from workbench.results import load
 
 NOT_RECORDED = "not recorded"
 
@@ -60,8 +61,6 @@ class Collection:
 
 
 def _load_run(path: Path) -> Artifact:
-    from workbench.capture.experiments import load_ab, load_sweep
-
     meta = read_meta(path)
     kind = str(meta.get("kind"))
     if kind == "profile":

@@ -1,12 +1,14 @@
-"""Result objects: DataFrames in, tables, plotly figures and HTML out.
+"""Profile results: per-kernel rows in, category tables out.
 
 A result loaded from artifacts is the same type as one just captured. Importing this module
-imports neither torch nor triton; plotly is imported only when a figure or page is made.
+imports neither torch, triton nor plotly: figures and pages are drawn by `workbench.report`
+and reached through the views in `workbench.views`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,16 +17,23 @@ import pandas as pd
 from workbench.analysis import tables
 from workbench.analysis.rules import DEFAULT_RULES, Rule
 from workbench.analysis.skew import skew_table
-from workbench.analysis.trace import device_of, kernel_table, read_chrome_trace, with_schema
+from workbench.analysis.trace import (
+    device_of,
+    kernel_table,
+    read_chrome_trace,
+    trace_notes,
+    with_schema,
+)
 from workbench.artifacts import read_meta, read_table
 from workbench.errors import ArtifactError
 
 PHASES = ("prefill", "decode")
+SEED_VARIANTS = ("stock", "multirow", "flat")  # the seed study's profile columns, in order
 
 
 def profile_tables(kernels: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The result tables written beside the kernel table (the kernel table is the source)."""
-    present = set(kernels["phase"])
+    present = set(kernels["phase"].unique())
     out = {}
     if "prefill" in present:
         out["prefill"] = tables.phase_table(kernels, "prefill")
@@ -46,18 +55,12 @@ class ProfileResult:
 
     def __post_init__(self) -> None:
         if not self.label:
-            params = self.meta.get("params", {})
-            self.label = (
-                f"{params['moe']} / {params['dense']}"
-                + (" / graphs" if params.get("cuda_graphs") else "")
-                if "moe" in params
-                else Path(self.meta.get("source", "trace")).name
-            )
+            self.label = run_label(self.meta)
 
     # ---- tables ---------------------------------------------------------------------------
     @property
     def phases(self) -> list[str]:
-        present = set(self.kernels["phase"])
+        present = set(self.kernels["phase"].unique())
         return [p for p in PHASES if p in present] or sorted(present)
 
     @property
@@ -125,11 +128,12 @@ class ProfileResult:
         return tables.top_kernels(self.kernels, phase, n)
 
     def attribution(self) -> pd.DataFrame:
-        """Kernel counts by category and by what decided it (range, op, kernel name, default)."""
+        """Kernel counts by category, by what kind of rule decided it (range, module, op, kernel
+        name, default) and by the rule itself."""
         return tables.attribution_table(self.kernels)
 
     def _phase(self, phase: str) -> str:
-        if phase not in set(self.kernels["phase"]):
+        if phase not in set(self.kernels["phase"].unique()):
             raise ArtifactError(
                 f"{self.label} has no '{phase}' kernels; its phases are: {', '.join(self.phases)}"
             )
@@ -138,11 +142,6 @@ class ProfileResult:
     def compare(self, *others: ProfileResult, labels: Sequence[str] | None = None) -> Comparison:
         """The prefill and decode tables of this run and `others` side by side."""
         return Comparison([self, *others], labels)
-
-    # ---- figures and pages --------------------------------------------------------------
-    def figure(self):
-        """Stacked bar of category time: prefill total and mean decode step."""
-        return Comparison([self]).figure()
 
     def text(self) -> str:
         """The notes and the tables, for a terminal."""
@@ -156,42 +155,6 @@ class ProfileResult:
         if self.ranks:
             lines += ["", "Rank skew at collectives (ms)", self.rank_skew().round(3).to_string()]
         return "\n".join(lines)
-
-    def to_html(self, path: str | Path) -> Path:
-        """A self-contained page: notes, tables, figures, top kernels and the metadata."""
-        from workbench.report.figures import step_timeline
-        from workbench.report.html import HtmlPage
-
-        page = HtmlPage(f"Kernel time by category: {self.label}")
-        for note in self.meta.get("notes", []):
-            page.text(note, css="note")
-        page.heading("Kernel time by category").figure(self.figure())
-        for phase in self.phases:
-            if phase == "decode":
-                table = self.decode()
-                page.heading("Decode, per step").table(
-                    table, f"{self.decode_caption()}; milliseconds per step", digits=3
-                )
-            else:
-                page.heading(phase.capitalize()).table(self.by_phase(phase), "milliseconds")
-        top = self.top_kernels()
-        top.index = top.index.map(tables.short_kernel_name)
-        page.heading("Top kernels").table(top, "names shortened: templates folded", digits=1)
-        if "decode" in self.phases:
-            step = int(self.kernels.loc[self.kernels["phase"] == "decode", "step"].max())
-            rows = self.kernels[
-                (self.kernels["phase"] == "decode") & (self.kernels["step"] == step)
-            ]
-            page.heading("Timeline of one decode step").figure(
-                step_timeline(rows, f"Decode step {step}: kernels by layer")
-            )
-        if self.ranks:
-            page.heading("Rank skew at collectives").table(
-                self.rank_skew(), "waiting: for the last rank to arrive; transfer: the rest", 3
-            )
-        page.heading("How categories were decided").table(self.attribution())
-        page.heading("Metadata").metadata(self.meta)
-        return page.write(path)
 
 
 @dataclass
@@ -217,10 +180,8 @@ class Comparison:
             {n: r.decode() for n, r in zip(self.names, self.runs)}, "mean_ms"
         )
 
-    def figure(self):
-        """Stacked category bars: a prefill panel and a mean-decode-step panel, a bar per run."""
-        from workbench.report.figures import category_bars
-
+    def panels(self) -> dict[str, pd.DataFrame]:
+        """Category time per figure panel (prefill total, mean decode step), a column per run."""
         panels: dict[str, dict[str, pd.Series]] = {}
         for name, run in zip(self.names, self.runs):
             for phase in run.phases:
@@ -228,23 +189,66 @@ class Comparison:
                     panels.setdefault("Decode, mean step", {})[name] = run.decode()["mean_ms"]
                 else:
                     panels.setdefault(phase.capitalize(), {})[name] = run.by_phase(phase)["time_ms"]
-        frames = {title: pd.DataFrame(cols).fillna(0.0) for title, cols in panels.items()}
-        return category_bars(frames, "Kernel time by category")
+        return {title: pd.DataFrame(cols).fillna(0.0) for title, cols in panels.items()}
 
-    def to_html(self, path: str | Path) -> Path:
-        from workbench.report.html import HtmlPage
 
-        page = HtmlPage("Profiles compared")
-        page.heading("Kernel time by category").figure(self.figure())
-        page.heading("Prefill").table(self.prefill(), "milliseconds of kernel time")
-        page.heading("Decode, per step").table(self.decode(), "mean milliseconds per step", 3)
-        for name, run in zip(self.names, self.runs):
-            page.heading(f"Metadata: {name}").metadata(run.meta)
-        return page.write(path)
+def device_name(meta: Mapping) -> str:
+    """The machine a run's times were taken on, short: `H200`, or `CPU` for the torch
+    references a CPU run times (never to be read as GPU kernel time)."""
+    if meta.get("device") != "cuda":
+        return "CPU"
+    name = str(meta.get("environment", {}).get("gpu", {}).get("name") or "GPU")
+    return name.removeprefix("NVIDIA ").strip()
+
+
+def run_label(meta: Mapping) -> str:
+    """A profile's label that tells runs apart: `H200 dsv4-flash-tp2 TP2: stock / bf16 /
+    triton / graphs`; an external trace is labelled by its file name."""
+    p = meta.get("params", {})
+    if "moe" not in p:
+        return Path(meta.get("source", "trace")).name
+    where = " ".join(
+        part
+        for part in (device_name(meta), p.get("preset"), f"TP{p['tp']}" if p.get("tp") else "")
+        if part  # fmt: skip
+    )
+    kernels = [p["moe"], p.get("dense", "?"), p.get("attention", "?")]
+    return f"{where}: {' / '.join(kernels)} / {'graphs' if p.get('cuda_graphs') else 'eager'}"
+
+
+def profile_label(run: ProfileResult, with_prompt: bool = False) -> str:
+    """What sets a profile apart in the seed study's columns: `flat MoE, CUDA graphs, TP2`,
+    with the machine when it is not a GPU (a CPU run's times are not kernel times)."""
+    p = run.meta.get("params", {})
+    parts = [f"{p.get('moe', '?')} MoE", "CUDA graphs" if p.get("cuda_graphs") else "eager"]
+    if p.get("tp"):
+        parts.append(f"TP{p['tp']}")
+    if with_prompt:
+        parts.append(f"{p.get('prompt_tokens')} tokens")
+    if device_name(run.meta) == "CPU":
+        parts.append(f"CPU, {p.get('preset')}")
+    return ", ".join(parts)
+
+
+def seed_order(runs: Iterable[ProfileResult]) -> list[ProfileResult]:
+    """Profiles in the seed's column order: one process before tensor parallelism, then stock,
+    multi-row, flat (other kernels after), CUDA graphs before eager."""
+
+    def key(run: ProfileResult) -> tuple:
+        p = run.meta.get("params", {})
+        moe = p.get("moe")
+        rank = SEED_VARIANTS.index(moe) if moe in SEED_VARIANTS else len(SEED_VARIANTS)
+        return (p.get("tp") or 1, rank, str(moe), not p.get("cuda_graphs"))
+
+    return sorted(runs, key=key)
 
 
 def load(path: str | Path) -> ProfileResult:
     """A result from its run directory under `raw/`, without a GPU and without torch."""
+    if not isinstance(path, str | os.PathLike) or not str(path).strip():
+        raise ArtifactError(f"load() needs the path of a run directory under raw/; got {path!r}.")
+    if Path(path).is_file() and str(path).endswith((".json", ".json.gz")):
+        raise ArtifactError(f"{path} is a trace file, not a run directory; use load_trace().")
     meta = read_meta(path)
     kind = meta.get("kind")
     if kind != "profile":
@@ -259,6 +263,7 @@ def load_trace(path: str | Path, rules: Sequence[Rule] = (), label: str = "") ->
     `rules` go ahead of the default rules, so a user can claim kernels for a category.
     """
     trace = read_chrome_trace(path)
+    rules = (rules,) if isinstance(rules, Rule) else tuple(rules or ())
     kernels = kernel_table(trace, (*rules, *DEFAULT_RULES))
     device = device_of(kernels)
     meta: Mapping = {
@@ -269,8 +274,9 @@ def load_trace(path: str | Path, rules: Sequence[Rule] = (), label: str = "") ->
             k: trace.meta[k] for k in ("deviceProperties", "schemaVersion") if k in trace.meta
         },
         "notes": [
-            "External trace: categories come from the launching op and kernel names "
-            "(see 'How categories were decided')."
+            "External trace: categories come from scopes, modules, launching ops and kernel "
+            "names (see 'How categories were decided').",
+            *trace_notes(trace, kernels, path),
         ],
     }
     return ProfileResult(meta=dict(meta), kernels=kernels, path=Path(path), label=label)

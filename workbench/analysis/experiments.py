@@ -1,0 +1,156 @@
+"""Sweeps and A/B runs as results: their rows, the tables a reader wants, and their loaders.
+
+A sweep times one kernel parameter over values x token counts; an A/B run times two settings
+of the same workload, or two whole `profile()` settings, per token count. Both are captured by
+`workbench.capture.experiments` (one worker per configuration) into `rows.jsonl` + `run.json`;
+this module reads them back on any machine: no torch, no plotly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from workbench.analysis.stats import paired_ratio, ratio
+from workbench.artifacts import read_meta, read_rows
+from workbench.errors import ArtifactError
+
+SWEEP_COLUMNS = ["param", "value", "tokens", "status", "ms", "q1", "q3", "ci_low", "ci_high",
+                 "n", "regs", "spills", "rel_error", "error"]  # fmt: skip
+FAILURE_LABELS = {"timeout": "timeout (deadlock?)"}
+PHASES = ("prefill", "decode")
+
+
+def _phase_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """A profile A/B's rows, one per arm, tokens and phase: a worker's row holds every phase
+    of its one profile run (`by_phase`); a failed run's status stands for each of its phases.
+    Runs recorded with one row per phase pass as they are."""
+    if "by_phase" not in rows:
+        return rows
+    out = []
+    for row in rows.to_dict("records"):
+        measured = row.pop("by_phase")
+        measured = measured if isinstance(measured, dict) else {}
+        for phase in row.get("phases") or measured:
+            out.append({**row, "phase": phase, **measured.get(phase, {})})
+    return pd.DataFrame(out)
+
+
+def _percent(change: float) -> str:
+    return f"{-change:.0f}% faster" if change < 0 else f"{change:.0f}% slower"
+
+
+@dataclass
+class SweepResult:
+    """Rows of a sweep (one per value x tokens) and the run's metadata."""
+
+    meta: dict
+    rows: pd.DataFrame
+
+    @property
+    def param(self) -> str:
+        return self.meta["params"]["param"]
+
+    def table(self) -> pd.DataFrame:
+        """One row per value x tokens: status, median ms, quartiles, 95% interval, facts."""
+        return self.rows.reindex(columns=SWEEP_COLUMNS).reset_index(drop=True)
+
+    def did_not_help(self, baseline_value) -> pd.DataFrame:
+        """The seed's "Things that did not help": per value against the baseline, the effect
+        range across token counts where both ran, and the failures (status at param=value)."""
+        table = self.table()
+        base = table[(table["value"] == baseline_value) & table["ms"].notna()]
+        base_ms = base.set_index("tokens")["ms"]
+        out = []
+        for value, group in table.groupby("value", sort=False):
+            failures = []
+            for status, bad in group[~group["status"].isin(["ok"])].groupby("status"):
+                label = FAILURE_LABELS.get(status, status)
+                where = f"{label} at {self.param}={value}"
+                if len(bad) < len(group):
+                    where += f" (tokens {', '.join(str(t) for t in bad['tokens'])})"
+                failures.append(where)
+            if value == baseline_value and not failures:
+                continue
+            timed = group[group["ms"].notna() & group["tokens"].isin(base_ms.index)]
+            changes = (timed["ms"].to_numpy() / base_ms[timed["tokens"]].to_numpy() - 1) * 100
+            if value == baseline_value or not len(changes):
+                effect = ""
+            elif len(changes) == 1 or changes.min() == changes.max():
+                effect = _percent(changes[0])
+            else:
+                effect = f"between {_percent(changes.min())} and {_percent(changes.max())}"
+            change = f"{self.param}={baseline_value} -> {value}"
+            if value == baseline_value:
+                change = f"{self.param}={value} (the baseline)"
+            out.append({"change": change,
+                        "effect": effect, "failures": "; ".join(failures)})  # fmt: skip
+        return pd.DataFrame(out, columns=["change", "effect", "failures"])
+
+
+@dataclass
+class AbResult:
+    """Rows of an A/B run (one per arm x tokens) and the ratio b/a per token count."""
+
+    meta: dict
+    rows: pd.DataFrame
+
+    def table(self) -> pd.DataFrame:
+        """Per tokens (and phase, for profile A/Bs): both medians, ratio = median(b)/median(a)
+        (below 1: b is faster), its bootstrap 95% interval and whether it excludes 1 (the
+        change exceeds the noise). Profile A/Bs pair their steps: ratio = total time of b over
+        a (`stats.paired_ratio`), and each arm's tokens per second."""
+        keys = ["phase", "tokens"] if "phase" in self.rows else ["tokens"]
+        extra = [c for c in ("tokens_per_s", "dense_ms") if c in self.rows]
+        out = []
+        for key, group in self.rows.groupby(keys, sort=False):
+            arms = {arm: row for arm, row in zip(group["arm"], group.to_dict("records"))}
+            a, b = arms.get("a", {}), arms.get("b", {})
+            line = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+            line |= {"status_a": a.get("status"), "status_b": b.get("status"),
+                     "ms_a": a.get("ms"), "ms_b": b.get("ms")}  # fmt: skip
+            line |= {f"{c}_{arm}": row.get(c) for c in extra for arm, row in (("a", a), ("b", b))}
+            if isinstance(a.get("samples_ms"), list) and isinstance(b.get("samples_ms"), list):
+                line |= _compare(a["samples_ms"], b["samples_ms"], paired="phase" in keys)
+            out.append(line)
+        columns = [*keys, "status_a", "status_b", "ms_a", "ms_b",
+                   *(f"{c}_{arm}" for c in extra for arm in "ab"), "ratio", "ci_low", "ci_high",
+                   "significant"]  # fmt: skip
+        table = pd.DataFrame(out).reindex(columns=columns)
+        # rows arrive as workers finish: sort by size, prefill before decode as profiles show
+        return table.sort_values(keys, key=lambda c: c.map(PHASES.index) if c.name == "phase"
+                                 else c, ignore_index=True)  # fmt: skip
+
+
+def _compare(a: list[float], b: list[float], paired: bool) -> dict:
+    """The A/B ratio of two arms' samples: paired step by step when the arms ran the same steps
+    (a profile's chunks and decode steps), else the unpaired ratio of medians."""
+    if paired and len(a) == len(b):
+        return paired_ratio(a, b)
+    return ratio(a, b)
+
+
+def _load(run_dir: str | Path, kind: str) -> tuple[dict, pd.DataFrame]:
+    meta = read_meta(run_dir)
+    if meta.get("kind") != kind:
+        raise ArtifactError(f"{run_dir} holds a {meta.get('kind')!r} run, not a {kind!r} one.")
+    rows = pd.DataFrame(read_rows(run_dir))
+    return meta, rows
+
+
+def load_sweep(run_dir: str | Path) -> SweepResult:
+    """A sweep from its run directory (rows.jsonl + run.json); no torch needed."""
+    meta, rows = _load(run_dir, "sweep")
+    if len(rows):
+        order = {v: i for i, v in enumerate(meta["params"]["values"])}
+        rows = rows.sort_values(["value", "tokens"], key=lambda c: c.map(order) if
+                                c.name == "value" else c, kind="stable")  # fmt: skip
+    return SweepResult(meta, rows)
+
+
+def load_ab(run_dir: str | Path) -> AbResult:
+    """An A/B run from its run directory; no torch needed."""
+    meta, rows = _load(run_dir, "ab")
+    return AbResult(meta, _phase_rows(rows))

@@ -1,0 +1,139 @@
+"""Which Nsight Compute metrics the report tables read, and how a value is read from a launch.
+
+Metric names change between ncu versions and chips, so every table reads them through the data
+below (row -> candidate names, the first one present wins) and a metric missing from a report is
+NaN, never an error. `NcuReport.metric_sources()` says which name each summary value came from.
+Check the names against a real report before relying on them (tests/test_ncu_analysis.py does).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+
+# Rows of NcuReport.summary(): the seed's "Nsight Compute on the stock kernel" table and a little
+# more.
+SUMMARY_METRICS: dict[str, tuple[str, ...]] = {
+    "Duration (us)": ("gpu__time_duration.sum",),
+    "DRAM throughput (%)": (
+        "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    ),
+    "Issue slots busy (%)": (
+        "sm__inst_issued.avg.pct_of_peak_sustained_active",  # ncu's "Issue Slots Busy"
+        "sm__inst_issued.avg.pct_of_peak_sustained_elapsed",
+        "sm__issue_active.avg.pct_of_peak_sustained_elapsed",
+    ),
+    "Registers per thread": ("launch__registers_per_thread",),
+    "Achieved occupancy (%)": ("sm__warps_active.avg.pct_of_peak_sustained_active",),
+    "Theoretical occupancy (%)": ("sm__maximum_warps_per_active_cycle_pct",),
+    "Integer ALU pipe (%)": (
+        "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active",
+        "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active",
+        "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    ),
+    "Tensor pipe (%)": (
+        "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+        "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+        "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active",
+        "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    ),
+    "Warp cycles per issued instruction": ("smsp__average_warp_latency_per_inst_issued.ratio",),
+    "Local-memory spill requests": (
+        "derived__local_spilling_requests",
+        "sass__inst_executed_register_spilling",
+    ),
+}
+TOP_STALL_ROWS = (
+    "Top stall",
+    "Top stall, cycles per issued instruction",
+    "Top stall, % of samples",
+)
+
+# Rows of occupancy(); the "Block limit" rows also decide the "Limiter" row.
+OCCUPANCY_METRICS: dict[str, tuple[str, ...]] = {
+    "Theoretical occupancy (%)": ("sm__maximum_warps_per_active_cycle_pct",),
+    "Achieved occupancy (%)": ("sm__warps_active.avg.pct_of_peak_sustained_active",),
+    "Block limit: registers": ("launch__occupancy_limit_registers",),
+    "Block limit: shared memory": ("launch__occupancy_limit_shared_mem",),
+    "Block limit: warps": ("launch__occupancy_limit_warps",),
+    "Block limit: blocks per SM": ("launch__occupancy_limit_blocks",),
+    "Registers per thread": ("launch__registers_per_thread",),
+    "Threads per block": ("launch__block_size",),
+    "Blocks": ("launch__grid_size",),
+    "Shared memory per block (bytes)": (
+        "launch__shared_mem_per_block_allocated",
+        "launch__shared_mem_per_block",
+    ),
+    "Waves per SM": ("launch__waves_per_multiprocessor",),
+}
+LIMIT_PREFIX = "Block limit: "
+FUNCTION_START = ("launch__function_pcs",)  # the kernel's first address: SASS offsets from it
+
+# Stall reasons: cycles per issued instruction (WarpStateStats) and PC samples (SourceCounters).
+STALL_RATIO = ("smsp__average_warps_issue_stalled_", "_per_issue_active.ratio")
+STALL_SAMPLES = "smsp__pcsamp_warps_issue_stalled_"  # + reason; "<reason>_not_issued" skipped
+STALL_ALIASES = {"no_instructions": "no_instruction"}  # the sampled name has an extra "s"
+NOT_A_STALL = "selected"  # the warp issued: sampled like a stall, never the "top stall"
+STALL_COLUMNS = ["launch", "reason", "cycles_per_issue", "samples", "share_pct"]
+
+TIME_TO_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+
+
+def number(value: object) -> float:
+    """A metric value as a float; NaN for what is not a number (text, None, a bool)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return math.nan
+
+
+def stall_reason(name: str) -> str:
+    """The one name of a stall reason, whichever of ncu's two spellings a metric uses."""
+    return STALL_ALIASES.get(name, name)
+
+
+def is_stall_sample(name: str) -> bool:
+    """A PC-sampling stall metric; its `_not_issued` twin is a subset of it, not a reason."""
+    return name.startswith(STALL_SAMPLES) and not name.endswith("_not_issued")
+
+
+def first_value(
+    action, names: frozenset[str], candidates: Sequence[str], to_us: bool = False
+) -> tuple[float, str | None]:
+    """(value, metric name) of the first candidate the launch has (`names`: its metric names);
+    (NaN, None) if none. `to_us` converts a duration from the metric's unit to microseconds."""
+    for name in candidates:
+        if name in names:
+            metric = action.metric_by_name(name)
+            value = number(metric.value())
+            if to_us:
+                value *= TIME_TO_US.get(metric.unit(), math.nan)
+            return value, name
+    return math.nan, None
+
+
+def stall_records(
+    labels: Sequence[str], actions: Sequence, names: Sequence[frozenset[str]]
+) -> pd.DataFrame:
+    """Long form, one row per launch and stall reason: launch, reason, cycles_per_issue,
+    samples, share_pct (of the launch's samples). A reason either measure lacks is NaN there."""
+    records = []
+    prefix, suffix = STALL_RATIO
+    for label, action, known in zip(labels, actions, names):
+        ratios, samples = {}, {}
+        for name in known:
+            if name.startswith(prefix) and name.endswith(suffix):
+                reason = stall_reason(name[len(prefix) : -len(suffix)])
+                ratios[reason] = number(action.metric_by_name(name).value())
+            elif is_stall_sample(name):
+                reason = stall_reason(name[len(STALL_SAMPLES) :])
+                samples[reason] = number(action.metric_by_name(name).value())
+        total = sum(v for v in samples.values() if not math.isnan(v))
+        for reason in sorted(ratios.keys() | samples.keys()):
+            count = samples.get(reason, math.nan)
+            share = 100 * count / total if total else math.nan
+            records.append((label, reason, ratios.get(reason, math.nan), count, share))
+    return pd.DataFrame(records, columns=STALL_COLUMNS)

@@ -1,0 +1,125 @@
+"""The one timer of the workbench: how a launch is timed, and the record of how it was.
+
+Every benchmark row, sweep row and A/B sample is timed here, the same way:
+- warm-up: one call first (compiles, loads modules, creates handles);
+- on a GPU, CUDA events around each sample, after writing a buffer larger than any L2 so each
+  sample starts from cold caches as a served step does;
+- decode sizes (tokens at or below GRAPH_TOKENS) replay a CUDA graph of the launch, so the
+  CPU cost of launching a handful of small kernels is not counted as kernel time (work with
+  host-side control flow, such as a peer that syncs on its routing, is timed without a graph);
+- repeats until the median's 95% interval is tight or the budget is spent
+  (`analysis.stats.adaptive_repeats`);
+- on the CPU (the interpreter's stand-in, for tests of this machinery): wall clock.
+`Timing.method` says which of these ran, and goes into each artifact's metadata.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from workbench.analysis.stats import Repeats, adaptive_repeats, summarise
+
+GRAPH_TOKENS = 48  # at or below: time CUDA graph replays
+L2_FLUSH_BYTES = 256 * 2**20  # larger than any L2 (H200: 60 MB)
+
+
+BENCH_REPEATS = Repeats(min_n=10, max_n=100, rel_width=0.02, budget_s=3.0)
+
+
+@dataclass(frozen=True)
+class Method:
+    """How samples were taken (recorded in metadata beside the numbers)."""
+
+    clock: str  # "cuda-events" or "wall-clock"
+    cuda_graph: bool
+    l2_flush_bytes: int
+    warmup_calls: int
+    repeats: Repeats
+
+    def record(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Timing:
+    """Samples in ms, their summary, why repeating stopped, and the method."""
+
+    samples_ms: list[float]
+    stopped: str
+    method: Method
+    stats: dict = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stats = summarise(self.samples_ms)
+
+    @property
+    def median_ms(self) -> float:
+        return self.stats["median"]
+
+    @property
+    def iqr_ms(self) -> float:
+        return self.stats["q3"] - self.stats["q1"]
+
+
+def method_for(
+    device: torch.device, tokens: int, graphable: bool = True, repeats: Repeats = BENCH_REPEATS
+) -> Method:
+    """The method `time_launch` uses for this device and size."""
+    cuda = device.type == "cuda"
+    return Method(
+        clock="cuda-events" if cuda else "wall-clock",
+        cuda_graph=cuda and graphable and tokens <= GRAPH_TOKENS,
+        l2_flush_bytes=L2_FLUSH_BYTES if cuda else 0,
+        warmup_calls=1,
+        repeats=repeats,
+    )
+
+
+def sampler(fn: Callable[[], object], method: Method, device: torch.device) -> Callable[[], float]:
+    """One timed launch of `fn` in ms per call, after the warm-up `method` asks for."""
+    for _ in range(method.warmup_calls):
+        fn()
+    if method.clock == "wall-clock":
+
+        def wall() -> float:
+            start = time.perf_counter()
+            fn()
+            return (time.perf_counter() - start) * 1e3
+
+        return wall
+    torch.cuda.synchronize(device)
+    launch = fn
+    if method.cuda_graph:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        launch = graph.replay
+    cache = torch.empty(method.l2_flush_bytes, dtype=torch.int8, device=device)
+
+    def events() -> float:
+        cache.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    return events
+
+
+def time_launch(
+    fn: Callable[[], object],
+    device: torch.device,
+    tokens: int,
+    graphable: bool = True,
+    repeats: Repeats = BENCH_REPEATS,
+) -> Timing:
+    """Time `fn` by the workbench's one method (module docstring)."""
+    method = method_for(device, tokens, graphable, repeats)
+    samples, stopped = adaptive_repeats(sampler(fn, method, device), **asdict(repeats))
+    return Timing(samples, stopped, method)

@@ -1,0 +1,46 @@
+"""How the command line's values are read: kernel settings, profile settings, sweep values."""
+
+from __future__ import annotations
+
+import argparse
+
+from workbench.errors import WorkbenchError
+from workbench.workloads.profile_params import parse_setting
+
+
+def kernel_setting(text: str) -> tuple[str, object]:
+    """A kernel setting `key=value`; the value an int where it reads as one."""
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"--param {text!r}: write it as key=value")
+    try:
+        return key, int(value)
+    except ValueError:
+        return key, value
+
+
+def profile_setting(text: str) -> tuple[str, object]:
+    """A profile setting `name=value`, read by the one parameter table."""
+    try:
+        return parse_setting(text)
+    except WorkbenchError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def sweep_value(text: str) -> object:
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def profile_ab_setting(text: str) -> tuple[str, object]:
+    """A profile A/B setting: a profile parameter, or `decode_tokens=N` (each arm's decode
+    steps, its samples of the decode phase), which is profile()'s own argument."""
+    name, _, value = text.partition("=")
+    if name.strip().replace("-", "_") == "decode_tokens":
+        try:
+            return "decode_tokens", int(value)
+        except ValueError:
+            raise WorkbenchError(f"setting {text!r}: decode_tokens is a whole number") from None
+    return parse_setting(text)

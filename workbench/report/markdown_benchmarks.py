@@ -1,0 +1,187 @@
+"""The results document's benchmark sections: dense GEMMs, MoE kernels, sparse attention.
+
+A benchmark run is a long table, one row per kernel, variant and size; a reader compares
+variants at one size, so each table here is pivoted wide (a row per size, a column per variant
+and measure) with a row's status riding in its time's cell. Runs of one kind differ in what
+they cover, so the MoE table takes each configuration from the newest run that measured it
+(`seed_tables.newest_rows`); the dense and attention tables come from the newest run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+
+from workbench.analysis.collection import Artifact, Collection
+from workbench.report.markdown_page import MarkdownPage, cell, short_status, sources
+from workbench.report.seed_tables import (
+    DENSE_AB,
+    Section,
+    artifacts,
+    bench_rows,
+    dense_ab_table,
+    newest_rows,
+    started,
+)
+
+MOE_ORDER = ("stock", "multirow", "flat", "padded")
+DENSE_ORDER = ("bf16", "w8a16", "w8a8", "hybrid")
+ATTENTION_ORDER = ("torch", "triton")
+ACCURACY = {  # bench dense's accuracy and compile facts, each the most over all M
+    "rel_error": "error vs the weights it holds (max %)",
+    "error_vs_bf16": "error vs bf16 weights (max %)",
+    "regs": "registers (max)",
+    "spills": "spills (max)",
+}
+
+
+def newest(collection: Collection, kind: str) -> Artifact | None:
+    """The newest artifact of a kind (by the date its capture started)."""
+    items = sorted(artifacts(collection, kind), key=started)
+    return items[-1] if items else None
+
+
+def scenario(name: str) -> str:
+    """bench dense's scenario names as headers: `prefill-46000-4` -> `prefill 46,000, 4 streams`."""
+    found = re.fullmatch(r"(decode|prefill)(?:-(\d+))?-(\d+)", str(name))
+    if not found:
+        return str(name)
+    phase, prompt, streams = found.groups()
+    size = f" {int(prompt):,}" if prompt else ""
+    return f"{phase}{size}, {streams} stream{'s' if streams != '1' else ''}"
+
+
+def _ceilings(item: Artifact) -> str:
+    """The device ceilings a benchmark measured beside its rows, as text."""
+    c = item.meta.get("ceilings") or {}
+    if not {"copy_bytes_per_s", "bf16_flops", "fp8_flops"} <= set(c):
+        return ""
+    return (f"copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, cuBLAS bf16 "
+            f"{c['bf16_flops'] / 1e12:.0f} TFLOP/s, FP8 {c['fp8_flops'] / 1e12:.0f} TFLOP/s "
+            "measured in the same run")  # fmt: skip
+
+
+def _timed(ms: object, status: object, digits: int = 3) -> str:
+    """A time with its status when that is not `ok` (`3.581 (spills)`), or the status alone
+    when the row was not timed."""
+    note = "" if status is None or pd.isna(status) or status == "ok" else short_status(status)
+    if ms is None or pd.isna(ms):
+        return note
+    return f"{cell(ms, digits)} ({note})" if note else cell(ms, digits)
+
+
+def _wide(
+    rows: pd.DataFrame, index: Sequence[str], across: str, order: Sequence[str], measures: dict
+) -> pd.DataFrame:
+    """One row per `index`, and per value of `across` (in `order`) a column per measure:
+    `measures` maps a column of `rows` to (header suffix, digits); `ms` cells carry the
+    row's status when it is not ok."""
+    out: dict[tuple, dict[str, str]] = {}
+    for record in rows.to_dict("records"):
+        key = tuple(record[k] for k in index)
+        line = out.setdefault(key, {})
+        for column, (suffix, digits) in measures.items():
+            value = record.get(column)
+            text = (_timed(value, record.get("status"), digits) if column == "ms"
+                    else cell(value, digits))  # fmt: skip
+            line[f"{record[across]} {suffix}"] = text
+    present = list(dict.fromkeys(str(v) for v in rows[across]))
+    values = [v for v in order if v in present] + [v for v in present if v not in order]
+    headers = [f"{v} {suffix}" for v in values for suffix, _ in measures.values()]
+    frame = pd.DataFrame.from_dict(out, orient="index").reindex(columns=headers)
+    frame.index = pd.MultiIndex.from_tuples(list(out), names=list(index))
+    return frame.fillna("")
+
+
+def _covered(rows: pd.DataFrame, size: str) -> Callable[[Artifact], str]:
+    """A source detail: the sizes a run contributed to `rows`, and its ceilings."""
+
+    def detail(item: Artifact) -> str:
+        sizes = sorted(set(rows.loc[rows["run"] == str(item.path), size]))
+        return f"{size} {', '.join(f'{s:,}' for s in sizes)}; {_ceilings(item)}"
+
+    return detail
+
+
+def write_moe(page: MarkdownPage, collection: Collection, section: Section) -> None:
+    """Per routing, each MoE scheduler and weight format by token count: time, × the HBM
+    floor, TFLOP/s."""
+    items = artifacts(collection, "bench-moe")
+    rows = newest_rows(items, ("kernel", "variant", "weight_dtype", "tokens", "routing"))
+    if rows.empty:
+        page.absent("a benchmark table in the bench-moe runs", section.command)
+        return
+    rows["kernel"] = [
+        v if k == "moe" else f"{k} (peer)" for k, v in zip(rows["kernel"], rows["variant"])
+    ]
+    rows["order"] = [MOE_ORDER.index(k) if k in MOE_ORDER else len(MOE_ORDER) for k in
+                     rows["kernel"]]  # fmt: skip
+    rows = rows.sort_values(["tokens", "order", "kernel"], kind="stable")
+    used = [item for item in items if str(item.path) in set(rows["run"])]
+    page.text(
+        "Each MoE scheduler and weight format at the TP2-rank shape, checked against the fp32 "
+        "reference before it is timed; decode sizes (up to 48 tokens) as CUDA graph replays, "
+        "the L2 flushed between repeats. ms is the median; × floor is the time over the HBM "
+        "floor (the touched experts' weight bytes at the copy bandwidth measured in the same "
+        "run), which is meaningful at decode sizes; TFLOP/s is what counts at prefill sizes. "
+        "Each configuration comes from the newest run that measured it."
+    )
+    measures = {"ms": ("(ms)", 3), "ratio_to_floor": ("× floor", 2), "tflops": ("TFLOP/s", 0)}
+    for routing in dict.fromkeys(rows["routing"]):
+        table = _wide(rows[rows["routing"] == routing], ["tokens", "kernel"], "weight_dtype",
+                      ("bf16", "fp8", "int4"), measures)  # fmt: skip
+        page.table(table, f"MoE, {routing} routing", sources(used, _covered(rows,
+                   "tokens")))  # fmt: skip
+
+
+def write_dense(page: MarkdownPage, collection: Collection, section: Section) -> None:
+    """The seed's backend table (tokens per second per scenario), one layer's projections at
+    each M against the HBM floor, and each backend's accuracy."""
+    item = newest(collection, "bench-dense")
+    table = bench_rows(item)
+    where = sources([item], _ceilings)
+    if (table["kernel"] == DENSE_AB).any():
+        ab = dense_ab_table(table)
+        ab.index = pd.Index([f"{v} (cuBLAS)" if v == "bf16" else v for v in ab.index],
+                            name="backend")  # fmt: skip
+        ab.columns = [f"{scenario(c)} (tokens/s)" for c in ab.columns]
+        page.table(ab, "The seed's backend table: dense GEMMs of all layers, tokens per second",
+                   where, digits=1)  # fmt: skip
+    layer = table[table["kernel"] != DENSE_AB]
+    if layer.empty:
+        return
+    measures = {"ms": ("(ms)", 3), "ratio_to_floor": ("× floor", 1)}
+    page.table(_wide(layer, ["m"], "variant", DENSE_ORDER, measures).rename_axis("M"),
+               "All dense projections of one TP2-rank layer at M rows: median ms, and × the "
+               "HBM floor of their weight bytes", where)  # fmt: skip
+    present = [c for c in ACCURACY if c in layer]
+    if not present:
+        return
+    accuracy = layer.groupby("variant", sort=False)[present].max()
+    order = [v for v in DENSE_ORDER if v in accuracy.index]
+    accuracy = accuracy.reindex(order + [v for v in accuracy.index if v not in order])
+    for column in ("rel_error", "error_vs_bf16"):
+        if column in accuracy:
+            accuracy[column] = 100 * accuracy[column]
+    shown = accuracy.rename(columns=ACCURACY).rename_axis("backend")
+    page.table(shown, "Accuracy against an fp32 GEMM, over all M", where, trim=True)
+
+
+def write_attention(page: MarkdownPage, collection: Collection, section: Section) -> None:
+    """The indexer and sparse attention per scenario: time and × the floor, per variant."""
+    item = newest(collection, "bench-attention")
+    table = bench_rows(item)
+    if table.empty:
+        return
+    page.text(
+        "The indexer, the top-k sparse attention, and both with the selection between them, at "
+        "decode (one query at 2K and 46K context) and for a 4096-query prefill chunk ending at "
+        "46K. × floor is the time over the larger of the bytes a step must move and its FLOPs "
+        "at the rates measured in the same run."
+    )
+    measures = {"ms": ("(ms)", 4), "ratio_to_floor": ("× floor", 1)}
+    page.table(_wide(table, ["scenario", "kernel"], "variant", ATTENTION_ORDER, measures),
+               "Sparse attention at the TP2-rank shape: median ms", sources([item],
+               _ceilings))  # fmt: skip

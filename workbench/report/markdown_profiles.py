@@ -1,0 +1,205 @@
+"""The results document's sections on where a run's time goes: profile runs and ncu reports.
+
+Both artifacts answer "which kernel, and why", so their tables share a shape: one column per
+run or launch, trimmed to the numbers a reader compares, each table naming the artifacts (GPU,
+commit) it came from. What goes in a section and what counts as absent is `seed_tables`', the
+same as on the HTML page; this module only says how it reads as Markdown.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from workbench.analysis.collection import Collection
+from workbench.analysis.profile import Comparison
+from workbench.analysis.tables import short_kernel_name
+from workbench.report.markdown_page import MarkdownPage, cell, sources
+from workbench.report.seed_tables import (
+    NO_DECODE_STEP,
+    NO_FLAT_REPORT,
+    NO_TP_RUN,
+    Section,
+    artifacts,
+    decode_step_reports,
+    kernel_variants,
+    missing_profiles,
+    missing_stock,
+    ncu_variant,
+    profile_columns,
+    prompt_lengths,
+)
+
+if TYPE_CHECKING:  # reading reports needs NVIDIA's ncu_report (the [ncu] extra); tables do not
+    from workbench.analysis.ncu_catalog import NcuCatalog
+
+HOT_SPOTS = 3  # source lines per launch
+STEP_KERNELS = 10  # kernels of a decode-step report
+SOURCE_WIDTH = 70  # characters of a hot spot's source line
+
+
+# ---- profile runs ----------------------------------------------------------------------------
+def write_profiles(page: MarkdownPage, collection: Collection, section: Section) -> None:
+    """Prefill and decode time by category, one column per run in the seed's order; the rank
+    skew of tensor-parallel runs."""
+    items = {id(item.result): item for item in artifacts(collection, "profile")}
+    runs, labels = profile_columns(item.result for item in items.values())
+    comparison = Comparison(runs, labels)
+    ordered = [items[id(run)] for run in runs]
+    steps = {r.meta.get("params", {}).get("decode_tokens") for r in runs}
+    presets = dict.fromkeys(str(r.meta.get("params", {}).get("preset")) for r in runs)
+    page.text(
+        "Summed kernel time by category of the synthetic model "
+        f"({', '.join(f'`{p}`' for p in presets)}), a "
+        f"{' / '.join(f'{p:,}' for p in prompt_lengths(runs))}-token prompt then "
+        f"{' / '.join(str(s) for s in sorted(s for s in steps if s))} decode steps, like the "
+        "seed's server profiles. Tensor-parallel runs show the mean of their ranks (one GPU's "
+        "view)."
+    )
+    where = sources(ordered)
+    page.table(comparison.prefill(), "Prefill: summed kernel time (ms)", where, digits=1)
+    page.table(comparison.decode(), "Decode: mean kernel time per step (ms); the last row is "
+               "the idle time between kernels inside a step", where, digits=2)  # fmt: skip
+    page.text("\n".join(f"- {n}: {r.decode_caption()}" for n, r in zip(comparison.names, runs)))
+    for absence in missing_profiles(runs):
+        page.absent(*absence)
+    for name, run, item in zip(comparison.names, runs, ordered):
+        if run.ranks:
+            skew = run.rank_skew().rename(columns={
+                "time_ms": "in collectives (ms)", "wait_ms": "waiting for the last rank (ms)",
+                "transfer_ms": "transfer (ms)"})  # fmt: skip
+            page.table(skew, f"All-reduce, {name}: waiting for the last rank against the "
+                       "transfer itself", sources([item]), digits=1)  # fmt: skip
+    if not any(run.ranks for run in runs):
+        page.absent(*NO_TP_RUN)
+
+
+# ---- Nsight Compute --------------------------------------------------------------------------
+def _version(text: object) -> str:
+    """ncu's version number alone, out of its banner."""
+    found = re.search(r"\d{4}\.\d+\.\d+(?:\.\d+)?", str(text))
+    return found.group(0) if found else str(text)
+
+
+def _collected(meta: Mapping) -> str:
+    """What ncu collected, from the capture's command: a section set or how many sections, and
+    whether ncu locked the clocks (its default, base clocks) or left them as the GPU runs."""
+    command = [str(c) for c in meta.get("command") or []]
+    if not command:
+        return ""
+    sections = command.count("--section")
+    what = f"{sections} sections" if sections else "set full"
+    if "--set" in command[:-1]:
+        what = f"set {command[command.index('--set') + 1]}"
+    clocks = "base"
+    if "--clock-control" in command[:-1]:
+        clocks = command[command.index("--clock-control") + 1]
+    return what + ("" if clocks == "none" else f", clocks locked ({clocks})")
+
+
+def _reports(catalog: NcuCatalog) -> pd.DataFrame:
+    """The catalog's reports, one row each: what was captured, how, where and when."""
+    entries = catalog.entries()
+    return pd.DataFrame(
+        {
+            "report": [f"`ncu/{f}`" for f in entries["file"]],
+            "variant": entries["variant"],
+            "collected": [_collected(r.meta) for r in catalog.reports],
+            "tokens": entries["tokens"],
+            "weights": entries["format"],
+            "launches": entries["launches"],
+            "GPU": entries["gpu"],
+            "ncu": entries["ncu"].map(_version),
+            "date": entries["date"].map(lambda d: str(d)[:16].replace("T", " ")),
+            "commit": entries["commit"],
+        }
+    )
+
+
+def _change(diff: pd.DataFrame, baseline: str, variant: str) -> pd.DataFrame:
+    """A catalog diff as one cell per launch and row: `410.8 -> 254.9 (-38%)`."""
+    out = {}
+    for launch in dict.fromkeys(diff.columns.get_level_values(0)):
+        part = diff[launch]
+        out[launch] = [
+            f"{cell(a, 1, True)} → {cell(b, 1, True)}" + ("" if pd.isna(c) else f" ({c:+.0f}%)")
+            for a, b, c in zip(part[baseline], part[variant], part["change_pct"])
+        ]
+    return pd.DataFrame(out, index=pd.Index(diff.index, name="metric"))
+
+
+def _hot_spots(catalog: NcuCatalog, variant: str) -> pd.DataFrame:
+    """The most sampled source lines of each main launch, the source shortened to fit a cell."""
+    hot = catalog.hotspots(variant, n=HOT_SPOTS)
+    if hot.empty:
+        return hot
+
+    def code(text: object) -> str:
+        text = " ".join(str(text).split())
+        text = text if len(text) <= SOURCE_WIDTH else text[: SOURCE_WIDTH - 1] + "…"
+        return f"`{text}`"
+
+    return pd.DataFrame(
+        {
+            "launch": hot["launch"],
+            "line": [f"{Path(f).name}:{n}" if f else "" for f, n in zip(hot["file"], hot["line"])],
+            "source": hot["text"].map(code),
+            "stall samples (%)": hot["share_pct"],
+            "top stall": hot["top_stall"],
+        }
+    )
+
+
+def write_ncu(page: MarkdownPage, collection: Collection, section: Section) -> None:
+    """The reports, the seed's table per kernel captured, the stock kernel's hot spots and its
+    diff against flat, and the kernels of each decode-step report."""
+    from workbench.analysis.ncu_catalog import variant_label
+
+    catalog = collection.ncu_catalog()
+    variant = ncu_variant(catalog)
+    page.table(_reports(catalog), "Reports: what ncu collected (at the clocks the GPU ran at, "
+               "unless it says they were locked), on which GPU, when, at which commit",
+               index=False)  # fmt: skip
+    for absence in missing_stock(catalog, section.command):
+        page.absent(*absence)
+    page.text(
+        "The seed's table for each kernel captured, one column per main launch (a launch "
+        "holding at least a tenth of its call's kernel time; the routing kernels of a MoE call "
+        "take microseconds). The top stall is the reason with the most cycles per issued "
+        "instruction."
+    )
+    for name in kernel_variants(catalog):
+        files = sorted({x.report.path.name for x in catalog.main(name)})
+        page.table(catalog.seed_table(name).rename_axis("metric"), f"{name}",
+                   "From " + ", ".join(f"`ncu/{f}`" for f in files) + ".", digits=1,
+                   trim=True)  # fmt: skip
+    hot = _hot_spots(catalog, variant)
+    if not hot.empty:
+        page.table(hot, f"Hot spots of {variant}: the most sampled source lines of each main "
+                   "launch, with their share of its stall samples", digits=1,
+                   index=False)  # fmt: skip
+    if variant == "stock" and "flat" in catalog.variants:
+        page.table(_change(catalog.diff("flat", "stock"), "stock", "flat"),
+                   "flat against stock, launch by launch: stock → flat (change)")  # fmt: skip
+    elif variant == "stock":
+        page.absent(*NO_FLAT_REPORT)
+    steps = decode_step_reports(catalog)
+    for step in steps:
+        times = step.kernel_time().head(STEP_KERNELS)
+        times.index = pd.Index([f"`{short_kernel_name(k, 70)}`" for k in times.index],
+                               name="kernel")  # fmt: skip
+        times = times.rename(columns={"total_us": "total (us)", "mean_us": "mean (us)",
+                                      "share_pct": "share (%)"})  # fmt: skip
+        page.text(
+            f"Every kernel of one decode step ({variant_label(step.meta, step.path)}, "
+            f"{len(step)} launches): ncu replays each launch alone with its caches flushed, so "
+            "this ranks the step's kernels; the profile above adds them up."
+        )
+        page.table(times, f"One decode step: profiled time by kernel, the {STEP_KERNELS} "
+                   "longest", f"From `ncu/{step.path.name}`.", digits=1)  # fmt: skip
+    if not steps:
+        page.absent(*NO_DECODE_STEP)

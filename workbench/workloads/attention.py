@@ -1,0 +1,70 @@
+"""The sparse-attention workload: queries ending at a context length, one seed.
+
+Inputs of a scenario depend on (seed, queries, context) only, with the fp32 answers they are
+checked by (indexer scores, the positions the fp32 indexer selects, the attention over them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+import kernels.attention as attention
+from workbench.presets import RankShapes
+from workbench.workloads.seeds import randn
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """`queries` consecutive queries whose last one sits at position `context - 1`."""
+
+    name: str
+    queries: int
+    context: int
+
+
+SCENARIOS = (
+    Scenario("decode-2K", 1, 2048),
+    Scenario("decode-46K", 1, 46_000),
+    Scenario("prefill-46K", 4096, 46_000),
+)
+SCENARIOS = (
+    Scenario("decode-2K", 1, 2048),
+    Scenario("decode-46K", 1, 46_000),
+    Scenario("prefill-46K", 4096, 46_000),
+)
+
+
+@dataclass
+class Problem:
+    """One scenario's inputs in the serving dtype, and the fp32 answers they are checked by."""
+
+    q: torch.Tensor
+    kv: torch.Tensor
+    index_q: torch.Tensor
+    index_w: torch.Tensor
+    keys: torch.Tensor
+    pos: torch.Tensor
+    index: torch.Tensor  # positions the fp32 indexer selects
+    scores_ref: torch.Tensor
+    out_ref: torch.Tensor
+
+    @classmethod
+    def draw(
+        cls, sc: Scenario, s: RankShapes, dtype: torch.dtype, device: torch.device, seed: int
+    ) -> Problem:
+        def draw(name: str, *shape: int, dtype: torch.dtype = dtype) -> torch.Tensor:
+            return randn(shape, device, dtype, seed, "attention", name, sc.queries, sc.context)
+
+        index_q = draw("index_q", sc.queries, s.index_heads, s.index_dim)
+        keys = draw("keys", sc.context, s.index_dim)
+        index_w = draw("index_w", sc.queries, s.index_heads, dtype=torch.float32)
+        index_w *= s.index_heads**-0.5
+        q = draw("q", sc.queries, s.q_heads, s.head_dim)
+        kv = draw("kv", sc.context, s.head_dim)
+        pos = torch.arange(sc.context - sc.queries, sc.context, device=device)
+        scores = attention.indexer_scores(index_q.float(), index_w, keys.float(), pos)
+        index = attention.select_positions(scores, pos, s.index_topk, s.window)
+        out = attention.sparse_attention(q.float(), kv.float(), index)
+        return cls(q, kv, index_q, index_w, keys, pos, index, scores, out)

@@ -1,0 +1,48 @@
+"""One reference check for every workload: the relative error and the tolerance table.
+
+A kernel's output is compared with its fp32 reference before it is timed; a wrong kernel is
+reported `wrong` and never timed. The bounds: bf16 arithmetic lands near 1e-3 to 1e-2; FP8
+weights checked against the dequantised weights they hold stay inside 2e-2 (W*A16) and W8A8
+(activations quantised too) inside 5e-2; the interpreter's fp32 CPU runs are held to 1e-4
+where a kernel computes in fp32 throughout.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from workbench.errors import WorkbenchError
+
+# (workload, variant or weight format) -> the largest relative error that passes.
+TOLERANCE: dict[tuple[str, str], float] = {
+    ("moe", "bf16"): 2e-2,
+    ("moe", "fp8"): 2e-2,
+    ("moe", "int4"): 2e-2,
+    ("dense", "bf16"): 1e-2,
+    ("dense", "w8a16"): 1e-2,
+    ("dense", "w8a8"): 5e-2,
+    ("dense", "hybrid"): 5e-2,
+    ("attention", "bf16"): 1e-2,
+}
+
+
+def tolerance(workload: str, key: str) -> float:
+    """The bound for `workload` run as `key` (a weight format or a dense variant)."""
+    try:
+        return TOLERANCE[(workload, key)]
+    except KeyError:
+        known = ", ".join(f"{w}/{k}" for w, k in TOLERANCE)
+        raise WorkbenchError(f"no tolerance for {workload}/{key}; known: {known}") from None
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64; NaN when out has a NaN or inf, so it never passes."""
+    out64, ref64 = out.double(), ref.double()
+    if not bool(torch.isfinite(out64).all()):
+        return float("nan")
+    return (out64 - ref64).norm().item() / max(ref64.norm().item(), 1e-30)
+
+
+def passes(error: float, workload: str, key: str) -> bool:
+    """Whether `error` is within the bound (NaN never is)."""
+    return error <= tolerance(workload, key)

@@ -1,0 +1,111 @@
+"""What one run of the synthetic model computes and holds: the plan, the KV cache and the
+static buffers of a decode step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from workbench.errors import WorkbenchError
+from workbench.presets import RankShapes
+
+if TYPE_CHECKING:
+    from workbench.workloads.model import SyntheticModel
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run computes: a chunked prefill of the prompt, then batched decode steps."""
+
+    prompt_tokens: int
+    decode_tokens: int
+    streams: int = 1
+    prefill_chunk: int | None = 4096
+
+    def __post_init__(self) -> None:
+        for name in ("prompt_tokens", "decode_tokens", "streams"):
+            value = getattr(self, name)
+            if value < 1:
+                raise WorkbenchError(f"{name}={value} is below 1; give a count of at least 1.")
+        if self.prefill_chunk is not None and self.prefill_chunk < 1:
+            raise WorkbenchError(
+                f"prefill_chunk={self.prefill_chunk} is below 1; give a positive chunk size "
+                "or None for one pass."
+            )
+
+    def chunks(self) -> list[tuple[int, int]]:
+        """(first position, size) of every prefill chunk."""
+        size = self.prefill_chunk or self.prompt_tokens
+        return [
+            (start, min(size, self.prompt_tokens - start))
+            for start in range(0, self.prompt_tokens, size)
+        ]
+
+    def warmup(self) -> Plan:
+        """A short plan with the same kernel specialisations: one chunk of each distinct size."""
+        sizes = sorted({size for _, size in self.chunks()}, reverse=True)
+        return Plan(sum(sizes), min(2, self.decode_tokens), self.streams, sizes[0])
+
+
+class Cache:
+    """Per-layer latent KV and indexer keys: the prompt first, then each stream's decode tail.
+
+    A stream's token at decode step t sits at flat row `prompt + stream * tail + t`, and at
+    *virtual* position `prompt + t` in its own sequence (the prompt, then its own tail).
+    """
+
+    def __init__(self, s: RankShapes, layers: int, plan: Plan, device, dtype):
+        self.prompt = plan.prompt_tokens
+        self.tail = plan.decode_tokens
+        rows = plan.prompt_tokens + plan.streams * plan.decode_tokens
+        self.kv = [torch.empty(rows, s.head_dim, device=device, dtype=dtype) for _ in range(layers)]
+        self.keys = [
+            torch.empty(rows, s.index_dim, device=device, dtype=dtype) for _ in range(layers)
+        ]
+
+    def virtual_to_flat(self, virtual: torch.Tensor) -> torch.Tensor:
+        """Map per-stream positions (prompt, then own tail) to flat cache rows; -1 stays -1."""
+        stream = torch.arange(virtual.shape[0], device=virtual.device)[:, None]
+        tail_row = self.prompt + stream * self.tail + (virtual - self.prompt)
+        flat = torch.where(virtual >= self.prompt, tail_row, virtual)
+        return torch.where(virtual < 0, virtual, flat)
+
+
+class DecodeState:
+    """Static buffers of a decode step, so that every step has the same shapes and pointers.
+
+    The step index lives in a device tensor and the step's inputs are copied into fixed
+    buffers: one CUDA graph then serves every decode step, and an eager run does exactly the
+    same work as a replay.
+    """
+
+    def __init__(self, model: SyntheticModel, plan: Plan):
+        dev, s = model.device, model.shapes
+        self.cache = Cache(s, model.layers, plan, dev, model.dtype)
+        self.streams = plan.streams
+        self.step = torch.zeros((), dtype=torch.int64, device=dev)
+        self.x = torch.zeros(plan.streams, s.hidden, device=dev, dtype=model.dtype)
+        self.ids = [
+            torch.zeros(plan.streams, s.top_k, dtype=torch.int32, device=dev)
+            for _ in range(model.layers)
+        ]
+        self.weights = [
+            torch.full((plan.streams, s.top_k), 1.0 / s.top_k, device=dev)
+            for _ in range(model.layers)
+        ]
+        self.stream_rows = plan.prompt_tokens + torch.arange(plan.streams, device=dev) * (
+            plan.decode_tokens
+        )
+        self.tokens = torch.zeros(plan.streams, dtype=torch.int64, device=dev)
+        self.hidden = torch.zeros(plan.streams, s.hidden, device=dev, dtype=model.dtype)
+
+    def load(self, inputs: dict, step: int) -> None:
+        """Copy decode step `step`'s inputs into the static buffers (outside any graph)."""
+        rows = slice(step * self.streams, (step + 1) * self.streams)
+        self.step.fill_(step)
+        self.x.copy_(inputs["decode"][step])
+        for i, (ids, weights) in enumerate(inputs["decode_routing"]):
+            self.ids[i].copy_(ids[rows])
+            self.weights[i].copy_(weights[rows])
