@@ -124,3 +124,13 @@ def test_one_tolerance_table_and_one_relative_error():
     ref = torch.ones(4)
     assert checks.relative_error(ref * 1.01, ref) == pytest.approx(0.01)
     assert math.isnan(checks.relative_error(torch.full((4,), float("inf")), ref))
+
+
+def test_the_roofline_floor_is_bytes_at_decode_and_flops_at_prefill():
+    from workbench.capture.bench_rows import roofline_ms
+
+    ceilings = {"copy_bytes_per_s": 4e12, "bf16_flops": 8e14, "fp8_flops": 1.6e15}
+    assert roofline_ms(4e9, 1e9, ceilings) == pytest.approx(1.0)  # 4 GB at 4 TB/s
+    assert roofline_ms(4e6, 8e14, ceilings) == pytest.approx(1000.0)  # FLOPs at the bf16 peak
+    assert roofline_ms(4e6, 8e14, ceilings, "fp8_flops") == pytest.approx(500.0)
+    assert roofline_ms(4e6, 8e14, {**ceilings, "fp8_flops": None}, "fp8_flops") == 1000.0

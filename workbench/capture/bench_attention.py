@@ -28,6 +28,7 @@ from workbench.capture.bench_rows import (
     check_then_time,
     compile_facts,
     print_row,
+    roofline_ms,
     save_bench,
     time_call,
 )
@@ -145,7 +146,7 @@ def _row(kernel, name, call: Callable, ref, error, sc, p, s, ctx) -> dict:
         return row
     nbytes, flops = cost(kernel, sc, p, s)
     ceilings = ctx["ceilings"]
-    floor_ms = max(nbytes / ceilings["copy_bytes_per_s"], flops / ceilings["bf16_flops"]) * 1e3
+    floor_ms = roofline_ms(nbytes, flops, ceilings)
     return row | {
         "floor_ms": floor_ms,
         "ratio_to_floor": row["ms"] / floor_ms,

@@ -25,6 +25,7 @@ from workbench.capture.bench_rows import (
     check_then_time,
     compile_facts,
     print_row,
+    roofline_ms,
     save_bench,
     time_call,
 )
@@ -34,9 +35,9 @@ from workbench.workloads.moe import (
     MoeProblem,
     expert_masters,
     flops,
+    min_bytes,
     moe_problem,
     reference,
-    weight_bytes,
 )
 
 TOKENS = (1, 6, 24, 48, 512, 4096, 33863)
@@ -105,8 +106,8 @@ def measure(
     if row["status"] not in ("ok", "spills"):
         return row
     ms = row["ms"]
-    floor_ms = weight_bytes(fmt, problem.experts_touched(), s) / ceilings["copy_bytes_per_s"]
-    floor_ms *= 1e3
+    # Every format computes in bf16 (W*A16: weights dequantised in registers).
+    floor_ms = roofline_ms(min_bytes(fmt, problem, s), flops(tokens, s), ceilings)
     tflops = flops(tokens, s) / (ms / 1e3) / 1e12
     return row | {
         "floor_ms": floor_ms,

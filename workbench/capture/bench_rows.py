@@ -49,6 +49,15 @@ def call_with_facts(fn: Callable[[], torch.Tensor], facts: list[dict]) -> torch.
     return out
 
 
+def roofline_ms(nbytes: float, flops: float, ceilings: dict, peak: str = "bf16_flops") -> float:
+    """The physical floor of a launch in ms: the larger of its bytes at the copy bandwidth and
+    its FLOPs at the measured peak of the tensor-core dtype it computes in (`bf16_flops`, or
+    `fp8_flops` for FP8 x FP8 kernels), both measured in the same run. A decode launch is bound
+    by bytes, a prefill launch by FLOPs: its ratio to the floor means the same at every size."""
+    rate = ceilings.get(peak) or ceilings["bf16_flops"]  # a CPU stand-in measures no FP8 rate
+    return max(nbytes / ceilings["copy_bytes_per_s"], flops / rate) * 1e3
+
+
 def check_then_time(
     row: dict,
     check: Callable[[], dict],

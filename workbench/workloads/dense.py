@@ -97,6 +97,10 @@ class Layer:
     def weights(self, variant: str) -> list[list]:
         return self.masters if dense.WEIGHT_FORMAT[variant] == "bf16" else self.fp8
 
+    def activation_bytes(self, m: int) -> int:
+        """Bytes of the layer's inputs read and outputs written once at M tokens (bf16)."""
+        return 2 * m * sum((p.k + p.n) * p.count for p in self.projections)
+
     def weight_bytes(self, variant: str) -> int:
         """Bytes one copy of the layer's weights takes in the variant's format."""
         return sum(w.nbytes for w in self.weights(variant)[0])

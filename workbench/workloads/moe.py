@@ -83,3 +83,10 @@ def weight_bytes(fmt: str, experts_touched: int, s: RankShapes, block: int = 128
 def flops(tokens: int, s: RankShapes) -> float:
     """Gate, up and down GEMMs of every routed slot."""
     return 2.0 * tokens * s.top_k * 3 * s.hidden * s.expert_intermediate
+
+
+def min_bytes(fmt: str, problem: MoeProblem, s: RankShapes) -> float:
+    """The fewest bytes a launch must move: the touched experts' weights and scales, the
+    tokens' activations read once and the output written once."""
+    activations = 2 * problem.tokens * s.hidden * problem.x.element_size()
+    return weight_bytes(fmt, problem.experts_touched(), s) + activations
