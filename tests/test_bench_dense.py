@@ -3,6 +3,8 @@ backend checked before it is timed, floors and ratios from the ceilings, the A/B
 the per-layer rows, failures as statuses, and the CLI's `bench dense`. (The H200 numbers come
 from running it there; no timing is asserted here.)"""
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 import torch
@@ -11,6 +13,7 @@ import kernels.dense as dense
 from workbench.artifacts import read_meta, read_table
 from workbench.capture import bench_dense as bench
 from workbench.cli import main
+from workbench.peers import PEERS, Peer
 from workbench.presets import get_preset
 from workbench.workloads.checks import tolerance
 from workbench.workloads.dense import layer_projections
@@ -46,7 +49,7 @@ def fixed_timer(monkeypatch):
 def _run(tmp_path, **kwargs):
     args = {"ms": (1, 3), "variants": bench.BACKENDS, "hybrid_m": 1, "device": "cpu",
             "ceilings": CEILINGS, "out": tmp_path, "progress": False, "ab_prompt": 4,
-            "ab_chunk": 4, **SMALL, **kwargs}  # fmt: skip
+            "ab_chunk": 4, "peers": (), **SMALL, **kwargs}  # fmt: skip
     return bench.bench_dense(**args)
 
 
@@ -139,7 +142,12 @@ def test_cli_bench_dense_and_attention_pass_their_options(tmp_path, monkeypatch,
             "128", "--hybrid-m", "64", "--no-ab", "--out", str(tmp_path)]  # fmt: skip
     assert main(argv) == 0
     assert seen["dense"] == {"ms": [1, 4], "variants": ["bf16", "w8a16"], "ab": False,
-                             "block": 128, "hybrid_m": 64, "out": str(tmp_path)}  # fmt: skip
+                             "block": 128, "hybrid_m": 64, "out": str(tmp_path),
+                             "peers": None}  # fmt: skip
+    assert main(["bench", "dense", "--peers", "cublas_fp8", "humming"]) == 0
+    assert seen["dense"]["peers"] == ["cublas_fp8", "humming"]
+    assert main(["bench", "dense", "--no-peers"]) == 0
+    assert seen["dense"]["peers"] == []
     assert main(["bench", "attention", "--variants", "triton"]) == 0
     assert seen["attention"] == {"variants": ["triton"], "out": "raw"}
     assert "written to" in capsys.readouterr().out
@@ -150,3 +158,76 @@ def test_unknown_backend_is_a_clear_error(tmp_path):
 
     with pytest.raises(WorkbenchError, match="unknown dense variants"):
         _run(tmp_path, variants=("bf16", "marlin"))
+
+
+def _fake_peer(name: str, scale: float = 1.0, ok: bool = True) -> Peer:
+    """A peer registered by the test: a torch matmul on the dequantised 128-block FP8 weights
+    (times `scale`, to make a wrong one), W8A16-like."""
+
+    def prepare(weights):
+        w = weights.dequantize()
+        return lambda x: scale * (x @ w.T.to(x.dtype))
+
+    why = "a torch matmul" if ok else "fake is not installed: pip install fake"
+    return Peer(name, ("dense",), "w8a16-block128", "w8a16", lambda: (ok, why), prepare)
+
+
+def test_peers_get_checked_timed_rows_with_our_columns(tmp_path, monkeypatch, fixed_timer):
+    for peer in (_fake_peer("fake"), _fake_peer("absent", ok=False), _fake_peer("off", 2.0)):
+        monkeypatch.setitem(PEERS, peer.name, peer)
+    table = _run(tmp_path, ms=(1, 4), variants=("bf16", "w8a16"), ab=False,
+                 peers=("fake", "absent", "off"))  # fmt: skip
+    assert list(table.columns) == bench.COLUMNS
+    rows = {k: t.set_index("m") for k, t in table.groupby("kernel")}
+    assert set(rows) == {"dense-layer", "fake", "absent", "off"}
+
+    fake = rows["fake"]  # checked against the 128-block weights it holds, then timed
+    assert list(fake.index) == [1, 4] and set(fake["status"]) == {"ok"}
+    assert (fake["variant"] == "w8a16-block128").all() and (fake["ms"] == 2.0).all()
+    assert (fake["rel_error"] < 1e-5).all() and (fake["error_vs_bf16"] > 1e-3).all()
+    assert fake[["floor_ms", "ratio_to_floor", "tflops", "tokens_per_s"]].notna().all().all()
+    assert (fake["speedup_vs_bf16"] == 1.0).all()  # against our bf16 row, both 2 ms
+    bf16 = rows["dense-layer"][rows["dense-layer"]["variant"] == "bf16"]
+    assert (fake["floor_ms"] < bf16["floor_ms"]).all()  # one byte a weight, not two
+
+    absent = rows["absent"]
+    assert set(absent["status"]) == {"missing-peer"} and absent["ms"].isna().all()
+    assert set(absent["note"]) == {"fake is not installed: pip install fake"}
+
+    off = rows["off"]
+    assert set(off["status"]) == {"wrong"} and off["ms"].isna().all()
+    assert (off["rel_error"] > 0.5).all()
+
+    meta = read_meta(table.attrs["path"])
+    assert meta["params"]["block"] == 32 and meta["params"]["peer_block"] == 128
+    assert meta["params"]["peers"] == ["fake", "absent", "off"]
+    why = "fake is not installed: pip install fake"
+    assert meta["peers"]["absent"] == {"available": False, "variant": "w8a16-block128", "why": why}
+    assert meta["peers"]["fake"]["available"] is True
+
+
+def test_a_peer_whose_conversion_fails_is_an_error_row(tmp_path, monkeypatch, fixed_timer):
+    def broken(weights):
+        raise RuntimeError("NVRTC: cannot find cuda_runtime.h")
+
+    monkeypatch.setitem(PEERS, "fake", replace(_fake_peer("fake"), prepare=broken))
+    table = _run(tmp_path, ms=(1,), variants=("w8a16",), ab=False, peers=("fake",))
+    row = table[table["kernel"] == "fake"].iloc[0]
+    assert row["status"] == "error: RuntimeError: NVRTC: cannot find cuda_runtime.h"
+    assert pd.isna(row["ms"]) and "cuda_runtime.h" in row["note"]
+
+
+def test_every_dense_peer_runs_by_default_and_absent_ones_say_why(tmp_path, fixed_timer):
+    """On a CPU no real peer can run: each is a missing-peer row per size, with its reason."""
+    table = _run(tmp_path, ms=(1,), variants=("bf16",), ab=False, peers=None)
+    missing = table[table["kernel"] != "dense-layer"].set_index("kernel")
+    assert list(missing.index) == ["cublas_fp8", "humming", "deepgemm", "marlin"]
+    assert set(missing["status"]) == {"missing-peer"} and missing["note"].str.len().min() > 20
+    assert missing.loc["cublas_fp8", "note"].startswith("no CUDA GPU")
+
+
+def test_unknown_peer_is_a_clear_error(tmp_path):
+    from workbench.errors import WorkbenchError
+
+    with pytest.raises(WorkbenchError, match="unknown peers"):
+        _run(tmp_path, peers=("marlin2",))

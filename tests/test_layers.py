@@ -1,11 +1,11 @@
 """The layers import only downwards, and no modules import each other in a cycle.
 
-kernels -> workloads -> capture -> artifacts -> analysis -> report -> views -> (the facade, the
-CLI, widgets, plans). Capture writes artifacts and returns analysis results, so it may import
-artifacts and analysis; analysis reads artifacts on any machine, so it imports neither torch,
-kernels, workloads nor capture; report draws analysis results and is imported by neither
-analysis nor capture, not even inside a function. Every import statement counts, wherever it
-stands, because a lazy back-import is still a dependency.
+kernels -> workloads, peers -> capture -> artifacts -> analysis -> report -> views -> (the
+facade, the CLI, widgets, plans). Capture writes artifacts and returns analysis results, so it
+may import artifacts and analysis; analysis reads artifacts on any machine, so it imports
+neither torch, kernels, workloads nor capture; report draws analysis results and is imported by
+neither analysis nor capture, not even inside a function. Every import statement counts,
+wherever it stands, because a lazy back-import is still a dependency.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ ALLOWED = {
     "kernels": set(),
     "workbench.artifacts": set(),
     "workbench.workloads": {"kernels"},
+    "workbench.peers": {"kernels"},
     "workbench.analysis": {"workbench.artifacts"},
     "workbench.capture": {
         "kernels",
         "workbench.workloads",
+        "workbench.peers",
         "workbench.artifacts",
         "workbench.analysis",
     },  # fmt: skip

@@ -71,7 +71,7 @@ def round_to_e4m3(v):
 
 @triton.jit
 def _quantize_rows_kernel(
-    x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm, stride_sm,
+    x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm, stride_sm, stride_sk,
     BLOCK_R: tl.constexpr, QBLOCK: tl.constexpr,
 ):  # fmt: skip
     rows = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
@@ -83,19 +83,26 @@ def _quantize_rows_kernel(
     scale, inverse = pow2_scale(tl.max(tl.abs(x), axis=1))
     q = round_to_e4m3(x * inverse[:, None]).to(tl.float8e4nv)  # the scaling is exact
     tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
-    tl.store(s_ptr + rows * stride_sm + block, scale, mask=rows < M)
+    tl.store(s_ptr + rows * stride_sm + block * stride_sk, scale, mask=rows < M)
 
 
-def quantize_activations(x: Tensor, block: int) -> tuple[Tensor, Tensor]:
+def quantize_activations(x: Tensor, block: int, outer_major: bool = False) -> tuple[Tensor, Tensor]:
     """(values float8_e4m3fn (M, K), scales fp32 (M, cdiv(K, block))), as
-    `reference.quantize_activations_reference` computes them."""
+    `reference.quantize_activations_reference` computes them.
+
+    `outer_major` stores the scales token-fastest, strides (1, M), the layout cuBLAS's 1x128
+    blockwise scaling reads, so a caller feeding `torch.nn.functional.scaled_mm` needs no copy.
+    """
     m, k = x.shape
+    blocks = triton.cdiv(k, block)
     values = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=x.device)
-    scales = torch.empty(m, triton.cdiv(k, block), dtype=torch.float32, device=x.device)
-    grid = (triton.cdiv(m, QUANT_ROWS), scales.shape[1])
+    shape = (blocks, m) if outer_major else (m, blocks)
+    scales = torch.empty(shape, dtype=torch.float32, device=x.device)
+    scales = scales.t() if outer_major else scales
+    grid = (triton.cdiv(m, QUANT_ROWS), blocks)
     launch(
         _quantize_rows_kernel, grid, x, values, scales, m, k, *x.stride(), values.stride(0),
-        scales.stride(0), BLOCK_R=QUANT_ROWS, QBLOCK=block,
+        *scales.stride(), BLOCK_R=QUANT_ROWS, QBLOCK=block,
     )  # fmt: skip
     return values, scales
 

@@ -12,12 +12,19 @@ The A/B table is the seed's "Dense backend" table at kernel level: the dense GEM
 layers for decode with 1 and 4 streams (ms per step) and for a 46K-token prefill in 4096-token
 chunks (one prompt, or four batched into the same chunks; ms for the whole prefill), from the
 per-layer times at those chunk sizes, with tokens per second.
+
+Peers (`--peers`, default every registered dense peer: `workbench.peers`) run at the same sizes
+on the same activations, their rows named by the peer in `kernel` (`cublas_fp8`, `humming`)
+and by what it is in `variant`, with the same columns. They take the weights in DeepSeek's
+128x128 blocks (`bench_dense_peers`), are checked like the workbench scheme they compute
+(W8A8 or W8A16) against the fp32 product on those weights, and are left out of the A/B table.
+A peer that cannot run is a `missing-peer` row with the reason in `note`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from functools import partial
 
 import pandas as pd
@@ -25,17 +32,20 @@ import torch
 from tqdm.auto import tqdm
 
 import kernels.dense as dense
+from workbench.capture.bench_dense_peers import PEER_REF, Prepared, prepare_peers, unrun_rows
 from workbench.capture.bench_rows import (
     bench_setup,
     call_with_facts,
     check_then_time,
     compile_facts,
     print_row,
+    roofline_ms,
     save_bench,
     time_call,
 )
 from workbench.capture.timing import GRAPH_TOKENS
 from workbench.errors import WorkbenchError
+from workbench.peers import PEER_BLOCK, get_peers, peer_names
 from workbench.workloads.checks import relative_error, tolerance
 from workbench.workloads.dense import Layer, activations, layer_flops
 
@@ -46,7 +56,7 @@ DECODE_COPIES = 3  # layer copies cycled at decode sizes: about 300 MB of weight
 COLUMNS = [
     "kernel", "variant", "scenario", "m", "ms", "iqr_ms", "floor_ms", "ratio_to_floor",
     "tflops", "ratio_to_cublas", "tokens_per_s", "speedup_vs_bf16", "rel_error",
-    "error_vs_bf16", "regs", "spills", "status",
+    "error_vs_bf16", "regs", "spills", "status", "note",
 ]  # fmt: skip
 PRINTED = ("kernel", "variant", "scenario", "m", "ms", "ratio_to_floor", "ratio_to_cublas",
            "speedup_vs_bf16", "rel_error", "regs", "spills", "status")  # fmt: skip
@@ -58,53 +68,96 @@ def ab_chunks(prompt: int, streams: int, chunk: int) -> list[int]:
     return [min(chunk, total - start) for start in range(0, total, chunk)]
 
 
+@dataclass(frozen=True)
+class Contender:
+    """What one row times: `linear(x, w)` over the layer's weights in the form it takes (a list
+    per layer copy), checked against the reference on the weights it holds (`held`, a key of
+    `_references`) with `tolerance`; `weight_bytes` of one copy, and the M above which it
+    multiplies in FP8 (None: never) for its roofline's tensor-core rate."""
+
+    kernel: str
+    variant: str
+    linear: Callable
+    copies: list[list]
+    held: str
+    tolerance: float
+    weight_bytes: int
+    fp8_above: int | None
+
+
+def _ours(variant: str, layer: Layer, hybrid_m: int | None) -> Contender:
+    """One of the workbench's own backends, on the layer's weights in its format."""
+    linear = dense.VARIANTS[variant]
+    if variant == "hybrid":
+        linear = partial(linear, hybrid_m=hybrid_m)
+    fp8_above = {"w8a8": 0, "hybrid": dense.hybrid_threshold(hybrid_m)}.get(variant)
+    return Contender("dense-layer", variant, linear, layer.weights(variant),
+                     dense.WEIGHT_FORMAT[variant], tolerance("dense", variant),
+                     layer.weight_bytes(variant), fp8_above)  # fmt: skip
+
+
+def _call(x: torch.Tensor, linear: Callable) -> torch.Tensor:
+    """A peer's weight is its own linear(x), built once by its conversion."""
+    return linear(x)
+
+
+def _peer(prepared: Prepared, weights: list[list]) -> Contender:
+    """A converted peer, holding the peers' 128x128-block FP8 weights."""
+    peer = prepared.peer
+    return Contender(peer.name, peer.variant, _call, prepared.copies, PEER_REF,
+                     tolerance("dense", peer.scheme), sum(w.nbytes for w in weights[0]),
+                     0 if peer.scheme == "w8a8" else None)  # fmt: skip
+
+
 def _run_layer(linear: Callable, xs: dict[int, torch.Tensor], weights: list, in_features) -> list:
     return [linear(xs[k], w) for k, w in zip(in_features, weights, strict=True)]
 
 
-def _check(linear, xs, layer: Layer, variant: str, refs: dict) -> dict:
+def _check(c: Contender, xs, layer: Layer, refs: dict) -> dict:
     """Errors of one layer's outputs: the worst projection against each reference."""
     facts: list[dict] = []
-    held = refs[dense.WEIGHT_FORMAT[variant]]
     errors, errors_bf16 = [], []
-    for i, (k, w) in enumerate(zip(layer.in_features, layer.weights(variant)[0], strict=True)):
-        out = call_with_facts(partial(linear, xs[k], w), facts)
-        errors.append(relative_error(out, held[i]))
+    for i, (k, w) in enumerate(zip(layer.in_features, c.copies[0], strict=True)):
+        out = call_with_facts(partial(c.linear, xs[k], w), facts)
+        errors.append(relative_error(out, refs[c.held][i]))
         errors_bf16.append(relative_error(out, refs["bf16"][i]))
     return {"rel_error": max(errors), "error_vs_bf16": max(errors_bf16), **compile_facts(facts)}
 
 
-def _references(xs: dict[int, torch.Tensor], layer: Layer) -> dict[str, list[torch.Tensor]]:
-    """fp32 outputs of the first layer copy: on the bf16 masters and on the dequantised FP8."""
-    pairs = zip(layer.in_features, layer.masters[0], layer.fp8[0], strict=True)
-    refs: dict[str, list[torch.Tensor]] = {"bf16": [], "fp8": []}
-    for k, master, fp8 in pairs:
-        refs["bf16"].append(dense.linear_reference(xs[k], master))
-        refs["fp8"].append(dense.linear_reference(xs[k], fp8))
-    return refs
+def _references(xs: dict[int, torch.Tensor], layer: Layer, peer_weights: list) -> dict:
+    """fp32 outputs of the first layer copy: on the bf16 masters, on the dequantised FP8 and,
+    when peers run, on their dequantised 128x128-block FP8."""
+    held = {"bf16": layer.masters[0], "fp8": layer.fp8[0]}
+    if peer_weights:
+        held[PEER_REF] = peer_weights[0]
+    return {
+        key: [dense.linear_reference(xs[k], w) for k, w in zip(layer.in_features, ws, strict=True)]
+        for key, ws in held.items()
+    }
 
 
-def _layer_row(variant: str, m: int, linear, xs, layer: Layer, refs, ctx: dict) -> dict:
-    """One row: a layer's dense GEMMs by one backend at M tokens, checked, timed, judged."""
-    copies = layer.weights(variant)
-    sets = copies if m <= GRAPH_TOKENS else copies[:1]
+def _layer_row(c: Contender, m: int, xs, layer: Layer, refs, ctx: dict) -> dict:
+    """One row: a layer's dense GEMMs by one contender at M tokens, checked, timed, judged."""
+    sets = c.copies if m <= GRAPH_TOKENS else c.copies[:1]
 
     def run_all() -> None:
         for weights in sets:
-            _run_layer(linear, xs, weights, layer.in_features)
+            _run_layer(c.linear, xs, weights, layer.in_features)
 
     def timer() -> tuple[float, float]:
         ms, iqr = time_call(run_all, ctx["device"], m)
         return ms / len(sets), iqr / len(sets)
 
-    row = {"kernel": "dense-layer", "variant": variant, "scenario": f"m={m}", "m": m}
-    row = check_then_time(row, partial(_check, linear, xs, layer, variant, refs),
-                          tolerance("dense", variant), timer)  # fmt: skip
+    row = {"kernel": c.kernel, "variant": c.variant, "scenario": f"m={m}", "m": m}
+    row = check_then_time(row, partial(_check, c, xs, layer, refs), c.tolerance, timer)
     if "ms" not in row:
         return row
     ceilings, ms = ctx["ceilings"], row["ms"]
-    floor_ms = layer.weight_bytes(variant) / ceilings["copy_bytes_per_s"] * 1e3
-    tflops = layer_flops(m, layer.projections) / (ms / 1e3) / 1e12
+    fp8_math = c.fp8_above is not None and m > c.fp8_above
+    flops = layer_flops(m, layer.projections)
+    nbytes = c.weight_bytes + layer.activation_bytes(m)
+    floor_ms = roofline_ms(nbytes, flops, ceilings, "fp8_flops" if fp8_math else "bf16_flops")
+    tflops = flops / (ms / 1e3) / 1e12
     return row | {
         "floor_ms": floor_ms,
         "ratio_to_floor": ms / floor_ms,
@@ -137,9 +190,11 @@ def _ab_rows(layer_rows: pd.DataFrame, variants, layers: int, prompt: int, chunk
 
 
 def _speedups(table: pd.DataFrame) -> pd.Series:
-    """Each row's time against bf16's in the same kernel and scenario (>1: faster than cuBLAS)."""
+    """Each row's time against bf16's in the same scenario, a peer's against the workbench's
+    bf16 layer row (>1: faster than cuBLAS)."""
     base = table[table["variant"] == "bf16"].set_index(["kernel", "scenario"])["ms"]
-    keys = pd.MultiIndex.from_frame(table[["kernel", "scenario"]])
+    kernel = table["kernel"].where(table["kernel"] == "dense-ab", "dense-layer")
+    keys = pd.MultiIndex.from_arrays([kernel, table["scenario"]])
     return pd.Series(base.reindex(keys).to_numpy() / table["ms"].to_numpy(), index=table.index)
 
 
@@ -157,14 +212,17 @@ def bench_dense(
     progress: bool = True,
     ab_prompt: int = AB_PROMPT,
     ab_chunk: int = AB_CHUNK,
+    peers: Sequence[str] | None = None,
     **shape_overrides: int,
 ) -> pd.DataFrame:
-    """Benchmark every dense backend on one layer's projections at every M, then the A/B."""
+    """Benchmark every dense backend and peer (None: every dense peer) on one layer's
+    projections at every M, then the A/B of the backends."""
     unknown = sorted(set(variants) - set(dense.VARIANTS))
     if unknown:
         raise WorkbenchError(
             f"unknown dense variants {unknown}; known: {', '.join(dense.VARIANTS)}"
         )
+    peers = get_peers(peer_names("dense") if peers is None else list(peers), "dense")
     setup = bench_setup(preset, device, seed, ceilings, shape_overrides)
     dev, s, dtype, chosen = setup.device, setup.shapes, setup.dtype, setup.preset
     layer = Layer(s, DECODE_COPIES if dev.type == "cuda" else 1, block, dtype, dev, seed)
@@ -172,22 +230,26 @@ def bench_dense(
     if ab:
         steps = [1, 4, *ab_chunks(ab_prompt, 1, ab_chunk), *ab_chunks(ab_prompt, 4, ab_chunk)]
         sizes = sorted(set(sizes) | set(steps))
-    linears = {
-        v: partial(dense.VARIANTS[v], hybrid_m=hybrid_m) if v == "hybrid" else dense.VARIANTS[v]
-        for v in variants
-    }
+    peer_run = prepare_peers(peers, layer)  # conversions and JIT, before anything is timed
+    contenders = [_ours(v, layer, hybrid_m) for v in variants]
+    contenders += [_peer(p, peer_run.weights) for p in peer_run.prepared]
     ctx = {"device": dev, "ceilings": setup.ceilings, "layers": chosen.layers}
     rows = []
-    with tqdm(total=len(sizes) * len(variants), desc="bench dense", disable=not progress) as bar:
+    total = len(sizes) * (len(contenders) + len(peer_run.unrun))
+    with tqdm(total=total, desc="bench dense", disable=not progress) as bar:
         for m in sizes:
             xs = activations(m, layer.in_features, seed, dev, dtype)
-            refs = _references(xs, layer)
-            for variant in variants:
-                rows.append(_layer_row(variant, m, linears[variant], xs, layer, refs, ctx))
+            refs = _references(xs, layer, peer_run.weights)
+            for contender in contenders:
+                rows.append(_layer_row(contender, m, xs, layer, refs, ctx))
                 print_row(bar, rows[-1], PRINTED)
+            for row in unrun_rows(peer_run, m):
+                rows.append(row)
+                print_row(bar, row, PRINTED)
     table = pd.DataFrame(rows).reindex(columns=COLUMNS)
     if ab:
-        ab_rows = _ab_rows(table, variants, chosen.layers, ab_prompt, ab_chunk)
+        ours = table[table["kernel"] == "dense-layer"]
+        ab_rows = _ab_rows(ours, variants, chosen.layers, ab_prompt, ab_chunk)
         table = pd.concat([table, pd.DataFrame(ab_rows)], ignore_index=True).reindex(
             columns=COLUMNS
         )
@@ -196,7 +258,8 @@ def bench_dense(
     params = {"ms": list(ms), "variants": list(variants), "ab": ab, "block": block,
               "hybrid_m": dense.hybrid_threshold(hybrid_m), "preset": preset, "seed": seed,
               "device": device, "ab_prompt": ab_prompt, "ab_chunk": ab_chunk,
+              "peers": [p.name for p in peers], "peer_block": PEER_BLOCK,
               "shape_overrides": shape_overrides}  # fmt: skip
     projections = [asdict(p) for p in layer.projections]
     return save_bench("dense", setup, out, params, table, projections=projections,
-                      layers=chosen.layers)  # fmt: skip
+                      layers=chosen.layers, peers=peer_run.meta)  # fmt: skip

@@ -107,8 +107,9 @@ def add_bench(sub) -> None:
         description=(
             "bench moe: every MoE scheduler x weight format, and the torch._grouped_mm and "
             "per-expert cuBLAS peers, at the TP2-rank shape. bench dense: every dense backend "
-            "(bf16, w8a16, w8a8, hybrid) over one layer's dense projections at each M (--tokens), "
-            "and the seed's decode/prefill A/B table. bench attention: the indexer and sparse "
+            "(bf16, w8a16, w8a8, hybrid) and dense peer (cublas_fp8, humming, ...: --peers) over "
+            "one layer's dense projections at each M (--tokens), and the seed's decode/prefill "
+            "A/B table of the backends. bench attention: the indexer and sparse "
             "attention, torch and triton, at decode (2K, 46K context) and a 4096-token prefill "
             "chunk. Each row is checked against the reference before it is timed, with the copy "
             "bandwidth and cuBLAS rates measured in the same run. Writes "
@@ -120,8 +121,11 @@ def add_bench(sub) -> None:
     p.add_argument("--routing", nargs="+", default=["uniform", "skewed"])
     p.add_argument("--variants", nargs="+", default=None)
     p.add_argument("--formats", nargs="+", default=None)
-    p.add_argument("--no-peers", action="store_true")
-    p.add_argument("--block", type=int, default=32, help="dense: FP8 block edge (32)")
+    p.add_argument("--no-peers", action="store_true", help="run no peers")
+    p.add_argument("--peers", nargs="+", default=None,
+                   help="dense: peers to run (default: every registered dense peer)")  # fmt: skip
+    p.add_argument("--block", type=int, default=32,
+                   help="dense: the workbench's FP8 block edge (32); peers take 128")  # fmt: skip
     p.add_argument("--hybrid-m", type=int, help="dense: largest M of hybrid's W8A16 path")
     p.add_argument("--no-ab", action="store_true", help="dense: skip the seed's A/B table")
     p.add_argument("--out", default="raw")
@@ -150,6 +154,7 @@ def _bench_dense(args):
         block=args.block,
         hybrid_m=args.hybrid_m,
         out=args.out,
+        peers=[] if args.no_peers else args.peers,
     )
 
 

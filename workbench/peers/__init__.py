@@ -1,0 +1,84 @@
+"""Peers: other projects' kernels, timed beside the workbench's on the same workload.
+
+A kernel engineer's first question is "against what does a serving engine run?", so each peer
+is an adapter with one contract (docs/design.md, "Peers and formats"; docs/peers.md):
+
+- `available() -> (bool, why)`: whether it can run here, and if not exactly what is missing
+  and how to get it, so an absent peer becomes a `missing-peer` row, never an exception;
+- `prepare(weights) -> linear`: a one-time conversion of the workbench's FP8 `DenseWeights`
+  (E4M3 values, fp32 scales per 128x128 block, DeepSeek's layout) into the peer's layout and
+  scales, with any JIT compilation done here, outside the timed region;
+- `linear(x) -> y`: y = x @ W.T in bf16 for x (M, K) in bf16, what the workbench's
+  `linear(x, w)` computes, with whatever a server runs around the GEMM (an activation
+  quantiser) inside the call.
+
+PEERS lists them by the names bench rows use in their `kernel` column. A placeholder is a peer
+with no `prepare`: it only says what would make it work, and never stands in for the peer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from kernels.dense import DenseWeights
+from workbench.errors import WorkbenchError
+from workbench.peers import cublas_fp8, humming_kernels, placeholders
+
+PEER_BLOCK = 128  # the weight block every peer takes: DeepSeek's 128x128 checkpoints
+
+Linear = Callable[[Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One peer: its row name, the workloads it serves, what it is (the rows' `variant`), the
+    workbench scheme it computes ("w8a8" or "w8a16": its check's tolerance and the tensor-core
+    rate of its roofline follow), and its adapter."""
+
+    name: str
+    workloads: tuple[str, ...]
+    variant: str
+    scheme: str
+    available: Callable[[], tuple[bool, str]]
+    prepare: Callable[[DenseWeights], Linear] | None = None  # None: a placeholder
+
+
+PEERS: dict[str, Peer] = {
+    "cublas_fp8": Peer(
+        "cublas_fp8", ("dense",), "w8a8-block128", "w8a8",
+        cublas_fp8.available, cublas_fp8.prepare,
+    ),
+    "humming": Peer(
+        "humming", ("dense",), "w8a16-block128", "w8a16",
+        humming_kernels.available, humming_kernels.prepare,
+    ),
+    "deepgemm": Peer(
+        "deepgemm", ("dense", "moe"), "w8a8-block128", "w8a8", placeholders.deepgemm
+    ),
+    "marlin": Peer("marlin", ("dense", "moe"), "w8a16-block128", "w8a16", placeholders.marlin),
+    "vllm_fused_moe": Peer(
+        "vllm_fused_moe", ("moe",), "w8a8-block128", "w8a8", placeholders.vllm_fused_moe
+    ),
+}  # fmt: skip
+
+
+def peer_names(workload: str) -> list[str]:
+    """The registered peers of `workload` ("dense" or "moe"), in registry order."""
+    return [name for name, peer in PEERS.items() if workload in peer.workloads]
+
+
+def get_peers(names: list[str] | tuple[str, ...], workload: str) -> list[Peer]:
+    """The peers called `names`, each checked to exist and to serve `workload`."""
+    unknown = [n for n in names if n not in PEERS]
+    if unknown:
+        raise WorkbenchError(f"unknown peers {unknown}; known: {', '.join(PEERS)}")
+    wrong = [n for n in names if workload not in PEERS[n].workloads]
+    if wrong:
+        raise WorkbenchError(
+            f"peers {wrong} do not run the {workload} workload; {workload} peers: "
+            f"{', '.join(peer_names(workload))}"
+        )
+    return [PEERS[n] for n in names]
