@@ -323,3 +323,48 @@ def stand_in_reports():
     stock = NcuReport(Path("moe-stock-T6-4096.ncu-rep"), stock_calls, meta("stock", [6, 4096]))
     flat = NcuReport(Path("moe-flat-T6.ncu-rep"), moe_call("flat", 6, 0.8), meta("flat", [6]))
     return [stock, flat]
+
+
+# ---- profile runs: stored answers against the kernel table ----------------------------------
+def profile_answers(run) -> dict:
+    """Everything `show` and `report` ask a profile: the tables by category, the caption, the
+    text, phases, ranks, the figure panels and (tensor-parallel) the rank skew."""
+    answers = {
+        "phases": run.phases,
+        "ranks": run.ranks,
+        "prefill": run.prefill(),
+        "by_phase": run.by_phase("prefill"),
+        "decode": run.decode(),
+        "caption": run.decode_caption(),
+        "text": run.text(),
+        **{f"panel {k}": v for k, v in run.compare(run).panels().items()},
+    }
+    if run.ranks:
+        answers["rank_skew"] = run.rank_skew()
+    return answers
+
+
+def assert_stored_answers_are_computed(path: Path, lazy_only: bool = True) -> None:
+    """A run loaded from `path` answers from its stored tables, without reading its kernels
+    (unless not `lazy_only`: some answers are not stored), exactly (to the float, dtypes and
+    attrs) what its kernel table computes."""
+    import pandas as pd
+
+    import workbench
+    from workbench.analysis.profile import SUMMARY, ProfileResult
+
+    lazy = workbench.load(path)
+    assert SUMMARY in lazy.meta, f"{path} stores no summary"
+    stored = profile_answers(lazy)
+    if lazy_only:
+        assert lazy._kernels is None, "answering from the stored tables read the kernel table"
+    computed = profile_answers(ProfileResult(lazy.meta, lazy.kernels, lazy.path))
+    assert stored.keys() == computed.keys()
+    for key, value in stored.items():
+        if isinstance(value, pd.DataFrame):
+            pd.testing.assert_frame_equal(value, computed[key], check_exact=True,
+                                          check_index_type=True, check_column_type=True,
+                                          obj=f"{path.name}: {key}")  # fmt: skip
+            assert value.attrs == computed[key].attrs, key
+        else:
+            assert value == computed[key], key

@@ -356,14 +356,25 @@ def unpacked_bytes(path: str) -> bytes:
     return how.unpack(data) if how else data
 
 
+DIRECT: dict[str, tuple] = {}  # path -> (context, launches): see direct_actions
+
+
 def direct_actions(path: str, tmp_path: Path) -> list:
-    """The report's launches as ncu_report itself reads them (a packed report unpacked first)."""
-    if packing(Path(path)):
-        unpacked = tmp_path / f"{report_stem(Path(path))}.ncu-rep"
-        unpacked.write_bytes(unpacked_bytes(path))
-        path = str(unpacked)
-    context = ncu_report.load_report(path)
-    return [rng[i] for rng in context for i in range(len(rng))]
+    """The report's launches as ncu_report itself reads them (a packed report unpacked first).
+
+    Read once per report for the module: ncu_report never frees a loaded report (~420 MB for
+    the decode-step one), and the context and its unpacked copy are kept with the launches,
+    which read from them lazily.
+    """
+    if path not in DIRECT:
+        opened = path
+        if packing(Path(path)):
+            unpacked = tmp_path / f"{report_stem(Path(path))}.ncu-rep"
+            unpacked.write_bytes(unpacked_bytes(path))
+            opened = str(unpacked)
+        context = ncu_report.load_report(opened)
+        DIRECT[path] = (context, [rng[i] for rng in context for i in range(len(rng))])
+    return DIRECT[path][1]
 
 
 @needs_reports

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import assert_stored_answers_are_computed
 
 import workbench
 from workbench.capture.memory import estimate_bytes, out_of_memory_error, tokens_that_fit
@@ -63,6 +64,13 @@ def test_load_round_trips_without_torch(run):
     assert out.stdout.strip() == run.prefill().to_json()
     assert loaded.decode().equals(run.decode())
     assert loaded.kernels.equals(run.kernels)
+
+
+def test_a_capture_stores_what_show_reads(run):
+    """prefill.csv and decode.csv are the answers, and run.json the caption's facts."""
+    assert run.meta["summary"]["tables"] == {"prefill": "prefill", "decode": "decode"}
+    assert "prefill_mean" not in run.meta["tables"]
+    assert_stored_answers_are_computed(run.path)
 
 
 def test_compare_puts_runs_side_by_side(run):

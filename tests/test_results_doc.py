@@ -6,6 +6,7 @@ or both, and refuses neither.
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +21,7 @@ from workbench.report.markdown_page import anchor, markdown_table
 from workbench.report.seed_tables import SECTIONS
 
 RESULTS = ROOT / "docs" / "results.md"
+SNAKE_CASE = re.compile(r"[a-z0-9]_[a-z0-9]", re.IGNORECASE)
 PATHS = ("raw", "ncu")
 REGENERATE = "run `workbench report raw ncu --markdown docs/results.md` (from the repository root)"
 
@@ -43,16 +45,29 @@ def test_results_doc_is_current(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 def test_markdown_tables_are_github_tables() -> None:
     frame = pd.DataFrame(
-        {"ms": [0.12345, float("nan")], "note": ["a|b", "two\nlines"], "n": [33863, 1]},
+        {"median (ms)": [0.12345, float("nan")], "note": ["a|b", "two\nlines"],
+         "tokens": [33863, 1]},
         index=pd.Index(["x", "y"], name="row"),
-    )
-    lines = markdown_table(frame, digits={"ms": 3}).splitlines()
-    assert lines[0] == "| row | ms | note | n |"
+    )  # fmt: skip
+    lines = markdown_table(frame).splitlines()
+    assert lines[0] == "| row | median (ms) | note | tokens |"
     assert lines[1] == "|---|---:|---|---:|"  # numbers right-aligned, text left
     assert lines[2] == "| x | 0.123 | a\\|b | 33,863 |"
     assert lines[3] == "| y |  | two lines | 1 |"  # a missing value is an empty cell
-    plain = markdown_table(pd.DataFrame({"a": [1.0, 2.5]}), digits=1, trim=True)
-    assert plain.splitlines()[2:] == ["| 1 |", "| 2.5 |"]  # no row-count index column
+    plain = markdown_table(pd.DataFrame({"b / a": [1.0, 2.5]}))
+    assert plain.splitlines()[2:] == ["| 1.00 |", "| 2.50 |"]  # no row-count index column
+    rows = pd.DataFrame({"6 tokens": [410.75, 21.63]}, index=["Duration (us)", "DRAM (%)"])
+    shown = markdown_table(rows, by_row=True).splitlines()[2:]
+    assert shown == ["| Duration (us) | 411 |", "| DRAM (%) | 21.6 |"]  # units by row
+
+
+def test_results_doc_headers_are_words_with_units() -> None:
+    """Every header of every table in docs/results.md: no raw column names (snake_case)."""
+    lines = RESULTS.read_text().splitlines()
+    headers = [lines[i - 1] for i, line in enumerate(lines) if re.fullmatch(r"\|(-+:?\|)+", line)]
+    assert len(headers) > 10
+    snake = {h for line in headers for h in line.strip("|").split(" | ") if SNAKE_CASE.search(h)}
+    assert snake == set(), snake
 
 
 def test_report_writes_markdown_html_or_both_and_refuses_neither(
@@ -61,12 +76,14 @@ def test_report_writes_markdown_html_or_both_and_refuses_neither(
     """A real sweep and A/B run made here: the Markdown names them, and a section without
     artifacts names the command that makes them."""
     md, html = tmp_path / "out.md", tmp_path / "out.html"
-    assert main(["report", str(experiments_dir), "--markdown", str(md), "--html", str(html)]) == 0
+    assert main(["report", str(experiments_dir), "--markdown", str(md), "--html", str(html),
+                 "--include-cpu"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert f"markdown: {md}" in out and f"report: {html}" in out
     text = md.read_text()
-    assert text == build_markdown(collect([experiments_dir]), [experiments_dir], str(md))
-    assert "## Things that did not help" in text and "| sweep | change |" in text
+    found = collect([experiments_dir])
+    assert text == build_markdown(found, [experiments_dir], str(md), include_cpu=True)
+    assert "### Things that did not help" in text and "| sweep | change |" in text  # CPU runs
     assert "Absent from these artifacts: no profile artifact" in text
     assert "`workbench profile --prompt-tokens 33863" in text
     assert html.read_text().startswith("<!DOCTYPE html>")
@@ -113,9 +130,38 @@ def test_benchmark_tables_take_each_configuration_from_the_newest_run(tmp_path: 
     write_run(tmp_path, "bench-dense-x", {"kind": "bench-dense"}, {"bench": dense})
     text = build_markdown(collect([tmp_path]), [tmp_path])
     assert "| 6 | stock | 0.500 (spills) | 2.00 |" in text  # the newer run's T=6
-    assert "| 4,096 | stock | 1.000 | 2.00 |" in text  # only the older run has T=4096
+    assert "| 4,096 | stock | 1.00 | 2.00 |" in text  # only the older run has T=4096
     assert text.index("| 6 | stock |") < text.index("| 6 | flat |")  # the seed's order
     assert "bench-moe-new` (not recorded, commit not recorded, tokens 6;" in text
     dense_row = "| M | bf16 (ms) | bf16 × floor | w8a16 (ms) | w8a16 × floor |"
     assert dense_row in text  # cuBLAS first, whatever order the rows came in
     assert "Accuracy against an fp32 GEMM" not in text  # no error columns: no accuracy table
+
+
+def test_dense_tables_come_from_the_newest_run_holding_them(tmp_path: Path) -> None:
+    """A later dense run that skipped the A/B scenarios and timed peers: the backend table still
+    comes from the older run, and a peer that was not installed never hides one that was timed
+    in the same format."""
+
+    def row(kernel: str, variant: str, ms: float | None, status: str = "ok", **more) -> dict:
+        return {"kernel": kernel, "variant": variant, "scenario": "m=1", "m": 1, "ms": ms,
+                "status": status, **more}  # fmt: skip
+
+    old = pd.DataFrame(
+        [
+            row("dense-layer", "w8a16", 0.2),
+            row("dense-ab", "w8a16", 1.0, scenario="decode-1", tokens_per_s=101.6),
+        ]
+    )
+    new = pd.DataFrame([row("dense-layer", "w8a16", 0.125, ratio_to_floor=5.3),
+                        row("cublas_fp8", "w8a8-block128", 0.238, ratio_to_floor=10.2),
+                        row("deepgemm", "w8a8-block128", None, "missing-peer")])  # fmt: skip
+    dated = {"kind": "bench-dense", "environment": {"date": "2026-01-01T00:00:00"}}
+    write_run(tmp_path, "bench-dense-old", dated, {"bench": old})
+    write_run(tmp_path, "bench-dense-new", {**dated, "environment": {"date": "2026-01-02"}},
+              {"bench": new})  # fmt: skip
+    text = build_markdown(collect([tmp_path]), [tmp_path])
+    assert "| w8a16 | 102 |" in text and "bench-dense-old`" in text  # the backend table
+    assert "| 1 | 0.125 | 5.30 |" in text  # the layer from the newer run
+    assert "| 1 | cublas_fp8 | w8a8-block128 | 0.238 | 10.20 |" in text
+    assert "Peers not measured in this run: `deepgemm` (missing-peer)." in text

@@ -53,17 +53,18 @@ def test_coverage_says_which_seed_tables_are_rebuilt_and_how_to_make_the_rest():
     things = table.loc["Things that did not help", "status"]
     assert things.startswith("absent: run `workbench sweep moe num_stages")
     text = build(found).render()
-    assert "6 tokens, gate_up" in text and "barrier 1.61" in text
+    assert "6 tokens, gate up" in text and "barrier 1.61" in text
     assert "flat against stock, launch by launch" in text
     assert "a report of one decode step" in text  # absent here: the command to capture it
     assert "NVIDIA H200" in text and "0123456789" in text  # each artifact's metadata
 
 
 def test_report_of_the_artifacts_renders_offline(experiments_dir, tmp_path, capsys):
-    """The committed artifacts (raw/ and ncu/) and a real sweep and A/B run made here."""
+    """The committed artifacts (raw/ and ncu/) and a real sweep and A/B run made here (on a
+    CPU: in a section of their own)."""
     page_path = tmp_path / "report.html"
     assert main(["report", str(ROOT / "raw"), str(ROOT / "ncu"), str(experiments_dir),
-                 "--html", str(page_path)]) == 0  # fmt: skip
+                 "--html", str(page_path), "--include-cpu"]) == 0  # fmt: skip
     assert f"report: {page_path}" in capsys.readouterr().out
     assert page_path.stat().st_size < 10 * 2**20
     html = page_path.read_text()
@@ -80,11 +81,14 @@ def test_report_of_the_artifacts_renders_offline(experiments_dir, tmp_path, caps
         present = any(found.kinds().get(kind) for kind in section.kinds)
         absent = f"Absent from these artifacts: no {' or '.join(section.kinds)} artifact."
         assert (absent in text) != present, section.title
-    assert "Prefill: summed kernel time, ms" in text and "5,205.5" in text  # stock, graphs
-    assert "Decode, per step: mean ms" in text
+    assert "Prefill: summed time (ms)" in text and "5,206" in text  # stock, graphs
+    assert "Decode: mean time per step (ms)" in text
     assert "One decode step: profiled time by kernel" in text and "_stock_down_kernel" in text
-    assert "num_stages=1 -> 2" in text and "sweep-moe-num_stages" in text
-    assert "NVIDIA H200" in text and NOT_RECORDED in text  # sweeps record no environment
+    cpu = text[text.index("\nCPU runs\n") :]
+    assert "num_stages=1 -> 2" in cpu and "num_stages=1 -> 2" not in text[: len(text) - len(cpu)]
+    assert "sweep-moe-num_stages" in text
+    assert "NVIDIA H200" in text and NOT_RECORDED in html  # sweeps record no environment
+    # (in the artifacts table's folded rows: innerText leaves out a closed <details>)
     for profile in PROFILES:
         assert profile.name in text
 
@@ -123,7 +127,7 @@ def test_benchmark_runs_feed_the_kernel_tables(tmp_path):
     page = build(found)
     assert page.figures == 2  # ms against M for the dense layer, against tokens for the MoE
     text = page.render()
-    assert "bench-dense-x: bench, tokens per second" in text and "210.2" in text
+    assert "backend table: dense GEMMs of all layers" in text and "210" in text
     assert coverage(found).loc["Dense MXFP8 backend", "status"] == "rebuilt"
     assert coverage(found).loc["Hybrid dense GEMM, controlled A/B", "status"] == "rebuilt"
     assert "hybrid, W8A16 up to M=M" in text  # the run records no hybrid_m here

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import assert_stored_answers_are_computed
 
 import workbench
 from workbench.capture.tensor_parallel import KILL_RANK_ENV
@@ -78,6 +79,17 @@ def test_a_merged_run_round_trips(runs):
     loaded = workbench.load(runs[2].path)
     assert loaded.kernels.equals(runs[2].kernels)
     assert loaded.rank_skew().equals(runs[2].rank_skew())
+
+
+def test_a_merged_run_stores_the_mean_over_its_ranks(runs):
+    """prefill.csv and decode.csv sum the merged ranks; what prefill() and decode() return, the
+    mean of the ranks' tables, is stored beside them and read back without the kernels."""
+    summary = runs[2].meta["summary"]
+    assert summary["ranks"] == [0, 1]
+    assert summary["tables"] == {"prefill": "prefill_mean", "decode": "decode_mean",
+                                 "rank_skew": "rank_skew"}  # fmt: skip
+    assert_stored_answers_are_computed(runs[2].path)
+    assert_stored_answers_are_computed(runs[1].path)
 
 
 def test_tp_that_does_not_divide_is_refused(tmp_path):

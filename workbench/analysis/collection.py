@@ -16,7 +16,7 @@ from typing import Any
 
 from workbench.analysis.experiments import load_ab, load_sweep
 from workbench.analysis.ncu_files import SUFFIXES, shadowed
-from workbench.analysis.profile import load
+from workbench.analysis.profile import device_name, load
 from workbench.artifacts import RUN_FILE, read_meta, read_table
 from workbench.errors import ArtifactError
 
@@ -113,6 +113,30 @@ def collect(paths: Iterable[str | Path]) -> Collection:
                                 "or folders holding them (default: raw and ncu).")  # fmt: skip
         _visit(found, path, depth=2)
     return found
+
+
+def measured_on_cpu(item: Artifact) -> bool:
+    """Whether an artifact's times were taken on a CPU: a profile of the torch references, or
+    a sweep, A/B or benchmark whose environment found no GPU. Their times are CPU times, so a
+    report keeps them out of its GPU tables; an artifact that records neither (hand-written,
+    or from before runs recorded their environment) counts as GPU."""
+    if item.kind == "ncu":
+        return False
+    if item.kind == "profile":
+        return device_name(item.meta) == "CPU"
+    if (item.meta.get("params") or {}).get("device") == "cpu":
+        return True
+    gpu = (item.meta.get("environment") or {}).get("gpu")
+    return bool(gpu) and not gpu.get("name")
+
+
+def split_cpu(collection: Collection) -> tuple[Collection, Collection]:
+    """The artifacts measured on a GPU (with what could not be read), and those measured on a
+    CPU (`measured_on_cpu`), each in the collection's order."""
+    gpu, cpu = Collection(unread=list(collection.unread)), Collection()
+    for item in collection.items:
+        (cpu if measured_on_cpu(item) else gpu).items.append(item)
+    return gpu, cpu
 
 
 def environment_row(meta: dict) -> dict:

@@ -8,7 +8,7 @@ and reached through the views in `workbench.views`.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,28 +44,87 @@ def profile_tables(kernels: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return out
 
 
-@dataclass
+# run.json's key for what a run's stored tables answer (see `ProfileResult` and
+# `profile_store`): phases, ranks, the table each method reads and the decode caption's facts.
+SUMMARY = "summary"
+
+
 class ProfileResult:
-    """Per-kernel rows of one profile (own run or external trace) and its metadata."""
+    """Per-kernel rows of one profile (own run or external trace) and its metadata.
 
-    meta: dict
-    kernels: pd.DataFrame
-    path: Path | None = None
-    label: str = ""
+    A run loaded from its directory reads its kernel table (~10^6 rows, seconds to parse) only
+    when a method needs kernels: top_kernels, attribution, timelines. The tables by category,
+    the decode caption, phases, ranks and the rank skew come from the tables and facts written
+    beside it at capture (run.json's `summary`, see `profile_store`), which hold the same
+    numbers. A result given its kernels, or whose kernels are replaced, computes everything
+    from them; so does a run written before the summary existed.
+    """
 
-    def __post_init__(self) -> None:
-        if not self.label:
-            self.label = run_label(self.meta)
+    def __init__(
+        self,
+        meta: dict,
+        kernels: pd.DataFrame | None = None,
+        path: Path | None = None,
+        label: str = "",
+    ) -> None:
+        if kernels is None and path is None:
+            raise ArtifactError("a profile needs its kernel table or the run directory holding it")
+        self.meta = meta
+        self.path = path
+        self.label = label or run_label(meta)
+        self._kernels = kernels  # None until a method needs the rows (read from `path`)
+        # The stored answers describe the kernel table on disk: not a table given or replaced.
+        self._summary = meta.get(SUMMARY) if kernels is None else None
+        self._answers: dict[tuple, pd.DataFrame] = {}  # tables made so far (small)
+
+    def __repr__(self) -> str:
+        rows = "not read" if self._kernels is None else f"{len(self._kernels)} rows"
+        return f"{type(self).__name__}({self.label!r}, path={self.path!r}, kernels: {rows})"
+
+    @property
+    def kernels(self) -> pd.DataFrame:
+        """One row per kernel (see `trace.KERNEL_DTYPES`), read from the run on first use."""
+        if self._kernels is None:
+            self._kernels = with_schema(read_table(self.path, self.meta, "kernels"))
+        return self._kernels
+
+    @kernels.setter
+    def kernels(self, table: pd.DataFrame) -> None:
+        # Answers now follow the new rows.
+        self._kernels, self._summary, self._answers = table, None, {}
+
+    def _answer(
+        self, answer: str, rank: int | None, compute: Callable[[], pd.DataFrame]
+    ) -> pd.DataFrame:
+        """`answer`'s table (prefill, decode, rank_skew, a phase) for `rank` or over all ranks:
+        the stored table that is exactly it, else `compute()` from the kernels; made once, and
+        a copy returned each time, so that a caller's changes stay its own."""
+        key = (answer, rank)
+        if key not in self._answers:
+            name = (self._summary or {}).get("tables", {}).get(answer) if rank is None else None
+            if name is None:
+                self._answers[key] = compute()
+            else:
+                stored = read_table(self.path, self.meta, name)
+                self._answers[key] = stored_frame(stored, answer, self._summary)
+        table = self._answers[key]
+        copy = table.copy()
+        copy.attrs = dict(table.attrs)
+        return copy
 
     # ---- tables ---------------------------------------------------------------------------
     @property
     def phases(self) -> list[str]:
+        if self._summary is not None:
+            return list(self._summary["phases"])
         present = set(self.kernels["phase"].unique())
         return [p for p in PHASES if p in present] or sorted(present)
 
     @property
     def ranks(self) -> list[int]:
         """The tensor-parallel ranks in the table (empty for a single process)."""
+        if self._summary is not None:
+            return [int(r) for r in self._summary["ranks"]]
         return sorted(int(r) for r in self.kernels["rank"].dropna().unique())
 
     def _by_rank(self, table_of, rank: int | None) -> pd.DataFrame:
@@ -87,42 +146,60 @@ class ProfileResult:
         In a tensor-parallel run: one rank's, or the mean over the ranks (one GPU's view).
         """
         phase = self._phase("prefill")
-        return self._by_rank(lambda k: tables.phase_table(k, phase), rank)
+        return self._answer(
+            phase, rank, lambda: self._by_rank(lambda k: tables.phase_table(k, phase), rank)
+        )
 
     def decode(self, rank: int | None = None) -> pd.DataFrame:
         """Decode kernel time per step by category (mean, std, min, max over steps), and the
         gaps between kernels; per rank or the mean over ranks as for `prefill`."""
         phase = self._phase("decode")
-        return self._by_rank(lambda k: tables.per_step_table(k, phase), rank)
+        return self._answer(
+            phase, rank, lambda: self._by_rank(lambda k: tables.per_step_table(k, phase), rank)
+        )
 
     def rank_skew(self) -> pd.DataFrame:
         """Per rank and phase: time in collectives, split into waiting for the last rank to
         arrive and the transfer itself (see `analysis.skew`)."""
         if not self.ranks:
             raise ArtifactError(f"{self.label} ran on one process: there is no rank skew.")
-        return skew_table(self.kernels)
+        return self._answer("rank_skew", None, lambda: skew_table(self.kernels))
+
+    def caption_facts(self) -> dict[str, int]:
+        """What the decode caption counts: decode steps, decode kernels, and how many of them
+        were replayed from CUDA graphs."""
+        if self._summary is not None and "caption" in self._summary:
+            return dict(self._summary["caption"])
+        decode = self.kernels[self.kernels["phase"] == "decode"]
+        return {"steps": int(decode["step"].nunique()), "kernels": len(decode),
+                "replayed": int(decode["graph"].sum())}  # fmt: skip
 
     def decode_caption(self) -> str:
         """How the decode steps ran: steps, CUDA graphs or eager, and how graph kernels were
         attributed (by position in the eager signature, or by name alone)."""
-        steps = self.kernels.loc[self.kernels["phase"] == "decode", "step"].nunique()
-        decode = self.kernels[self.kernels["phase"] == "decode"]
-        replayed = int(decode["graph"].sum())
+        facts = self.caption_facts()
         matching = self.meta.get("graph_matching")
         if matching:
             ranks = matching.values() if "graph_kernels" not in matching else [matching]
             matched = sum(m["matched_by_position"] for m in ranks)  # tensor-parallel: per rank
             total = sum(m["graph_kernels"] for m in ranks)
             how = f"CUDA graphs; {matched} of {total} replayed kernels attributed by position"
-        elif replayed:
-            how = f"{replayed} of {len(decode)} kernels replayed from CUDA graphs, by name"
+        elif facts["replayed"]:
+            replayed, kernels = facts["replayed"], facts["kernels"]
+            how = f"{replayed} of {kernels} kernels replayed from CUDA graphs, by name"
         else:
             how = "eager launches"
-        return f"{steps} steps, {how}"
+        return f"{facts['steps']} steps, {how}"
 
     def by_phase(self, phase: str, rank: int | None = None) -> pd.DataFrame:
+        if phase == "prefill":
+            return self.prefill(rank)
         phase = self._phase(phase)
-        return self._by_rank(lambda k: tables.phase_table(k, phase), rank)
+        return self._answer(
+            f"{phase} by category",
+            rank,
+            lambda: self._by_rank(lambda k: tables.phase_table(k, phase), rank),
+        )
 
     def top_kernels(self, n: int = 15, phase: str | None = None) -> pd.DataFrame:
         return tables.top_kernels(self.kernels, phase, n)
@@ -133,6 +210,8 @@ class ProfileResult:
         return tables.attribution_table(self.kernels)
 
     def _phase(self, phase: str) -> str:
+        if phase in self.phases:  # the stored summary knows these without the kernels
+            return phase
         if phase not in set(self.kernels["phase"].unique()):
             raise ArtifactError(
                 f"{self.label} has no '{phase}' kernels; its phases are: {', '.join(self.phases)}"
@@ -155,6 +234,18 @@ class ProfileResult:
         if self.ranks:
             lines += ["", "Rank skew at collectives (ms)", self.rank_skew().round(3).to_string()]
         return "\n".join(lines)
+
+
+def stored_frame(table: pd.DataFrame, answer: str, summary: Mapping | None = None) -> pd.DataFrame:
+    """A stored table as its method returns it: indexed as computed, the phase in the kernel
+    table's `string` dtype, the decode table with the step count of `summary` (CSV keeps
+    neither)."""
+    if answer == "rank_skew":
+        return table.astype({"phase": "string"}).set_index(["rank", "phase"])
+    table = table.set_index("category")
+    if answer == "decode" and summary is not None:
+        table.attrs["steps"] = int(summary["decode_steps"])
+    return table
 
 
 @dataclass
@@ -244,7 +335,8 @@ def seed_order(runs: Iterable[ProfileResult]) -> list[ProfileResult]:
 
 
 def load(path: str | Path) -> ProfileResult:
-    """A result from its run directory under `raw/`, without a GPU and without torch."""
+    """A result from its run directory under `raw/`, without a GPU and without torch; its
+    kernel table is read when a method first needs it."""
     if not isinstance(path, str | os.PathLike) or not str(path).strip():
         raise ArtifactError(f"load() needs the path of a run directory under raw/; got {path!r}.")
     if Path(path).is_file() and str(path).endswith((".json", ".json.gz")):
@@ -253,8 +345,10 @@ def load(path: str | Path) -> ProfileResult:
     kind = meta.get("kind")
     if kind != "profile":
         raise ArtifactError(f"{path} holds a '{kind}' run, which load() does not read yet.")
-    kernels = with_schema(read_table(path, meta, "kernels"))
-    return ProfileResult(meta=meta, kernels=kernels, path=Path(path))
+    listed = meta.get("tables", {}).get("kernels")
+    if listed is None or not (Path(path) / listed).is_file():
+        read_table(path, meta, "kernels")  # raises, saying what the run holds instead
+    return ProfileResult(meta=meta, path=Path(path))  # kernels read when first needed
 
 
 def load_trace(path: str | Path, rules: Sequence[Rule] = (), label: str = "") -> ProfileResult:

@@ -239,22 +239,52 @@ LATER_COLUMNS = ("correlation", "rank", "module")
 def _recorded_rules(table: pd.DataFrame) -> np.ndarray:
     """The `rule` of each row of a table saved before the column existed. Scope, default and
     graph-position rows follow from source and category; only the (few) rows decided by op
-    or kernel name need their names, so long names are not hashed row by row."""
-    out = pd.Series(None, index=table.index, dtype=object)
-    if not {"source", "category", "name", "op"} <= set(table.columns):
-        return out.to_numpy()
+    or kernel name need their names. The rule is found once per distinct key, not per row:
+    the committed runs' ~10^6 rows hold a few hundred keys."""
+    if not {"source", "category", "name", "op"} <= set(table.columns) or not len(table):
+        return np.full(len(table), None, dtype=object)
     resolver = Resolver(DEFAULT_RULES)
-    known = table["source"].notna() & table["category"].notna()
-    by_name = known & table["source"].isin(["kernel", "op"])
-    for (source, category), rows in (
-        table[known & ~by_name].groupby(["source", "category"]).groups.items()
-    ):
-        out[rows] = recorded_rule(resolver, source, category, "", None)
-    named = table[by_name].groupby(["source", "category", "name", "op"], dropna=False)
-    for (source, category, name, op), rows in named.groups.items():
-        op = op if isinstance(op, str) else None
-        out[rows] = recorded_rule(resolver, source, category, str(name), op)
-    return out.to_numpy()
+    known = (table["source"].notna() & table["category"].notna()).to_numpy()
+    by_name = table["source"].isin(["kernel", "op"]).to_numpy() & known
+    group = _key_codes([table["source"], table["category"]])
+    # Names matter only where a name decided (few rows): only those are keyed by them too.
+    named = np.flatnonzero(by_name)
+    if len(named):
+        rows = table.iloc[named]
+        extra = _key_codes([rows["name"], rows["op"]]) + 1
+        group[named] = _key_codes([pd.Series(group[named]), pd.Series(extra)]) + group.max() + 1
+    group = pd.factorize(group)[0]  # dense codes 0..k-1
+    first = np.empty(group.max() + 1, dtype=np.int64)
+    first[group] = np.arange(len(group))  # a row of each key (any: its rule is the same)
+    rules = np.full(len(first), None, dtype=object)
+    source, category = table["source"].to_numpy(object), table["category"].to_numpy(object)
+    name, op = table["name"].to_numpy(object), table["op"].to_numpy(object)
+    for g, row in enumerate(first):
+        if not known[row]:
+            continue
+        if by_name[row]:
+            row_op = op[row] if isinstance(op[row], str) else None
+            rules[g] = recorded_rule(resolver, source[row], category[row], str(name[row]), row_op)
+        else:
+            rules[g] = recorded_rule(resolver, source[row], category[row], "", None)
+    return rules[group]
+
+
+def _key_codes(keys: list[pd.Series]) -> np.ndarray:
+    """One integer per row, equal where the rows' `keys` (missing values included) are equal."""
+    group = np.zeros(len(keys[0]), dtype=np.int64)
+    for key in keys:  # factorized at every step, so the codes stay below the row count
+        codes, uniques = pd.factorize(key.to_numpy(object), use_na_sentinel=True)
+        group = pd.factorize(group * (len(uniques) + 1) + codes + 1)[0]
+    return group
+
+
+def _as_string(values: pd.Series) -> pd.Series:
+    """A text column as the `string` dtype, missing values as NA (a CSV round trip gives
+    pandas' default text dtype, or object with NaN)."""
+    if isinstance(values.dtype, pd.StringDtype):
+        return values.astype("string")  # direct: no detour through Python objects
+    return values.astype(object).where(values.notna(), None).astype("string")
 
 
 def with_schema(table: pd.DataFrame) -> pd.DataFrame:
@@ -265,15 +295,17 @@ def with_schema(table: pd.DataFrame) -> pd.DataFrame:
     missing = sorted(set(KERNEL_DTYPES) - set(table.columns))
     if missing:
         raise ArtifactError(f"kernel table lacks columns {missing}; re-run the capture.")
-    table = table[list(KERNEL_DTYPES)].copy()
+    columns = {}
     for col, dtype in KERNEL_DTYPES.items():
         if dtype == "Int64":
-            table[col] = pd.array(pd.to_numeric(table[col]).to_numpy(dtype=float), dtype="Int64")
+            values = pd.to_numeric(table[col]).to_numpy(dtype=float)
+            columns[col] = pd.array(values, dtype="Int64")
         elif dtype == "string":
-            table[col] = table[col].astype(object).where(table[col].notna(), None).astype("string")
+            columns[col] = _as_string(table[col]).array
         else:
-            table[col] = table[col].astype(dtype)
-    return table
+            columns[col] = table[col].astype(dtype).to_numpy()
+    # Built from the converted columns: no copy of the whole table first.
+    return pd.DataFrame(columns, index=table.index)
 
 
 def device_of(table: pd.DataFrame) -> str:

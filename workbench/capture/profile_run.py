@@ -25,7 +25,8 @@ from tqdm.auto import tqdm
 
 from kernels.dense import hybrid_threshold
 from workbench.analysis.graphs import attribute_graph_replays
-from workbench.analysis.profile import ProfileResult, profile_tables
+from workbench.analysis.profile import SUMMARY, ProfileResult, profile_tables
+from workbench.analysis.profile_store import stored_answers
 from workbench.analysis.trace import kernel_table, read_chrome_trace
 from workbench.artifacts import read_meta, run_stamp, write_run
 from workbench.capture.cuda_graphs import capture_decode_graph, learn_signature
@@ -323,6 +324,10 @@ def write_profile(
     run_id = f"profile-{spec.preset}-{spec.moe}-{spec.dense}{mode}-{spec.prompt_tokens}t"
     run_id += f"-{run_stamp()}"
     tables = {"kernels": kernels, **profile_tables(kernels), **extra_tables}
+    # What prefill(), decode(), decode_caption() and text() answer, so that reading the run
+    # does not parse its kernel table again (`analysis.profile_store`).
+    answers, meta[SUMMARY] = stored_answers(kernels, tables.get)
+    tables.update(answers)
     path = write_run(out, run_id, meta, tables, extra_files=[kept_trace])
     # The metadata as written (with run id, schema and file list): captured == loaded.
     return ProfileResult(meta=read_meta(path), kernels=kernels, path=path)

@@ -4,9 +4,14 @@ export-notebook."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from workbench.artifacts import run_kind
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:  # the commands import what they read when they run
+    from workbench.analysis.collection import Collection
 
 
 def add_show(sub) -> None:
@@ -99,35 +104,96 @@ def add_report(sub) -> None:
         help="the seed report's tables from artifacts, as an HTML page and/or Markdown",
         description=(
             "Rebuild every table of the seed report that the ARTIFACTS support (run "
-            "directories, .ncu-rep files, or folders of them; default: raw and ncu): --html "
-            "writes one self-contained page with figures and each artifact's metadata, "
-            "--markdown the tables as GitHub Markdown with the artifacts each came from "
-            "(docs/results.md is `workbench report raw ncu --markdown docs/results.md`). A "
-            "table whose artifacts are absent says so and names the command that makes them. "
-            "Works without a GPU."
+            "directories, .ncu-rep files, or folders of them; default: raw and ncu, those of "
+            "them that are here): --html writes one self-contained page with figures and each "
+            "artifact's metadata, --markdown the tables as GitHub Markdown with the artifacts "
+            "each came from (docs/results.md is `workbench report raw ncu --markdown "
+            "docs/results.md`). A table whose artifacts are absent says so and names the "
+            "command that makes them. Runs timed on a CPU stay out of the GPU tables "
+            "(--include-cpu gives them a section of their own). Works without a GPU."
+        ),
+        epilog=(
+            "Every artifact that could not be read is named on stderr with the reason. Exit "
+            "status: 0 when the pages are written (damaged artifacts met while scanning a "
+            "folder are warnings); 1 when they are written but an artifact named on the "
+            "command line could not be read (or a folder named holds none), or none of the "
+            "artifacts met could be; 2 for "
+            "usage errors (no --html or --markdown, a named path that does not exist, neither "
+            "raw nor ncu here)."
         ),
     )
     p.add_argument("artifacts", nargs="*", help="run directories, reports or folders")
     p.add_argument("--html", metavar="PATH", help="write the HTML page here")
     p.add_argument("--markdown", metavar="PATH", help="write the Markdown tables here")
+    p.add_argument("--include-cpu", action="store_true", help="show runs timed on a CPU (the "
+                   "quick start's tiny profile) in a section of their own")  # fmt: skip
 
 
-def report(args) -> None:
+def _report_paths(given: list[str]) -> list[str]:
+    """The paths to report: those given (each must exist: `collect` says so), else the
+    default folders that are here, with a note for each that is not."""
+    from workbench.report.seed_tables import DEFAULT_PATHS, default_paths
+
+    if given:
+        return given
+    here, missing = default_paths()
+    if not here:
+        raise WorkbenchError(
+            f"neither {' nor '.join(DEFAULT_PATHS)} is in {Path.cwd()}: run this where they "
+            "are, or give the artifacts (run directories, .ncu-rep files or folders of them)"
+        )
+    for path in missing:
+        print(f"workbench report: no {path} here; reporting {' and '.join(here)}",
+              file=sys.stderr)  # fmt: skip
+    return here
+
+
+def report(args) -> int:
+    """Write the pages, say on stderr what was skipped (each unread artifact, the CPU runs),
+    and return the exit status the epilog of `add_report` documents."""
     if not (args.html or args.markdown):
         raise WorkbenchError("report: say where to write it: --html PATH, --markdown PATH or both")
-    from workbench.analysis.collection import collect
-    from workbench.report.seed_tables import DEFAULT_PATHS
+    from workbench.analysis.collection import collect, split_cpu
+    from workbench.report.document import cpu_skipped
 
-    paths = args.artifacts or list(DEFAULT_PATHS)
+    paths = _report_paths(args.artifacts)
     found = collect(paths)  # read once, written as many ways as asked
+    for path, why in found.unread:
+        print(f"workbench report: skipped {path}: {why}", file=sys.stderr)
+    cpu = split_cpu(found)[1]
+    if cpu.items and not args.include_cpu:
+        print(f"workbench report: {cpu_skipped(cpu)}", file=sys.stderr)
     if args.html:
         from workbench.report.seed_report import build
 
-        print(f"report: {build(found).write(args.html)}")
+        print(f"report: {build(found, args.include_cpu).write(args.html)}")
     if args.markdown:
         from workbench.report.markdown import write_markdown
 
-        print(f"markdown: {write_markdown(found, args.markdown, paths)}")
+        page = write_markdown(found, args.markdown, paths, include_cpu=args.include_cpu)
+        print(f"markdown: {page}")
+    return _report_status(found, args.artifacts)
+
+
+def _report_status(found: Collection, named: list[str]) -> int:
+    """1 when an artifact `named` on the command line could not be read (or a named folder
+    holds none), or when none of the artifacts met could be; else 0. Says why on stderr."""
+    failed = {Path(p) for p in named} & {path for path, _ in found.unread}
+    for given in map(Path, named):
+        met = [item.path for item in found.items] + [path for path, _ in found.unread]
+        if not any(path == given or given in path.parents for path in met):
+            print(f"workbench report: skipped {given}: holds no run directory or Nsight "
+                  "Compute report", file=sys.stderr)  # fmt: skip
+            failed.add(given)
+    if failed:
+        print(f"workbench report: {len(failed)} of the paths named could not be read",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    if found.unread and not found.items:
+        print(f"workbench report: none of the {len(found.unread)} artifacts met could be read",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
 
 
 def add_export_notebook(sub) -> None:

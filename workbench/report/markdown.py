@@ -7,77 +7,50 @@ date of generation, sections in a fixed order, rows in a stable order, numbers r
 table says which artifacts it came from and what they ran on (GPU, commit), so a number
 can be traced to the run that measured it.
 
-This module is the document: its header, the sections in order (`seed_tables.SECTIONS`, with
-the same "absent: run ..." notes as the HTML page) and the writing of the file. Each section's
-tables are written by the module for its kind of artifact (`markdown_profiles`,
-`markdown_benchmarks`, `markdown_experiments`), trimmed to the columns a reader compares, with
-units in their headers, through one Markdown writer (`markdown_page`). Pure pandas: no plotly,
-no torch.
+This module is the document's header and the writing of the file; the outline (coverage,
+sections, CPU runs, artifacts) is `document`'s and the tables are the section writers', the
+same as on the HTML page, written through one Markdown writer (`markdown_page`). Pure pandas:
+no plotly, no torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from workbench.analysis.collection import Collection
-from workbench.report.markdown_benchmarks import write_attention, write_dense, write_moe
-from workbench.report.markdown_experiments import write_hybrid, write_sweeps
-from workbench.report.markdown_page import MarkdownPage, anchor, cell, display
-from workbench.report.markdown_profiles import write_ncu, write_profiles
-from workbench.report.seed_tables import DEFAULT_PATHS, SECTIONS, Section, artifact_table, coverage
+from workbench.report.document import CPU_TITLE, write_document
+from workbench.report.markdown_page import MarkdownPage, anchor
+from workbench.report.page import display
+from workbench.report.seed_tables import DEFAULT_PATHS, SECTIONS
 
 TITLE = "Results, generated from artifacts"
 
-WRITERS: dict[str, Callable[[MarkdownPage, Collection, Section], None]] = {
-    "Dense MXFP8 backend": write_dense,
-    "Kernel profiles in the server": write_profiles,
-    "Nsight Compute on the stock kernel": write_ncu,
-    "Things that did not help": write_sweeps,
-    "Hybrid dense GEMM, controlled A/B": write_hybrid,
-    "MoE kernels against their floor": write_moe,
-    "Sparse attention kernels": write_attention,
-}
-
 
 def build_markdown(
-    collection: Collection, paths: Sequence[str | Path] = DEFAULT_PATHS, target: str = "PATH"
+    collection: Collection,
+    paths: Sequence[str | Path] = DEFAULT_PATHS,
+    target: str = "PATH",
+    include_cpu: bool = False,
 ) -> str:
     """The document: how it was made (the command, naming `paths` and `target`, the file it
-    writes), the coverage table, a section per seed table (or why it is absent), and what each
-    artifact ran on."""
+    writes), then `document.write_document` (with the CPU runs' section when `include_cpu`)."""
     page = MarkdownPage(TITLE)
     shown = [display(Path(p)) for p in paths]
     named = " ".join(shown)
     under = " and ".join(", ".join(f"`{p}`" for p in shown).rsplit(", ", 1))
+    flag = " --include-cpu" if include_cpu else ""
     page.text(
         f"Generated from the artifacts under {under} "
-        f"by `workbench report {named} --markdown {target}`: change the generator "
+        f"by `workbench report {named} --markdown {target}{flag}`: change the generator "
         "(`workbench/report/markdown.py`) or the artifacts, not this file. Every number was "
         "measured on the GPU named under its table, by the commit named there; a section "
         "whose artifacts are absent says so and names the command that makes them. The seed "
         "study's own numbers, from another GPU, are in `docs/seed-study.md`."
     )
-    page.text("\n".join(f"- [{s.title}](#{anchor(s.title)})" for s in SECTIONS)
-              + "\n- [Artifacts](#artifacts)")  # fmt: skip
-    page.heading("Coverage").table(coverage(collection).rename_axis("section"), index=True)
-    kinds = collection.kinds()
-    for section in SECTIONS:
-        page.heading(section.title)
-        if not section.in_seed:
-            page.text("Not in the seed report: the workbench's kernel-level table.")
-        if any(kinds.get(k) for k in section.kinds):
-            if section.note:
-                page.text(section.note)
-            WRITERS[section.title](page, collection, section)
-        else:
-            page.absent(*section.absence)
-    page.heading("Artifacts")
-    if collection.items:
-        page.table(artifact_table(collection, name=lambda p: f"`{display(p)}`"),
-                   "What each artifact ran on")  # fmt: skip
-    for path, why in collection.unread:
-        page.text(f"> Not read: `{display(path)}`: {cell(why)}")
+    titles = [s.title for s in SECTIONS] + ([CPU_TITLE] if include_cpu else []) + ["Artifacts"]
+    page.text("\n".join(f"- [{title}](#{anchor(title)})" for title in titles))
+    write_document(page, collection, include_cpu)
     return page.render()
 
 
@@ -86,12 +59,13 @@ def write_markdown(
     path: str | Path,
     paths: Sequence[str | Path] = DEFAULT_PATHS,
     target: str | None = None,
+    include_cpu: bool = False,
 ) -> Path:
     """Write the document to `path` through a temporary file renamed into place, so a reader
     never sees half of one. `target` is the file the document names as its own (default:
     `path`); a check that regenerates a committed document elsewhere names the committed one."""
     path = Path(path)
-    text = build_markdown(collection, paths, target or display(path))
+    text = build_markdown(collection, paths, target or display(path), include_cpu)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")

@@ -1,122 +1,48 @@
 """The GitHub Markdown writer the results document (`markdown`) is built with.
 
-The Markdown counterpart of `html.HtmlPage`, kept apart from what goes into the document so
-that the section writers (`markdown_profiles`, `markdown_benchmarks`, `markdown_experiments`)
-share one way to write a cell, a table, a path and a source: the document is regenerated and
-compared byte for byte, so every table must format a number the same way. Cells come out
-stable (numbers rounded, thousands separated, missing values empty) and tables stay valid
-GitHub tables whatever text a cell holds.
+The Markdown counterpart of the HTML page (`seed_report.HtmlReport`): both take what the
+section writers write (`page.ReportPage`) and format every cell through `cells`, so a number
+reads the same in both. The document is regenerated and compared byte for byte, so cells come
+out stable (numbers rounded by their unit, thousands separated, missing values empty) and
+tables stay valid GitHub tables whatever text a cell holds. Figures and the page's folded
+detail tables are left out: the document is for reading where code is read, and the full rows
+are in the artifact each table names.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
 import re
-from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
+from collections.abc import Sequence
 
-import numpy as np
 import pandas as pd
 
-from workbench.analysis.collection import Artifact
-from workbench.report.seed_tables import ABSENT, origin
-
-# A cell that reads as a number (right-aligned): `1,234.5`, `-38%`, `3.581 (spills)`, `0.7 – 0.8`.
-NUMBER = re.compile(r"[-+]?[\d,]*\.?\d+%?( \(.*\))?( – [-+]?[\d,]*\.?\d+)?")
+from workbench.report.cells import SHOWN_ROWS, format_frame
+from workbench.report.seed_tables import ABSENT
 
 
-def cell(value: object, digits: int = 2, trim: bool = False) -> str:
-    """A table cell: floats rounded to `digits` with thousands separators (integral floats
-    without decimals when `trim`), integers with separators, missing values empty, and text
-    safe inside a table row (no `|` or line break)."""
-    if value is None or value is pd.NA or value is pd.NaT:
-        return ""
-    if isinstance(value, bool | np.bool_):
-        return "yes" if value else "no"
-    if isinstance(value, int | np.integer):
-        return f"{int(value):,}"
-    if isinstance(value, float | np.floating):
-        value = float(value)
-        if math.isnan(value):
-            return ""
-        if trim and value.is_integer():
-            return f"{int(value):,}"
-        return f"{value:,.{digits}f}"
-    return str(value).replace("|", "\\|").replace("\r", " ").replace("\n", " ").strip()
-
-
-def short_status(status: object) -> str:
-    """A harness row's status, short enough for a cell: an error's exception class rather
-    than its message."""
-    text = str(status)
-    if text.startswith("error:"):
-        return "error: " + text.removeprefix("error:").strip().split(":")[0]
-    return text
+def _cell(text: str) -> str:
+    """Text safe inside a table row: no `|` or line break."""
+    return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ").strip()
 
 
 def markdown_table(
-    frame: pd.DataFrame,
-    digits: int | Mapping[str, int] = 2,
-    index: bool | None = None,
-    trim: bool = False,
+    frame: pd.DataFrame, index: bool | None = None, by_row: bool = False, unit: str = ""
 ) -> str:
-    """`frame` as a GitHub Markdown table: its index as the first column(s) (when `index`;
-    by default unless it is a plain row count), column levels joined by spaces, columns of
-    numbers right-aligned. `digits` is one count for every float, or a count per column (2 for
-    the others)."""
-    if index is None:
-        index = not isinstance(frame.index, pd.RangeIndex) or any(frame.index.names)
-    if index:
-        names = [n or "" for n in frame.index.names]
-        frame = frame.copy()
-        frame.index.names = names if len(names) > 1 else [names[0] or " "]
-        frame = frame.reset_index()
-    headers = [
-        " ".join(str(part) for part in col if str(part)) if isinstance(col, tuple) else str(col)
-        for col in frame.columns
-    ]
-    per_column = digits if isinstance(digits, Mapping) else {}
-    columns = []
-    for position, header in enumerate(headers):
-        places = per_column.get(header, 2) if per_column else int(digits)  # type: ignore[arg-type]
-        values = frame.iloc[:, position].tolist()
-        columns.append([cell(v, places, trim) for v in values])
-    right = [any(col) and all(not c or NUMBER.fullmatch(c) for c in col)
-             for col in columns]  # fmt: skip
+    """`frame` as a GitHub Markdown table, formatted by `cells.format_frame` (its index as the
+    first column(s) when `index`; units named by the headers, or by the row labels when
+    `by_row`, else `unit`), columns of numbers right-aligned."""
+    headers, rows, numeric = format_frame(frame, index, by_row, unit)
     lines = [
-        "| " + " | ".join(cell(h) for h in headers) + " |",
-        "|" + "|".join("---:" if r else "---" for r in right) + "|",
+        "| " + " | ".join(_cell(h) for h in headers) + " |",
+        "|" + "|".join("---:" if n else "---" for n in numeric) + "|",
     ]
-    lines += ["| " + " | ".join(row) + " |" for row in zip(*columns)] if columns else []
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def anchor(title: str) -> str:
     """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
     return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
-
-
-def display(path: Path) -> str:
-    """A path as the report shows it: relative to the working directory when under it (so a
-    report of `raw` and `ncu` names `raw/...` wherever the command ran), POSIX slashes."""
-    path = Path(path)
-    if path.is_absolute():
-        with contextlib.suppress(ValueError):  # outside the working directory: as given
-            path = path.relative_to(Path.cwd())
-    return path.as_posix()
-
-
-def sources(items: Iterable[Artifact], detail: Callable[[Artifact], str] | None = None) -> str:
-    """Where a table came from: each artifact's path, GPU and commit (and `detail`)."""
-    parts = []
-    for item in items:
-        env = origin(item.meta)
-        what = [env["GPU"], f"commit {env['commit']}"]
-        if detail:
-            what.append(detail(item))
-        parts.append(f"`{display(item.path)}` ({', '.join(w for w in what if w)})")
-    return "From " + "; ".join(parts) + "." if parts else ""
 
 
 class MarkdownPage:
@@ -135,17 +61,40 @@ class MarkdownPage:
         self.parts.append(text)
         return self
 
+    def note(self, text: str) -> MarkdownPage:
+        return self.text(f"> {text}")
+
+    def bullets(self, lines: Sequence[str]) -> MarkdownPage:
+        return self.text("\n".join(f"- {line}" for line in lines))
+
     def absent(self, what: str, command: str) -> MarkdownPage:
-        return self.text("> " + ABSENT.format(what=what, command=command))
+        return self.note(ABSENT.format(what=what, command=command))
 
     def table(
-        self, frame: pd.DataFrame, caption: str = "", source: str = "", **options: object
+        self,
+        frame: pd.DataFrame,
+        caption: str = "",
+        source: str = "",
+        *,
+        index: bool | None = None,
+        by_row: bool = False,
+        unit: str = "",
+        head: int = SHOWN_ROWS,
+        extra: bool = False,
     ) -> MarkdownPage:
+        """A captioned table and its source; every row (`head` folds rows on the HTML page
+        only), and nothing for an `extra` table (its rows stay in the artifact)."""
+        if extra:
+            return self
         if caption:
             self.parts.append(f"**{caption}**")
-        self.parts.append(markdown_table(frame, **options))  # type: ignore[arg-type]
+        self.parts.append(markdown_table(frame, index, by_row, unit))
         if source:
             self.parts.append(source)
+        return self
+
+    def figure(self, name: str, *args: object) -> MarkdownPage:
+        """Nothing: the document has no figures (the HTML page draws them)."""
         return self
 
     def render(self) -> str:

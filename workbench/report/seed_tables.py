@@ -23,7 +23,13 @@ import pandas as pd
 from workbench.analysis.collection import NOT_RECORDED, Artifact, Collection, environment_row
 from workbench.analysis.experiments import SweepResult
 from workbench.analysis.ncu_files import DECODE_STEP
-from workbench.analysis.profile import SEED_VARIANTS, ProfileResult, profile_label, seed_order
+from workbench.analysis.profile import (
+    SEED_VARIANTS,
+    ProfileResult,
+    device_name,
+    profile_label,
+    seed_order,
+)
 
 if TYPE_CHECKING:  # reading reports needs NVIDIA's ncu_report (the [ncu] extra); tables do not
     from workbench.analysis.ncu import NcuReport
@@ -74,7 +80,7 @@ SECTIONS = (
         note="The seed's table ran each backend in a serving engine; here each backend runs all "
         "dense GEMMs of a layer, times the model's layers, per decode step and for a 46K-token "
         "prefill (tokens per second). Accuracy is the kernel's error against bf16 weights "
-        "(error_vs_bf16), not GSM8K.",
+        "(rel. error vs bf16 weights), not GSM8K.",
     ),
     Section(
         "Kernel profiles in the server",
@@ -113,11 +119,24 @@ SECTIONS = (
 
 # ---- profile runs ----------------------------------------------------------------------------
 def profile_columns(runs: Iterable[ProfileResult]) -> tuple[list[ProfileResult], list[str]]:
-    """Profiles in the seed's column order with their column labels (the prompt length joins
-    the label only when the runs differ in it)."""
+    """Profiles in the seed's column order with column labels that tell them apart: what
+    `profile_label` says (kernels, graphs, TP; machine and preset on a CPU), with the prompt
+    length, the GPU and the preset added where the runs differ in them, and the run's time
+    stamp where two runs still read alike."""
     runs = seed_order(runs)
-    prompts = {r.meta.get("params", {}).get("prompt_tokens") for r in runs}
-    return runs, [profile_label(r, len(prompts) > 1) for r in runs]
+    params = [r.meta.get("params", {}) for r in runs]
+    prompts = {p.get("prompt_tokens") for p in params}
+    labels = [profile_label(r, len(prompts) > 1) for r in runs]
+    on_cpu = [device_name(r.meta) == "CPU" for r in runs]  # labelled with both already
+    for values in ([device_name(r.meta) for r in runs], [str(p.get("preset")) for p in params]):
+        if len(set(values)) > 1:
+            labels = [label if cpu else f"{label}, {value}"
+                      for label, value, cpu in zip(labels, values, on_cpu)]  # fmt: skip
+    repeated = {label for label in labels if labels.count(label) > 1}
+    stamps = [str(r.path.name if r.path else "").rsplit("-", 1)[-1] for r in runs]
+    labels = [f"{label} ({stamp})" if label in repeated and stamp else label
+              for label, stamp in zip(labels, stamps)]  # fmt: skip
+    return runs, labels
 
 
 def prompt_lengths(runs: Iterable[ProfileResult]) -> list[int]:
@@ -193,7 +212,7 @@ def did_not_help(sweeps: Mapping[str, SweepResult]) -> pd.DataFrame:
 
 # ---- benchmarks ------------------------------------------------------------------------------
 DENSE_AB = "dense-ab"  # bench dense's rows of the seed's A/B scenarios
-BF16_ERROR = "error vs bf16 weights (max)"  # hybrid_ab_table's row of errors, not tokens/s
+BF16_ERROR = "rel. error vs bf16 weights (max)"  # hybrid_ab_table's row of errors, not tokens/s
 
 
 def dense_ab_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -310,8 +329,18 @@ def origin(meta: Mapping) -> dict[str, str]:
 def artifact_table(
     collection: Collection, name: Callable[[Path], str] = lambda path: path.name
 ) -> pd.DataFrame:
-    """What each artifact ran on: kind, GPU, driver, CUDA, torch, Triton, date, commit; `name`
-    makes the artifact column from its path."""
+    """What each artifact ran on: kind, GPU, driver, CUDA, torch, Triton, date (to the minute),
+    commit; `name` makes the artifact column from its path."""
     rows = [{"artifact": name(item.path), "kind": item.kind, **origin(item.meta)}
             for item in collection.items]  # fmt: skip
-    return pd.DataFrame(rows).set_index("artifact")
+    table = pd.DataFrame(rows).set_index("artifact")
+    if not table.empty:
+        table["date"] = table["date"].map(lambda d: str(d)[:16].replace("T", " "))
+    return table
+
+
+def default_paths() -> tuple[list[str], list[str]]:
+    """The default artifact folders (`DEFAULT_PATHS`) that are here, and those that are not:
+    a checkout with runs but no ncu reports yet is reported from what it has."""
+    here = [p for p in DEFAULT_PATHS if Path(p).exists()]
+    return here, [p for p in DEFAULT_PATHS if p not in here]

@@ -47,9 +47,12 @@ class Comparison(profile.Comparison):
 
 
 def view(result: profile.ProfileResult) -> ProfileResult:
-    """`result` with its figure and page (the same frames, not a copy)."""
-    return ProfileResult(meta=result.meta, kernels=result.kernels, path=result.path,
-                         label=result.label)  # fmt: skip
+    """`result` with its figure and page: the same frames, not a copy, and a kernel table not
+    read yet stays unread (the view reads it when a method needs it)."""
+    viewed = ProfileResult.__new__(ProfileResult)
+    viewed.__dict__.update(vars(result))
+    viewed._answers = dict(result._answers)
+    return viewed
 
 
 def load(path: str | Path) -> ProfileResult:

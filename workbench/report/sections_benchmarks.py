@@ -1,8 +1,9 @@
-"""The results document's benchmark sections: dense GEMMs, MoE kernels, sparse attention.
+"""The report's benchmark sections: dense GEMMs, MoE kernels, sparse attention.
 
 A benchmark run is a long table, one row per kernel, variant and size; a reader compares
 variants at one size, so each table here is pivoted wide (a row per size, a column per variant
-and measure) with a row's status riding in its time's cell. Runs of one kind differ in what
+and measure) with a row's status riding in its time's cell, and the columns a reader does not
+compare (spread, repeats, floors in ms) stay in the artifact. Runs of one kind differ in what
 they cover, so the MoE table takes each configuration from the newest run that measured it
 (`seed_tables.newest_rows`); the dense and attention tables come from the newest run.
 """
@@ -15,7 +16,8 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from workbench.analysis.collection import Artifact, Collection
-from workbench.report.markdown_page import MarkdownPage, cell, short_status, sources
+from workbench.report.cells import format_value
+from workbench.report.page import ReportPage, short_status, sources
 from workbench.report.seed_tables import (
     DENSE_AB,
     Section,
@@ -26,21 +28,33 @@ from workbench.report.seed_tables import (
     started,
 )
 
+DENSE_LAYER = "dense-layer"  # bench dense's rows of the workbench's own layer kernels
 MOE_ORDER = ("stock", "multirow", "flat", "padded")
 DENSE_ORDER = ("bf16", "w8a16", "w8a8", "hybrid")
 ATTENTION_ORDER = ("torch", "triton")
+MOE_SHOWN = 12  # rows of a MoE table before the rest fold away: the decode sizes 1 and 6
 ACCURACY = {  # bench dense's accuracy and compile facts, each the most over all M
-    "rel_error": "error vs the weights it holds (max %)",
-    "error_vs_bf16": "error vs bf16 weights (max %)",
+    "rel_error": "rel. error vs the weights it holds (max)",
+    "error_vs_bf16": "rel. error vs bf16 weights (max)",
     "regs": "registers (max)",
     "spills": "spills (max)",
 }
 
 
-def newest(collection: Collection, kind: str) -> Artifact | None:
-    """The newest artifact of a kind (by the date its capture started)."""
-    items = sorted(artifacts(collection, kind), key=started)
+def newest(
+    collection: Collection, kind: str, has: Callable[[pd.DataFrame], bool] | None = None
+) -> Artifact | None:
+    """The newest artifact of a kind (by the date its capture started) whose benchmark rows
+    `has` what a table needs: a run that skipped the A/B scenarios must not hide the A/B
+    table an older run holds."""
+    items = [item for item in sorted(artifacts(collection, kind), key=started)
+             if has is None or has(bench_rows(item))]  # fmt: skip
     return items[-1] if items else None
+
+
+def _holds(kernel: str) -> Callable[[pd.DataFrame], bool]:
+    """Whether benchmark rows hold rows of `kernel`."""
+    return lambda rows: bool((rows["kernel"] == kernel).any())
 
 
 def scenario(name: str) -> str:
@@ -63,36 +77,35 @@ def _ceilings(item: Artifact) -> str:
             "measured in the same run")  # fmt: skip
 
 
-def _timed(ms: object, status: object, digits: int = 3) -> str:
-    """A time with its status when that is not `ok` (`3.581 (spills)`), or the status alone
+def _timed(ms: object, status: object) -> object:
+    """A time, or with its status when that is not `ok` (`3.58 (spills)`), or the status alone
     when the row was not timed."""
     note = "" if status is None or pd.isna(status) or status == "ok" else short_status(status)
     if ms is None or pd.isna(ms):
         return note
-    return f"{cell(ms, digits)} ({note})" if note else cell(ms, digits)
+    return f"{format_value(ms, 'time')} ({note})" if note else ms
 
 
 def _wide(
     rows: pd.DataFrame, index: Sequence[str], across: str, order: Sequence[str], measures: dict
 ) -> pd.DataFrame:
     """One row per `index`, and per value of `across` (in `order`) a column per measure:
-    `measures` maps a column of `rows` to (header suffix, digits); `ms` cells carry the
-    row's status when it is not ok."""
-    out: dict[tuple, dict[str, str]] = {}
+    `measures` maps a column of `rows` to its header's suffix (which names the unit); `ms`
+    cells carry the row's status when it is not ok."""
+    out: dict[tuple, dict[str, object]] = {}
     for record in rows.to_dict("records"):
-        key = tuple(record[k] for k in index)
-        line = out.setdefault(key, {})
-        for column, (suffix, digits) in measures.items():
+        line = out.setdefault(tuple(record[k] for k in index), {})
+        for column, suffix in measures.items():
             value = record.get(column)
-            text = (_timed(value, record.get("status"), digits) if column == "ms"
-                    else cell(value, digits))  # fmt: skip
-            line[f"{record[across]} {suffix}"] = text
+            line[f"{record[across]} {suffix}"] = (
+                _timed(value, record.get("status")) if column == "ms" else value
+            )
     present = list(dict.fromkeys(str(v) for v in rows[across]))
     values = [v for v in order if v in present] + [v for v in present if v not in order]
-    headers = [f"{v} {suffix}" for v in values for suffix, _ in measures.values()]
+    headers = [f"{v} {suffix}" for v in values for suffix in measures.values()]
     frame = pd.DataFrame.from_dict(out, orient="index").reindex(columns=headers)
     frame.index = pd.MultiIndex.from_tuples(list(out), names=list(index))
-    return frame.fillna("")
+    return frame
 
 
 def _covered(rows: pd.DataFrame, size: str) -> Callable[[Artifact], str]:
@@ -105,7 +118,7 @@ def _covered(rows: pd.DataFrame, size: str) -> Callable[[Artifact], str]:
     return detail
 
 
-def write_moe(page: MarkdownPage, collection: Collection, section: Section) -> None:
+def write_moe(page: ReportPage, collection: Collection, section: Section) -> None:
     """Per routing, each MoE scheduler and weight format by token count: time, × the HBM
     floor, TFLOP/s."""
     items = artifacts(collection, "bench-moe")
@@ -128,48 +141,73 @@ def write_moe(page: MarkdownPage, collection: Collection, section: Section) -> N
         "run), which is meaningful at decode sizes; TFLOP/s is what counts at prefill sizes. "
         "Each configuration comes from the newest run that measured it."
     )
-    measures = {"ms": ("(ms)", 3), "ratio_to_floor": ("× floor", 2), "tflops": ("TFLOP/s", 0)}
+    measures = {"ms": "(ms)", "ratio_to_floor": "× floor", "tflops": "TFLOP/s"}
     for routing in dict.fromkeys(rows["routing"]):
-        table = _wide(rows[rows["routing"] == routing], ["tokens", "kernel"], "weight_dtype",
-                      ("bf16", "fp8", "int4"), measures)  # fmt: skip
-        page.table(table, f"MoE, {routing} routing", sources(used, _covered(rows,
-                   "tokens")))  # fmt: skip
+        part = rows[rows["routing"] == routing]
+        page.figure("bench", part, f"MoE, {routing} routing", ("kernel", "weight_dtype"), "tokens")
+        table = _wide(part, ["tokens", "kernel"], "weight_dtype", ("bf16", "fp8", "int4"), measures)
+        page.table(table, f"MoE, {routing} routing", sources(used, _covered(rows, "tokens")),
+                   head=MOE_SHOWN)  # fmt: skip
 
 
-def write_dense(page: MarkdownPage, collection: Collection, section: Section) -> None:
+def _peers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """bench dense's peer rows (other libraries' kernels at the same M) that were timed, a row
+    per M and peer, and the peers that were not (with why: `missing-peer`, an error)."""
+    timed = rows[rows["ms"].notna()]
+    table = pd.DataFrame(
+        {
+            "M": timed["m"],
+            "peer": timed["kernel"],
+            "format": timed["variant"],
+            "median (ms)": timed["ms"],
+            "× floor": timed.get("ratio_to_floor"),
+            "rel. error": timed.get("rel_error"),
+        }
+    ).sort_values(["M", "peer"], kind="stable")
+    untimed = rows[rows["ms"].isna()].drop_duplicates("kernel")
+    why = [f"`{k}` ({short_status(s)})" for k, s in zip(untimed["kernel"], untimed["status"])]
+    return table, why
+
+
+def write_dense(page: ReportPage, collection: Collection, section: Section) -> None:
     """The seed's backend table (tokens per second per scenario), one layer's projections at
-    each M against the HBM floor, and each backend's accuracy."""
-    item = newest(collection, "bench-dense")
-    table = bench_rows(item)
-    where = sources([item], _ceilings)
-    if (table["kernel"] == DENSE_AB).any():
-        ab = dense_ab_table(table)
+    each M against the HBM floor, the peers at the same M, and each backend's accuracy; each
+    table from the newest run that holds its rows."""
+    ab_run = newest(collection, "bench-dense", _holds(DENSE_AB))
+    if ab_run is not None:
+        ab = dense_ab_table(bench_rows(ab_run))
         ab.index = pd.Index([f"{v} (cuBLAS)" if v == "bf16" else v for v in ab.index],
                             name="backend")  # fmt: skip
         ab.columns = [f"{scenario(c)} (tokens/s)" for c in ab.columns]
         page.table(ab, "The seed's backend table: dense GEMMs of all layers, tokens per second",
-                   where, digits=1)  # fmt: skip
-    layer = table[table["kernel"] != DENSE_AB]
-    if layer.empty:
+                   sources([ab_run], _ceilings))  # fmt: skip
+    item = newest(collection, "bench-dense", _holds(DENSE_LAYER))
+    if item is None:
         return
-    measures = {"ms": ("(ms)", 3), "ratio_to_floor": ("× floor", 1)}
-    page.table(_wide(layer, ["m"], "variant", DENSE_ORDER, measures).rename_axis("M"),
-               "All dense projections of one TP2-rank layer at M rows: median ms, and × the "
-               "HBM floor of their weight bytes", where)  # fmt: skip
+    rows = bench_rows(item)
+    layer, where = rows[rows["kernel"] == DENSE_LAYER], sources([item], _ceilings)
+    page.figure("bench", layer, "Dense projections of one layer", ("variant",), "m")
+    page.table(_wide(layer, ["m"], "variant", DENSE_ORDER, {"ms": "(ms)",
+               "ratio_to_floor": "× floor"}).rename_axis("M"), "All dense projections of one "
+               "TP2-rank layer at M rows: median ms, and × the HBM floor of their weight bytes",
+               where)  # fmt: skip
+    peers, untimed = _peers(rows[~rows["kernel"].isin([DENSE_AB, DENSE_LAYER])])
+    if not peers.empty:
+        page.table(peers, "Peers at the same M: other libraries' kernels for the layer's "
+                   "projections", where, index=False)  # fmt: skip
+    if untimed:
+        page.text(f"Peers not measured in this run: {', '.join(untimed)}.")
     present = [c for c in ACCURACY if c in layer]
     if not present:
         return
     accuracy = layer.groupby("variant", sort=False)[present].max()
     order = [v for v in DENSE_ORDER if v in accuracy.index]
     accuracy = accuracy.reindex(order + [v for v in accuracy.index if v not in order])
-    for column in ("rel_error", "error_vs_bf16"):
-        if column in accuracy:
-            accuracy[column] = 100 * accuracy[column]
     shown = accuracy.rename(columns=ACCURACY).rename_axis("backend")
-    page.table(shown, "Accuracy against an fp32 GEMM, over all M", where, trim=True)
+    page.table(shown, "Accuracy against an fp32 GEMM, over all M", where)
 
 
-def write_attention(page: MarkdownPage, collection: Collection, section: Section) -> None:
+def write_attention(page: ReportPage, collection: Collection, section: Section) -> None:
     """The indexer and sparse attention per scenario: time and × the floor, per variant."""
     item = newest(collection, "bench-attention")
     table = bench_rows(item)
@@ -181,7 +219,7 @@ def write_attention(page: MarkdownPage, collection: Collection, section: Section
         "46K. × floor is the time over the larger of the bytes a step must move and its FLOPs "
         "at the rates measured in the same run."
     )
-    measures = {"ms": ("(ms)", 4), "ratio_to_floor": ("× floor", 1)}
+    measures = {"ms": "(ms)", "ratio_to_floor": "× floor"}
     page.table(_wide(table, ["scenario", "kernel"], "variant", ATTENTION_ORDER, measures),
-               "Sparse attention at the TP2-rank shape: median ms", sources([item],
-               _ceilings))  # fmt: skip
+               "Sparse attention at the TP2-rank shape: median ms",
+               sources([item], _ceilings))  # fmt: skip

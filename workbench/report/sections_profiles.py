@@ -1,24 +1,26 @@
-"""The results document's sections on where a run's time goes: profile runs and ncu reports.
+"""The report's sections on where a run's time goes: profile runs and ncu reports.
 
 Both artifacts answer "which kernel, and why", so their tables share a shape: one column per
 run or launch, trimmed to the numbers a reader compares, each table naming the artifacts (GPU,
 commit) it came from. What goes in a section and what counts as absent is `seed_tables`', the
-same as on the HTML page; this module only says how it reads as Markdown.
+same for the HTML page and the Markdown document; this module writes it to either
+(`page.ReportPage`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from workbench.analysis.collection import Collection
-from workbench.analysis.profile import Comparison
+from workbench.analysis.profile import Comparison, device_name
 from workbench.analysis.tables import short_kernel_name
-from workbench.report.markdown_page import MarkdownPage, cell, sources
+from workbench.report.cells import format_value, unit_of
+from workbench.report.page import ReportPage, sources
 from workbench.report.seed_tables import (
     NO_DECODE_STEP,
     NO_FLAT_REPORT,
@@ -40,45 +42,58 @@ if TYPE_CHECKING:  # reading reports needs NVIDIA's ncu_report (the [ncu] extra)
 HOT_SPOTS = 3  # source lines per launch
 STEP_KERNELS = 10  # kernels of a decode-step report
 SOURCE_WIDTH = 70  # characters of a hot spot's source line
+SKEW = {"time_ms": "in collectives (ms)", "wait_ms": "waiting for the last rank (ms)",
+        "transfer_ms": "transfer (ms)"}  # fmt: skip
+
+
+def _listed(values: Iterable[object]) -> str:
+    """Distinct values as `a`, `b` (code), in their order."""
+    return ", ".join(f"`{v}`" for v in dict.fromkeys(str(v) for v in values))
 
 
 # ---- profile runs ----------------------------------------------------------------------------
-def write_profiles(page: MarkdownPage, collection: Collection, section: Section) -> None:
+def write_profiles(page: ReportPage, collection: Collection, section: Section) -> None:
     """Prefill and decode time by category, one column per run in the seed's order; the rank
     skew of tensor-parallel runs."""
     items = {id(item.result): item for item in artifacts(collection, "profile")}
     runs, labels = profile_columns(item.result for item in items.values())
     comparison = Comparison(runs, labels)
     ordered = [items[id(run)] for run in runs]
-    steps = {r.meta.get("params", {}).get("decode_tokens") for r in runs}
-    presets = dict.fromkeys(str(r.meta.get("params", {}).get("preset")) for r in runs)
+    params = [r.meta.get("params", {}) for r in runs]
+    steps = sorted({p.get("decode_tokens") for p in params if p.get("decode_tokens")})
+    on_cpu = all(device_name(r.meta) == "CPU" for r in runs)
+    time = "CPU op time of the torch references" if on_cpu else "GPU kernel time"
+    tp = any(r.ranks for r in runs)
     page.text(
-        "Summed kernel time by category of the synthetic model "
-        f"({', '.join(f'`{p}`' for p in presets)}), a "
+        f"Summed {time} by category of the synthetic model "
+        f"({_listed(p.get('preset') for p in params)}) on "
+        f"{', '.join(dict.fromkeys(device_name(r.meta) for r in runs))}, a "
         f"{' / '.join(f'{p:,}' for p in prompt_lengths(runs))}-token prompt then "
-        f"{' / '.join(str(s) for s in sorted(s for s in steps if s))} decode steps, like the "
-        "seed's server profiles. Tensor-parallel runs show the mean of their ranks (one GPU's "
-        "view)."
+        f"{' / '.join(map(str, steps))} decode steps, like the seed's server profiles."
+        + (" Tensor-parallel runs show the mean of their ranks (one GPU's view)." if tp else "")
     )
+    page.figure("profiles", comparison)
     where = sources(ordered)
-    page.table(comparison.prefill(), "Prefill: summed kernel time (ms)", where, digits=1)
-    page.table(comparison.decode(), "Decode: mean kernel time per step (ms); the last row is "
-               "the idle time between kernels inside a step", where, digits=2)  # fmt: skip
-    page.text("\n".join(f"- {n}: {r.decode_caption()}" for n, r in zip(comparison.names, runs)))
+    page.table(comparison.prefill(), "Prefill: summed time (ms)", where, unit="ms")
+    page.table(comparison.decode(), "Decode: mean time per step (ms); the last row is the idle "
+               "time between kernels inside a step", where, unit="ms")  # fmt: skip
+    page.bullets([f"{n}: {r.decode_caption()}" for n, r in zip(comparison.names, runs)])
     for absence in missing_profiles(runs):
         page.absent(*absence)
     for name, run, item in zip(comparison.names, runs, ordered):
         if run.ranks:
-            skew = run.rank_skew().rename(columns={
-                "time_ms": "in collectives (ms)", "wait_ms": "waiting for the last rank (ms)",
-                "transfer_ms": "transfer (ms)"})  # fmt: skip
-            page.table(skew, f"All-reduce, {name}: waiting for the last rank against the "
-                       "transfer itself", sources([item]), digits=1)  # fmt: skip
-    if not any(run.ranks for run in runs):
+            page.table(run.rank_skew().rename(columns=SKEW), f"All-reduce, {name}: waiting for "
+                       "the last rank against the transfer itself", sources([item]))  # fmt: skip
+    if not tp:
         page.absent(*NO_TP_RUN)
 
 
 # ---- Nsight Compute --------------------------------------------------------------------------
+def launch_name(label: object) -> str:
+    """A launch's label as a reader's words: `6 tokens, gate_up` -> `6 tokens, gate up`."""
+    return str(label).replace("_", " ")
+
+
 def _version(text: object) -> str:
     """ncu's version number alone, out of its banner."""
     found = re.search(r"\d{4}\.\d+\.\d+(?:\.\d+)?", str(text))
@@ -120,14 +135,22 @@ def _reports(catalog: NcuCatalog) -> pd.DataFrame:
     )
 
 
+def _by_launch(table: pd.DataFrame) -> pd.DataFrame:
+    """A table with a column per launch, the launches named in words."""
+    return table.rename(columns=launch_name, level=0 if table.columns.nlevels > 1 else None)
+
+
 def _change(diff: pd.DataFrame, baseline: str, variant: str) -> pd.DataFrame:
-    """A catalog diff as one cell per launch and row: `410.8 -> 254.9 (-38%)`."""
+    """A catalog diff as one cell per launch and metric: `411 → 255 (-38%)`, each number
+    rounded for the metric's unit."""
     out = {}
     for launch in dict.fromkeys(diff.columns.get_level_values(0)):
         part = diff[launch]
-        out[launch] = [
-            f"{cell(a, 1, True)} → {cell(b, 1, True)}" + ("" if pd.isna(c) else f" ({c:+.0f}%)")
-            for a, b, c in zip(part[baseline], part[variant], part["change_pct"])
+        units = [unit_of(metric) for metric in diff.index]
+        out[launch_name(launch)] = [
+            f"{format_value(a, u, True)} → {format_value(b, u, True)}"
+            + ("" if pd.isna(c) else f" ({c:+.0f}%)")
+            for a, b, c, u in zip(part[baseline], part[variant], part["change_pct"], units)
         ]
     return pd.DataFrame(out, index=pd.Index(diff.index, name="metric"))
 
@@ -145,7 +168,7 @@ def _hot_spots(catalog: NcuCatalog, variant: str) -> pd.DataFrame:
 
     return pd.DataFrame(
         {
-            "launch": hot["launch"],
+            "launch": hot["launch"].map(launch_name),
             "line": [f"{Path(f).name}:{n}" if f else "" for f, n in zip(hot["file"], hot["line"])],
             "source": hot["text"].map(code),
             "stall samples (%)": hot["share_pct"],
@@ -154,9 +177,25 @@ def _hot_spots(catalog: NcuCatalog, variant: str) -> pd.DataFrame:
     )
 
 
-def write_ncu(page: MarkdownPage, collection: Collection, section: Section) -> None:
-    """The reports, the seed's table per kernel captured, the stock kernel's hot spots and its
-    diff against flat, and the kernels of each decode-step report."""
+def _launches(catalog: NcuCatalog, steps: set[str]) -> pd.DataFrame:
+    """Every profiled launch of the kernel captures and its share of its call."""
+    launches = catalog.launches()
+    launches = launches[~launches["file"].isin(steps)]
+    return pd.DataFrame(
+        {
+            "variant": launches["variant"],
+            "tokens": launches["tokens"],
+            "kernel": launches["launch"].map(lambda k: f"`{short_kernel_name(k, 60)}`"),
+            "duration (us)": launches["duration_us"],
+            "share of its call (%)": launches["share_pct"],
+            "main": launches["main"],
+        }
+    )
+
+
+def write_ncu(page: ReportPage, collection: Collection, section: Section) -> None:
+    """The reports, the seed's table per kernel captured, the stock kernel's stalls, occupancy
+    and hot spots and its diff against flat, and the kernels of each decode-step report."""
     from workbench.analysis.ncu_catalog import variant_label
 
     catalog = collection.ncu_catalog()
@@ -174,32 +213,42 @@ def write_ncu(page: MarkdownPage, collection: Collection, section: Section) -> N
     )
     for name in kernel_variants(catalog):
         files = sorted({x.report.path.name for x in catalog.main(name)})
-        page.table(catalog.seed_table(name).rename_axis("metric"), f"{name}",
-                   "From " + ", ".join(f"`ncu/{f}`" for f in files) + ".", digits=1,
-                   trim=True)  # fmt: skip
+        page.table(_by_launch(catalog.seed_table(name)).rename_axis("metric"), launch_name(name),
+                   "From " + ", ".join(f"`ncu/{f}`" for f in files) + ".",
+                   by_row=True)  # fmt: skip
+    stalls = catalog.stalls(variant)
+    if not stalls.empty:
+        page.figure("ncu", catalog, "stalls", variant)
+        cycles = _by_launch(stalls.xs("cycles_per_issue", axis=1, level=1))
+        page.table(cycles.rename_axis("stall reason"), f"Warp stalls of {variant}: cycles per "
+                   "issued instruction, by reason", extra=True)  # fmt: skip
+    page.figure("ncu", catalog, "occupancy", variant)
+    page.table(_by_launch(catalog.occupancy(variant)).rename_axis("occupancy"),
+               f"Occupancy of {variant} and its limiter", by_row=True, extra=True)  # fmt: skip
     hot = _hot_spots(catalog, variant)
     if not hot.empty:
+        page.figure("ncu", catalog, "hotspots", variant)
         page.table(hot, f"Hot spots of {variant}: the most sampled source lines of each main "
-                   "launch, with their share of its stall samples", digits=1,
-                   index=False)  # fmt: skip
+                   "launch, with their share of its stall samples", index=False)  # fmt: skip
     if variant == "stock" and "flat" in catalog.variants:
         page.table(_change(catalog.diff("flat", "stock"), "stock", "flat"),
                    "flat against stock, launch by launch: stock → flat (change)")  # fmt: skip
     elif variant == "stock":
         page.absent(*NO_FLAT_REPORT)
     steps = decode_step_reports(catalog)
+    page.table(_launches(catalog, {r.path.name for r in steps}), "Launches: every profiled "
+               "kernel and its share of its call", index=False, extra=True)  # fmt: skip
     for step in steps:
         times = step.kernel_time().head(STEP_KERNELS)
         times.index = pd.Index([f"`{short_kernel_name(k, 70)}`" for k in times.index],
                                name="kernel")  # fmt: skip
-        times = times.rename(columns={"total_us": "total (us)", "mean_us": "mean (us)",
-                                      "share_pct": "share (%)"})  # fmt: skip
         page.text(
             f"Every kernel of one decode step ({variant_label(step.meta, step.path)}, "
             f"{len(step)} launches): ncu replays each launch alone with its caches flushed, so "
             "this ranks the step's kernels; the profile above adds them up."
         )
+        page.figure("ncu-step", step)
         page.table(times, f"One decode step: profiled time by kernel, the {STEP_KERNELS} "
-                   "longest", f"From `ncu/{step.path.name}`.", digits=1)  # fmt: skip
+                   "longest", f"From `ncu/{step.path.name}`.")  # fmt: skip
     if not steps:
         page.absent(*NO_DECODE_STEP)
