@@ -1,5 +1,6 @@
 """`workbench bench dense`: every dense backend over all dense projections of one layer, against
-the HBM floor and the cuBLAS rate measured in the same run, plus the seed's dense A/B table.
+its roofline floor (bytes at the copy bandwidth or FLOPs at the peak of the dtype it computes
+in, both measured in the same run), plus the seed's dense A/B table.
 
 A row times one layer's dense GEMMs (query LoRA, query heads, latent KV, indexer, the output
 projection's groups and second half, the shared expert) at M tokens, each projection checked

@@ -136,9 +136,10 @@ def write_moe(page: ReportPage, collection: Collection, section: Section) -> Non
     page.text(
         "Each MoE scheduler and weight format at the TP2-rank shape, checked against the fp32 "
         "reference before it is timed; decode sizes (up to 48 tokens) as CUDA graph replays, "
-        "the L2 flushed between repeats. ms is the median; × floor is the time over the HBM "
-        "floor (the touched experts' weight bytes at the copy bandwidth measured in the same "
-        "run), which is meaningful at decode sizes; TFLOP/s is what counts at prefill sizes. "
+        "the L2 flushed between repeats. ms is the median; × floor is the time over the floor "
+        "the run recorded: the roofline (bytes at the copy bandwidth or FLOPs at the bf16 "
+        "peak, both measured in the same run) for runs since it was introduced, the touched "
+        "experts' weight bytes alone before, which only means something at decode sizes. "
         "Each configuration comes from the newest run that measured it."
     )
     measures = {"ms": "(ms)", "ratio_to_floor": "× floor", "tflops": "TFLOP/s"}
@@ -171,7 +172,7 @@ def _peers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 def write_dense(page: ReportPage, collection: Collection, section: Section) -> None:
     """The seed's backend table (tokens per second per scenario), one layer's projections at
-    each M against the HBM floor, the peers at the same M, and each backend's accuracy; each
+    each M against its roofline floor, the peers at the same M, and each backend's accuracy; each
     table from the newest run that holds its rows."""
     ab_run = newest(collection, "bench-dense", _holds(DENSE_AB))
     if ab_run is not None:
@@ -189,7 +190,7 @@ def write_dense(page: ReportPage, collection: Collection, section: Section) -> N
     page.figure("bench", layer, "Dense projections of one layer", ("variant",), "m")
     page.table(_wide(layer, ["m"], "variant", DENSE_ORDER, {"ms": "(ms)",
                "ratio_to_floor": "× floor"}).rename_axis("M"), "All dense projections of one "
-               "TP2-rank layer at M rows: median ms, and × the HBM floor of their weight bytes",
+               "TP2-rank layer at M rows: median ms, and × the roofline floor (bytes or FLOPs)",
                where)  # fmt: skip
     peers, untimed = _peers(rows[~rows["kernel"].isin([DENSE_AB, DENSE_LAYER])])
     if not peers.empty:
