@@ -3,8 +3,13 @@
 The GPU box cannot reach a package index, so the peers travel as wheels beside the working
 tree (the device tool's `carry`, 64 MiB a call) and are installed there with
 `python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl`
-(plans/peers-dense.toml). Wheels are fetched for the box, not for this machine: CPython 3.12,
+(plans/peers.toml). Wheels are fetched for the box, not for this machine: CPython 3.12,
 manylinux_2_28 x86-64, binary only, no dependencies resolved.
+
+DeepGEMM has no wheel of its own: it ships inside vLLM's (336 MB, VLLM below), under
+vllm/third_party/deep_gemm with its compiled extension on torch's stable ABI. The wheel is
+downloaded into a temporary folder and only that package is kept, as .whl/deep_gemm.tgz (about
+10 MB), which the peer plans unpack into /tmp/site on the box.
 
 WHEELS lists what the box lacks. humming-kernels' own requirements (torch, triton, numpy,
 safetensors, jinja2, cuda-bindings, tqdm, tabulate) are in the box's image; tabulate was read
@@ -18,6 +23,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tarfile
+import tempfile
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,15 +33,39 @@ WHEELS = ("humming-kernels==0.1.19", "tabulate==0.10.0")
 BOX = ("--python-version", "3.12", "--implementation", "cp",
        "--platform", "manylinux_2_28_x86_64")  # fmt: skip
 CARRY_LIMIT = 64 * 2**20  # what one device call carries, the working tree included
+VLLM = "vllm==0.33.0"
+DEEP_GEMM = "vllm/third_party/deep_gemm/"
+
+
+def _download(dest: Path, *wheels: str) -> None:
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               *BOX, "-d", str(dest), *wheels]  # fmt: skip
+    subprocess.run(command, check=True)
+
+
+def fetch_deep_gemm(dest: Path) -> Path:
+    """Cut vLLM's bundled DeepGEMM package out of its wheel into dest/deep_gemm.tgz."""
+    target = dest / "deep_gemm.tgz"
+    with tempfile.TemporaryDirectory() as tmp:
+        _download(Path(tmp), VLLM)
+        (wheel,) = Path(tmp).glob("vllm-*.whl")
+        with zipfile.ZipFile(wheel) as z, tarfile.open(target, "w:gz") as tgz:
+            for name in z.namelist():
+                if name.startswith(DEEP_GEMM) and not name.endswith("/"):
+                    info = tarfile.TarInfo("deep_gemm/" + name.removeprefix(DEEP_GEMM))
+                    info.size, info.mode = z.getinfo(name).file_size, 0o644
+                    with z.open(name) as member:
+                        tgz.addfile(info, member)
+    return target
 
 
 def fetch(dest: Path = ROOT / ".whl") -> list[Path]:
-    """Download WHEELS into `dest` and return the wheel files there."""
+    """Download WHEELS and DeepGEMM into `dest` and return the files there."""
     dest.mkdir(exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               *BOX, "-d", str(dest), *WHEELS]  # fmt: skip
-    subprocess.run(command, check=True)
-    return sorted(dest.glob("*.whl"))
+    _download(dest, *WHEELS)
+    if not (dest / "deep_gemm.tgz").exists():
+        fetch_deep_gemm(dest)
+    return sorted([*dest.glob("*.whl"), dest / "deep_gemm.tgz"])
 
 
 def main() -> int:

@@ -43,12 +43,19 @@ PREFILL = [{}, tiles(128, 128, 64, 8, 3), tiles(128, 256, 64, 8, 3), tiles(64, 1
 W8A8_PREFILL = [{}, tiles(128, 128, 128, 8, 4), tiles(128, 128, 128, 8, 6),
                 tiles(128, 256, 128, 8, 4), tiles(64, 128, 128, 4, 4), tiles(128, 64, 128, 4, 4),
                 tiles(256, 128, 128, 8, 3)]  # fmt: skip
+WS = {"warp_specialize": True}
+W8A8_TMA = [{}, tiles(128, 128, 128, 8, 3), tiles(128, 128, 128, 8, 4) | WS,
+            tiles(128, 256, 128, 8, 3), tiles(128, 256, 128, 8, 3) | WS,
+            tiles(64, 128, 128, 4, 4), tiles(128, 128, 128, 4, 4), tiles(256, 128, 128, 8, 3),
+            tiles(128, 128, 128, 8, 4) | {"tma": False}]  # fmt: skip
 # (variant, weight block, M, grid)
 CASES = [
-    ("w8a16", 32, 4, DECODE),
-    ("w8a16", 32, 4096, PREFILL),
+    ("w8a8", 128, 4096, W8A8_TMA),
+    ("w8a8", 128, 16384, W8A8_TMA[:5]),
+    ("w8a8", 128, 256, W8A8_TMA[:4]),
+    ("w8a16", 128, 4, DECODE),
+    ("w8a16", 128, 4096, PREFILL),
     ("w8a8", 32, 4096, W8A8_PREFILL),
-    ("w8a8", 128, 4096, W8A8_PREFILL[:4]),
     ("w8a16", 32, 24, MIDDLE),
     ("w8a16", 32, 256, PREFILL[:4]),
     ("w8a8", 32, 256, W8A8_PREFILL[:4]),

@@ -80,7 +80,7 @@ def test_every_backend_gets_a_checked_timed_row_and_the_ab_table(tmp_path, fixed
 
     meta = read_meta(table.attrs["path"])
     assert meta["kind"] == "bench-dense" and meta["ceilings"] == CEILINGS
-    assert meta["params"]["hybrid_m"] == 1 and meta["params"]["block"] == 32
+    assert meta["params"]["hybrid_m"] == 1 and meta["params"]["block"] == 128
     assert [p["name"] for p in meta["projections"]][:2] == ["q_a", "q_b"]
     assert read_table(table.attrs["path"], meta, "bench")["status"].notna().all()
 
@@ -199,7 +199,7 @@ def test_peers_get_checked_timed_rows_with_our_columns(tmp_path, monkeypatch, fi
     assert (off["rel_error"] > 0.5).all()
 
     meta = read_meta(table.attrs["path"])
-    assert meta["params"]["block"] == 32 and meta["params"]["peer_block"] == 128
+    assert meta["params"]["block"] == 128 and meta["params"]["peer_block"] == 128
     assert meta["params"]["peers"] == ["fake", "absent", "off"]
     why = "fake is not installed: pip install fake"
     assert meta["peers"]["absent"] == {"available": False, "variant": "w8a16-block128", "why": why}

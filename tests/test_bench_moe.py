@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
-from kernels.moe import VARIANTS
+from kernels.moe import VARIANTS, moe_reference
 from workbench.artifacts import read_meta, read_table
 from workbench.capture import bench_moe as bench
+from workbench.peers import PEERS, Peer, peer_names
 from workbench.presets import get_preset
 from workbench.workloads import moe as moe_workload
 from workbench.workloads.checks import tolerance
@@ -29,7 +30,8 @@ def _run(tmp_path, **kwargs):
 def test_every_variant_format_and_peer_gets_a_checked_timed_row(tmp_path):
     table = _run(tmp_path)
     assert list(table.columns) == bench.COLUMNS
-    assert len(table) == 2 * (2 * 2 + 2)  # tokens x (variants x formats + peers)
+    registered = peer_names("moe")
+    assert len(table) == 2 * (2 * 2 + 2 + len(registered))  # tokens x (ours + torch + peers)
     moe = table[table["kernel"] == "moe"]
     assert set(moe["status"]) == {"ok"}
     assert (moe["rel_error"] < tolerance("moe", "bf16")).all()
@@ -37,9 +39,37 @@ def test_every_variant_format_and_peer_gets_a_checked_timed_row(tmp_path):
     assert moe["ratio_to_floor"].equals(moe["ms"] / moe["floor_ms"])
     loop = table[table["kernel"] == "cublas_loop"]
     assert set(loop["status"]) == {"ok"}
+    absent = table[table["kernel"].isin(registered)]  # no GPU here: every peer says why
+    assert set(absent["status"]) == {"missing-peer"} and absent["ms"].isna().all()
+    assert absent["note"].str.len().gt(20).all() and set(absent["routing"]) == {"uniform"}
     meta = read_meta(table.attrs["path"])
     assert meta["kind"] == "bench-moe" and meta["ceilings"] == CEILINGS
+    assert meta["params"]["peers"] == ["torch_grouped_mm", "cublas_loop", *registered]
+    assert set(meta["peers"]) == set(registered)
     assert read_table(table.attrs["path"], meta, "bench")["status"].notna().all()
+
+
+def test_a_moe_peer_is_checked_on_its_128_block_experts_then_timed(tmp_path, monkeypatch):
+    """A peer registered by the test (the reference on the FP8 experts it is handed): it gets
+    DeepSeek's 128x128-block FP8, is checked against the reference on exactly those, and a
+    W8A8 peer's floor is priced at the FP8 tensor-core rate."""
+    handed = []
+
+    def prepare_moe(weights):
+        handed.append(weights)
+        return lambda x, ids, route: moe_reference(x, ids, route, weights)
+
+    for name, scheme in (("fake16", "w8a16"), ("fake8", "w8a8")):
+        peer = Peer(name, ("moe",), "", scheme, lambda: (True, "here"), None, prepare_moe, "v")
+        monkeypatch.setitem(PEERS, name, peer)
+    ceilings = CEILINGS | {"fp8_flops": 2e12}
+    table = _run(tmp_path, variants=("stock",), formats=("bf16",), peers=("fake16", "fake8"),
+                 ceilings=ceilings)  # fmt: skip
+    assert [w.fmt for w in handed] == ["fp8", "fp8"] and {w.block for w in handed} == {128}
+    fake = table[table["kernel"].str.startswith("fake")].set_index(["kernel", "tokens"])
+    assert set(fake["status"]) == {"ok"} and (fake["rel_error"] < 1e-6).all()
+    assert (fake["variant"] == "v").all() and (fake["weight_dtype"] == "fp8").all()
+    assert (fake.loc["fake8", "floor_ms"] <= fake.loc["fake16", "floor_ms"]).all()
 
 
 def test_a_wrong_kernel_is_reported_wrong_and_not_timed(tmp_path, monkeypatch):
@@ -71,8 +101,6 @@ def test_floor_counts_the_bytes_of_the_touched_experts():
 
 
 def test_peers_agree_with_the_reference():
-    from kernels.moe import moe_reference
-
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(9, 64, generator=gen)
     ids = torch.stack([torch.randperm(8, generator=gen)[:2] for _ in range(9)]).int()

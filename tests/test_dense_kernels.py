@@ -7,7 +7,7 @@ import torch
 from helpers import relative_error
 
 import kernels.dense as dense
-from kernels.dense import DenseWeights, linear_reference, w8a8_reference
+from kernels.dense import DenseWeights, linear_reference, w8a8, w8a8_reference
 from kernels.dense.formats import pow2_scales
 from kernels.dense.reference import quantize_activations_reference
 
@@ -59,7 +59,7 @@ def test_dequantised_values_are_exact_in_bf16():
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda v, s: DenseWeights("fp8", v, s[:, :1]), r"needs scales of shape \(2, 3\)"),
+        (lambda v, s: DenseWeights("fp8", v, s[:, :1], 32), r"needs scales of shape \(2, 3\)"),
         (lambda v, s: DenseWeights("fp8", v.float(), s), "must be torch.float8_e4m3fn"),
         (lambda v, s: DenseWeights("fp8", v, None), "needs scales"),
         (lambda v, s: DenseWeights("fp8", v, s, block=64), "block=64"),
@@ -169,7 +169,7 @@ def test_sub_tiles_past_k_read_no_scale(swap_ab, device):
     padded = torch.full((weights.scales.shape[0], weights.scales.shape[1] + 2), float("nan"),
                         device=device)  # fmt: skip
     padded[:, : weights.scales.shape[1]] = weights.scales
-    viewed = DenseWeights("fp8", weights.values, padded[:, : weights.scales.shape[1]])
+    viewed = DenseWeights("fp8", weights.values, padded[:, : weights.scales.shape[1]], 32)
     out = dense.linear_w8a16(x, viewed, block_k=128, block_m=16, block_n=32, swap_ab=swap_ab)
     assert relative_error(out, linear_reference(x, weights)) < 1e-5
 
@@ -293,3 +293,33 @@ def test_fp8_variants_refuse_unquantised_weights():
         dense.linear_w8a16(x, weights, block_k=24)
     with pytest.raises(ValueError, match="split_k=0 must be an integer >= 1"):
         dense.linear_w8a8(x, weights, split_k=0)
+
+
+# ---- W8A8 at prefill sizes: the persistent TMA kernel ----------------------------------------
+@pytest.mark.parametrize(
+    ("m", "n", "k", "options"),
+    [
+        (200, 256, 384, {"block_m": 64, "block_n": 64, "num_warps": 4}),  # M, N tails in tiles
+        (70, 192, 256, {"block_m": 64, "block_n": 128, "num_warps": 4, "tma": True}),
+        (5, 64, 128, {"block_m": 64, "block_n": 64, "num_warps": 4, "tma": True}),  # forced
+    ],
+)
+def test_the_tma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
+    """The persistent kernel against the exact W8A8 product: each 128-wide K step's product
+    rescaled by its row and column scales, every output tile visited once by the programs
+    walking the tiles."""
+    x, weights = make(m, n, k, torch.bfloat16, block=128, seed=m, device=device)
+    out = dense.linear_w8a8(x, weights, **options)
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    assert relative_error(out, dense.w8a8_reference(x, weights)) < 1e-2
+
+
+def test_the_tma_kernel_takes_only_128_blocks_and_is_picked_for_them(monkeypatch):
+    x, weights = make(80, 64, 128, torch.bfloat16, block=32)
+    with pytest.raises(ValueError, match="takes 128-wide blocks, got 32"):
+        dense.linear_w8a8(x, weights, tma=True)
+    monkeypatch.setattr(w8a8, "TMA_MIN_M", 80)
+    dense.linear_w8a8(*make(80, 64, 128, torch.bfloat16, block=128))
+    assert list(dense.last_facts()) == ["quantize_rows_kernel", "w8a8_tma_kernel"]
+    dense.linear_w8a8(*make(79, 64, 128, torch.bfloat16, block=128))  # below TMA_MIN_M
+    assert list(dense.last_facts()) == ["quantize_rows_kernel", "w8a8_kernel"]

@@ -1,8 +1,9 @@
-"""The peer adapters: the registry, what an absent peer says, and everything of cublas_fp8 and
-humming that runs without their GPU kernels (cuBLAS's scale layouts and padding checked by
+"""The peer adapters: the registry, what an absent peer says, and everything of cublas_fp8,
+deepgemm and humming that runs without their GPU kernels (deepgemm's MoE layout by its slot
+positions) (cuBLAS's scale layouts and padding checked by
 emulating the GEMM it is given; humming's conversion through a stand-in module that records
 what the adapter hands its public API). On the GPU box (WORKBENCH_GPU_TESTS=1, with the peers
-installed: plans/peers-dense.toml) the `gpu` test runs each real peer against its scheme's
+installed: plans/peers.toml) the `gpu` test runs each real peer against its scheme's
 exact product, and the quantiser tests run compiled."""
 
 import re
@@ -19,10 +20,11 @@ from kernels.dense.reference import (
     quantize_activations_reference,
     w8a8_reference,
 )
+from kernels.moe import MoeWeights, moe_reference
 from workbench import peers
 from workbench.errors import WorkbenchError
-from workbench.peers import cublas_fp8, humming_kernels, placeholders
-from workbench.workloads.checks import relative_error
+from workbench.peers import cublas_fp8, deepgemm, humming_kernels, placeholders
+from workbench.workloads.checks import relative_error, tolerance
 
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="what a machine without a GPU says")
 
@@ -35,10 +37,14 @@ def _weights(n: int, k: int, seed: int = 0, device: str | torch.device = "cpu") 
 
 def test_registry_names_the_bench_rows_and_placeholders_never_run():
     assert peers.peer_names("dense") == ["cublas_fp8", "humming", "deepgemm", "marlin"]
-    assert peers.peer_names("moe") == ["deepgemm", "marlin", "vllm_fused_moe"]
-    for name in ("deepgemm", "marlin", "vllm_fused_moe"):
-        ok, why = peers.PEERS[name].available()
-        assert not ok and "docs/peers.md" in why and peers.PEERS[name].prepare is None
+    assert peers.peer_names("moe") == ["humming", "deepgemm", "marlin", "vllm_fused_moe"]
+    for name in ("marlin", "vllm_fused_moe"):
+        peer = peers.PEERS[name]
+        ok, why = peer.available()
+        assert not ok and "docs/peers.md" in why
+        assert peer.adapter("dense") is None and peer.adapter("moe") is None
+    for name in ("humming", "deepgemm"):  # real adapters for both workloads
+        assert all(peers.PEERS[name].adapter(w) for w in ("dense", "moe"))
     with pytest.raises(WorkbenchError, match="unknown peers \\['cutlass'\\]"):
         peers.get_peers(["cutlass"], "dense")
     with pytest.raises(WorkbenchError, match="do not run the dense workload"):
@@ -50,7 +56,6 @@ def test_placeholders_say_what_is_missing(monkeypatch):
     assert placeholders.marlin()[1].startswith(
         "vllm is not installed: its compiled `_C` ops carry Marlin"
     )
-    assert "vllm/third_party/deep_gemm" in placeholders.deepgemm()[1]
     assert "`_moe_C`" in placeholders.vllm_fused_moe()[1] and "336 MB" in placeholders.VLLM_SIZE
     monkeypatch.setattr(placeholders, "_installed", lambda module: module == "vllm")
     assert placeholders.marlin() == (
@@ -68,6 +73,33 @@ def test_gpu_peers_are_unavailable_on_a_cpu_with_the_reason():
     assert ("humming-kernels is not installed" in why and "fetch_peer_wheels.py" in why) or (
         why.startswith("no CUDA GPU")
     )
+    ok, why = deepgemm.available()
+    assert not ok
+    assert ("DeepGEMM is not installed" in why and "vllm/third_party/deep_gemm" in why) or (
+        why.startswith("no CUDA GPU")
+    )
+
+
+def test_deepgemm_takes_only_deepseek_blocks():
+    with pytest.raises(ValueError, match="128x128 blocks, got fp8 with block 32"):
+        deepgemm.prepare(DenseWeights.quantize(torch.randn(64, 256), "fp8", 32))
+    w = torch.randn(4, 256, 128), torch.randn(4, 128, 128)
+    with pytest.raises(ValueError, match="MoeWeights.quantize\\(w_gate_up, w_down, 'fp8', 128\\)"):
+        deepgemm.prepare_moe(MoeWeights.quantize(*w, "int4", 128))
+
+
+def test_deepgemm_slot_positions_lay_experts_out_padded_without_a_sync():
+    """Each slot's row in the per-expert layout: sorted by expert, in token order within an
+    expert, each expert's run starting at a multiple of the alignment."""
+    ids = torch.tensor([[3, 0], [0, 2], [3, 1], [0, 3]])
+    order, rank, start = deepgemm.slot_positions(ids, experts=5, align=4)
+    flat = ids.reshape(-1)
+    assert flat[order].tolist() == [0, 0, 0, 1, 2, 3, 3, 3]
+    assert (order // 2).tolist() == [0, 1, 3, 2, 1, 0, 2, 3]  # tokens, in order per expert
+    assert rank.tolist() == [0, 1, 2, 0, 0, 0, 1, 2]
+    assert start.tolist() == [0, 4, 8, 12, 16]  # expert 4 has none: a zero-length run
+    position = start[flat[order]] + rank
+    assert len(set(position.tolist())) == flat.numel()  # no two slots share a row
 
 
 def test_a_torch_without_the_blockwise_api_is_named(monkeypatch):
@@ -196,7 +228,7 @@ def test_humming_gets_the_checkpoint_format_padded_to_whole_blocks(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["cublas_fp8", "humming"])
+@pytest.mark.parametrize("name", ["cublas_fp8", "humming", "deepgemm"])
 def test_a_gpu_peer_computes_its_scheme(name):
     """Each real peer, where it can run, against the exact product of its scheme: W8A8 on the
     same quantised activations for cublas_fp8, the dequantised weights for humming; N=64 is
@@ -213,3 +245,28 @@ def test_a_gpu_peer_computes_its_scheme(name):
         assert y.shape == (m, n) and y.dtype == torch.bfloat16
         exact = w8a8_reference if peer.scheme == "w8a8" else linear_reference
         assert relative_error(y, exact(x, weights)) < 1e-2, (n, m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["humming", "deepgemm"])
+@pytest.mark.parametrize("tokens", [5, 80])  # deepgemm: the masked form, the contiguous one
+def test_a_gpu_moe_peer_computes_the_routed_experts(name, tokens):
+    """Each real MoE peer, where it can run, against the fp32 reference on the FP8 experts it
+    holds, at W8A8's bound for deepgemm (its activations are quantised) and FP8's for humming."""
+    peer = peers.PEERS[name]
+    ok, why = peer.available()
+    if not ok:
+        pytest.skip(why)
+    gen = torch.Generator().manual_seed(tokens)
+    experts, hidden, inter, top_k = 8, 512, 256, 2
+    gate_up = torch.randn(experts, 2 * inter, hidden, generator=gen) * hidden**-0.5
+    down = torch.randn(experts, hidden, inter, generator=gen) * inter**-0.5
+    weights = MoeWeights.quantize(gate_up.cuda(), down.cuda(), "fp8", 128)
+    x = torch.randn(tokens, hidden, generator=gen).to("cuda", torch.bfloat16)
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)])
+    ids = ids.to("cuda", torch.int32)
+    route = torch.softmax(torch.randn(tokens, top_k, generator=gen), -1).cuda()
+    y = peer.prepare_moe(weights)(x, ids, route)
+    assert y.shape == x.shape and y.dtype == torch.bfloat16
+    bound = tolerance("moe", peer.scheme)  # 8e-2 when x and h are quantised too, else 2e-2
+    assert relative_error(y, moe_reference(x, ids, route, weights)) < bound

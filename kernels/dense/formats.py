@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 FORMATS = ("bf16", "fp8")
-DEFAULT_BLOCK = 32
+DEFAULT_BLOCK = 128  # DeepSeek's checkpoints: one fp32 scale per 128x128 weight block
 FP8_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
 ACTIVATION_DTYPES = (torch.bfloat16, torch.float32)  # fp16 ranges cannot hold every scale
 

@@ -27,15 +27,22 @@ from kernels.dense.tiles import (
     split_plan,
     store_tile,
 )
+from kernels.dense.w8a8_tma import BLOCK as TMA_BLOCK
+from kernels.dense.w8a8_tma import gemm_w8a8_tma
 from kernels.moe.compiled import launch, recording
 
 default_tiles = TilesByM(
     decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4),
     middle=GemmTiles(block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=4),
-    # 64 x 128 at 4 warps: 3.4 ms for a 4096-token layer on the H200, 128 x 128 at 8 warps 4.1.
-    prefill=GemmTiles(block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=4),
+    # 128-wide blocks at M=4096 on the H200: 1.73 ms a layer at 128 x 128, 8 warps, 3 stages
+    # (TMA), 1.86 at 4 stages, 1.99 at 64 x 128; 128 x 256 spills. 32-wide blocks: 3.4 ms.
+    prefill=GemmTiles(block_m=128, block_n=128, block_k=128, num_warps=8, num_stages=3),
 )
 QUANT_ROWS = 32  # token rows per program of the activation quantiser
+# From here 128-block weights take the persistent TMA kernel: on the H200 (one dsv4-flash-tp2
+# layer, raw/logs/h200-tune-dense-block128.csv) 1.73 ms at M=4096 against 1.78 for the split-K kernel,
+# but at M=256 its 128 x 128 tiles leave most SMs idle where split-K fills them.
+TMA_MIN_M = 2048
 
 
 @triton.jit
@@ -143,12 +150,20 @@ def _w8a8_kernel(
     store_tile(y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps, SPLIT)
 
 
-def linear_w8a8(x: Tensor, weights: DenseWeights, **options: int | None) -> Tensor:
+def linear_w8a8(
+    x: Tensor,
+    weights: DenseWeights,
+    tma: bool | None = None,
+    warp_specialize: bool = False,
+    **options: int | None,
+) -> Tensor:
     """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
 
     `options` override the GEMM's tiles (block_m, block_n, block_k, num_warps, num_stages,
     split_k); by default they follow M (see `default_tiles`) and split_k fills the GPU. The
-    kernel steps through K one scale block at a time, so block_k sets only how K is split.
+    split-K kernel steps through K one scale block at a time, so block_k sets only how K is
+    split. `tma` picks the persistent TMA kernel (`w8a8_tma`; None: for 128-wide blocks from
+    TMA_MIN_M rows), where `warp_specialize` splits its loop into producer and consumers.
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -156,6 +171,15 @@ def linear_w8a8(x: Tensor, weights: DenseWeights, **options: int | None) -> Tens
     tiles.check()
     if tiles.swap_ab:
         raise ValueError("swap_ab is a W8A16 option; W8A8 multiplies x @ W.T as it is.")
+    if tma is None:
+        tma = weights.block == TMA_BLOCK and m >= TMA_MIN_M and options.get("split_k") is None
+    if tma:
+        with recording():
+            values, scales = quantize_activations(x, weights.block, outer_major=True)
+            return gemm_w8a8_tma(
+                values, scales, weights, x.dtype, tiles.block_m, tiles.block_n,
+                tiles.num_warps, tiles.num_stages, GROUP_M, warp_specialize,
+            )  # fmt: skip
     splits, k_per_split = split_plan(tiles, m, n, k, x.device)
     tiles_mn = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
     y, part, locks = outputs(m, n, tiles_mn, splits, x.dtype, x.device)

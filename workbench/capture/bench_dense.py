@@ -17,7 +17,7 @@ per-layer times at those chunk sizes, with tokens per second.
 Peers (`--peers`, default every registered dense peer: `workbench.peers`) run at the same sizes
 on the same activations, their rows named by the peer in `kernel` (`cublas_fp8`, `humming`)
 and by what it is in `variant`, with the same columns. They take the weights in DeepSeek's
-128x128 blocks (`bench_dense_peers`), are checked like the workbench scheme they compute
+128x128 blocks (`bench_peers`), are checked like the workbench scheme they compute
 (W8A8 or W8A16) against the fp32 product on those weights, and are left out of the A/B table.
 A peer that cannot run is a `missing-peer` row with the reason in `note`.
 """
@@ -33,7 +33,14 @@ import torch
 from tqdm.auto import tqdm
 
 import kernels.dense as dense
-from workbench.capture.bench_dense_peers import PEER_REF, Prepared, prepare_peers, unrun_rows
+from workbench.capture.bench_peers import (
+    PEER_REF,
+    Prepared,
+    dense_conversion,
+    peer_weights,
+    prepare_peers,
+    unrun_rows,
+)
 from workbench.capture.bench_rows import (
     bench_setup,
     call_with_facts,
@@ -105,7 +112,7 @@ def _call(x: torch.Tensor, linear: Callable) -> torch.Tensor:
 def _peer(prepared: Prepared, weights: list[list]) -> Contender:
     """A converted peer, holding the peers' 128x128-block FP8 weights."""
     peer = prepared.peer
-    return Contender(peer.name, peer.variant, _call, prepared.copies, PEER_REF,
+    return Contender(peer.name, peer.variant, _call, prepared.converted, PEER_REF,
                      tolerance("dense", peer.scheme), sum(w.nbytes for w in weights[0]),
                      0 if peer.scheme == "w8a8" else None)  # fmt: skip
 
@@ -125,12 +132,12 @@ def _check(c: Contender, xs, layer: Layer, refs: dict) -> dict:
     return {"rel_error": max(errors), "error_vs_bf16": max(errors_bf16), **compile_facts(facts)}
 
 
-def _references(xs: dict[int, torch.Tensor], layer: Layer, peer_weights: list) -> dict:
+def _references(xs: dict[int, torch.Tensor], layer: Layer, peers_hold: list | None) -> dict:
     """fp32 outputs of the first layer copy: on the bf16 masters, on the dequantised FP8 and,
     when peers run, on their dequantised 128x128-block FP8."""
     held = {"bf16": layer.masters[0], "fp8": layer.fp8[0]}
-    if peer_weights:
-        held[PEER_REF] = peer_weights[0]
+    if peers_hold:
+        held[PEER_REF] = peers_hold[0]
     return {
         key: [dense.linear_reference(xs[k], w) for k, w in zip(layer.in_features, ws, strict=True)]
         for key, ws in held.items()
@@ -231,7 +238,8 @@ def bench_dense(
     if ab:
         steps = [1, 4, *ab_chunks(ab_prompt, 1, ab_chunk), *ab_chunks(ab_prompt, 4, ab_chunk)]
         sizes = sorted(set(sizes) | set(steps))
-    peer_run = prepare_peers(peers, layer)  # conversions and JIT, before anything is timed
+    # conversions and JIT, before anything is timed
+    peer_run = prepare_peers(peers, "dense", partial(peer_weights, layer), dense_conversion)
     contenders = [_ours(v, layer, hybrid_m) for v in variants]
     contenders += [_peer(p, peer_run.weights) for p in peer_run.prepared]
     ctx = {"device": dev, "ceilings": setup.ceilings, "layers": chosen.layers}

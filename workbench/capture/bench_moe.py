@@ -1,9 +1,13 @@
 """`workbench bench moe`: every MoE scheduler and weight format against its physical floor
 and its peers, at the TP2-rank shape, with the ceilings measured in the same run.
 
-Each row is checked against `moe_reference` on the same (dequantised) weights before it is
-timed: a wrong kernel is reported `wrong`, not timed; one that does not compile, runs out of
-memory or spills is reported as such. Inputs come from the one MoE workload builder
+Peers are the torch baselines (`torch_grouped_mm`, `cublas_loop`, on the bf16 masters) and
+the registered MoE peers (`workbench.peers`: DeepGEMM's grouped FP8 GEMMs, humming's MoE, ...),
+which take the same masters as FP8 in DeepSeek's 128x128 blocks (`bench_peers`); one that
+cannot run here is a `missing-peer` row with the reason in `note`. Each row is checked against
+`moe_reference` on the same (dequantised) weights before it is timed: a wrong kernel is
+reported `wrong`, not timed; one that does not compile, runs out of memory or spills is
+reported as such. Inputs come from the one MoE workload builder
 (`workbench.workloads.moe`) and times from the one timer (`workbench.capture.timing`), as in
 `sweep`, `ab` and `ncu`. Rows go to `raw/<run-id>/bench.csv` with `run.json` (ceilings,
 timing method, environment).
@@ -20,6 +24,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from kernels.moe import FORMATS, VARIANTS, MoeWeights, last_facts
+from workbench.capture.bench_peers import PeerRun, prepare_peers, unrun_rows
 from workbench.capture.bench_rows import (
     bench_setup,
     check_then_time,
@@ -29,6 +34,7 @@ from workbench.capture.bench_rows import (
     save_bench,
     time_call,
 )
+from workbench.peers import PEER_BLOCK, get_peers, peer_names
 from workbench.presets import RankShapes
 from workbench.workloads.checks import relative_error, tolerance
 from workbench.workloads.moe import (
@@ -42,10 +48,11 @@ from workbench.workloads.moe import (
 
 TOKENS = (1, 6, 24, 48, 512, 4096, 33863)
 SCHEDULERS = ("stock", "multirow", "flat", "padded")
-PEERS = ("torch_grouped_mm", "cublas_loop")
+BASELINES = ("torch_grouped_mm", "cublas_loop")  # torch on the bf16 masters
 COLUMNS = [
     "kernel", "variant", "weight_dtype", "tokens", "routing", "ms", "iqr_ms", "floor_ms",
     "ratio_to_floor", "tflops", "ratio_to_cublas", "rel_error", "regs", "spills", "status",
+    "note",
 ]  # fmt: skip
 
 
@@ -90,8 +97,10 @@ def measure(
     s: RankShapes,
     ceilings: dict,
     device: torch.device,
+    scheme: str | None = None,
 ) -> dict:
-    """One benchmark row: check, then time; every failure becomes a status."""
+    """One benchmark row: check, then time; every failure becomes a status. `scheme` ("w8a8",
+    "w8a16") is a peer's: its tolerance, and for W8A8 the FP8 tensor-core rate of its floor."""
     tokens = problem.x.shape[0]
     row = {"kernel": kernel, "variant": variant, "weight_dtype": fmt, "tokens": tokens,
            "routing": problem.routing}  # fmt: skip
@@ -102,12 +111,13 @@ def measure(
         return {"rel_error": error, **facts}
 
     timer = partial(time_call, call, device, tokens, graphable=kernel == "moe")
-    row = check_then_time(row, check, tolerance("moe", fmt), timer)
+    row = check_then_time(row, check, tolerance("moe", scheme or fmt), timer)
     if row["status"] not in ("ok", "spills"):
         return row
     ms = row["ms"]
-    # Every format computes in bf16 (W*A16: weights dequantised in registers).
-    floor_ms = roofline_ms(min_bytes(fmt, problem, s), flops(tokens, s), ceilings)
+    # The workbench's formats compute in bf16 (W*A16: weights dequantised in registers).
+    peak = "fp8_flops" if scheme == "w8a8" else "bf16_flops"
+    floor_ms = roofline_ms(min_bytes(fmt, problem, s), flops(tokens, s), ceilings, peak)
     tflops = flops(tokens, s) / (ms / 1e3) / 1e12
     return row | {
         "floor_ms": floor_ms,
@@ -119,6 +129,36 @@ def measure(
 
 REPORT_KEYS = ("kernel", "variant", "weight_dtype", "tokens", "routing", "ms", "ratio_to_floor",
                "ratio_to_cublas", "regs", "spills", "status")  # fmt: skip
+BASELINE_CALLS = {"torch_grouped_mm": grouped_mm_peer, "cublas_loop": cublas_loop_peer}
+
+
+def default_peers() -> list[str]:
+    """The torch baselines, then every registered MoE peer."""
+    return [*BASELINES, *peer_names("moe")]
+
+
+def _peer_weights(base: tuple[torch.Tensor, torch.Tensor], held: dict) -> MoeWeights:
+    """The experts as the peers take them: FP8 in 128x128 blocks (the run's own FP8 when it
+    already uses that block)."""
+    fp8 = held.get("fp8")
+    if fp8 is not None and fp8.block == PEER_BLOCK:
+        return fp8
+    return MoeWeights.quantize(*base, "fp8", PEER_BLOCK)
+
+
+def _peer_rows(run: PeerRun, problem: MoeProblem, ctx: tuple) -> list[dict]:
+    """The registered peers' rows at one (routing, T): each converted peer checked against
+    the reference on its 128x128-block FP8 experts, then timed; the others' reasons."""
+    if not run.prepared:
+        return unrun_rows(run, problem.tokens, "tokens")
+    expected = reference(problem, run.weights)
+    rows = []
+    for prepared in run.prepared:
+        peer = prepared.peer
+        call = partial(prepared.converted, *problem.args())
+        rows.append(measure(peer.name, peer.moe_variant, "fp8", call, expected, problem, *ctx,
+                            scheme=peer.scheme))  # fmt: skip
+    return rows + unrun_rows(run, problem.tokens, "tokens")
 
 
 def bench_moe(
@@ -126,7 +166,7 @@ def bench_moe(
     routings: Sequence[str] = ("uniform", "skewed"),
     variants: Sequence[str] = SCHEDULERS,
     formats: Sequence[str] = FORMATS,
-    peers: bool = True,
+    peers: Sequence[str] | bool | None = None,
     preset: str = "dsv4-flash-tp2",
     out: str = "raw",
     seed: int = 0,
@@ -135,13 +175,23 @@ def bench_moe(
     progress: bool = True,
     **shape_overrides: int,
 ) -> pd.DataFrame:
-    """Benchmark every variant x format (and the peers) at every token count and routing."""
+    """Benchmark every variant x format and the peers at every token count and routing.
+
+    `peers`: names from `default_peers()` (None or True: all of them; False or []: none).
+    """
+    names = default_peers() if peers is None or peers is True else list(peers or [])
+    baselines = [n for n in names if n in BASELINE_CALLS]
+    registered = get_peers([n for n in names if n not in BASELINE_CALLS], "moe")
     setup = bench_setup(preset, device, seed, ceilings, shape_overrides)
     dev, s, dtype, ceilings = setup.device, setup.shapes, setup.dtype, setup.ceilings
     base = expert_masters(s, seed, dev, dtype)
     weights = {fmt: MoeWeights.quantize(*base, fmt) for fmt in formats}
+    # conversions and JIT, before anything is timed
+    peer_run = prepare_peers(registered, "moe", partial(_peer_weights, base, weights))
+    ctx = (s, ceilings, dev)
     rows = []
-    work = len(routings) * len(tokens) * (len(variants) * len(formats) + len(PEERS) * peers)
+    per_size = len(variants) * len(formats) + len(baselines) * ("bf16" in formats)
+    work = len(routings) * len(tokens) * (per_size + len(registered))
     with tqdm(total=work, desc="bench moe", disable=not progress) as bar:
         for routing in routings:
             for t in tokens:
@@ -154,14 +204,18 @@ def bench_moe(
                         rows.append(measure("moe", variant, fmt, call, expected, problem, s,
                                             ceilings, dev))  # fmt: skip
                         print_row(bar, rows[-1], REPORT_KEYS)
-                    if fmt == "bf16" and peers:
-                        for name, peer in (("torch_grouped_mm", grouped_mm_peer),
-                                           ("cublas_loop", cublas_loop_peer)):  # fmt: skip
-                            call = partial(peer, *args, *base)
+                    if fmt == "bf16":
+                        for name in baselines:
+                            call = partial(BASELINE_CALLS[name], *args, *base)
                             rows.append(measure(name, "peer", fmt, call, expected, problem, s,
                                                 ceilings, dev))  # fmt: skip
                             print_row(bar, rows[-1], REPORT_KEYS)
+                for row in _peer_rows(peer_run, problem, ctx):
+                    rows.append(row | {"routing": routing})
+                    print_row(bar, rows[-1], REPORT_KEYS)
     params = {"tokens": list(tokens), "routings": list(routings), "variants": list(variants),
               "formats": list(formats), "preset": preset, "seed": seed, "device": device,
-              "shape_overrides": shape_overrides}  # fmt: skip
-    return save_bench("moe", setup, out, params, pd.DataFrame(rows).reindex(columns=COLUMNS))
+              "shape_overrides": shape_overrides, "peers": names,
+              "peer_block": PEER_BLOCK}  # fmt: skip
+    table = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    return save_bench("moe", setup, out, params, table, peers=peer_run.meta)

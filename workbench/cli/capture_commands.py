@@ -105,8 +105,9 @@ def add_bench(sub) -> None:
         "bench",
         help="benchmark kernels against their physical floor and peers (GPU)",
         description=(
-            "bench moe: every MoE scheduler x weight format, and the torch._grouped_mm and "
-            "per-expert cuBLAS peers, at the TP2-rank shape. bench dense: every dense backend "
+            "bench moe: every MoE scheduler x weight format, the torch._grouped_mm and "
+            "per-expert cuBLAS baselines and the MoE peers (deepgemm, humming, ...: --peers), at "
+            "the TP2-rank shape. bench dense: every dense backend "
             "(bf16, w8a16, w8a8, hybrid) and dense peer (cublas_fp8, humming, ...: --peers) over "
             "one layer's dense projections at each M (--tokens), and the seed's decode/prefill "
             "A/B table of the backends. bench attention: the indexer and sparse "
@@ -123,9 +124,9 @@ def add_bench(sub) -> None:
     p.add_argument("--formats", nargs="+", default=None)
     p.add_argument("--no-peers", action="store_true", help="run no peers")
     p.add_argument("--peers", nargs="+", default=None,
-                   help="dense: peers to run (default: every registered dense peer)")  # fmt: skip
-    p.add_argument("--block", type=int, default=32,
-                   help="dense: the workbench's FP8 block edge (32); peers take 128")  # fmt: skip
+                   help="peers to run (default: all of the workload)")  # fmt: skip
+    p.add_argument("--block", type=int, default=128,
+                   help="dense: FP8 block edge (DeepSeek's 128; 32 too)")  # fmt: skip
     p.add_argument("--hybrid-m", type=int, help="dense: largest M of hybrid's W8A16 path")
     p.add_argument("--no-ab", action="store_true", help="dense: skip the seed's A/B table")
     p.add_argument("--out", default="raw")
@@ -139,7 +140,7 @@ def _bench_moe(args):
         routings=args.routing,
         variants=args.variants or bench.SCHEDULERS,
         formats=args.formats or bench.FORMATS,
-        peers=not args.no_peers,
+        peers=[] if args.no_peers else args.peers,
         out=args.out,
     )
 

@@ -10,7 +10,11 @@ is an adapter with one contract (docs/design.md, "Peers and formats"; docs/peers
   scales, with any JIT compilation done here, outside the timed region;
 - `linear(x) -> y`: y = x @ W.T in bf16 for x (M, K) in bf16, what the workbench's
   `linear(x, w)` computes, with whatever a server runs around the GEMM (an activation
-  quantiser) inside the call.
+  quantiser) inside the call;
+- for a MoE peer, `prepare_moe(experts) -> moe`: the same one-time conversion of the
+  workbench's FP8 `MoeWeights` (E4M3, fp32 scales per 128x128 block), and `moe(x, ids, route)
+  -> y`, the routed experts' output as `kernels.moe.moe_reference` computes it, with whatever
+  glue the peer does not do itself (sorting, SiLU, combine) inside the call, named in `variant`.
 
 PEERS lists them by the names bench rows use in their `kernel` column. A placeholder is a peer
 with no `prepare`: it only says what would make it work, and never stands in for the peer.
@@ -24,26 +28,35 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from kernels.dense import DenseWeights
+from kernels.moe import MoeWeights
 from workbench.errors import WorkbenchError
-from workbench.peers import cublas_fp8, humming_kernels, placeholders
+from workbench.peers import cublas_fp8, deepgemm, humming_kernels, humming_moe, placeholders
 
 PEER_BLOCK = 128  # the weight block every peer takes: DeepSeek's 128x128 checkpoints
 
 Linear = Callable[[Tensor], Tensor]
+MoeCall = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
 @dataclass(frozen=True)
 class Peer:
-    """One peer: its row name, the workloads it serves, what it is (the rows' `variant`), the
-    workbench scheme it computes ("w8a8" or "w8a16": its check's tolerance and the tensor-core
-    rate of its roofline follow), and its adapter."""
+    """One peer: its row name, the workloads it serves, what it is (the rows' `variant`, and
+    `moe_variant` for its MoE rows), the workbench scheme it computes ("w8a8" or "w8a16": its
+    check's tolerance and the tensor-core rate of its roofline follow), and its adapter: a
+    dense `prepare`, a MoE `prepare_moe`, neither for a placeholder."""
 
     name: str
     workloads: tuple[str, ...]
     variant: str
     scheme: str
     available: Callable[[], tuple[bool, str]]
-    prepare: Callable[[DenseWeights], Linear] | None = None  # None: a placeholder
+    prepare: Callable[[DenseWeights], Linear] | None = None
+    prepare_moe: Callable[[MoeWeights], MoeCall] | None = None
+    moe_variant: str = ""
+
+    def adapter(self, workload: str) -> Callable | None:
+        """The conversion for `workload` ("dense" or "moe"); None when the peer has none."""
+        return self.prepare if workload == "dense" else self.prepare_moe
 
 
 PEERS: dict[str, Peer] = {
@@ -52,11 +65,13 @@ PEERS: dict[str, Peer] = {
         cublas_fp8.available, cublas_fp8.prepare,
     ),
     "humming": Peer(
-        "humming", ("dense",), "w8a16-block128", "w8a16",
-        humming_kernels.available, humming_kernels.prepare,
+        "humming", ("dense", "moe"), "w8a16-block128", "w8a16",
+        humming_kernels.available, humming_kernels.prepare, humming_moe.prepare,
+        humming_moe.VARIANT,
     ),
     "deepgemm": Peer(
-        "deepgemm", ("dense", "moe"), "w8a8-block128", "w8a8", placeholders.deepgemm
+        "deepgemm", ("dense", "moe"), "w8a8-block128", "w8a8", deepgemm.available,
+        deepgemm.prepare, deepgemm.prepare_moe, "w8a8-block128 masked/contiguous + torch glue",
     ),
     "marlin": Peer("marlin", ("dense", "moe"), "w8a16-block128", "w8a16", placeholders.marlin),
     "vllm_fused_moe": Peer(

@@ -21,17 +21,6 @@ def _installed(module: str) -> bool:
     return find_spec(module) is not None
 
 
-def deepgemm() -> tuple[bool, str]:
-    """DeepGEMM's fp8_gemm_nt (dense) and grouped GEMMs (MoE), bundled in vLLM's wheel."""
-    if _installed("deep_gemm") or _installed("vllm"):
-        return False, f"DeepGEMM is importable but {NO_ADAPTER}; see docs/peers.md"
-    return False, (
-        "DeepGEMM is not installed: it ships inside the vLLM wheel under "
-        f"vllm/third_party/deep_gemm (or builds from source with nvcc); {VLLM_SIZE}; "
-        "see docs/peers.md"
-    )
-
-
 def marlin() -> tuple[bool, str]:
     """vLLM's FP8 Marlin (W8A16), the seed's "Marlin", compiled into vLLM's `_C` ops."""
     if _installed("vllm"):

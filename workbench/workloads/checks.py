@@ -18,6 +18,10 @@ TOLERANCE: dict[tuple[str, str], float] = {
     ("moe", "bf16"): 2e-2,
     ("moe", "fp8"): 2e-2,
     ("moe", "int4"): 2e-2,
+    ("moe", "w8a16"): 2e-2,  # a peer's FP8 weights with bf16 activations: as fp8
+    # A peer that quantises x and h to E4M3 (3 mantissa bits) against a reference that quantises
+    # neither: DeepGEMM measured 0.046-0.047 on the H200 at E=384, the rounding of E4M3 alone.
+    ("moe", "w8a8"): 8e-2,
     ("dense", "bf16"): 1e-2,
     ("dense", "w8a16"): 1e-2,
     ("dense", "w8a8"): 5e-2,

@@ -1,0 +1,99 @@
+"""W8A8 dense GEMM for prefill sizes: persistent programs, TMA loads, DeepSeek's 128-wide blocks.
+
+The split-K kernel in `w8a8.py` serves decode sizes, where streaming the weight is the work.
+At prefill sizes the FP8 tensor cores are the limit, and what keeps them busy is that operand
+tiles arrive by TMA (one descriptor copy per tile into shared memory, no address arithmetic in
+the warps) while the previous tile's MMA runs, and that programs stay resident across tiles
+(one per SM, walking the output tiles in grouped order) so the pipeline never drains between
+tiles. Activation scales are read token-fastest (the quantiser's `outer_major` layout), one
+contiguous vector per K block.
+
+The block scales are applied as DeepGEMM applies them ("promote and rescale"): each 128-wide K
+step's FP8 product leaves the MMA in fp32, is multiplied by its row scales and column scales,
+and is added to the accumulator. With `warp_specialize`, Triton splits the loop into a producer
+(TMA) and consumers (MMA and rescale), so one consumer group's rescale overlaps another's MMA.
+"""
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from kernels.dense.formats import DenseWeights
+from kernels.moe.compiled import launch
+from kernels.moe.routing import sm_count
+
+BLOCK = 128  # the only weight block this kernel takes: one scale per K step
+OFF_GPU_SMS = 4  # persistent programs under the interpreter
+
+
+@triton.jit
+def _w8a8_tma_kernel(
+    a_desc, w_desc, y_desc, sa_ptr, sw_ptr, M, N, K, stride_sak, stride_swn, stride_swk,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
+    PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):  # fmt: skip
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    k_steps = tl.cdiv(K, BLOCK_K)
+    per_group = GROUP * tiles_n
+    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, PROGRAMS, flatten=True,
+                         warp_specialize=WARP_SPECIALIZE):  # fmt: skip
+        first_m = (tile // per_group) * GROUP
+        rows_in_group = tl.minimum(tiles_m - first_m, GROUP)
+        pid_m = first_m + (tile % per_group) % rows_in_group
+        pid_n = (tile % per_group) // rows_in_group
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        rows = off_m + tl.arange(0, BLOCK_M)
+        cols = off_n + tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for step in range(k_steps):
+            off_k = step * BLOCK_K
+            a = a_desc.load([off_m, off_k])
+            w = w_desc.load([off_n, off_k])
+            sa = tl.load(sa_ptr + step * stride_sak + rows, mask=rows < M, other=0.0)
+            sw = tl.load(sw_ptr + (cols // BLOCK_K) * stride_swn + step * stride_swk,
+                         mask=cols < N, other=0.0)  # fmt: skip
+            acc += tl.dot(a, w.T) * (sa[:, None] * sw[None, :])
+        y_desc.store([off_m, off_n], acc.to(y_desc.dtype))
+
+
+def gemm_w8a8_tma(
+    values: Tensor,
+    scales: Tensor,
+    weights: DenseWeights,
+    out_dtype: torch.dtype,
+    block_m: int = 128,
+    block_n: int = 128,
+    num_warps: int = 8,
+    num_stages: int = 4,
+    group_m: int = 8,
+    warp_specialize: bool = False,
+) -> Tensor:
+    """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
+    (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks."""
+    if weights.block != BLOCK:
+        raise ValueError(
+            f"the TMA W8A8 kernel takes {BLOCK}-wide blocks, got {weights.block}; quantise with "
+            f"DenseWeights.quantize(w, 'fp8', {BLOCK}) or use the split-K kernel."
+        )
+    (m, k), n = values.shape, weights.out_features
+    if k % 16 or n % 8:
+        raise ValueError(f"TMA needs K % 16 == 0 and N % 8 == 0 (16-byte rows), got K={k}, N={n}.")
+    if scales.stride(0) != 1:
+        raise ValueError("activation scales must be token-fastest: quantise with outer_major.")
+    y = torch.empty(m, n, dtype=out_dtype, device=values.device)
+    a_desc = TensorDescriptor.from_tensor(values, [block_m, BLOCK])
+    w_desc = TensorDescriptor.from_tensor(weights.values, [block_n, BLOCK])
+    y_desc = TensorDescriptor.from_tensor(y, [block_m, block_n])
+    tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
+    programs = min(tiles, sm_count(values.device) or OFF_GPU_SMS)
+    launch(
+        _w8a8_tma_kernel, (programs,), a_desc, w_desc, y_desc, scales, weights.scales, m, n, k,
+        scales.stride(1), *weights.scales.stride(), BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_K=BLOCK, GROUP=group_m, PROGRAMS=programs, WARP_SPECIALIZE=warp_specialize,
+        num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
+    return y
