@@ -93,6 +93,10 @@ def test_compare_puts_runs_side_by_side(run):
         ({"device": "cuda"}, "no CUDA GPU is visible"),
         ({"prefill_chunk": -5}, "prefill_chunk=-5 is below 1"),
         ({"cuda_graphs": True}, "cuda_graphs=True needs a GPU"),
+        ({"dense": "humming"}, "dense='humming' cannot run here: .*humming"),
+        ({"moe": "deepgemm"}, "moe='deepgemm' cannot run here: "),
+        ({"moe": "cublas_fp8"}, "the peer cublas_fp8 has no moe adapter; moe peers: humming"),
+        ({"dense": "fp4"}, "or a peer: cublas_fp8, humming, deepgemm"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, kwargs, message):
@@ -119,3 +123,37 @@ def test_kept_trace_re_attributes_to_the_same_table(tmp_path):
     assert run.meta["files"] == ["trace.json.gz"]
     again = workbench.load_trace(run.path / "trace.json.gz")
     assert again.kernels.equals(run.kernels)
+
+
+def test_peers_take_over_a_category_of_the_model():
+    """A dense peer's conversion sees every projection once and its linear runs every GEMM; a
+    MoE peer gets each weight set's experts as FP8 in 128x128 blocks and runs the experts.
+    (Stand-in peers: the real ones need the GPU, where plans/peers.toml profiles them.)"""
+    import torch
+
+    from kernels.moe import moe_reference
+    from workbench.workloads.model import SyntheticModel
+
+    model = SyntheticModel(get_preset("tiny"), layers=1)
+    w = model.weights[0]
+    q_a, gate_up, down = w.q_a, w.experts_gate_up, w.experts_down
+    seen, handed = [], []
+    model.use_dense_peer("fake", lambda weight: seen.append(weight) or (lambda x: 2 * x @ weight.T))
+    model.use_moe_peer(
+        "fakemoe",
+        lambda experts: (
+            handed.append(experts) or (lambda x, ids, route: moe_reference(x, ids, route, experts))
+        ),
+    )
+    assert len(seen) == len(model.weights) * (9 + len(w.o_a))  # DENSE_WEIGHTS and the groups
+    assert model.kernels_run["dense"] == "fake" and model.kernels_run["moe"] == "fakemoe"
+    x = torch.randn(3, q_a.shape[1])
+    assert torch.equal(model.linear(x, w.q_a), 2 * x @ q_a.T)
+    (experts,) = handed
+    assert experts.fmt == "fp8" and experts.block == 128
+    ids = torch.tensor([[0, 1], [2, 3], [1, 0]], dtype=torch.int32)[:, : model.shapes.top_k]
+    route = torch.full(ids.shape, 1.0 / ids.shape[1])
+    out = model.moe_fn(x, ids, route, w.experts_gate_up, w.experts_down)
+    assert torch.equal(out, moe_reference(x, ids, route, experts))
+    masters = moe_reference(x, ids, route, gate_up, down)
+    assert (out - masters).norm() / masters.norm() < 0.1  # E4M3 of the tiny model's masters

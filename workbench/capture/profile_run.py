@@ -35,10 +35,15 @@ from workbench.capture.environment import describe
 from workbench.capture.memory import available_host_bytes, estimate_bytes, out_of_memory_error
 from workbench.capture.torch_trace import trace_to_file
 from workbench.errors import WorkbenchError
+from workbench.peers import PEERS, peer_names
 from workbench.presets import ROUTINGS, Preset, get_preset, with_overrides
 from workbench.workloads.model import Plan, Shard, SyntheticModel
 
 DEFAULT_GPU_PRESET, DEFAULT_CPU_PRESET = "dsv4-flash-tp2", "tiny"
+
+
+# A dense peer converts the FP8 projections the model builds for this variant (128x128 blocks).
+PEER_DENSE_BASE = "w8a16"
 
 
 @dataclass
@@ -144,9 +149,33 @@ def resolve(
                 f"tp={tp} needs {tp} GPUs, one per rank; {torch.cuda.device_count()} visible."
             )
     plan = spec.plan  # validates the counts
-    SyntheticModel.check_variants(moe=moe, dense=dense, attention=attention)
+    check_backends(moe=moe, dense=dense, attention=attention, on_gpu=on_gpu)
     _check_memory(chosen, plan, torch.device(device), tp)
     return spec
+
+
+def check_backends(*, moe: str, dense: str, attention: str, on_gpu: bool) -> None:
+    """Refuse an unknown backend, listing the workbench's variants and the peers; a peer
+    (`workbench.peers`) must serve the category and be available here, or its reason is the
+    error."""
+    chosen = {"moe": moe, "dense": dense}
+    for kind, name in chosen.items():
+        if name not in PEERS:
+            continue
+        peer = PEERS[name]
+        if peer.adapter(kind) is None:
+            raise WorkbenchError(
+                f"{kind}={name!r}: the peer {name} has no {kind} adapter; {kind} peers: "
+                f"{', '.join(n for n in peer_names(kind) if PEERS[n].adapter(kind))}"
+            )
+        ok, why = peer.available()
+        if not ok:
+            raise WorkbenchError(f"{kind}={name!r} cannot run here: {why}")
+        chosen[kind] = "stock" if kind == "moe" else PEER_DENSE_BASE
+    try:
+        SyntheticModel.check_variants(attention=attention, **chosen)
+    except WorkbenchError as err:
+        raise WorkbenchError(f"{err}; or a peer: {', '.join(PEERS)}") from None
 
 
 def _hybrid_m(dense: str, hybrid_m: int | None) -> int | None:
@@ -224,10 +253,11 @@ def capture_rank(
     """Build the model for `shard`, warm up, and profile the plan into `trace`."""
     plan = spec.plan
     try:
+        dense_peer, moe_peer = PEERS.get(spec.dense), PEERS.get(spec.moe)
         model = SyntheticModel(
             spec.model_preset(),
-            moe=spec.moe,
-            dense=spec.dense,
+            moe="stock" if moe_peer else spec.moe,
+            dense=PEER_DENSE_BASE if dense_peer else spec.dense,
             attention=spec.attention,
             routing=spec.routing,
             seed=spec.seed,
@@ -235,6 +265,10 @@ def capture_rank(
             shard=shard,
             hybrid_m=spec.hybrid_m,
         )
+        if dense_peer:
+            model.use_dense_peer(dense_peer.name, dense_peer.prepare)
+        if moe_peer:
+            model.use_moe_peer(moe_peer.name, moe_peer.prepare_moe)
         if device.type == "cuda":
             warmup = plan.warmup()
             model.run(warmup, model.inputs(warmup))

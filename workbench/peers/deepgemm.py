@@ -15,7 +15,8 @@ SiLU-and-multiply in fp32 rounded to bf16 (where the reference rounds), quantise
 GEMM, weight by the routing weight and sum over top-k. A server fuses that glue (DeepEP's
 dispatch writes the masked layout directly); the row's `variant` says it is there.
 
-Buffer sizes need no host sync: an expert gets at most T rows of T tokens (a token picks an
+Nothing in the call syncs with the host, so a decode step with it replays as a CUDA graph.
+Buffer sizes need no sync: an expert gets at most T rows of T tokens (a token picks an
 expert once), so the masked buffer has max_m = T rounded up to 128, and the contiguous layout
 has at most T*top_k + E*(alignment-1) rows. Every shape JIT-compiles through nvcc on its first
 call (seconds): `prepare` runs one, the bench's check runs the rest before anything is timed.
@@ -101,6 +102,14 @@ def prepare(weights: DenseWeights) -> Callable[[Tensor], Tensor]:
     return linear
 
 
+def _counts(flat: Tensor, experts: int) -> Tensor:
+    """Slots per expert; a scatter-add, not torch.bincount, which syncs with the host on the
+    GPU (it sizes its output from the input) and so breaks CUDA-graph capture."""
+    return torch.zeros(experts, dtype=torch.long, device=flat.device).scatter_add_(
+        0, flat, torch.ones_like(flat)
+    )
+
+
 def slot_positions(ids: Tensor, experts: int, align: int) -> tuple[Tensor, Tensor, Tensor]:
     """Where each routed slot goes in a per-expert layout, without a host sync.
 
@@ -110,7 +119,7 @@ def slot_positions(ids: Tensor, experts: int, align: int) -> tuple[Tensor, Tenso
     """
     flat = ids.reshape(-1).long()
     order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=experts)
+    counts = _counts(flat, experts)
     first = torch.cumsum(counts, 0) - counts
     expert = flat[order]
     rank = torch.arange(flat.numel(), device=ids.device) - first[expert]
@@ -137,7 +146,7 @@ def _moe_masked(w: MoeWeights, x: Tensor, ids: Tensor, route: Tensor) -> Tensor:
     max_m = -(-tokens // MASKED_ROWS) * MASKED_ROWS
     order, rank, _ = slot_positions(ids, experts, 1)
     expert, token = ids.reshape(-1).long()[order], order // top_k
-    masked_m = torch.bincount(expert, minlength=experts).to(torch.int32)
+    masked_m = _counts(expert, experts).to(torch.int32)
     expected_m = max(1, -(-tokens * top_k // experts))
 
     def grouped(values: Tensor, scales: Tensor, b: Tensor, sfb: Tensor) -> Tensor:

@@ -56,6 +56,16 @@ def _pick(kind: str, name: str, table: dict) -> Callable:
         ) from None
 
 
+def _call_peer_linear(x: torch.Tensor, linear: Callable) -> torch.Tensor:
+    """A dense GEMM when a peer holds the weight: the weight is the peer's linear(x)."""
+    return linear(x)
+
+
+def _call_peer_moe(x, ids, route, moe: Callable, _unused: None) -> torch.Tensor:
+    """The routed experts when a peer holds them: the gate_up slot is the peer's moe call."""
+    return moe(x, ids, route)
+
+
 class SyntheticModel:
     """The layer stack at one rank's shapes, with a kernel variant chosen per category."""
 
@@ -124,6 +134,31 @@ class SyntheticModel:
             (full.vocab, full.hidden), rows=[self.vocab_part]
         )
         self.final_norm = torch.ones(full.hidden, device=self.device, dtype=self.dtype)
+
+    def use_dense_peer(self, name: str, prepare: Callable) -> None:
+        """Hand the dense projections to another project's kernel: `prepare(DenseWeights) ->
+        linear(x)` converts each FP8 projection once (the model must have been built with an
+        FP8 dense variant, so they are DeepSeek's 128x128 blocks), and every GEMM then calls
+        the peer's linear. The LM head stays cuBLAS bf16, as checkpoints ship it."""
+        for weights in self.weights:
+            for attr in DENSE_WEIGHTS:
+                setattr(weights, attr, prepare(getattr(weights, attr)))
+            weights.o_a = [prepare(w) for w in weights.o_a]
+        self.linear = _call_peer_linear
+        self.kernels_run["dense"] = name
+
+    def use_moe_peer(self, name: str, prepare_moe: Callable) -> None:
+        """Hand the routed experts to another project's kernel: each weight set's experts are
+        quantised to FP8 in 128x128 blocks (the peers' format) and converted once by
+        `prepare_moe(MoeWeights) -> moe(x, ids, route)`, which then replaces the MoE kernel."""
+        for weights in self.weights:
+            experts = moe_kernels.MoeWeights.quantize(
+                weights.experts_gate_up, weights.experts_down, "fp8", 128
+            )
+            weights.experts_gate_up, weights.experts_down = prepare_moe(experts), None
+            del experts
+        self.moe_fn = _call_peer_moe
+        self.kernels_run["moe"] = name
 
     @staticmethod
     def check_variants(**chosen: str) -> None:

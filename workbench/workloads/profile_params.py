@@ -43,8 +43,8 @@ class Param:
 
 PARAMS: tuple[Param, ...] = (
     Param("preset", None, str, "model preset (default: dsv4-flash-tp2 on a GPU, else tiny)"),
-    Param("moe", "stock", str, "MoE kernel: stock, multirow, flat, padded"),
-    Param("dense", "bf16", str, "dense GEMMs: bf16 (cuBLAS), w8a16, w8a8, hybrid"),
+    Param("moe", "stock", str, "MoE kernel: stock, multirow, flat, padded; a MoE peer"),
+    Param("dense", "bf16", str, "dense GEMMs: bf16 (cuBLAS), w8a16, w8a8, hybrid; a dense peer"),
     Param("attention", "torch", str, "sparse attention: torch (reference) or triton"),
     Param("routing", "uniform", str, "expert routing: uniform or skewed (seeded)"),
     Param("streams", 1, int, "tokens decoded per step"),
