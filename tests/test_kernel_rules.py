@@ -43,6 +43,7 @@ KERNELS = [
     ("_block_experts_kernel", "MoE", "workbench MoE routing"),
     ("_w8a16_kernel", "Dense GEMM", "workbench dense GEMM"),
     ("_w8a8_kernel", "Dense GEMM", "workbench dense GEMM"),
+    ("_w8a8_tma_kernel", "Dense GEMM", "workbench dense GEMM"),
     ("_quantize_rows_kernel", "Dense GEMM", "workbench dense GEMM"),
     ("_sparse_attention_kernel", "Sparse attention", "workbench sparse attention"),
     ("_indexer_kernel", "Sparse attention", "workbench sparse attention"),

@@ -40,8 +40,8 @@ default_tiles = TilesByM(
 )
 QUANT_ROWS = 32  # token rows per program of the activation quantiser
 # From here 128-block weights take the persistent TMA kernel: on the H200 (one dsv4-flash-tp2
-# layer, raw/logs/h200-tune-dense-block128.csv) 1.73 ms at M=4096 against 1.78 for the split-K kernel,
-# but at M=256 its 128 x 128 tiles leave most SMs idle where split-K fills them.
+# layer, raw/logs/h200-tune-dense-block128.csv) 1.73 ms at M=4096 against 1.78 for the
+# split-K kernel, but at M=256 its 128 x 128 tiles leave most SMs idle where split-K fills them.
 TMA_MIN_M = 2048
 
 

@@ -309,9 +309,14 @@ def run_label(meta: Mapping) -> str:
 
 def profile_label(run: ProfileResult, with_prompt: bool = False) -> str:
     """What sets a profile apart in the seed study's columns: `flat MoE, CUDA graphs, TP2`,
-    with the machine when it is not a GPU (a CPU run's times are not kernel times)."""
+    the dense and attention backends when they are not the defaults (`humming dense, triton
+    attention`), and the machine when it is not a GPU (a CPU run's times are not kernel
+    times)."""
     p = run.meta.get("params", {})
-    parts = [f"{p.get('moe', '?')} MoE", "CUDA graphs" if p.get("cuda_graphs") else "eager"]
+    parts = [f"{p.get('moe', '?')} MoE"]
+    parts += [f"{p['dense']} dense"] if p.get("dense", "bf16") != "bf16" else []
+    parts += [f"{p['attention']} attention"] if p.get("attention", "torch") != "torch" else []
+    parts.append("CUDA graphs" if p.get("cuda_graphs") else "eager")
     if p.get("tp"):
         parts.append(f"TP{p['tp']}")
     if with_prompt:

@@ -96,7 +96,7 @@ KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("workbench MoE routing",
      r"^_(counts|offsets_serial|offsets_parallel|permute|block_experts|combine)_kernel$", MOE,
      "kernels/moe routing: expert counts, offsets, permutation and the weighted combine"),
-    ("workbench dense GEMM", r"^_(w8a16|w8a8|quantize_rows)_kernel$", DENSE,
+    ("workbench dense GEMM", r"^_(w8a16|w8a8|w8a8_tma|quantize_rows)_kernel$", DENSE,
      "kernels/dense: W8A16 and W8A8 GEMMs and the W8A8 activation quantizer"),
     ("workbench sparse attention", r"^_(sparse_attention|sparse_combine|indexer)_kernel$",
      SPARSE_ATTENTION, "kernels/attention: sparse attention, its split-KV merge and indexer"),

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
+from workbench.analysis.best_peer import ours_vs_best_peer
 from workbench.analysis.collection import Artifact, Collection
 from workbench.report.cells import format_value
 from workbench.report.page import ReportPage, short_status, sources
@@ -30,6 +31,7 @@ from workbench.report.seed_tables import (
 
 DENSE_LAYER = "dense-layer"  # bench dense's rows of the workbench's own layer kernels
 MOE_ORDER = ("stock", "multirow", "flat", "padded")
+MOE_OURS = ("moe", "torch_grouped_mm", "cublas_loop")  # not a registered peer
 DENSE_ORDER = ("bf16", "w8a16", "w8a8", "hybrid")
 ATTENTION_ORDER = ("torch", "triton")
 MOE_SHOWN = 12  # rows of a MoE table before the rest fold away: the decode sizes 1 and 6
@@ -149,6 +151,24 @@ def write_moe(page: ReportPage, collection: Collection, section: Section) -> Non
         table = _wide(part, ["tokens", "kernel"], "weight_dtype", ("bf16", "fp8", "int4"), measures)
         page.table(table, f"MoE, {routing} routing", sources(used, _covered(rows, "tokens")),
                    head=MOE_SHOWN)  # fmt: skip
+    _write_moe_best_peer(page, collection)
+
+
+def _write_moe_best_peer(page: ReportPage, collection: Collection) -> None:
+    """Ours against the fastest peer, from the newest run with a peer besides the torch
+    baselines: both sides measured in one run, so the ratio is one run's."""
+    item = newest(collection, "bench-moe", lambda r: bool((~r["kernel"].isin(MOE_OURS)).any()))
+    if item is None:
+        return
+    rows = bench_rows(item)
+    named = rows.assign(name=[v if k == "moe" else k for k, v in zip(rows["kernel"],
+                                                                    rows["variant"])])  # fmt: skip
+    named["name"] = named["name"] + " " + named["weight_dtype"].astype(str)
+    best = ours_vs_best_peer(named, ["routing", "tokens"], rows["kernel"] == "moe")
+    if not best.empty:
+        where = sources([item], _covered(named.assign(run=str(item.path)), "tokens"))
+        page.table(best, "MoE: our fastest scheduler and format against the fastest peer in "
+                   "one run (any format; the torch baseline counts as a peer)", where)  # fmt: skip
 
 
 def _peers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -198,6 +218,12 @@ def write_dense(page: ReportPage, collection: Collection, section: Section) -> N
                    "projections", where, index=False)  # fmt: skip
     if untimed:
         page.text(f"Peers not measured in this run: {', '.join(untimed)}.")
+    fp8 = rows[(rows["kernel"] != DENSE_AB) & ~rows["variant"].eq("bf16")]
+    named = fp8.assign(name=fp8["kernel"].where(fp8["kernel"] != DENSE_LAYER, fp8["variant"]))
+    best = ours_vs_best_peer(named, ["m"], fp8["kernel"] == DENSE_LAYER)
+    if not best.empty:
+        page.table(best.rename_axis("M"), "Our fastest FP8 backend against the fastest FP8 "
+                   "peer at each M", where)  # fmt: skip
     present = [c for c in ACCURACY if c in layer]
     if not present:
         return
