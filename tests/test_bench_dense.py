@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import kernels.dense as dense
+from kernels.moe.formats import dequantize_int4, quantize_int4
 from workbench.artifacts import read_meta, read_table
 from workbench.capture import bench_dense as bench
 from workbench.cli import main
@@ -206,6 +207,42 @@ def test_peers_get_checked_timed_rows_with_our_columns(tmp_path, monkeypatch, fi
     assert meta["peers"]["fake"]["available"] is True
 
 
+def _int4_peer(name: str, holds: bool = True) -> Peer:
+    """A peer that requantises what it is handed to INT4 (group 16, the small layer's K are
+    not of 128) and multiplies by that, saying so through `holds` unless told not to."""
+
+    def held(weights):
+        packed, scales = quantize_int4(weights.dequantize(), 16)
+        return dequantize_int4(packed, scales, weights.in_features, 16)
+
+    def prepare(weights):
+        w = held(weights)
+        return lambda x: x @ w.T.to(x.dtype)
+
+    return Peer(name, ("dense",), "w4a16-group16", "w4a16", lambda: (True, "int4"), prepare,
+                holds=held if holds else None,
+                weight_bytes=lambda w: w.values.numel() // 2)  # fmt: skip
+
+
+def test_a_peer_that_holds_other_numbers_is_checked_against_them(
+    tmp_path, monkeypatch, fixed_timer
+):
+    """Checked against the FP8 it was handed, an INT4 peer is INT4's rounding away (wrong);
+    against what it says it holds, it passes, and its floor reads its own bytes."""
+    for peer in (_fake_peer("fake"), _int4_peer("int4"), _int4_peer("untold", holds=False)):
+        monkeypatch.setitem(PEERS, peer.name, peer)
+    table = _run(tmp_path, ms=(1, 4), variants=("bf16",), ab=False,
+                 peers=("fake", "int4", "untold"))  # fmt: skip
+    rows = {k: t.set_index("m") for k, t in table.groupby("kernel")}
+    int4, untold, fake = rows["int4"], rows["untold"], rows["fake"]
+    assert set(int4["status"]) == {"ok"} and (int4["ms"] == 2.0).all()
+    assert (int4["rel_error"] < 1e-5).all()  # the reference on exactly the INT4 it holds
+    assert (int4["error_vs_bf16"] > 2e-2).all()  # what INT4 costs, still measured
+    assert set(untold["status"]) == {"wrong"} and untold["ms"].isna().all()
+    assert (untold["rel_error"] > tolerance("dense", "w4a16")).all()
+    assert (int4["floor_ms"] < fake["floor_ms"]).all()  # half a byte a weight, not one
+
+
 def test_a_peer_whose_conversion_fails_is_an_error_row(tmp_path, monkeypatch, fixed_timer):
     def broken(weights):
         raise RuntimeError("NVRTC: cannot find cuda_runtime.h")
@@ -221,7 +258,7 @@ def test_every_dense_peer_runs_by_default_and_absent_ones_say_why(tmp_path, fixe
     """On a CPU no real peer can run: each is a missing-peer row per size, with its reason."""
     table = _run(tmp_path, ms=(1,), variants=("bf16",), ab=False, peers=None)
     missing = table[table["kernel"] != "dense-layer"].set_index("kernel")
-    assert list(missing.index) == ["cublas_fp8", "humming", "deepgemm", "marlin"]
+    assert list(missing.index) == ["cublas_fp8", "humming", "humming_w4a16", "deepgemm", "marlin"]
     assert set(missing["status"]) == {"missing-peer"} and missing["note"].str.len().min() > 20
     assert missing.loc["cublas_fp8", "note"].startswith("no CUDA GPU")
 

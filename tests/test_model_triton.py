@@ -80,8 +80,10 @@ def test_profile_records_the_hybrid_threshold_it_used(monkeypatch):
         _resolve("hybrid")
     with pytest.raises(WorkbenchError, match="hybrid_m=8 applies to dense='hybrid' only"):
         _resolve("w8a8", 8)
-    with pytest.raises(WorkbenchError, match="unknown dense variant 'marlin'"):
-        _resolve("marlin")
+    with pytest.raises(WorkbenchError, match="unknown dense variant 'fp4'"):
+        _resolve("fp4")
+    with pytest.raises(WorkbenchError, match="the peer marlin has no dense adapter"):
+        _resolve("marlin")  # a peer the workbench names but cannot run
 
 
 def test_profile_takes_the_new_variants_and_saves_hybrid_m(tmp_path):

@@ -36,7 +36,9 @@ def _weights(n: int, k: int, seed: int = 0, device: str | torch.device = "cpu") 
 
 
 def test_registry_names_the_bench_rows_and_placeholders_never_run():
-    assert peers.peer_names("dense") == ["cublas_fp8", "humming", "deepgemm", "marlin"]
+    assert peers.peer_names("dense") == [
+        "cublas_fp8", "humming", "humming_w4a16", "deepgemm", "marlin",
+    ]  # fmt: skip
     assert peers.peer_names("moe") == ["humming", "deepgemm", "marlin", "vllm_fused_moe"]
     for name in ("marlin", "vllm_fused_moe"):
         peer = peers.PEERS[name]

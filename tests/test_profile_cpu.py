@@ -96,7 +96,8 @@ def test_compare_puts_runs_side_by_side(run):
         ({"dense": "humming"}, "dense='humming' cannot run here: .*humming"),
         ({"moe": "deepgemm"}, "moe='deepgemm' cannot run here: "),
         ({"moe": "cublas_fp8"}, "the peer cublas_fp8 has no moe adapter; moe peers: humming"),
-        ({"dense": "fp4"}, "or a peer: cublas_fp8, humming, deepgemm"),
+        ({"dense": "fp4"}, "or a peer: cublas_fp8, humming, humming_w4a16, deepgemm"),
+        ({"moe_format": "fp4"}, "moe_format"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, kwargs, message):

@@ -125,17 +125,23 @@ def profile(
 
     Parameters (name=default: meaning):
     """
+    import sys
+    import time
+
+    begun = time.perf_counter()
+    first = "workbench.capture.profile_run" not in sys.modules  # torch, triton, the kernels
     from workbench.artifacts import check_output_dir
     from workbench.capture.profile_run import resolve, run_profile
     from workbench.capture.tensor_parallel import run_profile_tp
     from workbench.views.profile import view
     from workbench.workloads.profile_params import split_settings
 
+    import_s = time.perf_counter() - begun if first else None
     check_output_dir(out)
     params, overrides = split_settings(settings)
     spec = resolve(prompt_tokens, decode_tokens, **params, shape_overrides=overrides)
     if spec.tp is None:
-        return view(run_profile(spec, out, progress, keep_trace))
+        return view(run_profile(spec, out, progress, keep_trace, begun=begun, import_s=import_s))
     result = run_profile_tp(spec, out, progress)
     return None if result is None else view(result)
 

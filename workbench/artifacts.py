@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -177,13 +177,14 @@ def unique_run_dir(root: Path, run_id: str) -> Path:
 def write_run(
     root: str | Path,
     run_id: str,
-    meta: Mapping,
+    meta: Mapping | Callable[[], Mapping],
     tables: Mapping[str, pd.DataFrame],
     extra_files: Sequence[Path | None] = (),
 ) -> Path:
     """Write a complete run directory atomically and return its path.
 
-    `extra_files` (e.g. a gzipped Chrome trace) are moved in with the tables.
+    `extra_files` (e.g. a gzipped Chrome trace) are moved in with the tables. A callable
+    `meta` is called once the tables are written, so run.json can say how long that took.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -202,7 +203,7 @@ def write_run(
         for extra in extras:
             shutil.move(extra, tmp / extra.name)
         document = {
-            **meta,
+            **(meta() if callable(meta) else meta),
             "schema_version": SCHEMA_VERSION,
             "run_id": run_id,
             "tables": files,

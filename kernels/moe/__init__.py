@@ -14,7 +14,7 @@ from kernels.moe.flat import moe_flat
 from kernels.moe.formats import FORMATS, MoeWeights
 from kernels.moe.multirow import moe_multirow
 from kernels.moe.padded import moe_padded
-from kernels.moe.reference import moe_reference, router_topk, shared_expert
+from kernels.moe.reference import moe_reference, router_topk, shared_expert, silu_mul_reference
 from kernels.moe.stock import moe_stock
 
 VARIANTS: dict[str, Callable] = {
@@ -38,4 +38,5 @@ __all__ = [
     "moe_stock",
     "router_topk",
     "shared_expert",
+    "silu_mul_reference",
 ]

@@ -63,16 +63,23 @@ def moe_reference(
     return out.to(x.dtype)
 
 
+def silu_mul_reference(gate_up: Tensor) -> Tensor:
+    """silu(gate) * up of gate_up = [gate | up] on the last dimension, in fp32, stored in
+    gate_up's dtype (where a kernel rounds it before the down projection)."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return (F.silu(gate.float()) * up.float()).to(gate_up.dtype)
+
+
 def shared_expert(
     x: Tensor,
     w_gate_up: Tensor,
     w_down: Tensor,
     linear: Callable[[Tensor, Tensor], Tensor] = dense_linear,
+    act: Callable[[Tensor], Tensor] = silu_mul_reference,
 ) -> Tensor:
     """Always-on expert: linear(silu(g) * u, w_down) with g, u the halves of linear(x, w_gate_up).
 
-    `linear` is injectable so the shared expert can be timed with any dense GEMM variant.
+    `linear` and `act` are injectable so the shared expert can run any dense GEMM variant and
+    the fused SiLU-and-multiply.
     """
-    gate, up = linear(x, w_gate_up).chunk(2, dim=-1)
-    h = (F.silu(gate.float()) * up.float()).to(x.dtype)
-    return linear(h, w_down)
+    return linear(act(linear(x, w_gate_up)), w_down)

@@ -30,6 +30,26 @@ from workbench.errors import ArtifactError
 PHASES = ("prefill", "decode")
 SEED_VARIANTS = ("stock", "multirow", "flat")  # the seed study's profile columns, in order
 
+# Where a profile's wall time goes, in order (run.json's `phases`, seconds; a phase that did not
+# run is absent): importing torch and the capture modules (when profile() did), building the
+# weights, warming up (the GPU's warm-up run and CUDA graph capture), drawing the inputs and
+# the decode state, the profiled region, stopping the profiler and exporting the trace,
+# parsing and attributing it, making the stored tables, and writing the run directory.
+TIMED_PHASES = ("import", "build", "warm-up", "inputs", "profiled", "export", "parse", "tables",
+                "write")  # fmt: skip
+
+
+def phases_line(meta: Mapping) -> str | None:
+    """`phases: build 12.3 s, warm-up 8.1 s, ... (wall 52.0 s)` from run.json; None for a run
+    written before its phases were timed."""
+    phases = meta.get("phases")
+    if not phases:
+        return None
+    order = [p for p in TIMED_PHASES if p in phases] + sorted(set(phases) - set(TIMED_PHASES))
+    spent = ", ".join(f"{name} {phases[name]:.1f} s" for name in order)
+    wall = meta.get("wall_s")
+    return f"phases: {spent}" + (f" (wall {wall:.1f} s)" if wall is not None else "")
+
 
 def profile_tables(kernels: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The result tables written beside the kernel table (the kernel table is the source)."""
@@ -294,7 +314,8 @@ def device_name(meta: Mapping) -> str:
 
 def run_label(meta: Mapping) -> str:
     """A profile's label that tells runs apart: `H200 dsv4-flash-tp2 TP2: stock / bf16 /
-    triton / graphs`; an external trace is labelled by its file name."""
+    triton / graphs` (`stock fp8 / ...` when the experts are not bf16); an external trace is
+    labelled by its file name."""
     p = meta.get("params", {})
     if "moe" not in p:
         return Path(meta.get("source", "trace")).name
@@ -303,17 +324,19 @@ def run_label(meta: Mapping) -> str:
         for part in (device_name(meta), p.get("preset"), f"TP{p['tp']}" if p.get("tp") else "")
         if part  # fmt: skip
     )
-    kernels = [p["moe"], p.get("dense", "?"), p.get("attention", "?")]
+    moe = p["moe"] + (f" {p['moe_format']}" if p.get("moe_format", "bf16") != "bf16" else "")
+    kernels = [moe, p.get("dense", "?"), p.get("attention", "?")]
     return f"{where}: {' / '.join(kernels)} / {'graphs' if p.get('cuda_graphs') else 'eager'}"
 
 
 def profile_label(run: ProfileResult, with_prompt: bool = False) -> str:
     """What sets a profile apart in the seed study's columns: `flat MoE, CUDA graphs, TP2`,
-    the dense and attention backends when they are not the defaults (`humming dense, triton
-    attention`), and the machine when it is not a GPU (a CPU run's times are not kernel
-    times)."""
+    the experts' format, dense and attention backends when they are not the defaults (`stock
+    MoE (fp8 experts)`, `humming dense, triton attention`), and the machine when it is not a
+    GPU (a CPU run's times are not kernel times)."""
     p = run.meta.get("params", {})
-    parts = [f"{p.get('moe', '?')} MoE"]
+    experts = p.get("moe_format", "bf16")
+    parts = [f"{p.get('moe', '?')} MoE" + (f" ({experts} experts)" if experts != "bf16" else "")]
     parts += [f"{p['dense']} dense"] if p.get("dense", "bf16") != "bf16" else []
     parts += [f"{p['attention']} attention"] if p.get("attention", "torch") != "torch" else []
     parts.append("CUDA graphs" if p.get("cuda_graphs") else "eager")

@@ -100,6 +100,8 @@ KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
      "kernels/dense: W8A16 and W8A8 GEMMs and the W8A8 activation quantizer"),
     ("workbench sparse attention", r"^_(sparse_attention|sparse_combine|indexer)_kernel$",
      SPARSE_ATTENTION, "kernels/attention: sparse attention, its split-KV merge and indexer"),
+    ("workbench glue", r"^_(rms_norm|silu_mul)_kernel$", OTHER,
+     "kernels/glue: RMSNorm with its residual add, and SiLU-and-multiply, one launch each"),
     # TorchInductor: templates are GEMMs, the fused pointwise/reduction kernels are glue.
     ("inductor template GEMM", r"^triton_tem_", DENSE,
      "torch.compile max-autotune GEMM templates (flex attention templates are named alike)"),

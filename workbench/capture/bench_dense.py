@@ -18,7 +18,9 @@ Peers (`--peers`, default every registered dense peer: `workbench.peers`) run at
 on the same activations, their rows named by the peer in `kernel` (`cublas_fp8`, `humming`)
 and by what it is in `variant`, with the same columns. They take the weights in DeepSeek's
 128x128 blocks (`bench_peers`), are checked like the workbench scheme they compute
-(W8A8 or W8A16) against the fp32 product on those weights, and are left out of the A/B table.
+(W8A8, W8A16 or W4A16) against the fp32 product on the weights they hold: those FP8 weights,
+or, for a peer that requantises them (`humming_w4a16`, to INT4), what its `Peer.holds` says it
+multiplies by; its roofline reads `Peer.weight_bytes`. Peers are left out of the A/B table.
 A peer that cannot run is a `missing-peer` row with the reason in `note`.
 """
 
@@ -53,7 +55,7 @@ from workbench.capture.bench_rows import (
 )
 from workbench.capture.timing import GRAPH_TOKENS
 from workbench.errors import WorkbenchError
-from workbench.peers import PEER_BLOCK, get_peers, peer_names
+from workbench.peers import PEER_BLOCK, Peer, get_peers, peer_names
 from workbench.workloads.checks import relative_error, tolerance
 from workbench.workloads.dense import Layer, activations, layer_flops
 
@@ -109,11 +111,19 @@ def _call(x: torch.Tensor, linear: Callable) -> torch.Tensor:
     return linear(x)
 
 
+def _held_key(peer: Peer) -> str:
+    """The references' key of what `peer` multiplies by: the peers' FP8 weights as handed, or
+    its own key when it holds other numbers (`Peer.holds`)."""
+    return PEER_REF if peer.holds is None else f"{PEER_REF}:{peer.name}"
+
+
 def _peer(prepared: Prepared, weights: list[list]) -> Contender:
-    """A converted peer, holding the peers' 128x128-block FP8 weights."""
+    """A converted peer, holding the peers' 128x128-block FP8 weights, or what it made of
+    them (`Peer.holds`, with its bytes `Peer.weight_bytes`)."""
     peer = prepared.peer
-    return Contender(peer.name, peer.variant, _call, prepared.converted, PEER_REF,
-                     tolerance("dense", peer.scheme), sum(w.nbytes for w in weights[0]),
+    nbytes = peer.weight_bytes or (lambda w: w.nbytes)
+    return Contender(peer.name, peer.variant, _call, prepared.converted, _held_key(peer),
+                     tolerance("dense", peer.scheme), sum(nbytes(w) for w in weights[0]),
                      0 if peer.scheme == "w8a8" else None)  # fmt: skip
 
 
@@ -132,12 +142,21 @@ def _check(c: Contender, xs, layer: Layer, refs: dict) -> dict:
     return {"rel_error": max(errors), "error_vs_bf16": max(errors_bf16), **compile_facts(facts)}
 
 
-def _references(xs: dict[int, torch.Tensor], layer: Layer, peers_hold: list | None) -> dict:
-    """fp32 outputs of the first layer copy: on the bf16 masters, on the dequantised FP8 and,
-    when peers run, on their dequantised 128x128-block FP8."""
+def _held(layer: Layer, prepared: list[Prepared], peers_hold: list | None) -> dict[str, list]:
+    """The weights of the first layer copy that references are computed on, by key: the bf16
+    masters, the dequantised FP8 and, when peers run, their 128x128-block FP8 and, for each
+    peer that holds other numbers, those (`Peer.holds` of each weight it was handed)."""
     held = {"bf16": layer.masters[0], "fp8": layer.fp8[0]}
     if peers_hold:
         held[PEER_REF] = peers_hold[0]
+        for p in prepared:
+            if p.peer.holds is not None:
+                held[_held_key(p.peer)] = [p.peer.holds(w) for w in peers_hold[0]]
+    return held
+
+
+def _references(xs: dict[int, torch.Tensor], layer: Layer, held: dict[str, list]) -> dict:
+    """fp32 outputs of the first layer copy on each set of `held` weights (`_held`)."""
     return {
         key: [dense.linear_reference(xs[k], w) for k, w in zip(layer.in_features, ws, strict=True)]
         for key, ws in held.items()
@@ -242,13 +261,14 @@ def bench_dense(
     peer_run = prepare_peers(peers, "dense", partial(peer_weights, layer), dense_conversion)
     contenders = [_ours(v, layer, hybrid_m) for v in variants]
     contenders += [_peer(p, peer_run.weights) for p in peer_run.prepared]
+    held = _held(layer, peer_run.prepared, peer_run.weights)
     ctx = {"device": dev, "ceilings": setup.ceilings, "layers": chosen.layers}
     rows = []
     total = len(sizes) * (len(contenders) + len(peer_run.unrun))
     with tqdm(total=total, desc="bench dense", disable=not progress) as bar:
         for m in sizes:
             xs = activations(m, layer.in_features, seed, dev, dtype)
-            refs = _references(xs, layer, peer_run.weights)
+            refs = _references(xs, layer, held)
             for contender in contenders:
                 rows.append(_layer_row(contender, m, xs, layer, refs, ctx))
                 print_row(bar, rows[-1], PRINTED)

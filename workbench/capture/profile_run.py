@@ -5,6 +5,10 @@ build the model, warm up (Triton compiles and cuBLAS handles stay out of the tra
 the prefill and decode steps, attribute the trace, and only then write the run directory in
 one atomic rename. `capture_rank` is the part one process does; a tensor-parallel run
 (`capture.tensor_parallel`) runs it on every rank and merges the traces.
+
+Where the workbench's own time goes is timed per phase (`analysis.profile.TIMED_PHASES`) into
+run.json's `phases`, and one progress bar over the profiled layers names the phase the work is
+in.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,8 +30,9 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from kernels.dense import hybrid_threshold
+from kernels.moe import FORMATS as MOE_FORMATS
 from workbench.analysis.graphs import attribute_graph_replays
-from workbench.analysis.profile import SUMMARY, ProfileResult, profile_tables
+from workbench.analysis.profile import SUMMARY, TIMED_PHASES, ProfileResult, profile_tables
 from workbench.analysis.profile_store import stored_answers
 from workbench.analysis.trace import kernel_table, read_chrome_trace
 from workbench.artifacts import read_meta, run_stamp, write_run
@@ -44,6 +51,16 @@ DEFAULT_GPU_PRESET, DEFAULT_CPU_PRESET = "dsv4-flash-tp2", "tiny"
 
 # A dense peer converts the FP8 projections the model builds for this variant (128x128 blocks).
 PEER_DENSE_BASE = "w8a16"
+
+
+@contextmanager
+def timed(phases: dict[str, float], name: str) -> Iterator[None]:
+    """Add the time the block takes to `phases[name]` (seconds)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases[name] = phases.get(name, 0.0) + time.perf_counter() - started
 
 
 @dataclass
@@ -65,6 +82,7 @@ class ProfileSpec:
     tp: int | None
     shape_overrides: dict = field(default_factory=dict)
     hybrid_m: int | None = None  # dense="hybrid" only: the largest M sent to W8A16
+    moe_format: str = "bf16"  # the routed experts' weights: one of kernels.moe.FORMATS
 
     @property
     def plan(self) -> Plan:
@@ -92,6 +110,7 @@ def resolve(
     tp: int | None,
     shape_overrides: dict,
     hybrid_m: int | None = None,
+    moe_format: str = "bf16",
 ) -> ProfileSpec:
     """Check everything that can be checked before any work, and fill in the defaults."""
     for name, value in (("prompt_tokens", prompt_tokens), ("decode_tokens", decode_tokens),
@@ -121,6 +140,7 @@ def resolve(
     if routing not in ROUTINGS:
         raise WorkbenchError(f"unknown routing '{routing}'; known: {', '.join(ROUTINGS)}")
     hybrid_m = _hybrid_m(dense, hybrid_m)
+    check_moe_format(moe, moe_format)
     spec = ProfileSpec(
         prompt_tokens,
         decode_tokens,
@@ -137,6 +157,7 @@ def resolve(
         tp,
         dict(shape_overrides),
         hybrid_m,
+        moe_format,
     )
     chosen = spec.model_preset()
     chosen.validate()
@@ -176,6 +197,22 @@ def check_backends(*, moe: str, dense: str, attention: str, on_gpu: bool) -> Non
         SyntheticModel.check_variants(attention=attention, **chosen)
     except WorkbenchError as err:
         raise WorkbenchError(f"{err}; or a peer: {', '.join(PEERS)}") from None
+
+
+def check_moe_format(moe: str, moe_format: object) -> None:
+    """Refuse an unknown expert format, and any but the default with a MoE peer: a peer takes
+    the experts as FP8 in 128x128 blocks, converted by its own `prepare_moe`."""
+    if moe_format not in MOE_FORMATS:
+        raise WorkbenchError(
+            f"moe_format={moe_format!r} is not a format of the routed experts; give one of "
+            f"{', '.join(MOE_FORMATS)} (fp8: 128x128 blocks, int4: groups of 128)."
+        )
+    if moe in PEERS and moe_format != "bf16":
+        raise WorkbenchError(
+            f"moe_format={moe_format!r} applies to the workbench's MoE kernels, not to the peer "
+            f"moe={moe!r}, which converts the experts itself from FP8 in 128x128 blocks; drop "
+            "moe_format."
+        )
 
 
 def _hybrid_m(dense: str, hybrid_m: int | None) -> int | None:
@@ -245,55 +282,117 @@ class RankCapture:
     profiled_s: float
     peak_gpu_memory_gib: float | None
     kernels_run: dict
+    phases: dict = field(default_factory=dict)  # seconds per phase (TIMED_PHASES)
+
+
+class Progress:
+    """The profile's one bar, over the layers profiled; its description names the phase the
+    work is in (`building`, `warming up`, `prefill chunk i/n`, `decode step i/n`, `exporting
+    trace`, `parsing`). Disabled, it prints nothing."""
+
+    def __init__(self, spec: ProfileSpec, enabled: bool) -> None:
+        plan = spec.plan
+        self.chunks, self.steps = len(plan.chunks()), plan.decode_tokens
+        self.layers = spec.model_preset().layers  # the model's: SyntheticModel takes no other
+        self.name = f"profile {spec.preset}"
+        self.done = 0  # layers profiled (tqdm counts nothing when disabled)
+        self.shown: str | None = None
+        self.bar = tqdm(
+            total=(self.chunks + self.steps) * self.layers,
+            unit="layer",
+            desc=self.name,
+            disable=not enabled,
+        )
+
+    def phase(self, what: str, refresh: bool = True) -> None:
+        if what != self.shown:
+            self.shown = what
+            self.bar.set_description(f"{self.name}: {what}", refresh=refresh)
+
+    def position(self) -> str:
+        """The prefill chunk or decode step that the next layer belongs to."""
+        finished = self.done // self.layers  # prefill chunks, then decode steps
+        if finished < self.chunks:
+            return f"prefill chunk {finished + 1}/{self.chunks}"
+        return f"decode step {min(finished - self.chunks + 1, self.steps)}/{self.steps}"
+
+    def tick(self, layers: int) -> None:
+        self.done += layers
+        self.phase(self.position(), refresh=False)  # update() redraws, at tqdm's own pace
+        self.bar.update(layers)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def capture_rank(
-    spec: ProfileSpec, shard: Shard, device: torch.device, trace: Path, progress: bool
+    spec: ProfileSpec,
+    shard: Shard,
+    device: torch.device,
+    trace: Path,
+    progress: bool | Progress,
 ) -> RankCapture:
-    """Build the model for `shard`, warm up, and profile the plan into `trace`."""
+    """Build the model for `shard`, warm up, and profile the plan into `trace`.
+
+    `progress`: show a bar (closed on return), or the caller's bar to describe (left open).
+    """
     plan = spec.plan
+    bar = progress if isinstance(progress, Progress) else Progress(spec, progress)
+    phases: dict[str, float] = {}
     try:
         dense_peer, moe_peer = PEERS.get(spec.dense), PEERS.get(spec.moe)
-        model = SyntheticModel(
-            spec.model_preset(),
-            moe="stock" if moe_peer else spec.moe,
-            dense=PEER_DENSE_BASE if dense_peer else spec.dense,
-            attention=spec.attention,
-            routing=spec.routing,
-            seed=spec.seed,
-            device=device,
-            shard=shard,
-            hybrid_m=spec.hybrid_m,
-        )
-        if dense_peer:
-            model.use_dense_peer(dense_peer.name, dense_peer.prepare)
-        if moe_peer:
-            model.use_moe_peer(moe_peer.name, moe_peer.prepare_moe)
+        bar.phase("building")
+        with timed(phases, "build"):
+            model = SyntheticModel(
+                spec.model_preset(),
+                moe="stock" if moe_peer else spec.moe,
+                dense=PEER_DENSE_BASE if dense_peer else spec.dense,
+                attention=spec.attention,
+                moe_format=spec.moe_format,  # bf16 with a peer (resolve refuses the others)
+                routing=spec.routing,
+                seed=spec.seed,
+                device=device,
+                shard=shard,
+                hybrid_m=spec.hybrid_m,
+            )
+            if dense_peer:
+                model.use_dense_peer(dense_peer.name, dense_peer.prepare)
+            if moe_peer:
+                model.use_moe_peer(moe_peer.name, moe_peer.prepare_moe)
         if device.type == "cuda":
-            warmup = plan.warmup()
-            model.run(warmup, model.inputs(warmup))
-            torch.cuda.synchronize(device)
-        inputs = model.inputs(plan)
-        state = model.new_state(plan)
+            bar.phase("warming up")
+            with timed(phases, "warm-up"):
+                warmup = plan.warmup()
+                model.run(warmup, model.inputs(warmup))
+                torch.cuda.synchronize(device)
+        bar.phase("preparing inputs")
+        with timed(phases, "inputs"):
+            inputs = model.inputs(plan)
+            state = model.new_state(plan)
         replay, signature = None, None
         if spec.cuda_graphs:
-            graph = capture_decode_graph(model, state)
-            signature = learn_signature(model, state)
-            replay = graph.replay
-        total = (len(plan.chunks()) + plan.decode_tokens) * model.layers
+            bar.phase("warming up")
+            with timed(phases, "warm-up"):
+                graph = capture_decode_graph(model, state)
+                signature = learn_signature(model, state)
+                replay = graph.replay
+        ran: dict[str, float] = {}
 
         def profiled() -> object:
             if shard.group is not None:  # ranks start their profilers apart: line them up
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 dist.barrier(group=shard.group)
-            return model.run(plan, inputs, bar.update, state, replay)
+            bar.phase(bar.position())
+            tokens = model.run(plan, inputs, bar.tick, state, replay)
+            ran["until"] = time.perf_counter()
+            bar.phase("exporting trace")
+            return tokens
 
-        desc = f"profile {spec.preset}"
-        with tqdm(total=total, unit="layer", desc=desc, disable=not progress) as bar:
-            started = time.perf_counter()
-            tokens = trace_to_file(profiled, trace)
-            profiled_s = time.perf_counter() - started
+        started = time.perf_counter()
+        tokens = trace_to_file(profiled, trace)
+        phases["profiled"] = ran["until"] - started  # with the profiler's start and barrier
+        phases["export"] = time.perf_counter() - ran["until"]
     except torch.OutOfMemoryError:
         free, _ = torch.cuda.mem_get_info(device)
         raise out_of_memory_error(
@@ -303,6 +402,9 @@ def capture_rank(
             free + torch.cuda.memory_reserved(device),
             plan.streams,
         ) from None
+    finally:
+        if bar is not progress:
+            bar.close()
     on_gpu = device.type == "cuda"
     return RankCapture(
         trace=trace,
@@ -311,11 +413,12 @@ def capture_rank(
             tokens, columns=[f"stream{i}" for i in range(plan.streams)]
         ).rename_axis("step"),
         final_hidden=pd.DataFrame(state.hidden.float().cpu().numpy()).rename_axis("stream"),
-        profiled_s=profiled_s,
+        profiled_s=phases["profiled"],
         peak_gpu_memory_gib=round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
         if on_gpu
         else None,
         kernels_run=model.kernels_run,
+        phases=phases,
     )
 
 
@@ -337,6 +440,14 @@ def notes(spec: ProfileSpec, kernels_run: dict) -> list[str]:
     ]
 
 
+def run_name(spec: ProfileSpec) -> str:
+    """The run id before its time stamp, e.g. `profile-tiny-stock-fp8-bf16-graphs-4096t`: the
+    preset, the MoE kernel (and its expert format when not bf16), the dense backend and mode."""
+    mode = (f"-tp{spec.tp}" if spec.tp else "") + ("-graphs" if spec.cuda_graphs else "")
+    moe = spec.moe + (f"-{spec.moe_format}" if spec.moe_format != "bf16" else "")
+    return f"profile-{spec.preset}-{moe}-{spec.dense}{mode}-{spec.prompt_tokens}t"
+
+
 def write_profile(
     spec: ProfileSpec,
     out: str | Path,
@@ -344,8 +455,13 @@ def write_profile(
     extra_tables: dict[str, pd.DataFrame],
     extra_meta: dict,
     kept_trace: Path | None,
+    begun: float | None = None,
 ) -> ProfileResult:
-    """Write the run directory atomically and return the result as loaded back."""
+    """Write the run directory atomically and return the result as loaded back.
+
+    With `begun` (the perf_counter the profile began at) and `extra_meta["phases"]`, the
+    tables and the write are timed into the phases and `wall_s` ends as run.json is written.
+    """
     meta = {
         "kind": "profile",
         "params": asdict(spec),
@@ -354,15 +470,27 @@ def write_profile(
         **extra_meta,
         "environment": describe(),
     }
-    mode = (f"-tp{spec.tp}" if spec.tp else "") + ("-graphs" if spec.cuda_graphs else "")
-    run_id = f"profile-{spec.preset}-{spec.moe}-{spec.dense}{mode}-{spec.prompt_tokens}t"
-    run_id += f"-{run_stamp()}"
+    run_id = f"{run_name(spec)}-{run_stamp()}"
+    phases = meta.get("phases") if begun is not None else None
+    made = time.perf_counter()
     tables = {"kernels": kernels, **profile_tables(kernels), **extra_tables}
     # What prefill(), decode(), decode_caption() and text() answer, so that reading the run
     # does not parse its kernel table again (`analysis.profile_store`).
     answers, meta[SUMMARY] = stored_answers(kernels, tables.get)
     tables.update(answers)
-    path = write_run(out, run_id, meta, tables, extra_files=[kept_trace])
+    written = time.perf_counter()
+
+    def finished() -> dict:
+        """run.json's content once the tables are on disk: the phases and wall time end here."""
+        if phases is None:
+            return meta
+        now = time.perf_counter()
+        phases.update(tables=written - made, write=now - written)
+        meta["phases"] = {p: round(phases[p], 4) for p in TIMED_PHASES if p in phases}
+        meta["wall_s"] = round(now - begun, 3)
+        return meta
+
+    path = write_run(out, run_id, finished, tables, extra_files=[kept_trace])
     # The metadata as written (with run id, schema and file list): captured == loaded.
     return ProfileResult(meta=read_meta(path), kernels=kernels, path=path)
 
@@ -374,22 +502,43 @@ def gzip_copy(src: Path, dst: Path) -> Path:
 
 
 def run_profile(
-    spec: ProfileSpec, out: str | Path = "raw", progress: bool = True, keep_trace: bool = False
+    spec: ProfileSpec,
+    out: str | Path = "raw",
+    progress: bool = True,
+    keep_trace: bool = False,
+    *,
+    begun: float | None = None,
+    import_s: float | None = None,
 ) -> ProfileResult:
-    """One process: this rank of the preset's simulated TP, no collectives."""
-    begun = time.perf_counter()
+    """One process: this rank of the preset's simulated TP, no collectives.
+
+    `begun`: the perf_counter at which the caller's profile() began (its wall time counts from
+    there; default now); `import_s`: the seconds that call spent importing the capture modules.
+    """
+    begun = time.perf_counter() if begun is None else begun
     for line in remove_leftovers(Path(out)):
         print(line)
+    bar = Progress(spec, progress)
     with tempfile.TemporaryDirectory(prefix=owned_prefix(TEMP_PREFIX + "profile")) as tmp:
-        capture = capture_rank(
-            spec,
-            Shard(tp=spec.model_preset().simulated_tp),
-            torch.device(spec.device),
-            Path(tmp) / "trace.json",
-            progress,
-        )
-        kernels, matching = attributed_kernels(capture)
-        kept = gzip_copy(capture.trace, Path(tmp) / "trace.json.gz") if keep_trace else None
+        try:
+            capture = capture_rank(
+                spec,
+                Shard(tp=spec.model_preset().simulated_tp),
+                torch.device(spec.device),
+                Path(tmp) / "trace.json",
+                bar,
+            )
+            phases = {"import": import_s} if import_s else {}
+            phases.update(capture.phases)
+            bar.phase("parsing")
+            with timed(phases, "parse"):
+                kernels, matching = attributed_kernels(capture)
+        finally:
+            bar.close()
+        kept = None
+        if keep_trace:
+            with timed(phases, "export"):
+                kept = gzip_copy(capture.trace, Path(tmp) / "trace.json.gz")
         extra = {"tokens": capture.tokens, "final_hidden": capture.final_hidden}
         if capture.signature is not None:
             extra["graph_signature"] = capture.signature
@@ -397,8 +546,9 @@ def run_profile(
             "kernels_run": capture.kernels_run,
             "notes": notes(spec, capture.kernels_run),
             "graph_matching": matching,
-            "wall_s": round(time.perf_counter() - begun, 3),
+            "wall_s": None,  # set as run.json is written, with the tables' and write's phases
             "profiled_s": round(capture.profiled_s, 3),
             "peak_gpu_memory_gib": capture.peak_gpu_memory_gib,
+            "phases": phases,
         }
-        return write_profile(spec, out, kernels, extra, meta, kept)
+        return write_profile(spec, out, kernels, extra, meta, kept, begun)

@@ -189,12 +189,15 @@ def run_profile_tp(
 
 
 def _write(spec: ProfileSpec, out, folder: Path, begun: float, profiled_s: float) -> ProfileResult:
+    parse_started = time.perf_counter()
     try:
         kernels, matching, captures = merge_ranks(folder, spec.tp)
     except (OSError, EOFError, RuntimeError) as err:
         raise WorkbenchError(
             f"a rank of tp={spec.tp} finished without leaving its results ({err}); rerun."
         ) from None
+    # Rank 0's phases, then the parent's: reading and attributing every rank's trace.
+    phases = {**captures[0].phases, "parse": time.perf_counter() - parse_started}
     extra = {"tokens": captures[0].tokens, "final_hidden": captures[0].final_hidden}
     skew_note = []
     try:
@@ -214,5 +217,6 @@ def _write(spec: ProfileSpec, out, folder: Path, begun: float, profiled_s: float
         "wall_s": round(time.perf_counter() - begun, 3),
         "profiled_s": round(profiled_s, 3),
         "peak_gpu_memory_gib": [c.peak_gpu_memory_gib for c in captures],
+        "phases": phases,
     }
-    return write_profile(spec, out, kernels, extra, meta, None)
+    return write_profile(spec, out, kernels, extra, meta, None, begun)

@@ -58,7 +58,12 @@ def profile(args) -> None:
     )  # fmt: skip
     if result is None:  # a rank other than 0 under torchrun: rank 0 reports
         return
+    from workbench.analysis.profile import phases_line
+
     print(result.text())
+    phases = phases_line(result.meta)
+    if phases:
+        print(f"\n{phases}")
     print(f"\nwall time {result.meta['wall_s']:.1f} s; artifacts in {result.path}")
     if args.html:
         print(f"report: {result.to_html(args.html)}")

@@ -14,7 +14,11 @@ is an adapter with one contract (docs/design.md, "Peers and formats"; docs/peers
 - for a MoE peer, `prepare_moe(experts) -> moe`: the same one-time conversion of the
   workbench's FP8 `MoeWeights` (E4M3, fp32 scales per 128x128 block), and `moe(x, ids, route)
   -> y`, the routed experts' output as `kernels.moe.moe_reference` computes it, with whatever
-  glue the peer does not do itself (sorting, SiLU, combine) inside the call, named in `variant`.
+  glue the peer does not do itself (sorting, SiLU, combine) inside the call, named in `variant`;
+- for a dense peer that computes with other numbers than the FP8 it is handed (it requantises
+  them, e.g. to INT4), `holds(weights)`: the weight it multiplies by (a `DenseWeights` or an
+  fp32 (N, K) tensor), which its check is made against, and `weight_bytes(weights)`: the
+  bytes its GEMM reads for one weight, for its roofline floor.
 
 PEERS lists them by the names bench rows use in their `kernel` column. A placeholder is a peer
 with no `prepare`: it only says what would make it work, and never stands in for the peer.
@@ -30,7 +34,14 @@ from torch import Tensor
 from kernels.dense import DenseWeights
 from kernels.moe import MoeWeights
 from workbench.errors import WorkbenchError
-from workbench.peers import cublas_fp8, deepgemm, humming_kernels, humming_moe, placeholders
+from workbench.peers import (
+    cublas_fp8,
+    deepgemm,
+    humming_kernels,
+    humming_moe,
+    humming_w4a16,
+    placeholders,
+)
 
 PEER_BLOCK = 128  # the weight block every peer takes: DeepSeek's 128x128 checkpoints
 
@@ -41,9 +52,11 @@ MoeCall = Callable[[Tensor, Tensor, Tensor], Tensor]
 @dataclass(frozen=True)
 class Peer:
     """One peer: its row name, the workloads it serves, what it is (the rows' `variant`, and
-    `moe_variant` for its MoE rows), the workbench scheme it computes ("w8a8" or "w8a16": its
-    check's tolerance and the tensor-core rate of its roofline follow), and its adapter: a
-    dense `prepare`, a MoE `prepare_moe`, neither for a placeholder."""
+    `moe_variant` for its MoE rows), the workbench scheme it computes ("w8a8", "w8a16" or
+    "w4a16": its check's tolerance and the tensor-core rate of its roofline follow), and its
+    adapter: a dense `prepare`, a MoE `prepare_moe`, neither for a placeholder. A dense peer
+    that requantises what it is handed says what it then holds (`holds`, checked against) and
+    how many bytes that is (`weight_bytes`); None: the handed weights, as they are."""
 
     name: str
     workloads: tuple[str, ...]
@@ -53,6 +66,8 @@ class Peer:
     prepare: Callable[[DenseWeights], Linear] | None = None
     prepare_moe: Callable[[MoeWeights], MoeCall] | None = None
     moe_variant: str = ""
+    holds: Callable[[DenseWeights], DenseWeights | Tensor] | None = None
+    weight_bytes: Callable[[DenseWeights], int] | None = None
 
     def adapter(self, workload: str) -> Callable | None:
         """The conversion for `workload` ("dense" or "moe"); None when the peer has none."""
@@ -68,6 +83,11 @@ PEERS: dict[str, Peer] = {
         "humming", ("dense", "moe"), "w8a16-block128", "w8a16",
         humming_kernels.available, humming_kernels.prepare, humming_moe.prepare,
         humming_moe.VARIANT,
+    ),
+    "humming_w4a16": Peer(
+        "humming_w4a16", ("dense",), humming_w4a16.VARIANT, "w4a16",
+        humming_w4a16.available, humming_w4a16.prepare,
+        holds=humming_w4a16.holds, weight_bytes=humming_w4a16.weight_bytes,
     ),
     "deepgemm": Peer(
         "deepgemm", ("dense", "moe"), "w8a8-block128", "w8a8", deepgemm.available,

@@ -218,7 +218,7 @@ def write_dense(page: ReportPage, collection: Collection, section: Section) -> N
                    "projections", where, index=False)  # fmt: skip
     if untimed:
         page.text(f"Peers not measured in this run: {', '.join(untimed)}.")
-    fp8 = rows[(rows["kernel"] != DENSE_AB) & ~rows["variant"].eq("bf16")]
+    fp8 = rows[(rows["kernel"] != DENSE_AB) & ~rows["variant"].isin(["bf16", "w4a16-group128"])]
     named = fp8.assign(name=fp8["kernel"].where(fp8["kernel"] != DENSE_LAYER, fp8["variant"]))
     best = ours_vs_best_peer(named, ["m"], fp8["kernel"] == DENSE_LAYER)
     if not best.empty:

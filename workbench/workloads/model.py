@@ -12,7 +12,8 @@ run, for their cost, but their choice is replaced by the draw.
 
 Dense projections run the chosen dense variant; an FP8 variant gets its weights quantised once,
 when the model is built. The router (part of the MoE) and the LM head stay in bf16, as FP8
-checkpoints of DeepSeek-style models ship them.
+checkpoints of DeepSeek-style models ship them. The routed experts are bf16, or quantised once
+at build to the `moe_format` the MoE kernels read (fp8 in 128x128 blocks, int4 in groups of 128).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from torch.profiler import record_function
 import kernels.attention as attention_kernels
 import kernels.dense as dense_kernels
 import kernels.moe as moe_kernels
+from kernels.glue import rms_norm_fused, silu_mul_fused
 from kernels.norm import rms_norm
 from workbench.errors import WorkbenchError
 from workbench.presets import Preset, draw_routing
@@ -66,6 +68,29 @@ def _call_peer_moe(x, ids, route, moe: Callable, _unused: None) -> torch.Tensor:
     return moe(x, ids, route)
 
 
+EXPERT_CHUNK = 4  # experts quantised at once: the fp32 temporaries of a few, not of all
+
+
+def quantize_experts(
+    gate_up: torch.Tensor, down: torch.Tensor, fmt: str, block: int = 128
+) -> moe_kernels.MoeWeights:
+    """`MoeWeights.quantize(gate_up, down, fmt, block)`, a few experts at a time, so that the
+    quantiser's fp32 copies never hold a whole weight set (gigabytes at the served shapes)."""
+    if fmt == "bf16":  # nothing to quantise: the tensors as they are
+        return moe_kernels.MoeWeights.quantize(gate_up, down, fmt, block)
+    out = None
+    for i in range(0, gate_up.shape[0], EXPERT_CHUNK):
+        part = moe_kernels.MoeWeights.quantize(
+            gate_up[i : i + EXPERT_CHUNK], down[i : i + EXPERT_CHUNK], fmt, block
+        )
+        pieces = (part.gate_up, part.down, part.gate_up_scale, part.down_scale)
+        if out is None:
+            out = [p.new_empty((gate_up.shape[0], *p.shape[1:])) for p in pieces]
+        for whole, piece in zip(out, pieces):
+            whole[i : i + piece.shape[0]].copy_(piece)
+    return moe_kernels.MoeWeights(fmt, *out, block=block)
+
+
 class SyntheticModel:
     """The layer stack at one rank's shapes, with a kernel variant chosen per category."""
 
@@ -76,6 +101,7 @@ class SyntheticModel:
         moe: str = "stock",
         dense: str = "bf16",
         attention: str = "torch",
+        moe_format: str = "bf16",
         routing: str = "uniform",
         seed: int = 0,
         device: torch.device | str = "cpu",
@@ -84,9 +110,11 @@ class SyntheticModel:
         hybrid_m: int | None = None,
         interpret: bool = False,
     ):
-        """`hybrid_m`: the largest row count the `hybrid` dense variant sends to W8A16 (None:
-        $DENSE_HYBRID_M, else 128). `interpret`: run the chosen Triton variants on the CPU too,
-        under TRITON_INTERPRET=1 (for tests; slow), instead of their torch references."""
+        """`moe_format`: the routed experts' weights, one of `kernels.moe.FORMATS` (bf16; fp8
+        in 128x128 blocks; int4 in groups of 128), quantised once here. `hybrid_m`: the largest
+        row count the `hybrid` dense variant sends to W8A16 (None: $DENSE_HYBRID_M, else 128).
+        `interpret`: run the chosen Triton variants on the CPU too, under TRITON_INTERPRET=1
+        (for tests; slow), instead of their torch references."""
         self.preset = preset
         # Without a shard, one process simulates rank 0 of the preset's own TP degree.
         self.shard = shard or Shard(tp=preset.simulated_tp)
@@ -100,6 +128,12 @@ class SyntheticModel:
         self.routing, self.seed = routing, seed
         self.variants = {"moe": moe, "dense": dense, "attention": attention}
         self.check_variants(**self.variants)
+        if moe_format not in moe_kernels.FORMATS:
+            raise WorkbenchError(
+                f"unknown moe_format '{moe_format}'; the experts' formats are "
+                f"{', '.join(moe_kernels.FORMATS)}"
+            )
+        self.moe_format = moe_format
         self.on_gpu = self.device.type == "cuda"
         if interpret and not self.on_gpu and not _interpreting():
             raise WorkbenchError(
@@ -121,10 +155,17 @@ class SyntheticModel:
             "attention", self.kernels_run["attention"], attention_kernels.VARIANTS
         )
         distinct = min(preset.distinct_weight_sets, self.layers)
-        self.weights = [
-            LayerWeights(full, self.shard, self.device, self.dtype, seed, i)
-            for i in range(distinct)
-        ]
+        self.weights = []
+        for i in range(distinct):
+            weights = LayerWeights(full, self.shard, self.device, self.dtype, seed, i)
+            if moe_format != "bf16":
+                # Quantised as each set is drawn, so one set's bf16 experts are alive at a
+                # time. The kernels take MoeWeights in the gate_up slot, with no w_down.
+                weights.experts_gate_up = quantize_experts(
+                    weights.experts_gate_up, weights.experts_down, moe_format
+                )
+                weights.experts_down = None
+            self.weights.append(weights)
         dense_format = dense_kernels.WEIGHT_FORMAT[dense_name]
         if dense_format != "bf16":
             for weights in self.weights:
@@ -208,11 +249,11 @@ class SyntheticModel:
     ) -> torch.Tensor:
         s = self.shapes
         with record_function("other"):
-            xn = rms_norm(x, w.attn_norm)
+            xn = self.norm(x, w.attn_norm)
         with record_function("dense"):
             q_low = self.linear(xn, w.q_a)
         with record_function("other"):
-            q_low = rms_norm(q_low, w.q_norm)
+            q_low = self.norm(q_low, w.q_norm)
         with record_function("dense"):
             q = self.linear(q_low, w.q_b).view(-1, s.q_heads, s.head_dim)
             kv = self.linear(xn, w.kv)
@@ -220,7 +261,7 @@ class SyntheticModel:
             index_k = self.linear(xn, w.index_k)
             index_w = self.linear(xn, w.index_w).float() * s.index_heads**-0.5
         with record_function("other"):
-            kv = rms_norm(kv, w.kv_norm)
+            kv = self.norm(kv, w.kv_norm)
         out = attend_to(q, kv, index_q, index_k, index_w)
         with record_function("dense"):
             groups = out.view(-1, s.o_groups, (s.q_heads // s.o_groups) * s.head_dim)
@@ -237,17 +278,17 @@ class SyntheticModel:
         return partial
 
     def _ffn_block(
-        self, x: torch.Tensor, w: LayerWeights, routing: tuple[torch.Tensor, torch.Tensor]
+        self, xn: torch.Tensor, w: LayerWeights, routing: tuple[torch.Tensor, torch.Tensor]
     ) -> torch.Tensor:
-        with record_function("other"):
-            xn = rms_norm(x, w.ffn_norm)
+        """The MoE block of the normalised hidden states `xn` (the norm is fused with the
+        residual add before it, in `_layer`)."""
         with record_function("moe"):
             logits = torch.matmul(xn, w.router.T)
             moe_kernels.router_topk(logits, self.shapes.top_k)  # run for its cost only
             routed = self.moe_fn(xn, routing[0], routing[1], w.experts_gate_up, w.experts_down)
         with record_function("dense"):
             shared = moe_kernels.shared_expert(
-                xn, w.shared_gate_up, w.shared_down, linear=self.linear
+                xn, w.shared_gate_up, w.shared_down, linear=self.linear, act=self.silu_mul
             )
         with record_function("other"):
             partial = routed + shared
@@ -258,14 +299,39 @@ class SyntheticModel:
         with record_function(f"wb.layer#{i}"):
             attn = self._attention_block(x, w, attend_to)
             with record_function("other"):
-                x = x + attn
-            ffn = self._ffn_block(x, w, routing)
+                x, xn = self.add_norm(x, attn, w.ffn_norm)
+            ffn = self._ffn_block(xn, w, routing)
             with record_function("other"):
                 return x + ffn
 
+    # ---- glue: fused Triton kernels where the variants run as kernels, else torch --------
+    @property
+    def fused_glue(self) -> bool:
+        """Whether the glue runs as the fused kernels (`kernels.glue`): on the GPU, as a server
+        runs it; the CPU stand-in keeps the torch references (the kernels' own interpreter
+        tests check them against those)."""
+        return self.on_gpu
+
+    def norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return rms_norm_fused(x, weight) if self.fused_glue else rms_norm(x, weight)
+
+    def add_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x + residual, its RMSNorm): one launch fused, two ops in torch."""
+        if self.fused_glue:
+            return rms_norm_fused(x, weight, residual=residual)
+        summed = x + residual
+        return summed, rms_norm(summed, weight)
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        if self.fused_glue:
+            return silu_mul_fused(gate_up)
+        return moe_kernels.silu_mul_reference(gate_up)
+
     def _lm_head(self, x_last: torch.Tensor) -> torch.Tensor:
         with record_function("other"):
-            xn = rms_norm(x_last, self.final_norm)
+            xn = self.norm(x_last, self.final_norm)
         with record_function("dense"):
             logits = dense_kernels.linear(xn, self.lm_head)  # bf16, as checkpoints ship it
         with record_function("other"):

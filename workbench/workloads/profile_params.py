@@ -44,6 +44,12 @@ class Param:
 PARAMS: tuple[Param, ...] = (
     Param("preset", None, str, "model preset (default: dsv4-flash-tp2 on a GPU, else tiny)"),
     Param("moe", "stock", str, "MoE kernel: stock, multirow, flat, padded; a MoE peer"),
+    Param(
+        "moe_format",
+        "bf16",
+        str,
+        "routed experts' weights: bf16, fp8 (128x128 blocks), int4 (group 128)",
+    ),
     Param("dense", "bf16", str, "dense GEMMs: bf16 (cuBLAS), w8a16, w8a8, hybrid; a dense peer"),
     Param("attention", "torch", str, "sparse attention: torch (reference) or triton"),
     Param("routing", "uniform", str, "expert routing: uniform or skewed (seeded)"),

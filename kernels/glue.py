@@ -1,0 +1,98 @@
+"""Fused glue: RMSNorm (with the residual add before it) and SiLU-and-multiply, one launch each.
+
+Serving engines fuse the elementwise work between GEMMs because, at decode sizes, each torch op
+is a launch of a few microseconds that moves almost nothing: the torch `rms_norm` reference is
+nine launches (casts, square, mean, rsqrt, two multiplies), the residual add another, the
+shared expert's SiLU five. These kernels do each in one pass over a row, rounding where the
+references round (the residual sum is stored in the activation dtype and normalised from that
+stored value; SiLU is computed in fp32 and stored in the activation dtype), so they agree with
+`kernels.norm.rms_norm` and the torch SiLU to the last bit up to fp32 summation order.
+"""
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from kernels.moe.compiled import launch
+
+SILU_BLOCK = 1024  # columns of the SiLU-and-multiply per program
+
+
+@triton.jit
+def _rms_norm_kernel(
+    x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, N, stride_x, stride_r, stride_y, stride_s, eps,
+    BLOCK: tl.constexpr, RESIDUAL: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+    if RESIDUAL:
+        r = tl.load(r_ptr + row * stride_r + cols, mask=mask, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
+        tl.store(s_ptr + row * stride_s + cols, x, mask=mask)
+    x = x.to(tl.float32)
+    inv_rms = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * stride_y + cols, (x * inv_rms * w).to(y_ptr.dtype.element_ty),
+             mask=mask)  # fmt: skip
+
+
+def _rows(x: Tensor) -> Tensor:
+    """x as (rows, last dim) with unit stride along the last dim."""
+    flat = x.reshape(-1, x.shape[-1])
+    return flat if flat.stride(-1) == 1 else flat.contiguous()
+
+
+def rms_norm_fused(
+    x: Tensor, weight: Tensor, eps: float = 1e-6, residual: Tensor | None = None
+) -> Tensor | tuple[Tensor, Tensor]:
+    """RMSNorm of x's last dimension scaled by `weight`, in x's dtype, in one launch.
+
+    With `residual`, first s = x + residual (stored in x's dtype), and returns (s, norm(s)):
+    the residual stream and the next block's input, as `x = x + attn; xn = rms_norm(x)`.
+    """
+    if weight.shape != x.shape[-1:]:
+        raise ValueError(f"weight of shape {tuple(weight.shape)} does not match x's last "
+                         f"dimension {x.shape[-1]}; pass the norm's own weight.")  # fmt: skip
+    if residual is not None and residual.shape != x.shape:
+        raise ValueError(f"residual {tuple(residual.shape)} and x {tuple(x.shape)} differ.")
+    rows = _rows(x)
+    m, n = rows.shape
+    y = torch.empty_like(rows)
+    r = _rows(residual) if residual is not None else rows
+    s = torch.empty_like(rows) if residual is not None else y
+    block = triton.next_power_of_2(n)
+    warps = max(1, min(16, block // 512))
+    launch(
+        _rms_norm_kernel, (m,), rows, r, weight, y, s, n, rows.stride(0), r.stride(0),
+        y.stride(0), s.stride(0), eps, BLOCK=block, RESIDUAL=residual is not None,
+        num_warps=warps,
+    )  # fmt: skip
+    y = y.view(x.shape)
+    return (s.view(x.shape), y) if residual is not None else y
+
+
+@triton.jit
+def _silu_mul_kernel(g_ptr, h_ptr, N, stride_g, stride_h, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    gate = tl.load(g_ptr + row * stride_g + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(g_ptr + row * stride_g + N + cols, mask=mask, other=0.0).to(tl.float32)
+    h = gate / (1.0 + tl.exp(-gate)) * up
+    tl.store(h_ptr + row * stride_h + cols, h.to(h_ptr.dtype.element_ty), mask=mask)
+
+
+def silu_mul_fused(gate_up: Tensor) -> Tensor:
+    """silu(gate) * up for gate_up (M, 2I) = [gate | up], in fp32 and stored in gate_up's
+    dtype, in one launch: (M, I)."""
+    if gate_up.dim() != 2 or gate_up.shape[1] % 2:
+        raise ValueError(f"gate_up must be (M, 2I), got {tuple(gate_up.shape)}.")
+    rows = _rows(gate_up)
+    m, inter = rows.shape[0], rows.shape[1] // 2
+    h = torch.empty(m, inter, dtype=gate_up.dtype, device=gate_up.device)
+    grid = (m, triton.cdiv(inter, SILU_BLOCK))
+    launch(_silu_mul_kernel, grid, rows, h, inter, rows.stride(0), h.stride(0), BLOCK=SILU_BLOCK)
+    return h
