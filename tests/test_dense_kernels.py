@@ -314,12 +314,12 @@ def test_the_tma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
     assert relative_error(out, dense.w8a8_reference(x, weights)) < 1e-2
 
 
-def test_the_tma_kernel_takes_only_128_blocks_and_is_picked_for_them(monkeypatch):
-    x, weights = make(80, 64, 128, torch.bfloat16, block=32)
+def test_the_tma_kernel_takes_only_128_blocks_and_is_picked_for_them(monkeypatch, device):
+    x, weights = make(80, 64, 128, torch.bfloat16, block=32, device=device)
     with pytest.raises(ValueError, match="takes 128-wide blocks, got 32"):
         dense.linear_w8a8(x, weights, tma=True)
     monkeypatch.setattr(w8a8, "TMA_MIN_M", 80)
-    dense.linear_w8a8(*make(80, 64, 128, torch.bfloat16, block=128))
+    dense.linear_w8a8(*make(80, 64, 128, torch.bfloat16, block=128, device=device))
     assert list(dense.last_facts()) == ["quantize_rows_kernel", "w8a8_tma_kernel"]
-    dense.linear_w8a8(*make(79, 64, 128, torch.bfloat16, block=128))  # below TMA_MIN_M
+    dense.linear_w8a8(*make(79, 64, 128, torch.bfloat16, block=128, device=device))
     assert list(dense.last_facts()) == ["quantize_rows_kernel", "w8a8_kernel"]

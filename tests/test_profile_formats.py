@@ -80,7 +80,6 @@ def test_an_unknown_format_is_refused_by_the_model():
     ("kwargs", "message"),
     [
         ({"moe_format": "fp4"}, r"moe_format='fp4' .*bf16, fp8, int4"),
-        ({"moe_format": None}, "moe_format=None"),
         ({"moe": "deepgemm", "moe_format": "fp8"}, "not to the peer moe='deepgemm'.*drop"),
     ],
 )
@@ -173,3 +172,19 @@ def test_a_profile_ab_arm_takes_the_format(tmp_path):
         workbench.ab({"moe_format": "fp8"}, {"moe_format": "fp4"}, [64], kernel="profile",
                      out=tmp_path, progress=False)  # fmt: skip
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_gpu_default_is_the_served_configuration_and_the_cpu_keeps_references():
+    from workbench.capture.profile_run import device_defaults
+
+    unset = {"moe": "stock", "dense": None, "attention": None, "moe_format": None}
+    served = device_defaults(unset, on_gpu=True)
+    assert (served["dense"], served["attention"], served["moe_format"]) == (
+        "w8a16",
+        "triton",
+        "fp8",
+    )
+    cpu = device_defaults(unset, on_gpu=False)
+    assert (cpu["dense"], cpu["attention"], cpu["moe_format"]) == ("bf16", "torch", "bf16")
+    assert device_defaults(unset | {"dense": "hybrid"}, on_gpu=True)["dense"] == "hybrid"
+    assert device_defaults(unset | {"moe": "humming"}, on_gpu=True)["moe_format"] == "bf16"

@@ -174,6 +174,11 @@ def linear_w8a8(
     if tma is None:
         tma = weights.block == TMA_BLOCK and m >= TMA_MIN_M and options.get("split_k") is None
     if tma:
+        if weights.block != TMA_BLOCK:  # before any launch, so the error is the block's
+            raise ValueError(
+                f"the TMA W8A8 kernel takes {TMA_BLOCK}-wide blocks, got {weights.block}; "
+                f"quantise with DenseWeights.quantize(w, 'fp8', {TMA_BLOCK}) or pass tma=False."
+            )
         with recording():
             values, scales = quantize_activations(x, weights.block, outer_major=True)
             return gemm_w8a8_tma(

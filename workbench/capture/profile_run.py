@@ -47,6 +47,10 @@ from workbench.presets import ROUTINGS, Preset, get_preset, with_overrides
 from workbench.workloads.model import Plan, Shard, SyntheticModel
 
 DEFAULT_GPU_PRESET, DEFAULT_CPU_PRESET = "dsv4-flash-tp2", "tiny"
+# The seed's served configuration on a GPU (dense W8A16, the Triton sparse attention, FP8
+# experts: INT4's kernels still spill); the CPU stand-in runs the torch references in bf16.
+SERVED_ON_GPU = {"dense": "w8a16", "attention": "triton", "moe_format": "fp8"}
+REFERENCE_ON_CPU = {"dense": "bf16", "attention": "torch", "moe_format": "bf16"}
 
 
 # A dense peer converts the FP8 projections the model builds for this variant (128x128 blocks).
@@ -99,8 +103,8 @@ def resolve(
     *,
     preset: str | None,
     moe: str,
-    dense: str,
-    attention: str,
+    dense: str | None,
+    attention: str | None,
     routing: str,
     streams: int,
     prefill_chunk: int | None,
@@ -110,7 +114,7 @@ def resolve(
     tp: int | None,
     shape_overrides: dict,
     hybrid_m: int | None = None,
-    moe_format: str = "bf16",
+    moe_format: str | None = None,
 ) -> ProfileSpec:
     """Check everything that can be checked before any work, and fill in the defaults."""
     for name, value in (("prompt_tokens", prompt_tokens), ("decode_tokens", decode_tokens),
@@ -131,6 +135,10 @@ def resolve(
             "is False); run on the GPU machine or drop device= to use the CPU."
         )
     on_gpu = device.startswith("cuda")
+    filled = device_defaults(
+        {"moe": moe, "dense": dense, "attention": attention, "moe_format": moe_format}, on_gpu
+    )
+    dense, attention, moe_format = filled["dense"], filled["attention"], filled["moe_format"]
     graphs = on_gpu if cuda_graphs is None else cuda_graphs
     if graphs and not on_gpu:
         raise WorkbenchError(
@@ -173,6 +181,17 @@ def resolve(
     check_backends(moe=moe, dense=dense, attention=attention, on_gpu=on_gpu)
     _check_memory(chosen, plan, torch.device(device), tp)
     return spec
+
+
+def device_defaults(params: dict, on_gpu: bool) -> dict:
+    """`params` with the backends left unset (None) filled in for the device: the seed's
+    served configuration on a GPU, the torch references on the CPU. A MoE peer converts the
+    experts itself from the bf16 masters, so its format stays bf16."""
+    defaults = SERVED_ON_GPU if on_gpu else REFERENCE_ON_CPU
+    filled = {k: defaults[k] if params.get(k) is None else params[k] for k in defaults}
+    if params.get("moe_format") is None and params.get("moe") in PEERS:
+        filled["moe_format"] = "bf16"
+    return params | filled
 
 
 def check_backends(*, moe: str, dense: str, attention: str, on_gpu: bool) -> None:

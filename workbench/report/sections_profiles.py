@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from workbench.analysis.collection import Collection
+from workbench.analysis.collection import Artifact, Collection
 from workbench.analysis.profile import Comparison, device_name
 from workbench.analysis.tables import short_kernel_name
 from workbench.report.cells import format_value, unit_of
@@ -25,6 +25,8 @@ from workbench.report.seed_tables import (
     NO_DECODE_STEP,
     NO_FLAT_REPORT,
     NO_TP_RUN,
+    SEED_SERVED,
+    SERVED_COLUMNS,
     Section,
     artifacts,
     decode_step_reports,
@@ -52,9 +54,59 @@ def _listed(values: Iterable[object]) -> str:
 
 
 # ---- profile runs ----------------------------------------------------------------------------
+SERVED = {"dense": "w8a16", "attention": "triton", "moe_format": "fp8", "cuda_graphs": True,
+          "tp": None}  # fmt: skip
+
+
+def served_runs(collection: Collection) -> dict[str, Artifact]:
+    """The newest one-GPU profile of the served configuration (the GPU default) per MoE kernel
+    of the seed's three columns."""
+    found: dict[str, Artifact] = {}
+    for item in sorted(artifacts(collection, "profile"), key=lambda i: str(i.path)):
+        p = item.result.meta.get("params", {})
+        if all(p.get(k) == v for k, v in SERVED.items()) and p.get("moe") in SERVED_COLUMNS:
+            found[p["moe"]] = item
+    return {moe: found[moe] for moe in SERVED_COLUMNS if moe in found}
+
+
+def served_table(runs: dict[str, Artifact], phase: str) -> pd.DataFrame:
+    """Category ms of `phase` (prefill: summed; decode: mean per step), ours beside the
+    seed's, a pair of columns per MoE kernel in the seed's order."""
+    columns = {}
+    for moe, item in runs.items():
+        ours = item.result.prefill()["time_ms"] if phase == "prefill" else (
+            item.result.decode()["mean_ms"])  # fmt: skip
+        columns[f"{moe} (H200)"] = ours
+        columns[f"{moe} (seed)"] = pd.Series(SEED_SERVED[phase].get(moe, {}), dtype=float)
+    table = pd.DataFrame(columns)
+    order = [c for c in ours.index if c in table.index]
+    return table.reindex(order + [c for c in table.index if c not in order]).rename_axis("category")
+
+
+def write_served(page: ReportPage, collection: Collection) -> None:
+    """The seed's headline table from the served-configuration runs, the seed's numbers beside
+    each column."""
+    runs = served_runs(collection)
+    if not runs:
+        return
+    page.text(
+        "The seed's headline profile in its served configuration, as the GPU default runs it: "
+        "dense W8A16 (FP8 weights, 128x128 blocks), the Triton sparse attention, FP8 experts "
+        "(the seed's were 4-bit; INT4 still spills here), fused glue, decode as CUDA graphs, "
+        "one H200. The seed ran two RTX PRO 6000 in TP2 (so it has all-reduce time), Marlin "
+        "W8A16 and exl3's 4-bit MoE kernel; it gave no decode step for stock alone."
+    )
+    where = sources(list(runs.values()))
+    page.table(served_table(runs, "prefill"), "Served configuration, prefill of 33,863 tokens: "
+               "summed time (ms), ours and the seed's", where, unit="ms")  # fmt: skip
+    page.table(served_table(runs, "decode"), "Served configuration, decode: mean time per step "
+               "(ms), ours and the seed's", where, unit="ms")  # fmt: skip
+
+
 def write_profiles(page: ReportPage, collection: Collection, section: Section) -> None:
     """Prefill and decode time by category, one column per run in the seed's order; the rank
     skew of tensor-parallel runs."""
+    write_served(page, collection)
     items = {id(item.result): item for item in artifacts(collection, "profile")}
     runs, labels = profile_columns(item.result for item in items.values())
     comparison = Comparison(runs, labels)

@@ -37,6 +37,25 @@ if TYPE_CHECKING:  # reading reports needs NVIDIA's ncu_report (the [ncu] extra)
 
 DEFAULT_PATHS = ("raw", "ncu")
 SEED_TOKENS = (6, 4096)  # the seed's ncu columns
+# The seed study's server profile (33,863-token prompt, 64 decode steps, two RTX PRO 6000 in
+# TP2, Marlin W8A16 dense, stock exl3 MoE on 4-bit experts), ms by category as it reported
+# them, for its three columns: stock, + multi-row prefill kernel, + flat scheduler. It gave no
+# decode step for stock alone, nor Other or sparse attention per decode step.
+SEED_SERVED = {
+    "prefill": {
+        "stock": {"MoE": 5771, "Dense GEMM": 2002, "Sparse attention": 555, "All-reduce": 749,
+                  "Total": 9938},
+        "multirow": {"MoE": 4455, "Dense GEMM": 2003, "Sparse attention": 555,
+                     "All-reduce": 857, "Total": 8731},
+        "flat": {"MoE": 4470, "Dense GEMM": 2038, "Sparse attention": 568, "All-reduce": 783,
+                 "Total": 8719},
+    },
+    "decode": {
+        "multirow": {"MoE": 16.1, "Dense GEMM": 8.0, "All-reduce": 0.6, "Total": 28.9},
+        "flat": {"MoE": 8.9, "Dense GEMM": 8.2, "All-reduce": 1.6, "Total": 23.5},
+    },
+}  # fmt: skip
+SERVED_COLUMNS = ("stock", "multirow", "flat")
 ABSENT = "Absent from these artifacts: {what}. To make them, run {command} on the GPU machine."
 PROFILE_COMMAND = "`workbench profile --prompt-tokens 33863 --decode-tokens 64 --param moe={}`"
 
