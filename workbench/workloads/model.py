@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 
@@ -234,14 +235,17 @@ class SyntheticModel:
             "decode": torch.randn(
                 plan.decode_tokens, plan.streams, h, generator=decode, device=dev
             ).to(self.dtype),
-            "prefill_routing": [
-                self._routing(plan.prompt_tokens, "prefill", i) for i in range(self.layers)
-            ],
-            "decode_routing": [
-                self._routing(plan.decode_tokens * plan.streams, "decode", i)
-                for i in range(self.layers)
-            ],
+            "prefill_routing": self._routings(plan.prompt_tokens, "prefill"),
+            "decode_routing": self._routings(plan.decode_tokens * plan.streams, "decode"),
         }
+
+    def _routings(self, tokens: int, phase: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every layer's routing for `phase`, drawn on threads: each layer has its own seed, so
+        the draws are independent and identical to drawing them one by one, and numpy's
+        random fills run without the GIL. A 33,863-token prompt at 384 experts draws 13M keys
+        a layer; the H200 box's run.json put 7.6 s of "inputs" on 40 layers drawn one by one."""
+        with ThreadPoolExecutor(max_workers=min(self.layers, os.cpu_count() or 1)) as pool:
+            return list(pool.map(lambda i: self._routing(tokens, phase, i), range(self.layers)))
 
     # ---- one layer ----------------------------------------------------------------------
     def _attention_block(
