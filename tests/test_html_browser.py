@@ -17,9 +17,9 @@ pytestmark = pytest.mark.skipif(
 
 
 def _h200_runs() -> list[workbench.ProfileResult]:
-    """The committed single-process 33,863-token H200 profiles of the stock kernel, CUDA-graph
-    run first."""
-    runs = [workbench.load(p) for p in (ROOT / "raw").glob("profile-dsv4-flash-tp2-stock-*")]
+    """The committed single-process 33,863-token H200 profiles of the stock kernel on bf16
+    experts (the pair that differs only in CUDA graphs), CUDA-graph run first."""
+    runs = [workbench.load(p) for p in (ROOT / "raw").glob("profile-dsv4-flash-tp2-stock-bf16-*")]
     runs = [r for r in runs if not r.meta["params"].get("tp")]  # one process: graphs vs eager
     return sorted(runs, key=lambda r: not r.meta["params"]["cuda_graphs"])
 
