@@ -178,3 +178,19 @@ def test_attention_variant_calls_reference():
     index = torch.randint(-1, 9, (3, 5), generator=gen)
     variant = attention.VARIANTS["torch"]
     assert torch.equal(variant(q, kv, index), sparse_attention(q, kv, index))
+
+
+def test_causal_indexer_scores_skip_keys_no_query_of_a_block_sees():
+    """On the CPU a causal block reads keys only up to its latest query: the scores equal the
+    full product masked to the past, -inf after each query's position."""
+    from kernels.attention.reference import indexer_scores
+
+    gen = torch.Generator().manual_seed(7)
+    q, k = torch.randn(40, 2, 8, generator=gen), torch.randn(100, 8, generator=gen)
+    weights = torch.rand(40, 2, generator=gen)
+    pos = torch.arange(30, 70)
+    full = (weights[:, :, None] * torch.relu(torch.einsum("qhd,ld->qhl", q, k))).sum(1)
+    full = full.masked_fill(torch.arange(100)[None, :] > pos[:, None], float("-inf"))
+    got = indexer_scores(q, weights, k, pos, query_block=16)
+    assert torch.equal(torch.isinf(got), torch.isinf(full))
+    assert torch.allclose(got[~torch.isinf(got)], full[~torch.isinf(full)], rtol=1e-5, atol=1e-5)

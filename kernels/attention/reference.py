@@ -8,6 +8,16 @@ import torch
 from torch import Tensor
 
 
+def _causal_extent(query_pos: Tensor | None, length: int) -> int:
+    """Keys a block of causal queries can see: up to its latest position. Read on the CPU only,
+    where the references are the model's attention and the tail is most of the work (a
+    4096-query prefill chunk early in a 33,863-token prompt sees a fraction of the keys); on a
+    GPU reading it would sync with the host, which a CUDA-graph capture forbids."""
+    if query_pos is None or query_pos.device.type != "cpu" or query_pos.numel() == 0:
+        return length
+    return max(0, min(length, int(query_pos.max()) + 1))
+
+
 def indexer_scores(
     q_idx: Tensor,
     weights: Tensor,
@@ -30,9 +40,12 @@ def indexer_scores(
     scores = torch.empty(num_q, k_idx.shape[0], dtype=torch.float32, device=q_idx.device)
     for start in range(0, num_q, query_block):
         stop = min(start + query_block, num_q)
-        dots = torch.relu(torch.matmul(q_idx[start:stop], k_idx.T))  # (b, h, L)
+        seen = k_idx.shape[0] if query_pos is None else (
+            _causal_extent(query_pos[start:stop], k_idx.shape[0]))  # fmt: skip
+        dots = torch.relu(torch.matmul(q_idx[start:stop], k_idx[:seen].T))  # (b, h, seen)
         head_weights = weights[start:stop, None, :].float()  # (b, 1, h)
-        scores[start:stop] = torch.matmul(head_weights, dots.float()).squeeze(1)
+        scores[start:stop, :seen] = torch.matmul(head_weights, dots.float()).squeeze(1)
+        scores[start:stop, seen:] = float("-inf")  # no query of the block sees these
     if query_pos is not None:
         keys = torch.arange(k_idx.shape[0], device=scores.device)
         future = keys[None, :] > query_pos.to(scores.device)[:, None]
@@ -54,8 +67,9 @@ def select_positions(scores: Tensor, query_pos: Tensor, topk: int, window: int) 
     recent = recent.masked_fill((recent < 0) | (recent >= length), -1)
 
     last_sparse = pos - window  # latest position the top-k part may pick
-    keys = torch.arange(length, device=scores.device)
-    candidates = scores.masked_fill(keys > last_sparse, float("-inf"))
+    seen = max(min(topk, length), _causal_extent(query_pos, length))  # topk needs topk columns
+    keys = torch.arange(seen, device=scores.device)
+    candidates = scores[:, :seen].masked_fill(keys > last_sparse, float("-inf"))
     picked = candidates.topk(min(topk, length), dim=-1).indices
     # Fewer than topk candidates: topk has filled the tail with masked positions; drop them.
     picked = picked.masked_fill(picked > last_sparse, -1)
