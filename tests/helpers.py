@@ -368,3 +368,25 @@ def assert_stored_answers_are_computed(path: Path, lazy_only: bool = True) -> No
             assert value.attrs == computed[key].attrs, key
         else:
             assert value == computed[key], key
+
+
+class HummingStandIn:
+    """What the humming adapters' tests stand in for `humming.layer.HummingLayer` with: each
+    subclass records how it was built (`_built`), what it loaded and that it was transformed,
+    and computes humming's numbers in its own `__call__`."""
+
+    made: list  # each subclass keeps its own list of the layers made
+
+    def _built(self, config: tuple) -> None:
+        self.config = config
+        self.calls: list[tuple] = []
+        type(self).made.append(self)
+
+    def to(self, device):
+        return self
+
+    def load_from_tensors(self, tensors):
+        self.tensors = tensors
+
+    def transform(self):
+        self.transformed = True

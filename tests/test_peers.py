@@ -13,6 +13,7 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import HummingStandIn
 
 from kernels.dense import DenseWeights
 from kernels.dense.reference import (
@@ -175,25 +176,14 @@ def test_the_gemm_cublas_is_given_computes_w8a8(device):
     assert relative_error(y[:5], linear_reference(x, weights)) < 5e-2  # W8A8's bound
 
 
-class _StandInLayer:
+class _StandInLayer(HummingStandIn):
     """Records what the adapter gives humming's HummingLayer and computes what it would: the
     product on the FP8 values times their block scales (humming's numbers, not its kernels)."""
 
     made: list = []
 
     def __init__(self, shape_n, shape_k, weight_config, torch_dtype):
-        self.config = (shape_n, shape_k, weight_config, torch_dtype)
-        self.calls: list[tuple] = []
-        _StandInLayer.made.append(self)
-
-    def to(self, device):
-        return self
-
-    def load_from_tensors(self, tensors):
-        self.tensors = tensors
-
-    def transform(self):
-        self.transformed = True
+        self._built((shape_n, shape_k, weight_config, torch_dtype))
 
     def __call__(self, x):
         self.calls.append(tuple(x.shape))

@@ -10,6 +10,7 @@ import types
 
 import pytest
 import torch
+from helpers import HummingStandIn
 
 from kernels.dense import DenseWeights
 from kernels.dense.reference import linear_reference
@@ -104,7 +105,7 @@ def test_the_registry_checks_it_as_w4a16_against_what_it_holds():
     assert peer.available is peers.PEERS["humming"].available  # one install, one answer
 
 
-class _StandInLayer:
+class _StandInLayer(HummingStandIn):
     """Records what the adapter gives humming's HummingLayer and computes what it would: the
     product on (code - 8) times the group scales, read from the int32 words by humming's bit
     order (humming's numbers, not its kernels); it pads N itself, so the output is (M, N)."""
@@ -112,18 +113,7 @@ class _StandInLayer:
     made: list = []
 
     def __init__(self, shape_n, shape_k, weight_config, pad_n_to_multiple, torch_dtype):
-        self.config = (shape_n, shape_k, dict(weight_config), pad_n_to_multiple, torch_dtype)
-        self.calls: list[tuple] = []
-        _StandInLayer.made.append(self)
-
-    def to(self, device):
-        return self
-
-    def load_from_tensors(self, tensors):
-        self.tensors = tensors
-
-    def transform(self):
-        self.transformed = True
+        self._built((shape_n, shape_k, dict(weight_config), pad_n_to_multiple, torch_dtype))
 
     def __call__(self, x):
         self.calls.append(tuple(x.shape))

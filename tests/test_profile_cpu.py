@@ -134,13 +134,17 @@ def test_peers_take_over_a_category_of_the_model():
 
     from kernels.moe import moe_reference
     from workbench.workloads.model import SyntheticModel
+    from workbench.workloads.model_backends import use_dense_peer, use_moe_peer
 
     model = SyntheticModel(get_preset("tiny"), layers=1)
     w = model.weights[0]
     q_a, gate_up, down = w.q_a, w.experts_gate_up, w.experts_down
     seen, handed = [], []
-    model.use_dense_peer("fake", lambda weight: seen.append(weight) or (lambda x: 2 * x @ weight.T))
-    model.use_moe_peer(
+    use_dense_peer(
+        model, "fake", lambda weight: seen.append(weight) or (lambda x: 2 * x @ weight.T)
+    )
+    use_moe_peer(
+        model,
         "fakemoe",
         lambda experts: (
             handed.append(experts) or (lambda x, ids, route: moe_reference(x, ids, route, experts))

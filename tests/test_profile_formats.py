@@ -11,10 +11,12 @@ import workbench
 from kernels.moe import MoeWeights, moe_reference
 from workbench.analysis.profile import TIMED_PHASES, phases_line, profile_label
 from workbench.capture.experiments import measure_profile
-from workbench.capture.profile_run import Progress, resolve
+from workbench.capture.profile_progress import Progress
+from workbench.capture.profile_run import resolve
 from workbench.cli import main
 from workbench.presets import get_preset
-from workbench.workloads.model import EXPERT_CHUNK, SyntheticModel, quantize_experts
+from workbench.workloads.model import SyntheticModel
+from workbench.workloads.model_backends import EXPERT_CHUNK, quantize_experts
 from workbench.workloads.profile_params import parse_setting, split_settings
 
 SMALL = {"prompt_tokens": 64, "decode_tokens": 1, "progress": False}
@@ -175,7 +177,7 @@ def test_a_profile_ab_arm_takes_the_format(tmp_path):
 
 
 def test_the_gpu_default_is_the_served_configuration_and_the_cpu_keeps_references():
-    from workbench.capture.profile_run import device_defaults
+    from workbench.capture.profile_settings import device_defaults
 
     unset = {"moe": "stock", "dense": None, "attention": None, "moe_format": None}
     served = device_defaults(unset, on_gpu=True)

@@ -183,7 +183,7 @@ def place_moe(configs: list[dict]) -> Placement:
 def _profile_arm(config: dict, on_gpu: bool) -> tuple[Preset, dict]:
     """A profile A/B arm's preset (with its shape overrides) and profile parameters; unknown
     settings and variants are refused."""
-    from workbench.capture.profile_run import check_moe_format, device_defaults
+    from workbench.capture.profile_settings import check_moe_format, device_defaults
     from workbench.workloads.model import SyntheticModel
 
     settings = {k: v for k, v in config["settings"].items() if k != "decode_tokens"}

@@ -19,18 +19,13 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import torch
 import torch.distributed as dist
-from tqdm.auto import tqdm
 
-from kernels.dense import hybrid_threshold
-from kernels.moe import FORMATS as MOE_FORMATS
 from workbench.analysis.graphs import attribute_graph_replays
 from workbench.analysis.profile import SUMMARY, TIMED_PHASES, ProfileResult, profile_tables
 from workbench.analysis.profile_store import stored_answers
@@ -40,31 +35,23 @@ from workbench.capture.cuda_graphs import capture_decode_graph, learn_signature
 from workbench.capture.debris import TEMP_PREFIX, owned_prefix, remove_leftovers
 from workbench.capture.environment import describe
 from workbench.capture.memory import available_host_bytes, estimate_bytes, out_of_memory_error
+from workbench.capture.profile_progress import Progress, timed
+from workbench.capture.profile_settings import (
+    PEER_DENSE_BASE,
+    check_backends,
+    check_count,
+    check_moe_format,
+    device_defaults,
+    hybrid_m_for,
+)
 from workbench.capture.torch_trace import trace_to_file
 from workbench.errors import WorkbenchError
-from workbench.peers import PEERS, peer_names
+from workbench.peers import PEERS
 from workbench.presets import ROUTINGS, Preset, get_preset, with_overrides
 from workbench.workloads.model import Plan, Shard, SyntheticModel
+from workbench.workloads.model_backends import use_dense_peer, use_moe_peer
 
 DEFAULT_GPU_PRESET, DEFAULT_CPU_PRESET = "dsv4-flash-tp2", "tiny"
-# The seed's served configuration on a GPU (dense W8A16, the Triton sparse attention, FP8
-# experts: INT4's kernels still spill); the CPU stand-in runs the torch references in bf16.
-SERVED_ON_GPU = {"dense": "w8a16", "attention": "triton", "moe_format": "fp8"}
-REFERENCE_ON_CPU = {"dense": "bf16", "attention": "torch", "moe_format": "bf16"}
-
-
-# A dense peer converts the FP8 projections the model builds for this variant (128x128 blocks).
-PEER_DENSE_BASE = "w8a16"
-
-
-@contextmanager
-def timed(phases: dict[str, float], name: str) -> Iterator[None]:
-    """Add the time the block takes to `phases[name]` (seconds)."""
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        phases[name] = phases.get(name, 0.0) + time.perf_counter() - started
 
 
 @dataclass
@@ -147,7 +134,7 @@ def resolve(
         )
     if routing not in ROUTINGS:
         raise WorkbenchError(f"unknown routing '{routing}'; known: {', '.join(ROUTINGS)}")
-    hybrid_m = _hybrid_m(dense, hybrid_m)
+    hybrid_m = hybrid_m_for(dense, hybrid_m)
     check_moe_format(moe, moe_format)
     spec = ProfileSpec(
         prompt_tokens,
@@ -181,85 +168,6 @@ def resolve(
     check_backends(moe=moe, dense=dense, attention=attention, on_gpu=on_gpu)
     _check_memory(chosen, plan, torch.device(device), tp)
     return spec
-
-
-def device_defaults(params: dict, on_gpu: bool) -> dict:
-    """`params` with the backends left unset (None) filled in for the device: the seed's
-    served configuration on a GPU, the torch references on the CPU. A MoE peer converts the
-    experts itself from the bf16 masters, so its format stays bf16."""
-    defaults = SERVED_ON_GPU if on_gpu else REFERENCE_ON_CPU
-    filled = {k: defaults[k] if params.get(k) is None else params[k] for k in defaults}
-    if params.get("moe_format") is None and params.get("moe") in PEERS:
-        filled["moe_format"] = "bf16"
-    return params | filled
-
-
-def check_backends(*, moe: str, dense: str, attention: str, on_gpu: bool) -> None:
-    """Refuse an unknown backend, listing the workbench's variants and the peers; a peer
-    (`workbench.peers`) must serve the category and be available here, or its reason is the
-    error."""
-    chosen = {"moe": moe, "dense": dense}
-    for kind, name in chosen.items():
-        if name not in PEERS:
-            continue
-        peer = PEERS[name]
-        if peer.adapter(kind) is None:
-            raise WorkbenchError(
-                f"{kind}={name!r}: the peer {name} has no {kind} adapter; {kind} peers: "
-                f"{', '.join(n for n in peer_names(kind) if PEERS[n].adapter(kind))}"
-            )
-        ok, why = peer.available()
-        if not ok:
-            raise WorkbenchError(f"{kind}={name!r} cannot run here: {why}")
-        chosen[kind] = "stock" if kind == "moe" else PEER_DENSE_BASE
-    try:
-        SyntheticModel.check_variants(attention=attention, **chosen)
-    except WorkbenchError as err:
-        raise WorkbenchError(f"{err}; or a peer: {', '.join(PEERS)}") from None
-
-
-def check_moe_format(moe: str, moe_format: object) -> None:
-    """Refuse an unknown expert format, and any but the default with a MoE peer: a peer takes
-    the experts as FP8 in 128x128 blocks, converted by its own `prepare_moe`."""
-    if moe_format not in MOE_FORMATS:
-        raise WorkbenchError(
-            f"moe_format={moe_format!r} is not a format of the routed experts; give one of "
-            f"{', '.join(MOE_FORMATS)} (fp8: 128x128 blocks, int4: groups of 128)."
-        )
-    if moe in PEERS and moe_format != "bf16":
-        raise WorkbenchError(
-            f"moe_format={moe_format!r} applies to the workbench's MoE kernels, not to the peer "
-            f"moe={moe!r}, which converts the experts itself from FP8 in 128x128 blocks; drop "
-            "moe_format."
-        )
-
-
-def _hybrid_m(dense: str, hybrid_m: int | None) -> int | None:
-    """The hybrid threshold the run will use (given, else $DENSE_HYBRID_M, else 128), so the
-    run's metadata records it; None for the other dense variants, which take none."""
-    if dense != "hybrid":
-        if hybrid_m is not None:
-            raise WorkbenchError(
-                f"hybrid_m={hybrid_m} applies to dense='hybrid' only, not dense='{dense}'; "
-                "drop it or pick the hybrid variant."
-            )
-        return None
-    try:
-        return hybrid_threshold(hybrid_m)
-    except ValueError as err:
-        raise WorkbenchError(str(err)) from None
-
-
-def check_count(name: str, value: object, minimum: int = 1) -> int:
-    """An integer setting, refused with its name when it is not a whole number >= minimum
-    (a string, a float such as 16.7, None, or a bool)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise WorkbenchError(
-            f"{name}={value!r} is not a whole number; give an integer such as {name}=4096."
-        )
-    if value < minimum:
-        raise WorkbenchError(f"{name}={value} is below {minimum}; give at least {minimum}.")
-    return value
 
 
 def _check_memory(preset: Preset, plan: Plan, device: torch.device, tp: int | None) -> None:
@@ -304,46 +212,6 @@ class RankCapture:
     phases: dict = field(default_factory=dict)  # seconds per phase (TIMED_PHASES)
 
 
-class Progress:
-    """The profile's one bar, over the layers profiled; its description names the phase the
-    work is in (`building`, `warming up`, `prefill chunk i/n`, `decode step i/n`, `exporting
-    trace`, `parsing`). Disabled, it prints nothing."""
-
-    def __init__(self, spec: ProfileSpec, enabled: bool) -> None:
-        plan = spec.plan
-        self.chunks, self.steps = len(plan.chunks()), plan.decode_tokens
-        self.layers = spec.model_preset().layers  # the model's: SyntheticModel takes no other
-        self.name = f"profile {spec.preset}"
-        self.done = 0  # layers profiled (tqdm counts nothing when disabled)
-        self.shown: str | None = None
-        self.bar = tqdm(
-            total=(self.chunks + self.steps) * self.layers,
-            unit="layer",
-            desc=self.name,
-            disable=not enabled,
-        )
-
-    def phase(self, what: str, refresh: bool = True) -> None:
-        if what != self.shown:
-            self.shown = what
-            self.bar.set_description(f"{self.name}: {what}", refresh=refresh)
-
-    def position(self) -> str:
-        """The prefill chunk or decode step that the next layer belongs to."""
-        finished = self.done // self.layers  # prefill chunks, then decode steps
-        if finished < self.chunks:
-            return f"prefill chunk {finished + 1}/{self.chunks}"
-        return f"decode step {min(finished - self.chunks + 1, self.steps)}/{self.steps}"
-
-    def tick(self, layers: int) -> None:
-        self.done += layers
-        self.phase(self.position(), refresh=False)  # update() redraws, at tqdm's own pace
-        self.bar.update(layers)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
 def capture_rank(
     spec: ProfileSpec,
     shard: Shard,
@@ -375,9 +243,9 @@ def capture_rank(
                 hybrid_m=spec.hybrid_m,
             )
             if dense_peer:
-                model.use_dense_peer(dense_peer.name, dense_peer.prepare)
+                use_dense_peer(model, dense_peer.name, dense_peer.prepare)
             if moe_peer:
-                model.use_moe_peer(moe_peer.name, moe_peer.prepare_moe)
+                use_moe_peer(model, moe_peer.name, moe_peer.prepare_moe)
         if device.type == "cuda":
             bar.phase("warming up")
             with timed(phases, "warm-up"):

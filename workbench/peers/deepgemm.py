@@ -37,6 +37,7 @@ from torch import Tensor
 
 from kernels.dense import DenseWeights, quantize_activations
 from kernels.moe import MoeWeights
+from workbench.peers.availability import jit_peer_available
 
 BLOCK = 128
 MASKED_MAX_T = 48  # up to here the masked (decode) form, above it the contiguous one
@@ -52,18 +53,7 @@ MoeCall = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 def available() -> tuple[bool, str]:
     """Whether deep_gemm imports and there is a Hopper (or newer) GPU to JIT-compile for."""
-    try:
-        import deep_gemm
-    except ImportError as err:
-        return False, f"DeepGEMM is not installed ({err}): {INSTALL}"
-    except Exception as err:  # noqa: BLE001 (a broken install is a missing peer, not a crash)
-        return False, f"DeepGEMM does not import: {type(err).__name__}: {err}"
-    if not torch.cuda.is_available():
-        return False, "no CUDA GPU: DeepGEMM JIT-compiles its kernels for the GPU it runs on"
-    major, minor = torch.cuda.get_device_capability()
-    if major < 9:
-        return False, f"DeepGEMM's FP8 GEMMs need SM90+; this GPU is sm_{major}{minor}"
-    return True, f"DeepGEMM {getattr(deep_gemm, '__version__', '?')}"
+    return jit_peer_available("DeepGEMM", ("deep_gemm",), INSTALL, 9, "DeepGEMM's FP8 GEMMs")
 
 
 def _check(fmt: str, block: int, kind: str, build: str) -> None:

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kernels.dense import DenseWeights
+from workbench.peers.availability import jit_peer_available
 
 VERSION = "0.1.19"
 BLOCK = 128
@@ -37,19 +38,9 @@ INSTALL = (
 
 def available() -> tuple[bool, str]:
     """Whether humming-kernels imports and has a GPU to compile for (bf16 needs SM80+)."""
-    try:
-        import humming
-        from humming.layer import HummingLayer  # noqa: F401 (the API prepare uses)
-    except ImportError as err:
-        return False, f"humming-kernels is not installed ({err}): {INSTALL}"
-    except Exception as err:  # noqa: BLE001 (a broken install is a missing peer, not a crash)
-        return False, f"humming-kernels does not import: {type(err).__name__}: {err}"
-    if not torch.cuda.is_available():
-        return False, "no CUDA GPU: humming JIT-compiles CUDA kernels for the GPU it runs on"
-    major, minor = torch.cuda.get_device_capability()
-    if major < 8:
-        return False, f"humming's bf16 activations need SM80+; this GPU is sm_{major}{minor}"
-    return True, f"humming-kernels {humming.__version__}"
+    return jit_peer_available(
+        "humming-kernels", ("humming", "humming.layer"), INSTALL, 8, "humming's bf16 activations"
+    )
 
 
 def _forward(layer: torch.nn.Module, n: int, x: Tensor) -> Tensor:
