@@ -9,8 +9,10 @@ from helpers import relative_error
 import kernels.attention as attention
 from kernels.attention import (
     indexer_scores,
+    indexer_scores_fp8,
     indexer_scores_triton,
     select_positions,
+    select_positions_triton,
     sparse_attention,
     sparse_attention_triton,
 )
@@ -26,6 +28,13 @@ def indexer_inputs(queries, heads, dim, length, dtype=torch.float32, device="cpu
         randn(queries, heads, seed=2, device=device) * heads**-0.5,
         randn(length, dim, seed=3, dtype=dtype, device=device),
     )
+
+
+def assert_same_selection(index, ref, topk):
+    """The same window columns and the same set of top-k picks per row (order aside: the
+    Triton select writes picks in position order, the reference best first)."""
+    assert torch.equal(index[:, topk:], ref[:, topk:])
+    assert torch.equal(index[:, :topk].sort(dim=1).values, ref[:, :topk].sort(dim=1).values)
 
 
 def assert_scores_match(out, ref, tolerance):
@@ -106,14 +115,15 @@ def test_top_k_larger_than_the_positions_and_the_window_at_the_start(device):
     assert torch.allclose(out[0], kv[0].expand(heads, dim), atol=1e-6)  # only itself to see
     assert relative_error(out, sparse_attention(q, kv, index)) < 1e-5
     ref_index = select_positions(indexer_scores(q_idx, weights, k_idx, pos), pos, 8, 4)
-    assert torch.equal(index, ref_index)
+    assert_same_selection(index, ref_index, topk=8)
 
 
 def test_variants_share_one_interface(device):
-    assert set(attention.VARIANTS) == {"torch", "triton"}
+    assert set(attention.VARIANTS) == {"torch", "triton", "fp8"}
     triton_variant = attention.VARIANTS["triton"]
     assert triton_variant.indexer_scores is indexer_scores_triton
-    assert triton_variant.select_positions is select_positions
+    assert triton_variant.select_positions is select_positions_triton
+    assert attention.VARIANTS["fp8"].indexer_scores is indexer_scores_fp8
     q, kv, index = sparse_inputs(2, 4, 16, 9, 5, device=device)
     assert torch.equal(triton_variant(q, kv, index), sparse_attention_triton(q, kv, index))
 
@@ -135,6 +145,25 @@ def test_preset_shapes_compile_without_spills_and_match(queries):
     out = sparse_attention_triton(q, kv, index)
     assert all(f.n_spills == 0 for f in last_facts().values()), last_facts()
     assert relative_error(out, sparse_attention(q.float(), kv.float(), index)) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("queries", [1, 4, 512])  # decode, 4 streams, a prefill piece
+def test_fp8_indexer_and_select_at_preset_shapes(queries):
+    # dsv4-flash-tp2 per rank: indexer 64 heads x 128, top-512 plus a 128 window.
+    from kernels.moe import last_facts
+
+    context = 8192
+    q_idx, weights, k_idx = indexer_inputs(queries, 64, 128, context, torch.bfloat16, "cuda")
+    keys = attention.quantize_keys(k_idx)
+    pos = torch.arange(context - queries, context, device="cuda")
+    scores = indexer_scores_fp8(q_idx, weights, keys, pos)
+    assert all(f.n_spills == 0 for f in last_facts().values()), last_facts()
+    ref = attention.reference.indexer_scores_fp8(q_idx, weights, keys, pos)
+    assert_scores_match(scores, ref, 1e-2)
+    index = select_positions_triton(ref, pos, 512, 128, rounds=4)
+    assert all(f.n_spills == 0 for f in last_facts().values()), last_facts()
+    assert_same_selection(index, select_positions(ref, pos, 512, 128), topk=512)
 
 
 @pytest.mark.parametrize(
@@ -163,3 +192,115 @@ def test_indexer_bad_input():
         indexer_scores_triton(q_idx, weights, k_idx.double())
     with pytest.raises(ValueError, match="at least one query and one key"):
         indexer_scores_triton(q_idx, weights, k_idx[:0])
+
+
+def tied_scores(queries, length, seed=0):
+    """Scores with long runs of exact ties and one row of a single value."""
+    scores = randn(queries, length, seed=seed)
+    scores[:, length // 4 : length // 2] = 0.5
+    scores[0] = 1.0
+    return scores
+
+
+@pytest.mark.parametrize("block", [64, 256])
+def test_radix_select_is_exact_with_four_rounds(block, device):
+    # Ties broken by position, fewer candidates than top-k, a window before position 0.
+    scores = tied_scores(9, 700).to(device)
+    pos = torch.tensor([0, 5, 20, 65, 66, 300, 500, 650, 699], device=device)
+    out = select_positions_triton(scores, pos, 50, 16, rounds=4, block=block)
+    ref = select_positions(scores, pos, 50, 16)
+    assert torch.equal(out[:, 50:], ref[:, 50:])
+    for row, ref_row, score in zip(out[:, :50], ref[:, :50], scores, strict=True):
+        picked, wanted = row[row >= 0], ref_row[ref_row >= 0]
+        assert len(picked) == len(set(picked.tolist())) == len(wanted)
+        assert torch.equal(score[picked].sort().values, score[wanted].sort().values)
+
+
+def test_two_rounds_cut_within_bf16_precision_of_the_exact_cut(device):
+    scores = randn(6, 3000, seed=4).to(device) * 3
+    pos = torch.tensor([100, 600, 1200, 2000, 2500, 2999], device=device)
+    out = select_positions_triton(scores, pos, 256, 32, rounds=2)
+    ref = select_positions(scores, pos, 256, 32)
+    assert torch.equal(out[:, 256:], ref[:, 256:])
+    for row, ref_row, score in zip(out[:, :256], ref[:, :256], scores, strict=True):
+        picked = row[row >= 0]
+        assert len(picked) == len(set(picked.tolist())) == (ref_row >= 0).sum()
+        cut = score[ref_row[ref_row >= 0]].min()
+        assert (score[picked] >= cut - cut.abs() * 2**-7).all()
+
+
+def test_select_maps_a_streams_tail_to_its_cache_rows(device):
+    # Two decode streams over a 200-token prompt with tails of 20: stream 1's tail starts 20
+    # rows after stream 0's.
+    scores = randn(2, 220, seed=5).to(device)
+    pos = torch.tensor([205, 205], device=device)
+    shift = torch.tensor([0, 20], device=device)
+    out = select_positions_triton(scores, pos, 30, 8, split=200, shift=shift)
+    ref = select_positions(scores, pos, 30, 8, split=200, shift=shift)
+    assert_same_selection(out, ref, topk=30)
+    assert out[1, 30] == 225 and out[0, 30] == 205  # each stream's own latest token
+
+
+@pytest.mark.parametrize(("queries", "block_q"), [(1, None), (5, None), (40, 4)])
+def test_fp8_indexer_matches_its_reference(queries, block_q, device):
+    q_idx, weights, k_idx = indexer_inputs(queries, 8, 32, 300, device=device)
+    keys = attention.quantize_keys(k_idx)
+    pos = torch.arange(300 - queries, 300, device=device)
+    pos[0] = 0  # a query at the start: most of its keys are in the future
+    for query_pos in (None, pos):
+        out = indexer_scores_fp8(q_idx, weights, keys, query_pos, block_q=block_q, block_l=32)
+        ref = attention.reference.indexer_scores_fp8(q_idx, weights, keys, query_pos)
+        assert_scores_match(out, ref, 1e-2)
+    # FP8 rounding against the unquantised fp32 scores: a few percent, reported by the bench.
+    fp32 = indexer_scores(q_idx, weights, k_idx, pos)
+    assert 1e-3 < relative_error(out[torch.isfinite(fp32)], fp32[torch.isfinite(fp32)]) < 0.1
+
+
+@pytest.mark.parametrize("variant", ["triton", "fp8"])
+def test_indexers_score_a_streams_own_tail(variant, device):
+    # Prompt 200, tails of 20, two streams at step 5: the scores over virtual positions equal
+    # the scores over each stream's own rows gathered by hand.
+    _, _, keys = indexer_inputs(1, 1, 32, 240, torch.bfloat16, device)
+    q_idx, weights, _ = indexer_inputs(2, 8, 32, 1, torch.bfloat16, device)
+    run = attention.VARIANTS[variant]
+    cached = run.cache_keys(keys)
+    pos, shift = torch.tensor([205, 205], device=device), torch.tensor([0, 20], device=device)
+    out = run.indexer_scores(q_idx, weights, cached, pos, 220, split=200, shift=shift)
+    for stream in range(2):
+        rows = torch.cat([torch.arange(200), 200 + 20 * stream + torch.arange(20)]).to(device)
+        own = attention.formats.QuantizedKeys(*(part[rows] for part in cached)) if (
+            variant == "fp8") else cached[rows]  # fmt: skip
+        alone = run.indexer_scores(q_idx[stream : stream + 1], weights[stream : stream + 1], own,
+                                   pos[stream : stream + 1])  # fmt: skip
+        assert_scores_match(out[stream : stream + 1], alone, 1e-6)
+
+
+def test_fp8_cache_write_stores_rows_and_quantised_keys(device):
+    kv_cache = torch.zeros(50, 24, device=device)
+    keys = attention.formats.empty_keys(50, 32, device)
+    kv, index_k = randn(3, 24, seed=6, device=device), randn(3, 32, seed=7, device=device)
+    expected = attention.quantize_keys(index_k)
+    for rows, where in ((torch.tensor([4, 9, 30], device=device), [4, 9, 30]), (10, [10, 11, 12])):
+        attention.write_cache(kv_cache, keys, rows, kv, index_k)
+        assert torch.equal(kv_cache[where], kv)
+        assert torch.equal(keys.values[where].float(), expected.values.float())
+        assert torch.equal(keys.scales[where], expected.scales)
+    assert relative_error(keys.dequantize()[where], index_k) < 0.05
+
+
+def test_select_and_fp8_indexer_bad_input():
+    scores = randn(3, 40)
+    with pytest.raises(ValueError, match="expects scores"):
+        select_positions_triton(scores, torch.arange(2), 4, 2)
+    with pytest.raises(ValueError, match="fp32 scores"):
+        select_positions_triton(scores.double(), torch.arange(3), 4, 2)
+    with pytest.raises(ValueError, match="rounds"):
+        select_positions_triton(scores, torch.arange(3), 4, 2, rounds=5)
+    with pytest.raises(ValueError, match="split and shift"):
+        select_positions_triton(scores, torch.arange(3), 4, 2, split=20)
+    q_idx, weights, k_idx = indexer_inputs(3, 2, 16, 10)
+    with pytest.raises(ValueError, match="QuantizedKeys"):
+        indexer_scores_fp8(q_idx, weights, k_idx)
+    with pytest.raises(ValueError, match="one query per tile"):
+        indexer_scores_fp8(q_idx, weights, attention.quantize_keys(k_idx), block_q=2, split=5,
+                           shift=torch.zeros(3, dtype=torch.int64))  # fmt: skip

@@ -3,6 +3,8 @@ compiled on the GPU with WORKBENCH_GPU_TESTS=1): every variant
 and kernel checked against the fp32 reference before it is timed, floors from the bytes and
 FLOPs, and a wrong kernel reported as such. (No timing is asserted here.)"""
 
+from dataclasses import replace
+
 import pytest
 
 import kernels.attention as attention
@@ -37,7 +39,7 @@ def _run(tmp_path, device, **kwargs):
 def test_every_variant_and_kernel_gets_a_checked_timed_row(tmp_path, device):
     table = _run(tmp_path, device)
     assert list(table.columns) == bench.COLUMNS
-    assert len(table) == 2 * 2 * 3 and set(table["status"]) == {"ok"}
+    assert len(table) == 2 * 3 * 4 and set(table["status"]) == {"ok"}
     assert (table["rel_error"] < tolerance("attention", "bf16")).all()
     assert table["ratio_to_floor"].equals(table["ms"] / table["floor_ms"])
     rows = table.set_index(["scenario", "variant", "kernel"])
@@ -52,26 +54,52 @@ def test_every_variant_and_kernel_gets_a_checked_timed_row(tmp_path, device):
     assert meta["kind"] == "bench-attention" and meta["shapes"]["index_topk"] == 16
 
 
+def test_fp8_rows_are_checked_against_their_own_format_and_report_its_error(tmp_path, device):
+    table = _run(tmp_path, device, variants=("triton", "fp8")).set_index(
+        ["scenario", "variant", "kernel"]
+    )
+    fp8 = table.loc[("prefill", "fp8", "indexer")]
+    bf16 = table.loc[("prefill", "triton", "indexer")]
+    # Right against the fp32 scores of its quantised inputs; FP8's own rounding reported beside.
+    assert fp8["rel_error"] < 1e-2 < fp8["quant_error"] < 0.1
+    assert bf16["quant_error"] == bf16["rel_error"]  # no format of its own
+    # FP8 keys: one byte and a 4-byte scale per key against two bytes per element of bf16.
+    decode = table.loc[("decode", "fp8", "indexer")]
+    assert decode["floor_ms"] == pytest.approx((40 * (16 + 4) + 2 * 16 * 4 + 4 * (2 + 40)) / 1e8)
+    pipeline = table.loc[("prefill", "fp8", "attention")]
+    assert 0.5 < pipeline["overlap"] <= 1 and pipeline["status"] == "ok"
+    assert table.loc[("prefill", "fp8", "select"), "floor_ms"] > 0
+
+
 def test_a_wrong_selection_is_reported_wrong(tmp_path, device, monkeypatch):
     # The worst-scoring candidates instead of the best: the attention over them is right, the
     # selection is not, and the whole pipeline must be reported wrong.
     good = attention.VARIANTS["triton"]
-    bottom = attention.AttentionVariant(
-        lambda *a: -good.indexer_scores(*a), good.select_positions, good.attend
-    )
+    bottom = replace(good, indexer_scores=lambda *a: -good.indexer_scores(*a))
     monkeypatch.setitem(attention.VARIANTS, "triton", bottom)
     table = _run(tmp_path, device, scenarios=SCENARIOS[1:], variants=("triton",))
     status = table.set_index("kernel")["status"]
-    assert status.to_dict() == {"indexer": "wrong", "sparse_attention": "ok", "attention": "wrong"}
+    assert status.to_dict() == {
+        "indexer": "wrong", "select": "ok", "sparse_attention": "ok", "attention": "wrong"
+    }  # fmt: skip
+
+
+def test_a_wrong_select_is_reported_wrong(tmp_path, device, monkeypatch):
+    good = attention.VARIANTS["triton"]
+    # The window shifted by one position: every other column as it should be.
+    shifted = replace(good, select_positions=lambda *a: good.select_positions(*a).roll(1, 1))
+    monkeypatch.setitem(attention.VARIANTS, "triton", shifted)
+    table = _run(tmp_path, device, scenarios=SCENARIOS[1:], variants=("triton",))
+    assert table.set_index("kernel").loc["select", "status"] == "wrong"
 
 
 def test_a_wrong_attention_is_reported_wrong_and_not_timed(tmp_path, device, monkeypatch):
     good = attention.VARIANTS["triton"]
-    bad = attention.AttentionVariant(
-        good.indexer_scores, good.select_positions, lambda *a, **k: 0.5 * good.attend(*a, **k)
-    )
+    bad = replace(good, attend=lambda *a, **k: 0.5 * good.attend(*a, **k))
     monkeypatch.setitem(attention.VARIANTS, "triton", bad)
     table = _run(tmp_path, device, scenarios=SCENARIOS[:1], variants=("triton",))
     status = table.set_index("kernel")["status"]
-    assert status.to_dict() == {"indexer": "ok", "sparse_attention": "wrong", "attention": "wrong"}
+    assert status.to_dict() == {
+        "indexer": "ok", "select": "ok", "sparse_attention": "wrong", "attention": "wrong"
+    }  # fmt: skip
     assert table.loc[table["status"] == "wrong", "ms"].isna().all()

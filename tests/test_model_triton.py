@@ -5,6 +5,7 @@ import pytest
 import torch
 from helpers import relative_error
 
+import kernels.attention as attention
 import workbench
 from kernels.dense import DenseWeights
 from workbench.capture.profile_run import resolve
@@ -46,6 +47,16 @@ def test_triton_attention_alone_matches_the_torch_reference(baseline):
     _, tokens, hidden = run("bf16", "triton")
     assert (tokens == baseline[1]).all()
     assert relative_error(hidden, baseline[2]) < 1e-4
+
+
+def test_fp8_attention_runs_the_model_near_the_reference(baseline):
+    # FP8 keys in the cache (written by one kernel), the FP8 indexer over each stream's own
+    # tail, the radix select: the decoded state stays near the bf16 reference's.
+    model, tokens, hidden = run("bf16", "fp8")
+    assert model.kernels_run["attention"] == "fp8"
+    assert isinstance(model.new_state(PLAN).cache.keys[0], attention.QuantizedKeys)
+    assert tokens.shape == (2, 2)
+    assert relative_error(hidden, baseline[2]) < 0.05
 
 
 def test_without_interpret_the_cpu_runs_the_references_on_bf16_weights():

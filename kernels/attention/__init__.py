@@ -1,49 +1,103 @@
-"""Sparse attention with a lightning indexer: scores, position selection, and the attention itself.
+"""Sparse attention with a lightning indexer: the cache write, scores, position selection, and
+the attention itself.
 
-VARIANTS maps a variant name to an `AttentionVariant`: its indexer, its position selection and
-its attention, which the model calls in that order. Called directly, a variant is its attention,
-`variant(q, kv, index, scale=None)`. `torch` is the reference; `triton` runs the Triton indexer
-and sparse attention kernels (the top-k selection is torch.topk in both).
+VARIANTS maps a variant name to an `AttentionVariant`: its cache write, indexer, position
+selection and attention, which the model calls in that order. Called directly, a variant is
+its attention, `variant(q, kv, index, scale=None)`.
+
+- `torch`: the references (torch.topk selection), bf16 keys.
+- `triton`: the bf16 Triton indexer, the Triton radix select and sparse attention.
+- `fp8`: as DeepSeek serves it: keys cached in FP8 with per-key scales, the FP8 indexer, the
+  Triton select and sparse attention; four launches a decode layer and one cache write.
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
+from kernels.attention.formats import QuantizedKeys, empty_keys
 from kernels.attention.indexer import indexer_scores_triton
-from kernels.attention.reference import indexer_scores, select_positions, sparse_attention
+from kernels.attention.indexer_fp8 import indexer_scores_fp8, quantize_keys, write_cache
+from kernels.attention.reference import (
+    cache_rows,
+    indexer_scores,
+    select_positions,
+    sparse_attention,
+)
+from kernels.attention.select import select_positions_triton
 from kernels.attention.sparse import sparse_attention_triton
+
+
+def write_cache_torch(
+    kv_cache: Tensor, keys: Tensor, rows: int | Tensor, kv: Tensor, index_k: Tensor
+) -> None:
+    """Store tokens' latent rows and bf16 indexer keys at `rows` (a first row, or a tensor)."""
+    where = slice(rows, rows + kv.shape[0]) if isinstance(rows, int) else rows
+    kv_cache[where] = kv
+    keys[where] = index_k
 
 
 @dataclass(frozen=True)
 class AttentionVariant:
-    """The three steps of indexer-driven sparse attention, as one variant runs them.
+    """The steps of indexer-driven sparse attention, as one variant runs them.
 
-    indexer_scores(q_idx, weights, k_idx, query_pos=None) -> (Q, L) fp32;
-    select_positions(scores, query_pos, topk, window) -> (Q, topk + window) rows, -1 unused;
+    write_cache(kv_cache, keys, rows, kv, index_k) stores tokens at cache rows;
+    indexer_scores(q_idx, weights, keys, query_pos=None, length=None, split=None, shift=None)
+    -> (Q, length) fp32;
+    select_positions(scores, query_pos, topk, window, split=None, shift=None)
+    -> (Q, topk + window) cache rows, -1 unused;
     attend(q, kv, index, scale=None) -> (Q, heads, D).
+    `key_format` is how `keys` are cached: "bf16" tensors or "fp8" `QuantizedKeys`.
     """
 
+    write_cache: Callable[..., None]
     indexer_scores: Callable[..., Tensor]
     select_positions: Callable[..., Tensor]
     attend: Callable[..., Tensor]
+    key_format: str = "bf16"
 
     def __call__(self, q: Tensor, kv: Tensor, index: Tensor, scale: float | None = None) -> Tensor:
         return self.attend(q, kv, index, scale)
 
+    def empty_keys(
+        self, rows: int, dim: int, device: torch.device | str, dtype: torch.dtype
+    ) -> Tensor | QuantizedKeys:
+        """A key cache of `rows` keys in this variant's format."""
+        if self.key_format == "fp8":
+            return empty_keys(rows, dim, device)
+        return torch.empty(rows, dim, device=device, dtype=dtype)
+
+    def cache_keys(self, keys: Tensor) -> Tensor | QuantizedKeys:
+        """(L, d) keys as this variant's cache holds them."""
+        return quantize_keys(keys) if self.key_format == "fp8" else keys
+
 
 VARIANTS: dict[str, AttentionVariant] = {
-    "torch": AttentionVariant(indexer_scores, select_positions, sparse_attention),
-    "triton": AttentionVariant(indexer_scores_triton, select_positions, sparse_attention_triton),
+    "torch": AttentionVariant(
+        write_cache_torch, indexer_scores, select_positions, sparse_attention
+    ),
+    "triton": AttentionVariant(
+        write_cache_torch, indexer_scores_triton, select_positions_triton, sparse_attention_triton
+    ),
+    "fp8": AttentionVariant(
+        write_cache, indexer_scores_fp8, select_positions_triton, sparse_attention_triton, "fp8"
+    ),
 }
 
 __all__ = [
     "VARIANTS",
     "AttentionVariant",
+    "QuantizedKeys",
+    "cache_rows",
     "indexer_scores",
+    "indexer_scores_fp8",
     "indexer_scores_triton",
+    "quantize_keys",
     "select_positions",
+    "select_positions_triton",
     "sparse_attention",
     "sparse_attention_triton",
+    "write_cache",
 ]

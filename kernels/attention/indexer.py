@@ -23,11 +23,11 @@ OFF_GPU_SMS = 4
 
 @triton.jit
 def _indexer_kernel(
-    q_ptr, w_ptr, k_ptr, pos_ptr, out_ptr, Q, L, keys_per_program,
+    q_ptr, w_ptr, k_ptr, pos_ptr, shift_ptr, out_ptr, Q, L, split, keys_per_program,
     stride_qq, stride_qh, stride_wq, stride_wh, stride_kl, stride_oq,
     HEADS: tl.constexpr, DIM: tl.constexpr, HEADS_P: tl.constexpr, BLOCK_Q: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    SHIFTED: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     q0 = tl.program_id(0) * BLOCK_Q
     r = tl.arange(0, BLOCK_Q * HEADS_P)
@@ -49,6 +49,7 @@ def _indexer_kernel(
         last = tl.max(pos, axis=0)
     else:
         last = L
+    shift = tl.load(shift_ptr + q0) if SHIFTED else 0
     start = tl.program_id(1) * keys_per_program
     for l0 in range(start, tl.minimum(start + keys_per_program, L), BLOCK_L):
         keys = l0 + tl.arange(0, BLOCK_L)
@@ -56,7 +57,10 @@ def _indexer_kernel(
         out_ptrs = out_ptr + queries[:, None] * stride_oq + keys[None, :]
         out_mask = query_ok[:, None] & key_ok[None, :]
         if l0 <= last:
-            k = tl.load(k_ptr + keys[:, None].to(tl.int64) * stride_kl + d[None, :],
+            rows = keys.to(tl.int64)
+            if SHIFTED:
+                rows = tl.where(keys >= split, rows + shift, rows)
+            k = tl.load(k_ptr + rows[:, None] * stride_kl + d[None, :],
                         mask=key_ok[:, None] & (d < DIM)[None, :], other=0.0)  # fmt: skip
             if UPCAST:
                 k = k.to(tl.float32)
@@ -97,19 +101,26 @@ def indexer_scores_triton(
     weights: Tensor,
     k_idx: Tensor,
     query_pos: Tensor | None = None,
+    length: int | None = None,
+    split: int | None = None,
+    shift: Tensor | None = None,
     block_l: int = 64,
     num_warps: int | None = None,
 ) -> Tensor:
-    """Indexer scores (Q, L) fp32, as `reference.indexer_scores` defines them (causal when
-    `query_pos` is given). q_idx and weights are read through their strides; rows of k_idx
-    must be contiguous."""
+    """Indexer scores (Q, length) fp32, as `reference.indexer_scores` defines them (causal when
+    `query_pos` is given; `length`, `split` and `shift` as there). q_idx and weights are read
+    through their strides; rows of k_idx must be contiguous."""
     _check(q_idx, weights, k_idx, query_pos)
-    (num_q, heads, dim), length = q_idx.shape, k_idx.shape[0]
+    (num_q, heads, dim), length = q_idx.shape, length or k_idx.shape[0]
+    if (split is None) != (shift is None):
+        raise ValueError("give split and shift together, or neither.")
     if q_idx.stride(2) != 1 or k_idx.stride(1) != 1:
         raise ValueError("q_idx and k_idx must be contiguous along d; call .contiguous().")
     heads_p = triton.next_power_of_2(heads)
     # Rows of one MMA are (query, head) pairs: at least 16 of them, two queries for prefill.
     block_q = max(1 if num_q <= DECODE_QUERIES else 2, triton.cdiv(16, heads_p))
+    if shift is not None:  # a tile of one query (its own rows), padded to 16 MMA rows
+        block_q, heads_p = 1, max(16, heads_p)
     block_d = max(16, triton.next_power_of_2(dim))
     q_tiles, l_blocks = triton.cdiv(num_q, block_q), triton.cdiv(length, block_l)
     # A run of key blocks per program once there are programs enough for every SM.
@@ -123,10 +134,12 @@ def indexer_scores_triton(
     with recording():
         launch(
             _indexer_kernel, grid, q_idx, weights, k_idx,
-            q_idx if query_pos is None else query_pos, scores, num_q, length, keys_per_program,
+            q_idx if query_pos is None else query_pos, q_idx if shift is None else shift,
+            scores, num_q, length, length if split is None else split, keys_per_program,
             q_idx.stride(0), q_idx.stride(1), *weights.stride(), k_idx.stride(0),
             scores.stride(0), HEADS=heads, DIM=dim, HEADS_P=heads_p, BLOCK_Q=block_q,
-            BLOCK_D=block_d, BLOCK_L=block_l, CAUSAL=query_pos is not None, PRECISION=precision,
+            BLOCK_D=block_d, BLOCK_L=block_l, CAUSAL=query_pos is not None,
+            SHIFTED=shift is not None, PRECISION=precision,
             UPCAST=upcast, num_warps=num_warps or (8 if rows >= 128 else 4), num_stages=2,
         )  # fmt: skip
     return scores

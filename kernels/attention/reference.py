@@ -7,6 +7,9 @@ intermediates too large, so the functions work on blocks of queries.
 import torch
 from torch import Tensor
 
+from kernels.attention.formats import QuantizedKeys
+from kernels.dense.reference import quantize_activations_reference
+
 
 def _causal_extent(query_pos: Tensor | None, length: int) -> int:
     """Keys a block of causal queries can see: up to its latest position. Read on the CPU only,
@@ -18,18 +21,32 @@ def _causal_extent(query_pos: Tensor | None, length: int) -> int:
     return max(0, min(length, int(query_pos.max()) + 1))
 
 
+def cache_rows(positions: Tensor, split: int | None, shift: Tensor | None) -> Tensor:
+    """Cache rows of (Q, n) per-query positions: from `split` on, a query's positions read rows
+    `shift[q]` further on (a decode stream's own tail, after the prompt); -1 stays -1."""
+    if shift is None:
+        return positions
+    moved = positions + shift.to(positions.device)[:, None]
+    return torch.where(positions >= split, moved, positions)
+
+
 def indexer_scores(
     q_idx: Tensor,
     weights: Tensor,
     k_idx: Tensor,
     query_pos: Tensor | None = None,
+    length: int | None = None,
+    split: int | None = None,
+    shift: Tensor | None = None,
     query_block: int = 512,
 ) -> Tensor:
-    """Indexer score of every key for every query, (Q, L) float32.
+    """Indexer score of every key for every query, (Q, length) float32.
 
     score[q, j] = sum_h weights[q, h] * relu(q_idx[q, h] . k_idx[j]). The dot products run in the
     input dtype; the weighted head sum runs in fp32. With `query_pos` (Q,), the scores are
-    causal: keys after a query's position score -inf (a kernel skips them).
+    causal: keys after a query's position score -inf (a kernel skips them). `length` defaults
+    to the keys held; with `split` and `shift` (Q,), query q's positions from `split` on read
+    key rows `shift[q]` further on (`cache_rows`).
     """
     num_q, heads, dim = q_idx.shape
     if weights.shape != (num_q, heads) or k_idx.dim() != 2 or k_idx.shape[1] != dim:
@@ -37,28 +54,63 @@ def indexer_scores(
             f"indexer_scores expects q_idx (Q, h, d), weights (Q, h), k_idx (L, d); got "
             f"{tuple(q_idx.shape)}, {tuple(weights.shape)}, {tuple(k_idx.shape)}"
         )
-    scores = torch.empty(num_q, k_idx.shape[0], dtype=torch.float32, device=q_idx.device)
+    length = length or k_idx.shape[0]
+    if shift is not None:  # decode: a handful of queries, each over its own rows
+        positions = torch.arange(length, device=k_idx.device).expand(num_q, length)
+        rows = cache_rows(positions, split, shift)
+        return torch.cat([
+            indexer_scores(q_idx[i : i + 1], weights[i : i + 1], k_idx[rows[i]],
+                           None if query_pos is None else query_pos[i : i + 1])
+            for i in range(num_q)
+        ])  # fmt: skip
+    k_idx = k_idx[:length]
+    scores = torch.empty(num_q, length, dtype=torch.float32, device=q_idx.device)
     for start in range(0, num_q, query_block):
         stop = min(start + query_block, num_q)
-        seen = k_idx.shape[0] if query_pos is None else (
-            _causal_extent(query_pos[start:stop], k_idx.shape[0]))  # fmt: skip
+        seen = length if query_pos is None else _causal_extent(query_pos[start:stop], length)
         dots = torch.relu(torch.matmul(q_idx[start:stop], k_idx[:seen].T))  # (b, h, seen)
         head_weights = weights[start:stop, None, :].float()  # (b, 1, h)
         scores[start:stop, :seen] = torch.matmul(head_weights, dots.float()).squeeze(1)
         scores[start:stop, seen:] = float("-inf")  # no query of the block sees these
     if query_pos is not None:
-        keys = torch.arange(k_idx.shape[0], device=scores.device)
+        keys = torch.arange(length, device=scores.device)
         future = keys[None, :] > query_pos.to(scores.device)[:, None]
         scores.masked_fill_(future, float("-inf"))
     return scores
 
 
-def select_positions(scores: Tensor, query_pos: Tensor, topk: int, window: int) -> Tensor:
+def indexer_scores_fp8(
+    q_idx: Tensor,
+    weights: Tensor,
+    keys: QuantizedKeys,
+    query_pos: Tensor | None = None,
+    length: int | None = None,
+    split: int | None = None,
+    shift: Tensor | None = None,
+) -> Tensor:
+    """What the FP8 indexer computes, in fp32: queries quantised per (query, head) row with a
+    power-of-two scale, as the kernel does, against the dequantised FP8 keys."""
+    num_q, heads, dim = q_idx.shape
+    values, scales = quantize_activations_reference(q_idx.reshape(-1, dim), dim)
+    q_dequantized = (values.float() * scales).view(num_q, heads, dim)
+    return indexer_scores(q_dequantized, weights.float(), keys.dequantize(), query_pos,
+                          length=length, split=split, shift=shift)  # fmt: skip
+
+
+def select_positions(
+    scores: Tensor,
+    query_pos: Tensor,
+    topk: int,
+    window: int,
+    split: int | None = None,
+    shift: Tensor | None = None,
+) -> Tensor:
     """Key positions each query attends to, (Q, topk + window) int64 with -1 for unused slots.
 
     The first `topk` columns are the best-scoring positions j <= p - window (strictly before the
     local window), best first; the last `window` columns are p, p-1, ..., p-window+1. Positions
-    outside [0, L) and future positions (j > p) are never returned.
+    outside [0, L) and future positions (j > p) are never returned. With `split` and `shift`,
+    they come back as cache rows (`cache_rows`).
     """
     num_q, length = scores.shape
     pos = query_pos.to(device=scores.device, dtype=torch.int64)[:, None]  # (Q, 1)
@@ -75,7 +127,7 @@ def select_positions(scores: Tensor, query_pos: Tensor, topk: int, window: int) 
     picked = picked.masked_fill(picked > last_sparse, -1)
     missing = topk - picked.shape[1]
     padding = torch.full((num_q, missing), -1, dtype=torch.int64, device=scores.device)
-    return torch.cat([picked, padding, recent], dim=1)
+    return cache_rows(torch.cat([picked, padding, recent], dim=1), split, shift)
 
 
 def sparse_attention(

@@ -98,8 +98,10 @@ KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
      "kernels/moe routing: expert counts, offsets, permutation and the weighted combine"),
     ("workbench dense GEMM", r"^_(w8a16|w8a8|w8a8_tma|quantize_rows)_kernel$", DENSE,
      "kernels/dense: W8A16 and W8A8 GEMMs and the W8A8 activation quantizer"),
-    ("workbench sparse attention", r"^_(sparse_attention|sparse_combine|indexer)_kernel$",
-     SPARSE_ATTENTION, "kernels/attention: sparse attention, its split-KV merge and indexer"),
+    ("workbench sparse attention",
+     r"^_(sparse_attention|sparse_combine|indexer|indexer_fp8|select|write_cache)_kernel$",
+     SPARSE_ATTENTION, "kernels/attention: sparse attention, its split-KV merge, the bf16 and "
+     "FP8 indexers, the top-k select and the FP8 cache write"),
     ("workbench glue", r"^_(rms_norm|silu_mul)_kernel$", OTHER,
      "kernels/glue: RMSNorm with its residual add, and SiLU-and-multiply, one launch each"),
     # TorchInductor: templates are GEMMs, the fused pointwise/reduction kernels are glue.

@@ -37,15 +37,15 @@ from workbench.presets import RankShapes
 from workbench.workloads.attention import SCENARIOS, Problem, Scenario
 from workbench.workloads.checks import relative_error, tolerance
 
-VARIANTS = ("torch", "triton")
-KERNELS = ("indexer", "sparse_attention", "attention")
+VARIANTS = ("torch", "triton", "fp8")
+KERNELS = ("indexer", "select", "sparse_attention", "attention")
 SELECTION_SLACK = 1e-2  # of a row's largest |score|: how far below the fp32 cut a pick may be
 COLUMNS = [
     "kernel", "variant", "scenario", "m", "context", "ms", "iqr_ms", "floor_ms",
-    "ratio_to_floor", "tflops", "rel_error", "regs", "spills", "status",
+    "ratio_to_floor", "tflops", "rel_error", "quant_error", "overlap", "regs", "spills", "status",
 ]  # fmt: skip
 PRINTED = ("kernel", "variant", "scenario", "ms", "floor_ms", "ratio_to_floor", "rel_error",
-           "regs", "spills", "status")  # fmt: skip
+           "quant_error", "regs", "spills", "status")  # fmt: skip
 
 
 def _scores_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -56,14 +56,26 @@ def _scores_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return relative_error(out[finite], ref[finite])
 
 
+def overlap(index: torch.Tensor, ref_index: torch.Tensor, topk: int) -> float:
+    """The share of the reference's top-k picks that `index` picked too (window aside)."""
+    width = int(max(index.max(), ref_index.max())) + 2
+    picked = torch.zeros(index.shape[0], width, dtype=torch.bool, device=index.device)
+    picked.scatter_(1, index[:, :topk] + 1, True)  # -1 lands in column 0, never counted
+    wanted = ref_index[:, :topk]
+    hits = picked.gather(1, wanted + 1) & (wanted >= 0)
+    return float(hits.sum() / (wanted >= 0).sum().clamp(min=1))
+
+
 def _calls(variant: attention.AttentionVariant, p: Problem, s: RankShapes) -> dict:
-    """kernel -> (call, reference, error measure) for one variant on one problem."""
+    """kernel -> (call, reference, error measure, quantisation measure) for one variant on one
+    problem, `p` posed in the variant's key format (`own_problem`)."""
 
     chosen: dict[str, torch.Tensor] = {}
+    topk = s.index_topk
 
     def pipeline() -> torch.Tensor:
-        scores = variant.indexer_scores(p.index_q, p.index_w, p.keys, p.pos)
-        chosen["index"] = variant.select_positions(scores, p.pos, s.index_topk, s.window)
+        scores = variant.indexer_scores(p.index_q, p.index_w, p.cached_keys, p.pos)
+        chosen["index"] = variant.select_positions(scores, p.pos, topk, s.window)
         return variant.attend(p.q, p.kv, chosen["index"])
 
     def own_selection_error(out: torch.Tensor, _fp32_pipeline: torch.Tensor) -> float:
@@ -76,18 +88,37 @@ def _calls(variant: attention.AttentionVariant, p: Problem, s: RankShapes) -> di
         reference = attention.sparse_attention(p.q.float(), p.kv.float(), chosen["index"])
         return relative_error(out, reference)
 
+    def selection_error(index: torch.Tensor, _ref: torch.Tensor) -> float:
+        """0 for a right selection of the reference scores, inf otherwise."""
+        return 0.0 if selection_ok(index, p, s.window) else float("inf")
+
+    def scores_fidelity(scores: torch.Tensor) -> dict:
+        return {"quant_error": _scores_error(scores, p.fp32_scores)}
+
+    def pipeline_fidelity(out: torch.Tensor) -> dict:
+        return {"quant_error": relative_error(out, p.fp32_out),
+                "overlap": overlap(chosen["index"], p.fp32_index, topk)}  # fmt: skip
+
     return {
         "indexer": (
-            partial(variant.indexer_scores, p.index_q, p.index_w, p.keys, p.pos),
+            partial(variant.indexer_scores, p.index_q, p.index_w, p.cached_keys, p.pos),
             p.scores_ref,
             _scores_error,
+            scores_fidelity,
+        ),  # fmt: skip
+        "select": (
+            partial(variant.select_positions, p.scores_ref, p.pos, topk, s.window),
+            p.index,
+            selection_error,
+            None,
         ),  # fmt: skip
         "sparse_attention": (
             partial(variant.attend, p.q, p.kv, p.index),
             p.out_ref,
             relative_error,
+            None,
         ),  # fmt: skip
-        "attention": (pipeline, p.out_ref, own_selection_error),
+        "attention": (pipeline, p.out_ref, own_selection_error, pipeline_fidelity),
     }
 
 
@@ -115,28 +146,48 @@ def selection_ok(index: torch.Tensor, p: Problem, window: int) -> bool:
     return bool((scores >= worst - slack)[valid].all())
 
 
-def cost(kernel: str, sc: Scenario, p: Problem, s: RankShapes) -> tuple[float, float]:
-    """(bytes, FLOPs) a kernel must move and compute at least, in the serving dtype."""
+def cost(
+    kernel: str, sc: Scenario, p: Problem, s: RankShapes, key_format: str
+) -> tuple[float, dict[str, float]]:
+    """(bytes, FLOPs by tensor-core rate) a kernel must move and compute at least, in the
+    variant's formats: FP8 keys (a byte and a 4-byte scale per key) and the indexer's MMA at
+    the FP8 rate, or bf16 keys at the bf16 rate. Selection reads each score and writes the
+    index once; attention reads each selected latent row once."""
     element = p.q.element_size()
-    indexer_bytes = (sc.context * s.index_dim + p.index_q.numel()) * element + 4 * (
-        p.index_w.numel() + sc.queries * sc.context
-    )
-    indexer_flops = 2.0 * s.index_heads * s.index_dim * float((p.pos + 1).sum())
+    fp8 = key_format == "fp8"
+    key_bytes = sc.context * (s.index_dim + 4 if fp8 else s.index_dim * element)
+    scores_bytes = 4 * sc.queries * sc.context
+    indexer_bytes = key_bytes + p.index_q.numel() * element + 4 * p.index_w.numel() + scores_bytes
+    indexer_flops = {("fp8_flops" if fp8 else "bf16_flops"):
+                     2.0 * s.index_heads * s.index_dim * float((p.pos + 1).sum())}  # fmt: skip
+    select_bytes = scores_bytes + p.index.numel() * p.index.element_size()
     rows = min(sc.queries * p.index.shape[1], sc.context)  # each selected latent row once
     attend_bytes = (rows * s.head_dim + 2 * p.q.numel()) * element
-    attend_flops = 4.0 * s.q_heads * s.head_dim * float((p.index >= 0).sum())
+    attend_flops = {"bf16_flops": 4.0 * s.q_heads * s.head_dim * float((p.index >= 0).sum())}
     if kernel == "indexer":
         return indexer_bytes, indexer_flops
+    if kernel == "select":
+        return select_bytes, {}
     if kernel == "sparse_attention":
         return attend_bytes, attend_flops
-    return indexer_bytes + attend_bytes, indexer_flops + attend_flops
+    flops = {rate: indexer_flops.get(rate, 0.0) + attend_flops.get(rate, 0.0)
+             for rate in {*indexer_flops, *attend_flops}}  # fmt: skip
+    return indexer_bytes + select_bytes + attend_bytes, flops
 
 
-def _row(kernel, name, call: Callable, ref, error, sc, p, s, ctx) -> dict:
+def floor_ms(nbytes: float, flops: dict[str, float], ceilings: dict) -> float:
+    """The larger of the bytes at the copy bandwidth and the FLOPs at their rates, summed."""
+    compute = sum(roofline_ms(0.0, count, ceilings, rate) for rate, count in flops.items())
+    return max(roofline_ms(nbytes, 0.0, ceilings), compute)
+
+
+def _row(kernel, name, call: Callable, ref, error, fidelity, sc, p, s, ctx) -> dict:
     facts: list[dict] = []
 
     def check() -> dict:
-        return {"rel_error": error(call_with_facts(call, facts), ref), **compile_facts(facts)}
+        out = call_with_facts(call, facts)
+        row = {"rel_error": error(out, ref), **compile_facts(facts)}
+        return row | (fidelity(out) if fidelity else {})
 
     row = {"kernel": kernel, "variant": name, "scenario": sc.name, "m": sc.queries,
            "context": sc.context}  # fmt: skip
@@ -144,13 +195,12 @@ def _row(kernel, name, call: Callable, ref, error, sc, p, s, ctx) -> dict:
     row = check_then_time(row, check, tolerance("attention", "bf16"), timer)
     if "ms" not in row:
         return row
-    nbytes, flops = cost(kernel, sc, p, s)
-    ceilings = ctx["ceilings"]
-    floor_ms = roofline_ms(nbytes, flops, ceilings)
+    nbytes, flops = cost(kernel, sc, p, s, ctx["key_format"])
+    floor = floor_ms(nbytes, flops, ctx["ceilings"])
     return row | {
-        "floor_ms": floor_ms,
-        "ratio_to_floor": row["ms"] / floor_ms,
-        "tflops": flops / (row["ms"] / 1e3) / 1e12,
+        "floor_ms": floor,
+        "ratio_to_floor": row["ms"] / floor,
+        "tflops": sum(flops.values()) / (row["ms"] / 1e3) / 1e12,
     }
 
 
@@ -182,9 +232,12 @@ def bench_attention(
         for sc in scenarios:
             problem = Problem.draw(sc, s, dtype, dev, seed)
             for name in variants:
-                calls = _calls(attention.VARIANTS[name], problem, s)
+                variant = attention.VARIANTS[name]
+                posed = problem.with_keys(variant, s.index_topk, s.window)
+                calls = _calls(variant, posed, s)
                 for kernel in kernels:
-                    rows.append(_row(kernel, name, *calls[kernel], sc, problem, s, ctx))
+                    context = ctx | {"key_format": variant.key_format}
+                    rows.append(_row(kernel, name, *calls[kernel], sc, posed, s, context))
                     print_row(bar, rows[-1], PRINTED)
     params = {"scenarios": [asdict(sc) for sc in scenarios], "variants": list(variants),
               "kernels": list(kernels), "preset": preset, "seed": seed, "device": device,

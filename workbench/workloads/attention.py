@@ -6,7 +6,7 @@ checked by (indexer scores, the positions the fp32 indexer selects, the attentio
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -29,16 +29,13 @@ SCENARIOS = (
     Scenario("decode-46K", 1, 46_000),
     Scenario("prefill-46K", 4096, 46_000),
 )
-SCENARIOS = (
-    Scenario("decode-2K", 1, 2048),
-    Scenario("decode-46K", 1, 46_000),
-    Scenario("prefill-46K", 4096, 46_000),
-)
 
 
 @dataclass
 class Problem:
-    """One scenario's inputs in the serving dtype, and the fp32 answers they are checked by."""
+    """One scenario's inputs in the serving dtype, and the answers they are checked by: fp32
+    of the inputs as drawn (`fp32_*`) and as a variant poses them (`scores_ref`, `index`,
+    `out_ref`: the same unless its key format quantises them, `bench_attention.own_problem`)."""
 
     q: torch.Tensor
     kv: torch.Tensor
@@ -46,9 +43,13 @@ class Problem:
     index_w: torch.Tensor
     keys: torch.Tensor
     pos: torch.Tensor
-    index: torch.Tensor  # positions the fp32 indexer selects
+    index: torch.Tensor  # positions the reference indexer selects
     scores_ref: torch.Tensor
     out_ref: torch.Tensor
+    fp32_scores: torch.Tensor
+    fp32_index: torch.Tensor
+    fp32_out: torch.Tensor
+    cached_keys: torch.Tensor | attention.QuantizedKeys
 
     @classmethod
     def draw(
@@ -67,4 +68,17 @@ class Problem:
         scores = attention.indexer_scores(index_q.float(), index_w, keys.float(), pos)
         index = attention.select_positions(scores, pos, s.index_topk, s.window)
         out = attention.sparse_attention(q.float(), kv.float(), index)
-        return cls(q, kv, index_q, index_w, keys, pos, index, scores, out)
+        return cls(q, kv, index_q, index_w, keys, pos, index, scores, out, scores, index, out,
+                   keys)  # fmt: skip
+
+    def with_keys(self, variant: attention.AttentionVariant, topk: int, window: int) -> Problem:
+        """The problem as `variant` poses it: its cache's keys, and for FP8 keys the fp32
+        scores, selection and attention of the quantised inputs (what its kernels must
+        reproduce; the gap to `fp32_*` is its quantisation error)."""
+        if variant.key_format != "fp8":
+            return self
+        keys = variant.cache_keys(self.keys)
+        scores = attention.reference.indexer_scores_fp8(self.index_q, self.index_w, keys, self.pos)
+        index = attention.select_positions(scores, self.pos, topk, window)
+        out = attention.sparse_attention(self.q.float(), self.kv.float(), index)
+        return replace(self, cached_keys=keys, scores_ref=scores, index=index, out_ref=out)

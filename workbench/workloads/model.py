@@ -301,38 +301,28 @@ class SyntheticModel:
         s, end, attn = self.shapes, start + size, self.attention
 
         def attend_to(q, kv, index_q, index_k, index_w):
-            with record_function("other"):
-                cache.kv[layer][start:end] = kv
-                cache.keys[layer][start:end] = index_k
             with record_function("attention"):
+                attn.write_cache(cache.kv[layer], cache.keys[layer], start, kv, index_k)
                 pos = torch.arange(start, end, device=self.device)
-                scores = attn.indexer_scores(index_q, index_w, cache.keys[layer][:end], pos)
+                scores = attn.indexer_scores(index_q, index_w, cache.keys[layer], pos, end)
                 chosen = attn.select_positions(scores, pos, s.index_topk, s.window)
-                return attn.attend(q, cache.kv[layer][:end], chosen)
+                return attn.attend(q, cache.kv[layer], chosen)
 
         return attend_to
 
     def _decode_attention(self, state: DecodeState, layer: int) -> Callable:
+        """One step's attention of every stream over the prompt and its own tail: virtual
+        positions from the prompt's end on read the stream's tail rows (`Cache`)."""
         s, cache, attn = self.shapes, state.cache, self.attention
-        prompt, tail, streams = cache.prompt, cache.tail, state.streams
+        layout = {"split": cache.prompt, "shift": state.shift}
 
         def attend_to(q, kv, index_q, index_k, index_w):
-            keys = cache.keys[layer]
-            with record_function("other"):
-                rows = state.stream_rows + state.step
-                cache.kv[layer][rows] = kv
-                keys[rows] = index_k
             with record_function("attention"):
-                prompt_scores = attn.indexer_scores(index_q, index_w, keys[:prompt])
-                # Score each stream's whole tail buffer: slots after the current step hold
-                # stale values, but select_positions never picks a position after the query.
-                tail_keys = keys[prompt : prompt + streams * tail]
-                both = attn.indexer_scores(index_q, index_w, tail_keys)
-                own = both.view(streams, streams, tail).diagonal().T
-                scores = torch.cat([prompt_scores, own], dim=1)
-                pos = prompt + state.step.expand(streams)
-                virtual = attn.select_positions(scores, pos, s.index_topk, s.window)
-                return attn.attend(q, cache.kv[layer], cache.virtual_to_flat(virtual))
+                attn.write_cache(cache.kv[layer], cache.keys[layer], state.rows, kv, index_k)
+                scores = attn.indexer_scores(index_q, index_w, cache.keys[layer], state.pos,
+                                             cache.prompt + cache.tail, **layout)  # fmt: skip
+                chosen = attn.select_positions(scores, state.pos, s.index_topk, s.window, **layout)
+                return attn.attend(q, cache.kv[layer], chosen)
 
         return attend_to
 
@@ -373,6 +363,8 @@ class SyntheticModel:
     def decode_step(self, state: DecodeState) -> None:
         """One decode step on the static buffers: the same work eagerly or as a graph replay."""
         x = state.x
+        with record_function("other"):
+            state.advance()
         for i in range(self.layers):
             attend_to = self._decode_attention(state, i)
             x = self._layer(i, x, attend_to, (state.ids[i], state.weights[i]))

@@ -53,24 +53,17 @@ class Cache:
     """Per-layer latent KV and indexer keys: the prompt first, then each stream's decode tail.
 
     A stream's token at decode step t sits at flat row `prompt + stream * tail + t`, and at
-    *virtual* position `prompt + t` in its own sequence (the prompt, then its own tail).
+    *virtual* position `prompt + t` in its own sequence (the prompt, then its own tail): from
+    virtual position `prompt` on, stream s reads rows `s * tail` further on (its `shift`).
+    Keys are held in the attention variant's format (bf16, or FP8 with per-key scales).
     """
 
-    def __init__(self, s: RankShapes, layers: int, plan: Plan, device, dtype):
+    def __init__(self, s: RankShapes, layers: int, plan: Plan, device, dtype, attention):
         self.prompt = plan.prompt_tokens
         self.tail = plan.decode_tokens
         rows = plan.prompt_tokens + plan.streams * plan.decode_tokens
         self.kv = [torch.empty(rows, s.head_dim, device=device, dtype=dtype) for _ in range(layers)]
-        self.keys = [
-            torch.empty(rows, s.index_dim, device=device, dtype=dtype) for _ in range(layers)
-        ]
-
-    def virtual_to_flat(self, virtual: torch.Tensor) -> torch.Tensor:
-        """Map per-stream positions (prompt, then own tail) to flat cache rows; -1 stays -1."""
-        stream = torch.arange(virtual.shape[0], device=virtual.device)[:, None]
-        tail_row = self.prompt + stream * self.tail + (virtual - self.prompt)
-        flat = torch.where(virtual >= self.prompt, tail_row, virtual)
-        return torch.where(virtual < 0, virtual, flat)
+        self.keys = [attention.empty_keys(rows, s.index_dim, device, dtype) for _ in range(layers)]
 
 
 class DecodeState:
@@ -83,7 +76,7 @@ class DecodeState:
 
     def __init__(self, model: SyntheticModel, plan: Plan):
         dev, s = model.device, model.shapes
-        self.cache = Cache(s, model.layers, plan, dev, model.dtype)
+        self.cache = Cache(s, model.layers, plan, dev, model.dtype, model.attention)
         self.streams = plan.streams
         self.step = torch.zeros((), dtype=torch.int64, device=dev)
         self.x = torch.zeros(plan.streams, s.hidden, device=dev, dtype=model.dtype)
@@ -95,11 +88,19 @@ class DecodeState:
             torch.full((plan.streams, s.top_k), 1.0 / s.top_k, device=dev)
             for _ in range(model.layers)
         ]
-        self.stream_rows = plan.prompt_tokens + torch.arange(plan.streams, device=dev) * (
-            plan.decode_tokens
-        )
+        self.shift = torch.arange(plan.streams, device=dev) * plan.decode_tokens
+        self.stream_rows = plan.prompt_tokens + self.shift
+        # This step's cache rows and virtual positions, computed once a step (`advance`).
+        self.rows = self.stream_rows.clone()
+        self.pos = torch.full((plan.streams,), plan.prompt_tokens, device=dev)
         self.tokens = torch.zeros(plan.streams, dtype=torch.int64, device=dev)
         self.hidden = torch.zeros(plan.streams, s.hidden, device=dev, dtype=model.dtype)
+
+    def advance(self) -> None:
+        """This step's cache rows and query positions from the step counter, on the device (two
+        launches a step, part of the replayed graph), shared by every layer."""
+        torch.add(self.stream_rows, self.step, out=self.rows)
+        torch.add(self.step.expand(self.streams), self.cache.prompt, out=self.pos)
 
     def load(self, inputs: dict, step: int) -> None:
         """Copy decode step `step`'s inputs into the static buffers (outside any graph)."""

@@ -1,0 +1,212 @@
+"""The lightning indexer in FP8, as DeepSeek serves it, and the cache write that feeds it.
+
+Keys are cached in FP8 (E4M3) with one power-of-two scale per key, quantised once when the
+token is written (`write_cache`, which also stores the latent KV row: one launch per layer and
+step). Queries are quantised per (query, head) row inside the indexer, and since ReLU commutes
+with a positive scale, both scales leave the MMA:
+
+    score[q, j] = ks[j] * sum_h (w[q, h] * sq[q, h]) * relu(q8[q, h] . k8[j])
+
+The kernel puts keys on the MMA's M side and (query, head) pairs on N: S = K8 @ Q8^T is one FP8
+wgmma per key block on sm_90, and the weighted head sum is a second, small MMA, relu(S) @ W,
+where W (N, 16) holds each pair's weight in its query's column. A reduction across the rows of
+an MMA accumulator would instead need a trip through shared memory per key block. Causal key
+blocks after a tile's last query are not multiplied and score -inf.
+
+Decode caches are laid out as the prompt, then each stream's tail; with `split` and `shift`, a
+query's virtual positions from `split` on read cache rows `shift[q]` further on, so one launch
+scores a stream's prompt and its own tail together (decode tiles hold one query).
+"""
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from kernels.attention.formats import QuantizedKeys
+from kernels.dense.w8a8 import pow2_scale, quantize_activations, round_to_e4m3
+from kernels.moe.compiled import launch, recording
+from kernels.moe.routing import dot_options, sm_count
+
+OFF_GPU_SMS = 4
+DECODE_QUERIES = 4  # at or below: one query per tile
+COLUMNS = 16  # the head-sum MMA's N: at least 16 on the tensor cores
+
+
+def quantize_keys(keys: Tensor) -> QuantizedKeys:
+    """Per-key FP8 quantisation of (L, d) keys, as `write_cache` stores them."""
+    values, scales = quantize_activations(keys, keys.shape[1])
+    return QuantizedKeys(values, scales[:, 0].contiguous())
+
+
+@triton.jit
+def _write_cache_kernel(
+    kv_ptr, key_ptr, rows_ptr, first_row, kv_cache_ptr, k8_ptr, ks_ptr,
+    stride_kv, stride_key, stride_kv_cache, stride_k8,
+    KV_DIM: tl.constexpr, KV_P: tl.constexpr, DIM: tl.constexpr, DIM_P: tl.constexpr,
+    ROWS_GIVEN: tl.constexpr,
+):  # fmt: skip
+    token = tl.program_id(0).to(tl.int64)
+    row = tl.load(rows_ptr + token).to(tl.int64) if ROWS_GIVEN else first_row + token
+    c = tl.arange(0, KV_P)
+    latent = tl.load(kv_ptr + token * stride_kv + c, mask=c < KV_DIM)
+    tl.store(kv_cache_ptr + row * stride_kv_cache + c, latent, mask=c < KV_DIM)
+    d = tl.arange(0, DIM_P)
+    key = tl.load(key_ptr + token * stride_key + d, mask=d < DIM, other=0.0).to(tl.float32)
+    scale, inverse = pow2_scale(tl.max(tl.abs(key), axis=0))
+    tl.store(k8_ptr + row * stride_k8 + d, round_to_e4m3(key * inverse).to(tl.float8e4nv),
+             mask=d < DIM)  # fmt: skip
+    tl.store(ks_ptr + row, scale)
+
+
+def write_cache(
+    kv_cache: Tensor, keys: QuantizedKeys, rows: int | Tensor, kv: Tensor, index_k: Tensor
+) -> None:
+    """Store T tokens' latent rows and FP8-quantised indexer keys at cache `rows`: a first
+    row (contiguous rows from there) or a (T,) tensor of rows. One launch."""
+    tokens = kv.shape[0]
+    if index_k.shape[0] != tokens or kv.shape[1] != kv_cache.shape[1]:
+        raise ValueError(
+            f"write_cache expects kv (T, {kv_cache.shape[1]}) and index_k (T, d); got "
+            f"{tuple(kv.shape)} and {tuple(index_k.shape)}"
+        )
+    if kv.stride(1) != 1 or index_k.stride(1) != 1 or kv_cache.stride(1) != 1:
+        raise ValueError("write_cache needs rows contiguous along the last dim.")
+    given = isinstance(rows, Tensor)
+    launch(
+        _write_cache_kernel, (tokens,), kv, index_k, rows if given else kv, 0 if given else rows,
+        kv_cache, keys.values, keys.scales, kv.stride(0), index_k.stride(0), kv_cache.stride(0),
+        keys.values.stride(0), KV_DIM=kv.shape[1], KV_P=triton.next_power_of_2(kv.shape[1]),
+        DIM=index_k.shape[1], DIM_P=triton.next_power_of_2(index_k.shape[1]), ROWS_GIVEN=given,
+    )  # fmt: skip
+
+
+@triton.jit
+def _indexer_fp8_kernel(
+    q_ptr, w_ptr, k_ptr, ks_ptr, pos_ptr, shift_ptr, out_ptr, Q, V, split, keys_per_program,
+    stride_qq, stride_qh, stride_wq, stride_wh, stride_kl, stride_oq,
+    HEADS: tl.constexpr, DIM: tl.constexpr, HEADS_P: tl.constexpr, DIM_P: tl.constexpr,
+    BLOCK_Q: tl.constexpr, BLOCK_L: tl.constexpr, COLS: tl.constexpr, CAUSAL: tl.constexpr,
+    SHIFTED: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    q0 = tl.program_id(0) * BLOCK_Q
+    n = tl.arange(0, BLOCK_Q * HEADS_P)  # the MMA's N: (query, head) pairs
+    n_query = (q0 + n // HEADS_P).to(tl.int64)
+    n_head = n % HEADS_P
+    n_ok = (n_query < Q) & (n_head < HEADS)
+    d = tl.arange(0, DIM_P)
+    qh = tl.load(
+        q_ptr + n_query[:, None] * stride_qq + n_head[:, None] * stride_qh + d[None, :],
+        mask=n_ok[:, None] & (d < DIM)[None, :], other=0.0,
+    ).to(tl.float32)  # fmt: skip
+    q_scale, q_inverse = pow2_scale(tl.max(tl.abs(qh), axis=1))
+    q8 = round_to_e4m3(qh * q_inverse[:, None]).to(tl.float8e4nv)
+    w = tl.load(w_ptr + n_query * stride_wq + n_head * stride_wh, mask=n_ok, other=0.0)
+    col = tl.arange(0, COLS)
+    head_sum = tl.where((n // HEADS_P)[:, None] == col[None, :], (w * q_scale)[:, None], 0.0)
+    if not UPCAST:
+        head_sum = head_sum.to(tl.bfloat16)
+    queries = (q0 + col).to(tl.int64)
+    query_ok = (col < BLOCK_Q) & (queries < Q)
+    if CAUSAL:
+        pos = tl.load(pos_ptr + queries, mask=query_ok, other=-1)
+        last = tl.max(pos, axis=0)
+    else:
+        last = V
+    shift = tl.load(shift_ptr + q0) if SHIFTED else 0
+    start = tl.program_id(1) * keys_per_program
+    for l0 in range(start, tl.minimum(start + keys_per_program, V), BLOCK_L):
+        keys = l0 + tl.arange(0, BLOCK_L)
+        key_ok = keys < V
+        out_ptrs = out_ptr + queries[None, :] * stride_oq + keys[:, None]
+        out_mask = key_ok[:, None] & query_ok[None, :]
+        if l0 <= last:
+            rows = keys.to(tl.int64)
+            if SHIFTED:
+                rows = tl.where(keys >= split, rows + shift, rows)
+            k8 = tl.load(k_ptr + rows[:, None] * stride_kl + d[None, :],
+                         mask=key_ok[:, None] & (d < DIM)[None, :], other=0.0)  # fmt: skip
+            k_scale = tl.load(ks_ptr + rows, mask=key_ok, other=0.0)
+            dots = tl.dot(k8, tl.trans(q8))  # (BLOCK_L, N) fp32, FP8 wgmma
+            relu = tl.maximum(dots, 0.0)
+            if UPCAST:  # the interpreter's bf16 tl.dot multiplies bit patterns
+                scores = tl.dot(relu, head_sum, input_precision="ieee")
+            else:
+                scores = tl.dot(relu.to(tl.bfloat16), head_sum)
+            scores = scores * k_scale[:, None]
+            if CAUSAL:
+                scores = tl.where(keys[:, None] <= pos[None, :], scores, float("-inf"))
+            tl.store(out_ptrs, scores, mask=out_mask)
+        else:
+            tl.store(out_ptrs, tl.full((BLOCK_L, COLS), float("-inf"), tl.float32), out_mask)
+
+
+def _check(q_idx: Tensor, weights: Tensor, keys: QuantizedKeys, query_pos: Tensor | None) -> None:
+    if not isinstance(keys, QuantizedKeys):
+        raise ValueError("the FP8 indexer reads QuantizedKeys: quantize_keys(k) or write_cache.")
+    values, scales = keys
+    if (
+        q_idx.dim() != 3
+        or weights.shape != q_idx.shape[:2]
+        or values.dim() != 2
+        or values.shape[1] != q_idx.shape[2]
+        or scales.shape != values.shape[:1]
+        or (query_pos is not None and query_pos.shape != q_idx.shape[:1])
+    ):
+        raise ValueError(
+            f"indexer_scores_fp8 expects q_idx (Q, h, d), weights (Q, h), keys (L, d) with "
+            f"scales (L,), query_pos (Q,) or None; got {tuple(q_idx.shape)}, "
+            f"{tuple(weights.shape)}, {tuple(values.shape)}, {tuple(scales.shape)}, "
+            f"{None if query_pos is None else tuple(query_pos.shape)}"
+        )
+    if values.dtype != torch.float8_e4m3fn or q_idx.stride(2) != 1 or values.stride(1) != 1:
+        raise ValueError("keys must be float8_e4m3fn; q_idx and keys contiguous along d.")
+
+
+def indexer_scores_fp8(
+    q_idx: Tensor,
+    weights: Tensor,
+    keys: QuantizedKeys,
+    query_pos: Tensor | None = None,
+    length: int | None = None,
+    split: int | None = None,
+    shift: Tensor | None = None,
+    block_q: int | None = None,
+    block_l: int = 128,
+    num_warps: int | None = None,
+) -> Tensor:
+    """Indexer scores (Q, length) fp32 over FP8 keys; `reference.indexer_scores_fp8` defines
+    them. Causal when `query_pos` is given; `length` defaults to the keys held; with `split`
+    and `shift` (Q,), positions from `split` on read rows `shift[q]` further on."""
+    _check(q_idx, weights, keys, query_pos)
+    (num_q, heads, dim), length = q_idx.shape, length or keys.values.shape[0]
+    if (split is None) != (shift is None):
+        raise ValueError("give split and shift together, or neither.")
+    if num_q == 0 or length == 0:
+        raise ValueError("indexer_scores_fp8 needs at least one query and one key.")
+    heads_p = max(16, triton.next_power_of_2(heads))  # tl.dot wants N >= 16
+    dim_p = max(32, triton.next_power_of_2(dim))  # FP8 MMA wants K >= 32
+    if block_q is None:
+        block_q = 1 if num_q <= DECODE_QUERIES or shift is not None else max(1, 128 // heads_p)
+    if shift is not None and block_q != 1:
+        raise ValueError("a shifted (decode) layout takes one query per tile: block_q=1.")
+    q_tiles, l_blocks = triton.cdiv(num_q, block_q), triton.cdiv(length, block_l)
+    sms = sm_count(q_idx.device) or OFF_GPU_SMS
+    run = max(1, min(16, l_blocks * q_tiles // (4 * sms)))
+    keys_per_program = run * block_l
+    scores = torch.empty(num_q, length, dtype=torch.float32, device=q_idx.device)
+    upcast = dot_options(torch.bfloat16)[1]
+    rows = block_q * heads_p
+    grid = (q_tiles, triton.cdiv(length, keys_per_program))
+    with recording():
+        launch(
+            _indexer_fp8_kernel, grid, q_idx, weights, keys.values, keys.scales,
+            q_idx if query_pos is None else query_pos, q_idx if shift is None else shift, scores,
+            num_q, length, length if split is None else split, keys_per_program,
+            q_idx.stride(0), q_idx.stride(1), *weights.stride(), keys.values.stride(0),
+            scores.stride(0), HEADS=heads, DIM=dim, HEADS_P=heads_p, DIM_P=dim_p,
+            BLOCK_Q=block_q, BLOCK_L=block_l, COLS=max(COLUMNS, block_q),
+            CAUSAL=query_pos is not None, SHIFTED=shift is not None, UPCAST=upcast,
+            num_warps=num_warps or (8 if rows * block_l >= 128 * 128 else 4), num_stages=2,
+        )  # fmt: skip
+    return scores

@@ -1,0 +1,94 @@
+"""Time a short, hand-picked grid of settings of the sparse-attention kernels on the GPU (the
+FP8 indexer, the radix select, the sparse attention) at the bench's decode and prefill
+scenarios for `dsv4-flash-tp2`, each setting checked against its reference first, to choose
+their defaults.
+
+    python scripts/tune_attention.py OUT_DIR [--budget-s 240]
+
+Writes OUT_DIR/tune-attention.csv and prints one line per setting as it finishes. A
+developer's tool, like tune_dense.py; `workbench bench attention` is the product's benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+import kernels.attention as attention
+from workbench.capture.bench_attention import selection_ok
+from workbench.capture.bench_rows import call_with_facts, compile_facts, time_call
+from workbench.presets import get_preset
+from workbench.workloads.attention import Problem, Scenario
+from workbench.workloads.checks import relative_error
+
+SCENARIOS = (Scenario("decode-46K", 1, 46_000), Scenario("prefill-46K", 4096, 46_000))
+INDEXER = [{}, {"block_q": 1}, {"block_q": 2}, {"block_q": 4}, {"block_q": 2, "block_l": 64},
+           {"block_q": 2, "num_warps": 4}, {"block_q": 4, "block_l": 64},
+           {"block_l": 64}, {"block_l": 256, "block_q": 1}]  # fmt: skip
+SELECT = [{}, {"block": 1024}, {"block": 4096}, {"num_warps": 4}, {"num_warps": 16},
+          {"rounds": 4}]  # fmt: skip
+ATTEND = [{}, {"block_h": 32}, {"block_h": 64}, {"block_h": 32, "block_n": 64},
+          {"block_h": 16, "block_n": 64}, {"block_h": 32, "num_warps": 4},
+          {"block_h": 64, "block_n": 16}, {"block_h": 32, "num_stages": 3}]  # fmt: skip
+
+
+def cases(p: Problem, window: int, topk: int) -> list[tuple[str, list[dict], object]]:
+    """(kernel, grid, check(options) -> (call, error)) per kernel."""
+
+    def indexer(options: dict):
+        call = partial(attention.indexer_scores_fp8, p.index_q, p.index_w, p.cached_keys, p.pos,
+                       **options)  # fmt: skip
+        return call, lambda out: relative_error(out[p.scores_ref.isfinite()],
+                                                p.scores_ref[p.scores_ref.isfinite()])  # fmt: skip
+
+    def select(options: dict):
+        call = partial(attention.select_positions_triton, p.scores_ref, p.pos, topk, window,
+                       **options)  # fmt: skip
+        return call, lambda out: 0.0 if selection_ok(out, p, window) else float("inf")
+
+    def attend(options: dict):
+        call = partial(attention.sparse_attention_triton, p.q, p.kv, p.index, **options)
+        return call, lambda out: relative_error(out, p.out_ref)
+
+    return [("indexer_fp8", INDEXER, indexer), ("select", SELECT, select),
+            ("sparse_attention", ATTEND, attend)]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--budget-s", type=float, default=240)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    device, s = torch.device("cuda"), get_preset("dsv4-flash-tp2").rank_shapes()
+    start, rows = time.monotonic(), []
+    fp8 = attention.VARIANTS["fp8"]
+    for sc in SCENARIOS:
+        p = Problem.draw(sc, s, torch.bfloat16, device, 0).with_keys(fp8, s.index_topk, s.window)
+        for kernel, grid, build in cases(p, s.window, s.index_topk):
+            for options in grid:
+                if time.monotonic() - start > args.budget_s:
+                    break
+                row = {"kernel": kernel, "scenario": sc.name, "options": repr(options)}
+                try:
+                    call, error = build(options)
+                    facts: list[dict] = []
+                    row |= {"rel_error": error(call_with_facts(call, facts))}
+                    row |= compile_facts(facts)
+                    row["ms"], row["iqr_ms"] = time_call(call, device, sc.queries)
+                    row["status"] = "ok"
+                except Exception as err:  # noqa: BLE001 (a failing setting is a result)
+                    row["status"] = f"{type(err).__name__}: {str(err)[:100]}"
+                rows.append(row)
+                print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in row.items()), flush=True)  # fmt: skip
+    pd.DataFrame(rows).to_csv(args.out / "tune-attention.csv", index=False)
+
+
+if __name__ == "__main__":
+    main()
