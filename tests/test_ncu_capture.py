@@ -120,9 +120,9 @@ def test_bad_target_arguments_exit_with_usage(argv, capsys):
 
 
 def test_builder_registry():
-    assert set(BUILDERS) == {"moe", "dense", "model-decode-step"}
-    with pytest.raises(WorkbenchError, match="known kernels: moe, dense, model-decode-step"):
-        TargetArgs("attention", "triton", (6,)).validate()
+    assert set(BUILDERS) == {"moe", "dense", "attention", "model-decode-step"}
+    with pytest.raises(WorkbenchError, match="known kernels: moe, dense, attention, model-dec"):
+        TargetArgs("mla", "triton", (6,)).validate()
     with pytest.raises(WorkbenchError, match="counts >= 1"):
         TargetArgs("moe", "stock", (0,)).validate()
     with pytest.raises(WorkbenchError, match="unknown routing"):
@@ -297,7 +297,7 @@ def assert_nothing_left(out: Path) -> None:
 def test_capture_checks_arguments_before_looking_for_ncu(monkeypatch, tmp_path):
     monkeypatch.setattr(shutil, "which", lambda name: pytest.fail("looked for ncu"))
     with pytest.raises(WorkbenchError, match="unknown kernel"):
-        capture("attention", "triton", 6, out=tmp_path)
+        capture("mla", "triton", 6, out=tmp_path)
     with pytest.raises(WorkbenchError, match="plain file name"):
         capture("moe", "stock", 6, out=tmp_path, name="../elsewhere")
 
@@ -490,3 +490,18 @@ def test_a_terminated_capture_takes_ncu_down_with_it(tmp_path):
     while _running(stand_in_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _running(stand_in_pid)
+
+
+@pytest.mark.parametrize("part", ["indexer", "select", "attend"])
+def test_attention_target_marks_one_checked_launch_of_its_part(part):
+    marks = Marks()
+    args = cpu_args("attention", "fp8", (1, 6), part=part, context=300)
+    names = run_target(args, marks, log=lambda line: None)
+    assert names == marks.names == [f"wb:attention:fp8-{part}:T=1", f"wb:attention:fp8-{part}:T=6"]
+
+
+def test_attention_target_refuses_unknown_parts_and_oversized_queries():
+    with pytest.raises(WorkbenchError, match="part=mqa"):
+        BUILDERS["attention"](cpu_args("attention", "fp8", (1,), part="mqa"))
+    with pytest.raises(WorkbenchError, match="do not fit a context of 100"):
+        BUILDERS["attention"](cpu_args("attention", "fp8", (200,), context=100))

@@ -15,7 +15,8 @@ from workbench.analysis.ncu_files import DECODE_STEP
 from workbench.errors import WorkbenchError
 from workbench.presets import ROUTINGS
 
-KERNELS = ("moe", "dense", DECODE_STEP)  # what the target can build (ncu_builders.BUILDERS)
+# What the target can build (ncu_builders.BUILDERS).
+KERNELS = ("moe", "dense", "attention", DECODE_STEP)
 PREFIX = "wb-ncu-target:"  # capture.ncu finds this program's own lines in ncu's output by it
 DONE = f"{PREFIX} done"
 DEFAULT_PRESET = "dsv4-flash-tp2"

@@ -164,6 +164,62 @@ def build_dense(args: TargetArgs) -> list[Workload]:
     return workloads
 
 
+# ---- --kernel attention ----------------------------------------------------------------------
+ATTENTION_PARTS = ("indexer", "select", "attend")
+
+
+def build_attention(args: TargetArgs) -> list[Workload]:
+    """One launch of a sparse-attention variant's `part` (indexer, select or attend) per query
+    count, the last query at position `context - 1` (46,000): the bench's scenarios, on the
+    same inputs (`workloads.attention.Problem`), checked against the variant's reference."""
+    import kernels.attention as attention
+    from workbench.workloads.attention import Problem, Scenario
+
+    variant = _variant(attention.VARIANTS, "attention", args.variant)
+    options = dict(args.params)
+    part, context = str(options.pop("part", "indexer")), int(options.pop("context", 46_000))
+    if part not in ATTENTION_PARTS or options:
+        raise WorkbenchError(
+            f"attention takes part ({', '.join(ATTENTION_PARTS)}) and context; got "
+            f"part={part} and {', '.join(options) or 'nothing else'}."
+        )
+    device, s = device_for(args.device), get_preset(args.preset).rank_shapes()
+    workloads = []
+    for queries in args.tokens:
+        if not 1 <= queries <= context:
+            raise WorkbenchError(f"{queries} queries do not fit a context of {context}.")
+        p = Problem.draw(Scenario(part, queries, context), s, serving_dtype(device), device,
+                         args.seed).with_keys(variant, s.index_topk, s.window)  # fmt: skip
+        call, reference, measure = {
+            "indexer": (partial(variant.indexer_scores, p.index_q, p.index_w, p.cached_keys,
+                                p.pos), p.scores_ref, "finite"),
+            "select": (partial(variant.select_positions, p.scores_ref, p.pos, s.index_topk,
+                               s.window), None, "selection"),
+            "attend": (partial(variant.attend, p.q, p.kv, p.index), p.out_ref, "values"),
+        }[part]  # fmt: skip
+        name = range_name("attention", f"{args.variant}-{part}", queries)
+        check = partial(_check_attention, call, reference, measure, p, s.window, name)
+        workloads.append(Workload(name, check, call, _marked(call, name)))
+    return workloads
+
+
+def _check_attention(call, reference, measure: str, p, window: int, name: str) -> None:
+    from workbench.capture.bench_attention import selection_ok
+
+    out = call()
+    if measure == "selection":
+        if not selection_ok(out, p, window):
+            raise WorkbenchError(f"{name}: a wrong selection is not profiled.")
+        return
+    finite = torch.isfinite(reference)
+    error = relative_error(out[finite], reference[finite])
+    if not error <= tolerance("attention", "bf16"):
+        raise WorkbenchError(
+            f"{name}: output differs from its reference (relative error {error:.3g}); a wrong "
+            "kernel is not profiled. Reproduce with tests/test_attention_kernels.py."
+        )
+
+
 # ---- --kernel model-decode-step --------------------------------------------------------------
 class _MarkedModel(SyntheticModel):
     """The synthetic model, with chosen structural steps (e.g. `wb.decode#1`) run inside a mark.
@@ -236,5 +292,6 @@ def build_decode_step(args: TargetArgs) -> list[Workload]:
 BUILDERS: dict[str, Callable[[TargetArgs], list[Workload]]] = {
     "moe": build_moe,
     "dense": build_dense,
+    "attention": build_attention,
     DECODE_STEP: build_decode_step,
 }

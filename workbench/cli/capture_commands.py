@@ -77,12 +77,14 @@ def add_ncu(sub) -> None:
             "Relaunch a small target under `ncu --set full` and profile one launch per token "
             "count (after warm-up): KERNEL 'moe' with VARIANT a MoE scheduler at the TP2-rank "
             "shape, 'dense' with VARIANT a dense backend (bf16, w8a16, w8a8, hybrid; tokens are "
-            "M, --param projection=o_b picks the layer's GEMM), or 'model-decode-step' for "
+            "M, --param projection=o_b picks the layer's GEMM), 'attention' with VARIANT an "
+            "attention variant (triton, fp8; tokens are queries ending at --param "
+            "context=46000, --param part=indexer|select|attend), or 'model-decode-step' for "
             "every kernel of one decode step (tokens are then the streams). Writes "
             "OUT/<name>.ncu-rep, .json and .summary.txt."
         ),
     )
-    p.add_argument("kernel", help="moe, dense or model-decode-step")
+    p.add_argument("kernel", help="moe, dense, attention or model-decode-step")
     p.add_argument("variant", help="the variant, e.g. stock, multirow, flat; w8a16, w8a8")
     p.add_argument("--tokens", type=int, nargs="+", default=[6, 4096])
     p.add_argument("--param", type=kernel_setting, nargs="+", action="extend", default=[],
