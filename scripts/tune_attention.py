@@ -27,14 +27,11 @@ from workbench.workloads.attention import Problem, Scenario
 from workbench.workloads.checks import relative_error
 
 SCENARIOS = (Scenario("decode-46K", 1, 46_000), Scenario("prefill-46K", 4096, 46_000))
-INDEXER = [{}, {"block_q": 1}, {"block_q": 2}, {"block_q": 4}, {"block_q": 2, "block_l": 64},
-           {"block_q": 2, "num_warps": 4}, {"block_q": 4, "block_l": 64},
-           {"block_l": 64}, {"block_l": 256, "block_q": 1}]  # fmt: skip
+INDEXER = [{}, {"block_l": 64}, {"num_warps": 4}]
 SELECT = [{}, {"block": 1024}, {"block": 4096}, {"num_warps": 4}, {"num_warps": 16},
           {"rounds": 4}]  # fmt: skip
-ATTEND = [{}, {"block_h": 32}, {"block_h": 64}, {"block_h": 32, "block_n": 64},
-          {"block_h": 16, "block_n": 64}, {"block_h": 32, "num_warps": 4},
-          {"block_h": 64, "block_n": 16}, {"block_h": 32, "num_stages": 3}]  # fmt: skip
+ATTEND = [{}, {"block_n": 128}, {"block_h": 32, "block_n": 128}, {"splits": 20},
+          {"splits": 40}, {"block_h": 64, "block_n": 32}]  # fmt: skip
 
 
 def cases(p: Problem, window: int, topk: int) -> list[tuple[str, list[dict], object]]:

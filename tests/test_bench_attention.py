@@ -5,6 +5,7 @@ FLOPs, and a wrong kernel reported as such. (No timing is asserted here.)"""
 
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 
 import kernels.attention as attention
@@ -32,7 +33,7 @@ def fixed_timer(monkeypatch):
 
 def _run(tmp_path, device, **kwargs):
     args = {"scenarios": SCENARIOS, "device": device.type, "ceilings": CEILINGS,
-            "out": tmp_path, "progress": False, **SMALL, **kwargs}  # fmt: skip
+            "out": tmp_path, "progress": False, "peers": (), **SMALL, **kwargs}  # fmt: skip
     return bench.bench_attention(**args)
 
 
@@ -52,6 +53,14 @@ def test_every_variant_and_kernel_gets_a_checked_timed_row(tmp_path, device):
     assert both.loc["attention", "floor_ms"] >= both.loc["sparse_attention", "floor_ms"]
     meta = read_meta(table.attrs["path"])
     assert meta["kind"] == "bench-attention" and meta["shapes"]["index_topk"] == 16
+
+
+def test_deepgemm_indexer_is_a_missing_peer_row_without_it(tmp_path, device):
+    table = _run(tmp_path, device, variants=("fp8",), kernels=("indexer",), peers=("deepgemm",))
+    peer = table.set_index(["scenario", "variant"]).loc[("decode", "deepgemm")]
+    assert peer["kernel"] == "indexer" and peer["status"] == "missing-peer"
+    assert "deep_gemm" in peer["note"].lower() and pd.isna(peer["ms"])
+    assert read_meta(table.attrs["path"])["params"]["peers"] == ["deepgemm"]
 
 
 def test_fp8_rows_are_checked_against_their_own_format_and_report_its_error(tmp_path, device):

@@ -150,7 +150,9 @@ def test_cli_bench_dense_and_attention_pass_their_options(tmp_path, monkeypatch,
     assert main(["bench", "dense", "--no-peers"]) == 0
     assert seen["dense"]["peers"] == []
     assert main(["bench", "attention", "--variants", "triton"]) == 0
-    assert seen["attention"] == {"variants": ["triton"], "out": "raw"}
+    assert seen["attention"] == {"variants": ["triton"], "peers": ["deepgemm"], "out": "raw"}
+    assert main(["bench", "attention", "--no-peers"]) == 0
+    assert seen["attention"]["peers"] == []
     assert "written to" in capsys.readouterr().out
 
 

@@ -76,7 +76,7 @@ def _select_kernel(
         prefix = tl.zeros((), tl.int32)  # the chosen high bytes of the cut, signed
         need = tl.full((), TOPK, tl.int32)  # picks still to place at or below the prefix
         for r in tl.static_range(ROUNDS):
-            low_bit: tl.constexpr = 24 - 8 * r
+            low_bit = 24 - 8 * r  # constexpr: r is unrolled
             counts = tl.zeros((256,), tl.int32)
             for j0 in range(0, candidates, BLOCK):
                 j = j0 + lane
@@ -96,7 +96,7 @@ def _select_kernel(
             chosen = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
             need -= tl.sum(tl.where(bins > chosen, counts, 0), axis=0)
             prefix = chosen - 128 if r == 0 else prefix * 256 + chosen
-        cut_bit: tl.constexpr = 32 - 8 * ROUNDS
+        cut_bit = 32 - 8 * ROUNDS
         written = tl.zeros((), tl.int32)
         ties = tl.zeros((), tl.int32)
         for j0 in range(0, candidates, BLOCK):

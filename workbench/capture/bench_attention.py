@@ -1,14 +1,18 @@
-"""`workbench bench attention`: the indexer, the sparse attention, and the two with the top-k
-between them, torch reference against Triton, at the TP2-rank shape and real context lengths.
+"""`workbench bench attention`: the indexer, the top-k select, the sparse attention, and the
+three in a row, for the torch reference, the bf16 Triton path and the FP8 path, with
+DeepGEMM's FP8 indexer as a peer, at the TP2-rank shape and real context lengths.
 
 Scenarios: one decode query at 2K and at 46K context, and a 4096-query prefill chunk ending at
-46K. Each row is checked against the fp32 reference first (indexer scores; the attention over
-the positions the fp32 scores select; the whole pipeline against fp32 attention over the
-positions it selected itself) and only then timed, decode sizes as CUDA graph replays. The
-floor is the larger of the bytes a step must move at the measured copy bandwidth (the
-indexer's keys and scores, each selected latent row once, queries and outputs) and its FLOPs
-at the measured cuBLAS bf16 rate: decode is all bytes (the indexer's keys, at 46K context), a
-prefill chunk mostly FLOPs (every query scores every earlier key).
+46K. Each row is checked first and only then timed, decode sizes as CUDA graph replays:
+indexer scores against fp32 of the inputs as the variant poses them (FP8 keys and queries for
+`fp8` and the peer), the selection by the selection rules, the attention over the reference's
+positions, the whole pipeline against fp32 attention over the positions it selected itself.
+`quant_error` is the error against fp32 of the unquantised inputs (FP8's own rounding for the
+FP8 rows) and `overlap` the share of the fp32 selection's picks the pipeline made. The floor
+is the larger of the bytes a step must move at the measured copy bandwidth (the indexer's keys
+and scores, each selected latent row once, queries and outputs) and its FLOPs at the measured
+rate of the tensor-core dtype (FP8 for the FP8 indexer, bf16 otherwise): decode is all bytes,
+a prefill chunk mostly FLOPs (every query scores every earlier key).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from workbench.capture.bench_rows import (
 )
 from workbench.errors import WorkbenchError
 from workbench.presets import RankShapes
-from workbench.workloads.attention import SCENARIOS, Problem, Scenario
+from workbench.workloads.attention import DECODE_QUERIES, SCENARIOS, Problem, Scenario
 from workbench.workloads.checks import relative_error, tolerance
 
 VARIANTS = ("torch", "triton", "fp8")
@@ -43,7 +47,9 @@ SELECTION_SLACK = 1e-2  # of a row's largest |score|: how far below the fp32 cut
 COLUMNS = [
     "kernel", "variant", "scenario", "m", "context", "ms", "iqr_ms", "floor_ms",
     "ratio_to_floor", "tflops", "rel_error", "quant_error", "overlap", "regs", "spills", "status",
+    "note",
 ]  # fmt: skip
+PEERS = ("deepgemm",)
 PRINTED = ("kernel", "variant", "scenario", "ms", "floor_ms", "ratio_to_floor", "rel_error",
            "quant_error", "regs", "spills", "status")  # fmt: skip
 
@@ -181,6 +187,39 @@ def floor_ms(nbytes: float, flops: dict[str, float], ceilings: dict) -> float:
     return max(roofline_ms(nbytes, 0.0, ceilings), compute)
 
 
+def _peer_row(sc: Scenario, p: Problem, s: RankShapes, ctx: dict) -> dict:
+    """DeepGEMM's indexer on the problem as the FP8 variant poses it (`p`): its paged decode
+    kernel for a handful of queries, its prefill kernel above, or why it cannot run."""
+    from workbench.peers import deepgemm_indexer as peer
+
+    ok, why = peer.available()
+    if not ok:
+        return {
+            "kernel": "indexer",
+            "variant": "deepgemm",
+            "scenario": sc.name,
+            "m": sc.queries,
+            "context": sc.context,
+            "status": "missing-peer",
+            "note": why,
+        }
+    prepare = peer.prepare_decode if sc.queries <= DECODE_QUERIES else peer.prepare_prefill
+    try:
+        call = prepare(p.index_q, p.index_w, p.cached_keys, p.pos)
+    except Exception as err:  # noqa: BLE001 (a peer that fails to build is a row, not a crash)
+        return {
+            "kernel": "indexer",
+            "variant": "deepgemm",
+            "scenario": sc.name,
+            "m": sc.queries,
+            "context": sc.context,
+            "status": f"error: {type(err).__name__}: {str(err)[:120]}",
+            "note": peer.PEER_NOTE,
+        }
+    row = _row("indexer", "deepgemm", call, p.scores_ref, _scores_error, None, sc, p, s, ctx)
+    return row | {"note": peer.PEER_NOTE}
+
+
 def _row(kernel, name, call: Callable, ref, error, fidelity, sc, p, s, ctx) -> dict:
     facts: list[dict] = []
 
@@ -214,20 +253,24 @@ def bench_attention(
     device: str = "cuda",
     ceilings: dict | None = None,
     progress: bool = True,
+    peers: Sequence[str] = PEERS,
     **shape_overrides: int,
 ) -> pd.DataFrame:
     """Benchmark every attention variant x kernel in every scenario."""
     unknown = sorted(set(variants) - set(attention.VARIANTS)) + sorted(set(kernels) - set(KERNELS))
+    unknown += sorted(set(peers) - set(PEERS))
     if unknown:
         raise WorkbenchError(
-            f"unknown attention variants or kernels {unknown}; variants: "
-            f"{', '.join(attention.VARIANTS)}; kernels: {', '.join(KERNELS)}"
+            f"unknown attention variants, kernels or peers {unknown}; variants: "
+            f"{', '.join(attention.VARIANTS)}; kernels: {', '.join(KERNELS)}; peers: "
+            f"{', '.join(PEERS)}"
         )
     setup = bench_setup(preset, device, seed, ceilings, shape_overrides)
     dev, s, dtype = setup.device, setup.shapes, setup.dtype
     ctx = {"device": dev, "ceilings": setup.ceilings}
     rows = []
-    total = len(scenarios) * len(variants) * len(kernels)
+    indexer_peers = list(peers) if "indexer" in kernels else []
+    total = len(scenarios) * (len(variants) * len(kernels) + len(indexer_peers))
     with tqdm(total=total, desc="bench attention", disable=not progress) as bar:
         for sc in scenarios:
             problem = Problem.draw(sc, s, dtype, dev, seed)
@@ -239,8 +282,12 @@ def bench_attention(
                     context = ctx | {"key_format": variant.key_format}
                     rows.append(_row(kernel, name, *calls[kernel], sc, posed, s, context))
                     print_row(bar, rows[-1], PRINTED)
+            if indexer_peers:  # posed as the FP8 variant poses it: FP8 keys, their reference
+                posed = problem.with_keys(attention.VARIANTS["fp8"], s.index_topk, s.window)
+                rows.append(_peer_row(sc, posed, s, ctx | {"key_format": "fp8"}))
+                print_row(bar, rows[-1], PRINTED)
     params = {"scenarios": [asdict(sc) for sc in scenarios], "variants": list(variants),
-              "kernels": list(kernels), "preset": preset, "seed": seed, "device": device,
-              "shape_overrides": shape_overrides}  # fmt: skip
+              "kernels": list(kernels), "peers": list(peers), "preset": preset, "seed": seed,
+              "device": device, "shape_overrides": shape_overrides}  # fmt: skip
     table = pd.DataFrame(rows).reindex(columns=COLUMNS)
     return save_bench("attention", setup, out, params, table)

@@ -14,9 +14,10 @@ from workbench.errors import WorkbenchError
 from workbench.peers import PEERS, peer_names
 from workbench.workloads.model import SyntheticModel
 
-# The seed's served configuration on a GPU (dense W8A16, the Triton sparse attention, FP8
-# experts: INT4's kernels still spill); the CPU stand-in runs the torch references in bf16.
-SERVED_ON_GPU = {"dense": "w8a16", "attention": "triton", "moe_format": "fp8"}
+# The seed's served configuration on a GPU (dense W8A16, the sparse attention as DeepSeek
+# serves it: FP8 indexer keys, FP8 experts: INT4's kernels still spill); the CPU stand-in runs
+# the torch references in bf16.
+SERVED_ON_GPU = {"dense": "w8a16", "attention": "fp8", "moe_format": "fp8"}
 REFERENCE_ON_CPU = {"dense": "bf16", "attention": "torch", "moe_format": "bf16"}
 
 

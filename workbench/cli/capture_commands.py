@@ -117,9 +117,10 @@ def add_bench(sub) -> None:
             "the TP2-rank shape. bench dense: every dense backend "
             "(bf16, w8a16, w8a8, hybrid) and dense peer (cublas_fp8, humming, ...: --peers) over "
             "one layer's dense projections at each M (--tokens), and the seed's decode/prefill "
-            "A/B table of the backends. bench attention: the indexer and sparse "
-            "attention, torch and triton, at decode (2K, 46K context) and a 4096-token prefill "
-            "chunk. Each row is checked against the reference before it is timed, with the copy "
+            "A/B table of the backends. bench attention: the indexer, the top-k select and "
+            "the sparse attention, torch, triton and fp8, with DeepGEMM's FP8 indexer as a peer, "
+            "at decode (2K, 46K context) and a 4096-token prefill chunk. Each row is checked "
+            "against the reference before it is timed, with the copy "
             "bandwidth and cuBLAS rates measured in the same run. Writes "
             "OUT/bench-KERNEL-<date>/bench.csv and prints it."
         ),
@@ -169,7 +170,9 @@ def _bench_dense(args):
 def _bench_attention(args):
     from workbench.capture import bench_attention as bench
 
-    return bench.bench_attention(variants=args.variants or bench.VARIANTS, out=args.out)
+    peers = [] if args.no_peers else (args.peers or bench.PEERS)
+    return bench.bench_attention(variants=args.variants or bench.VARIANTS, peers=peers,
+                                 out=args.out)  # fmt: skip
 
 
 def bench(args) -> None:

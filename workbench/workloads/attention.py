@@ -24,6 +24,7 @@ class Scenario:
     context: int
 
 
+DECODE_QUERIES = 4  # at or below: a decode batch (one query per stream), above: a prefill chunk
 SCENARIOS = (
     Scenario("decode-2K", 1, 2048),
     Scenario("decode-46K", 1, 46_000),
