@@ -170,7 +170,7 @@ def _bench_dense(args):
 def _bench_attention(args):
     from workbench.capture import bench_attention as bench
 
-    peers = [] if args.no_peers else (args.peers or bench.PEERS)
+    peers = [] if args.no_peers else (args.peers or list(bench.PEERS))
     return bench.bench_attention(variants=args.variants or bench.VARIANTS, peers=peers,
                                  out=args.out)  # fmt: skip
 
