@@ -65,12 +65,14 @@ def _select_kernel(
     tl.store(out + TOPK + back, recent, mask=back < WINDOW)
 
     lane = tl.arange(0, BLOCK)
-    candidates = tl.minimum(tl.maximum(pos - WINDOW + 1, 0), length)  # positions [0, candidates)
+    # Candidates are positions [0, candidates). Names differ between the branches below: the
+    # compiler types a name once across both.
+    candidates = tl.minimum(tl.maximum(pos - WINDOW + 1, 0), length).to(tl.int32)
     if candidates <= TOPK:  # every candidate is picked, the rest of the slots unused
-        for j0 in range(0, TOPK, BLOCK):
-            j = j0 + lane
-            picked = tl.where(j < candidates, _to_rows(j, split, shift, SHIFTED), -1)
-            tl.store(out + j, picked, mask=j < TOPK)
+        for s0 in range(0, TOPK, BLOCK):
+            slots = s0 + lane
+            picked = tl.where(slots < candidates, _to_rows(slots, split, shift, SHIFTED), -1)
+            tl.store(out + slots, picked, mask=slots < TOPK)
     else:
         bins = tl.arange(0, 256)
         prefix = tl.zeros((), tl.int32)  # the chosen high bytes of the cut, signed

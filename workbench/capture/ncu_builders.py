@@ -197,7 +197,7 @@ def build_attention(args: TargetArgs) -> list[Workload]:
                                s.window), None, "selection"),
             "attend": (partial(variant.attend, p.q, p.kv, p.index), p.out_ref, "values"),
         }[part]  # fmt: skip
-        name = range_name("attention", f"{args.variant}-{part}", queries)
+        name = range_name("attention", args.variant, queries)  # the file name has the part
         check = partial(_check_attention, call, reference, measure, p, s.window, name)
         workloads.append(Workload(name, check, call, _marked(call, name)))
     return workloads
