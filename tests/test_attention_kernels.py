@@ -288,19 +288,19 @@ def test_fp8_cache_write_stores_rows_and_quantised_keys(device):
     assert relative_error(keys.dequantize()[where], index_k) < 0.05
 
 
-def test_select_and_fp8_indexer_bad_input():
-    scores = randn(3, 40)
+def test_select_and_fp8_indexer_bad_input(device):
+    scores = randn(3, 40, device=device)
     with pytest.raises(ValueError, match="expects scores"):
-        select_positions_triton(scores, torch.arange(2), 4, 2)
+        select_positions_triton(scores, torch.arange(2, device=device), 4, 2)
     with pytest.raises(ValueError, match="fp32 scores"):
-        select_positions_triton(scores.double(), torch.arange(3), 4, 2)
+        select_positions_triton(scores.double(), torch.arange(3, device=device), 4, 2)
     with pytest.raises(ValueError, match="rounds"):
-        select_positions_triton(scores, torch.arange(3), 4, 2, rounds=5)
+        select_positions_triton(scores, torch.arange(3, device=device), 4, 2, rounds=5)
     with pytest.raises(ValueError, match="split and shift"):
-        select_positions_triton(scores, torch.arange(3), 4, 2, split=20)
-    q_idx, weights, k_idx = indexer_inputs(3, 2, 16, 10)
+        select_positions_triton(scores, torch.arange(3, device=device), 4, 2, split=20)
+    q_idx, weights, k_idx = indexer_inputs(3, 2, 16, 10, device=device)
     with pytest.raises(ValueError, match="QuantizedKeys"):
         indexer_scores_fp8(q_idx, weights, k_idx)
     with pytest.raises(ValueError, match="one query per tile"):
         indexer_scores_fp8(q_idx, weights, attention.quantize_keys(k_idx), block_q=2, split=5,
-                           shift=torch.zeros(3, dtype=torch.int64))  # fmt: skip
+                           shift=torch.zeros(3, dtype=torch.int64, device=device))  # fmt: skip

@@ -183,7 +183,7 @@ def test_the_gpu_default_is_the_served_configuration_and_the_cpu_keeps_reference
     served = device_defaults(unset, on_gpu=True)
     assert (served["dense"], served["attention"], served["moe_format"]) == (
         "w8a16",
-        "triton",
+        "fp8",
         "fp8",
     )
     cpu = device_defaults(unset, on_gpu=False)

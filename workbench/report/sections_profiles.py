@@ -54,7 +54,7 @@ def _listed(values: Iterable[object]) -> str:
 
 
 # ---- profile runs ----------------------------------------------------------------------------
-SERVED = {"dense": "w8a16", "attention": "triton", "moe_format": "fp8", "cuda_graphs": True,
+SERVED = {"dense": "w8a16", "attention": "fp8", "moe_format": "fp8", "cuda_graphs": True,
           "tp": None}  # fmt: skip
 
 
