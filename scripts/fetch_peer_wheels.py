@@ -4,7 +4,7 @@ The GPU box cannot reach a package index, so the peers travel as wheels beside t
 tree (the device tool's `carry`, 64 MiB a call) and are installed there with
 `python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl`
 (plans/peers.toml). Wheels are fetched for the box, not for this machine: CPython 3.12,
-manylinux_2_28 x86-64, binary only, no dependencies resolved.
+manylinux_2_28 (or 2_25) x86-64, binary only, no dependencies resolved.
 
 DeepGEMM has no wheel of its own: it ships inside vLLM's (336 MB, VLLM below), under
 vllm/third_party/deep_gemm with its compiled extension on torch's stable ABI. The wheel is
@@ -17,6 +17,13 @@ there on 2026-11-17 but not in an older list, so it is fetched too, as a guard: 
 wheel of 40 kB that shadows the image's copy only under PYTHONPATH=/tmp/site.
 
     python3 scripts/fetch_peer_wheels.py            # into .whl/
+    python3 scripts/fetch_peer_wheels.py --ncu      # NCU_REPORT into .whl-ncu/
+
+The box's image has no `ncu_report` (NVIDIA's reader of .ncu-rep files, which `workbench ncu`
+loads to write a report's summary), and Nsight Compute's own copy under extras/python
+crashed there (a segfault on 2026-11-30). Its wheel is 17 MB: beside the tracked tree and
+.whl/ it would pass the 64 MiB a call carries, so it has its own folder, carried by the calls
+that capture with ncu (plans/attention.toml's ncu steps).
 """
 
 from __future__ import annotations
@@ -31,9 +38,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 WHEELS = ("humming-kernels==0.1.19", "tabulate==0.10.0")
 BOX = ("--python-version", "3.12", "--implementation", "cp",
-       "--platform", "manylinux_2_28_x86_64")  # fmt: skip
+       "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_25_x86_64")  # fmt: skip
 CARRY_LIMIT = 64 * 2**20  # what one device call carries, the working tree included
 VLLM = "vllm==0.33.0"
+NCU_REPORT = "ncu-report==2026.3.1"
 DEEP_GEMM = "vllm/third_party/deep_gemm/"
 
 
@@ -69,6 +77,10 @@ def fetch(dest: Path = ROOT / ".whl") -> list[Path]:
 
 
 def main() -> int:
+    if sys.argv[1:] == ["--ncu"]:
+        _download(ROOT / ".whl-ncu", NCU_REPORT)
+        print("ncu_report in .whl-ncu/; carry it with the ncu call (carry=['.whl-ncu']).")
+        return 0
     wheels = fetch()
     total = sum(w.stat().st_size for w in wheels)
     for wheel in wheels:

@@ -1,24 +1,26 @@
-"""Top-k position selection on the GPU as one Triton kernel: a radix select per query row.
+"""Top-k position selection on the GPU as one Triton kernel: a histogram select per query row.
 
 What `reference.select_positions` returns (the top-k candidates strictly before the sliding
 window, then the window, -1 for unused slots), without torch.topk over the context and the
-dozen torch ops around it. One program owns a query row and never sorts it:
+dozen torch ops around it. One program owns a query row and never sorts it; it reads the row
+three times:
 
-1. Each score becomes an int32 key that orders like the float (negative floats have their
-   magnitude bits flipped), so a radix select on integers is a select on scores.
-2. `rounds` passes build a 256-bin histogram of one byte of the keys, high byte first, among
-   the keys that share the bytes chosen so far, and keep the byte holding the k-th largest.
-3. A last pass writes every position whose chosen bytes beat that prefix, then positions equal
-   to it in position order until k are written (ties broken by position, as a stable select).
+1. the range of the candidates' scores, [lo, hi] (two reductions);
+2. a histogram of `bins` equal-width buckets over that range, counted from the top, which
+   names the bucket holding the k-th largest score;
+3. every position in a higher bucket, then positions of that bucket in position order until k
+   are written (ties broken by position, as a stable select).
 
-Two rounds (the default) fix the cut's top 16 bits: sign, exponent and 7 mantissa bits, the
-precision of bf16, so a pick falls at most 2**-7 of the cut below the exact fp32 cut, inside
-the 1% the workbench's selection check allows (`rounds=4` is exact). Each pass reads the row
-once; at 46K keys a row is 184 KB, which stays in L2 between passes.
+A pick is therefore at most one bucket, (hi - lo) / bins, below the exact fp32 cut: with the
+default 2048 buckets at most 0.1% of the row's largest |score|, inside the 1% the workbench's
+selection check allows. Buckets over the scores' own range, not over the bits of the floats:
+a radix select's first byte (sign and exponent) put nearly every score of a row into one or
+two of 256 bins, and the histogram's shared-memory atomics on them serialised (136 us a 46K
+row on the H200, raw/bench-attention-dsv4-flash-tp2-20261130T171947). At 46K keys a row is
+184 KB, which stays in L2 between passes.
 
 Positions can be mapped to cache rows on the way out (`split`, `shift`): a decode stream's
-own tail lives `shift[q]` rows further on in the flat cache from virtual position `split` on,
-which is what `Cache.virtual_to_flat` computes with five torch ops.
+own tail lives `shift[q]` rows further on in the flat cache from virtual position `split` on.
 """
 
 import torch
@@ -28,14 +30,11 @@ from torch import Tensor
 
 from kernels.moe.compiled import launch, recording
 
-BINS = 256
-
 
 @triton.jit
-def _ordered_keys(scores):
-    """int32 keys with the order of the fp32 scores (-inf lowest)."""
-    bits = scores.to(tl.int32, bitcast=True)
-    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+def _buckets(scores, hi, inverse_width, BINS: tl.constexpr):
+    """Bucket of each score counted from the top: 0 holds hi, BINS - 1 holds lo."""
+    return tl.minimum((hi - scores) * inverse_width, BINS - 1).to(tl.int32)
 
 
 @triton.jit
@@ -49,7 +48,7 @@ def _to_rows(positions, split, shift, SHIFTED: tl.constexpr):
 def _select_kernel(
     scores_ptr, pos_ptr, shift_ptr, out_ptr, length, split, stride_sq, stride_oq,
     TOPK: tl.constexpr, WINDOW: tl.constexpr, WINDOW_P: tl.constexpr, BLOCK: tl.constexpr,
-    ROUNDS: tl.constexpr, SHIFTED: tl.constexpr,
+    BINS: tl.constexpr, SHIFTED: tl.constexpr,
 ):  # fmt: skip
     query = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + query)
@@ -74,43 +73,39 @@ def _select_kernel(
             picked = tl.where(slots < candidates, _to_rows(slots, split, shift, SHIFTED), -1)
             tl.store(out + slots, picked, mask=slots < TOPK)
     else:
-        bins = tl.arange(0, 256)
-        prefix = tl.zeros((), tl.int32)  # the chosen high bytes of the cut, signed
-        need = tl.full((), TOPK, tl.int32)  # picks still to place at or below the prefix
-        for r in tl.static_range(ROUNDS):
-            low_bit = 24 - 8 * r  # constexpr: r is unrolled
-            counts = tl.zeros((256,), tl.int32)
-            for j0 in range(0, candidates, BLOCK):
-                j = j0 + lane
-                ok = j < candidates
-                keys = _ordered_keys(tl.load(row + j, mask=ok, other=float("-inf")))
-                if r == 0:
-                    match = ok
-                    digit = (keys >> 24) + 128  # the signed high byte, as 0..255
-                else:
-                    match = ok & ((keys >> (low_bit + 8)) == prefix)
-                    digit = (keys >> low_bit) & 255
-                digit = tl.where(match, digit, 0)
-                # Non-matching lanes were counted in bin 0: take them back out.
-                misses = tl.sum((~match).to(tl.int32), axis=0)
-                counts += tl.histogram(digit, 256) - tl.where(bins == 0, misses, 0)
-            at_or_above = tl.sum(counts, axis=0) - tl.cumsum(counts, axis=0) + counts
-            chosen = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
-            need -= tl.sum(tl.where(bins > chosen, counts, 0), axis=0)
-            prefix = chosen - 128 if r == 0 else prefix * 256 + chosen
-        cut_bit = 32 - 8 * ROUNDS
-        written = tl.zeros((), tl.int32)
-        ties = tl.zeros((), tl.int32)
+        hi = tl.full((), float("-inf"), tl.float32)
+        lo = tl.full((), float("inf"), tl.float32)
         for j0 in range(0, candidates, BLOCK):
             j = j0 + lane
-            ok = j < candidates
-            top = _ordered_keys(tl.load(row + j, mask=ok, other=float("-inf"))) >> cut_bit
-            above = ok & (top > prefix)
-            equal = ok & (top == prefix)
+            x = tl.load(row + j, mask=j < candidates, other=float("-inf"))
+            hi = tl.maximum(hi, tl.max(x, axis=0))
+            lo = tl.minimum(lo, tl.min(tl.where(j < candidates, x, float("inf")), axis=0))
+        width = (hi - lo) / BINS
+        inverse_width = tl.where(width > 0, 1 / width, 0.0)  # all equal: one bucket
+        bins = tl.arange(0, BINS)
+        counts = tl.zeros((BINS,), tl.int32)
+        for h0 in range(0, candidates, BLOCK):
+            h = h0 + lane
+            beyond = h >= candidates  # the tail's lanes land in the last bucket: taken back out
+            bucket = _buckets(tl.load(row + h, mask=~beyond, other=0.0), hi, inverse_width, BINS)
+            bucket = tl.where(beyond, BINS - 1, bucket)
+            misses = tl.sum(beyond.to(tl.int32), axis=0)
+            counts += tl.histogram(bucket, BINS) - tl.where(bins == BINS - 1, misses, 0)
+        reached = tl.cumsum(counts, axis=0)  # scores in this bucket or a higher one
+        cut = tl.min(tl.where(reached >= TOPK, bins, BINS), axis=0)
+        need = TOPK - tl.sum(tl.where(bins < cut, counts, 0), axis=0)  # picks from the cut
+        written = tl.zeros((), tl.int32)
+        ties = tl.zeros((), tl.int32)
+        for w0 in range(0, candidates, BLOCK):
+            w = w0 + lane
+            ok = w < candidates
+            bucket = _buckets(tl.load(row + w, mask=ok, other=0.0), hi, inverse_width, BINS)
+            above = ok & (bucket < cut)
+            equal = ok & (bucket == cut)
             tie_rank = ties + tl.cumsum(equal.to(tl.int32), axis=0)
             take = above | (equal & (tie_rank <= need))
             slot = written + tl.cumsum(take.to(tl.int32), axis=0) - 1
-            tl.store(out + slot, _to_rows(j, split, shift, SHIFTED), mask=take)
+            tl.store(out + slot, _to_rows(w, split, shift, SHIFTED), mask=take)
             written += tl.sum(take.to(tl.int32), axis=0)
             ties += tl.sum(equal.to(tl.int32), axis=0)
 
@@ -122,13 +117,13 @@ def select_positions_triton(
     window: int,
     split: int | None = None,
     shift: Tensor | None = None,
-    rounds: int = 2,
+    bins: int = 2048,
     block: int = 2048,
     num_warps: int = 8,
 ) -> Tensor:
     """Key positions each query attends to, (Q, topk + window) int64 with -1 for unused slots,
     as `reference.select_positions` defines them (the top-k part in position order, not best
-    first; its cut exact to `rounds` bytes of the score).
+    first; its cut within one of `bins` buckets of the row's score range).
 
     With `shift` (Q,) int64, positions from `split` on come back as cache rows `position +
     shift[q]`. Scores must be fp32 with contiguous rows."""
@@ -139,9 +134,9 @@ def select_positions_triton(
         )
     if scores.dtype != torch.float32 or scores.stride(1) != 1:
         raise ValueError("select_positions_triton needs fp32 scores with contiguous rows.")
-    if topk < 1 or window < 0 or not 1 <= rounds <= 4:
-        raise ValueError(f"need topk >= 1, window >= 0 and 1 <= rounds <= 4; got "
-                         f"{topk}, {window}, {rounds}")  # fmt: skip
+    if topk < 1 or window < 0 or bins < 2 or bins & (bins - 1):
+        raise ValueError(f"need topk >= 1, window >= 0 and a power of two of bins; got "
+                         f"{topk}, {window}, {bins}")  # fmt: skip
     if (shift is None) != (split is None) or (shift is not None and shift.shape != query_pos.shape):
         raise ValueError("give split and shift (Q,) together, or neither.")
     num_q, length = scores.shape
@@ -154,6 +149,6 @@ def select_positions_triton(
             _select_kernel, (num_q,), scores, pos, pos if shift is None else shift, out, length,
             length if split is None else split, scores.stride(0), out.stride(0), TOPK=topk,
             WINDOW=window, WINDOW_P=triton.next_power_of_2(max(window, 1)), BLOCK=block,
-            ROUNDS=rounds, SHIFTED=shift is not None, num_warps=num_warps,
+            BINS=bins, SHIFTED=shift is not None, num_warps=num_warps,
         )  # fmt: skip
     return out
