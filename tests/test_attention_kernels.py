@@ -163,7 +163,7 @@ def test_fp8_indexer_and_select_at_preset_shapes(queries):
     assert_scores_match(scores, ref, 1e-2)
     index = select_positions_triton(ref, pos, 512, 128)
     assert all(f.n_spills == 0 for f in last_facts().values()), last_facts()
-    assert_within_a_bucket(index, ref, pos, 512, 128, bins=2048)
+    assert_within_a_step(index, ref, pos, 512, 128, steps=32**2)
 
 
 @pytest.mark.parametrize(
@@ -194,10 +194,10 @@ def test_indexer_bad_input():
         indexer_scores_triton(q_idx, weights, k_idx[:0])
 
 
-def assert_within_a_bucket(index, scores, pos, topk, window, bins):
+def assert_within_a_step(index, scores, pos, topk, window, steps):
     """The right window, as many distinct picks as the exact selection, none below the exact
-    cut by more than one bucket of the candidates' score range, and every candidate above the
-    cut by more than a bucket picked."""
+    cut by more than one of `steps` steps of the candidates' score range, and every candidate
+    above the cut by more than a step picked."""
     ref = select_positions(scores, pos, topk, window)
     assert torch.equal(index[:, topk:], ref[:, topk:])
     for row, ref_row, score, p in zip(index[:, :topk], ref[:, :topk], scores, pos, strict=True):
@@ -207,16 +207,16 @@ def assert_within_a_bucket(index, scores, pos, topk, window, bins):
             continue
         assert (picked <= p - window).all()
         candidates = score[: int(p) - window + 1]
-        bucket = (candidates.max() - candidates.min()) / bins
+        step = (candidates.max() - candidates.min()) / steps
         cut = score[wanted].min()
-        assert (score[picked] >= cut - bucket).all()
-        clear = torch.nonzero(candidates > cut + bucket).flatten()
+        assert (score[picked] >= cut - step).all()
+        clear = torch.nonzero(candidates > cut + step).flatten()
         assert torch.isin(clear, picked).all()
 
 
 @pytest.mark.parametrize("block", [64, 256])
 def test_select_breaks_ties_by_position_and_handles_short_rows(block, device):
-    # Three well-separated values in runs (a bucket holds one value each): every 1.0, then the
+    # Three well-separated values in runs (a step holds one value each): every 1.0, then the
     # earliest 0.5s; rows with fewer candidates than top-k, a window before position 0.
     scores = torch.full((9, 700), -1.0, device=device)
     scores[:, 100:130] = 1.0
@@ -224,20 +224,20 @@ def test_select_breaks_ties_by_position_and_handles_short_rows(block, device):
     scores[0] = 0.5  # one value throughout
     pos = torch.tensor([0, 5, 20, 65, 66, 300, 500, 650, 699], device=device)
     out = select_positions_triton(scores, pos, 50, 16, block=block)
-    assert_within_a_bucket(out, scores, pos, 50, 16, bins=2048)
+    assert_within_a_step(out, scores, pos, 50, 16, steps=32**2)
     picks = out[:, :50].sort(dim=1).values
     assert torch.equal(picks[8], torch.cat([torch.arange(100, 130), torch.arange(200, 220)]).to(
         picks))  # fmt: skip
     assert torch.equal(picks[2], torch.cat([torch.full((45,), -1), torch.arange(5)]).to(picks))
 
 
-@pytest.mark.parametrize("bins", [256, 2048])
-def test_select_cut_within_one_bucket_of_the_exact_cut(bins, device):
+@pytest.mark.parametrize(("thresholds", "rounds"), [(32, 2), (8, 1), (4, 3)])
+def test_select_cut_within_one_step_of_the_exact_cut(thresholds, rounds, device):
     scores = randn(6, 3000, seed=4).to(device) * 3
-    scores[3, 10] = 40.0  # one outlier widens its row's range, so its buckets
+    scores[3, 10] = 40.0  # one outlier widens its row's range, so its steps
     pos = torch.tensor([100, 600, 1200, 2000, 2500, 2999], device=device)
-    out = select_positions_triton(scores, pos, 256, 32, bins=bins)
-    assert_within_a_bucket(out, scores, pos, 256, 32, bins)
+    out = select_positions_triton(scores, pos, 256, 32, thresholds=thresholds, rounds=rounds)
+    assert_within_a_step(out, scores, pos, 256, 32, thresholds**rounds)
 
 
 def test_select_maps_a_streams_tail_to_its_cache_rows(device):
@@ -305,8 +305,8 @@ def test_select_and_fp8_indexer_bad_input(device):
         select_positions_triton(scores, torch.arange(2, device=device), 4, 2)
     with pytest.raises(ValueError, match="fp32 scores"):
         select_positions_triton(scores.double(), torch.arange(3, device=device), 4, 2)
-    with pytest.raises(ValueError, match="power of two of bins"):
-        select_positions_triton(scores, torch.arange(3, device=device), 4, 2, bins=1000)
+    with pytest.raises(ValueError, match="power of two of thresholds"):
+        select_positions_triton(scores, torch.arange(3, device=device), 4, 2, thresholds=24)
     with pytest.raises(ValueError, match="split and shift"):
         select_positions_triton(scores, torch.arange(3, device=device), 4, 2, split=20)
     q_idx, weights, k_idx = indexer_inputs(3, 2, 16, 10, device=device)
