@@ -28,8 +28,8 @@ from workbench.workloads.checks import relative_error
 
 SCENARIOS = (Scenario("decode-46K", 1, 46_000), Scenario("prefill-46K", 4096, 46_000))
 INDEXER = [{}, {"block_l": 64}, {"num_warps": 4}]
-SELECT = [{}, {"block": 512}, {"block": 2048}, {"num_warps": 4}, {"thresholds": 16, "rounds": 3},
-          {"thresholds": 64}, {"block": 2048, "num_warps": 16}]  # fmt: skip
+SELECT = [{}, {"block": 1024}, {"block": 4096}, {"num_warps": 4}, {"num_warps": 16},
+          {"rounds": 4}]  # fmt: skip
 ATTEND = [{}, {"block_n": 128}, {"block_h": 32, "block_n": 128}, {"splits": 20},
           {"splits": 40}, {"block_h": 64, "block_n": 32}]  # fmt: skip
 

@@ -6,7 +6,7 @@ selection and attention, which the model calls in that order. Called directly, a
 its attention, `variant(q, kv, index, scale=None)`.
 
 - `torch`: the references (torch.topk selection), bf16 keys.
-- `triton`: the bf16 Triton indexer, the Triton top-k select and sparse attention.
+- `triton`: the bf16 Triton indexer, the Triton radix select and sparse attention.
 - `fp8`: as DeepSeek serves it: keys cached in FP8 with per-key scales, the FP8 indexer, the
   Triton select and sparse attention; four launches a decode layer and one cache write.
 """

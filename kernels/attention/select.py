@@ -1,27 +1,32 @@
-"""Top-k position selection on the GPU as one Triton kernel: a threshold search per query row.
+"""Top-k position selection on the GPU as one Triton kernel: a radix select per query row.
 
 What `reference.select_positions` returns (the top-k candidates strictly before the sliding
 window, then the window, -1 for unused slots), without torch.topk over the context and the
-dozen torch ops around it. One program owns a query row and never sorts it. It reads the row
-`rounds + 2` times:
+dozen torch ops around it. One program owns a query row and never sorts it:
 
-1. the range of the candidates' scores, [lo, hi] (two reductions);
-2. each round, `thresholds` evenly spaced values over the current interval, and how many
-   scores reach each (a dense compare and a sum, no atomics): the interval shrinks to the step
-   whose lower end still has k scores at or above it;
-3. every position above the final interval, then positions inside it in position order until
-   k are written (ties broken by position, as a stable select).
+1. Each score becomes an int32 key that orders like the float (negative floats have their
+   magnitude bits flipped), so a radix select on integers is a select on scores.
+2. `rounds` passes build a 256-bin histogram of one byte of the keys, high byte first, among
+   the keys that share the bytes chosen so far, and keep the byte holding the k-th largest.
+3. A last pass writes every position whose chosen bytes beat that prefix, then positions equal
+   to it in position order until k are written (ties broken by position, as a stable select).
 
-A pick is therefore at most one final step, (hi - lo) / thresholds**rounds, below the exact
-fp32 cut: with the default 32 thresholds and two rounds at most 0.2% of the row's largest
-|score|, inside the 1% the workbench's selection check allows. Counting by compares rather
-than `tl.histogram`: on the H200 a 256-bin histogram per byte of the floats (a radix select)
-took 136 us a 46K decode row, and 2048 buckets over the score range 372 us; the histogram's
-cost grew with its bins (raw/logs/h200-tune-attention.csv). At 46K keys a row is 184 KB,
-which stays in L2 between passes.
+Two rounds (the default) fix the cut's top 16 bits: sign, exponent and 7 mantissa bits, the
+precision of bf16, so a pick falls at most 2**-7 of the cut below the exact fp32 cut, inside
+the 1% the workbench's selection check allows (`rounds=4` is exact). Each pass reads the row
+once; at 46K keys a row is 184 KB, which stays in L2 between passes.
+
+Two other designs measured slower on the H200 (raw/logs/h200-tune-attention.csv, a 46K decode
+row and a 4096-row prefill chunk): 2048 equal buckets over each row's score range, 372 us and
+11.4 ms (`tl.histogram`'s cost grows with its bins), and a threshold search counting by
+compares (the candidates' range, two rounds of 32 thresholds), 177 us and 3.4 ms, its count
+loop compute-bound (ncu: 80% integer pipe); this one takes 136 us and 2.65 ms. A decode row is
+one program on one SM (12.5% occupancy in ncu): splitting a row over programs is what would
+close the rest.
 
 Positions can be mapped to cache rows on the way out (`split`, `shift`): a decode stream's
-own tail lives `shift[q]` rows further on in the flat cache from virtual position `split` on.
+own tail lives `shift[q]` rows further on in the flat cache from virtual position `split` on,
+which is what `Cache.virtual_to_flat` computes with five torch ops.
 """
 
 import torch
@@ -30,6 +35,15 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.moe.compiled import launch, recording
+
+BINS = 256
+
+
+@triton.jit
+def _ordered_keys(scores):
+    """int32 keys with the order of the fp32 scores (-inf lowest)."""
+    bits = scores.to(tl.int32, bitcast=True)
+    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
 
 
 @triton.jit
@@ -43,7 +57,7 @@ def _to_rows(positions, split, shift, SHIFTED: tl.constexpr):
 def _select_kernel(
     scores_ptr, pos_ptr, shift_ptr, out_ptr, length, split, stride_sq, stride_oq,
     TOPK: tl.constexpr, WINDOW: tl.constexpr, WINDOW_P: tl.constexpr, BLOCK: tl.constexpr,
-    THRESHOLDS: tl.constexpr, ROUNDS: tl.constexpr, SHIFTED: tl.constexpr,
+    ROUNDS: tl.constexpr, SHIFTED: tl.constexpr,
 ):  # fmt: skip
     query = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + query)
@@ -68,49 +82,45 @@ def _select_kernel(
             picked = tl.where(slots < candidates, _to_rows(slots, split, shift, SHIFTED), -1)
             tl.store(out + slots, picked, mask=slots < TOPK)
     else:
-        hi = tl.full((), float("-inf"), tl.float32)
-        lo = tl.full((), float("inf"), tl.float32)
-        for j0 in range(0, candidates, BLOCK):
-            j = j0 + lane
-            x = tl.load(row + j, mask=j < candidates, other=float("-inf"))
-            hi = tl.maximum(hi, tl.max(x, axis=0))
-            lo = tl.minimum(lo, tl.min(tl.where(j < candidates, x, float("inf")), axis=0))
-        # Invariant: at least TOPK scores reach `base` and `above` < TOPK reach `floor` (none
-        # reach +inf). Both bounds are values the counts compared with, never recomputed, so
-        # the picks below add up to exactly TOPK.
-        base, floor, step = lo, float("inf"), (hi - lo) / THRESHOLDS
-        above = tl.zeros((), tl.int32)
-        marks = tl.arange(0, THRESHOLDS)
-        for _round in tl.static_range(ROUNDS):
-            levels = base + marks.to(tl.float32) * step
-            reach = tl.zeros((THRESHOLDS,), tl.int32)  # scores >= levels[i]
-            for c0 in range(0, candidates, BLOCK):
-                c = c0 + lane
-                x = tl.load(row + c, mask=c < candidates, other=float("-inf"))
-                reach += tl.sum((x[:, None] >= levels[None, :]).to(tl.int32), axis=0)
-            level = tl.max(tl.where(reach >= TOPK, marks, 0), axis=0)
-            if_next = marks == level + 1  # the next level up, if inside this interval
-            floor = tl.where(level == THRESHOLDS - 1, floor,
-                             tl.sum(tl.where(if_next, levels, 0.0), axis=0))  # fmt: skip
-            above = tl.where(level == THRESHOLDS - 1, above,
-                             tl.sum(tl.where(if_next, reach, 0), axis=0))  # fmt: skip
-            base = tl.sum(tl.where(marks == level, levels, 0.0), axis=0)
-            step = step / THRESHOLDS
-        need = TOPK - above  # picks from [base, floor), in position order
+        bins = tl.arange(0, 256)
+        prefix = tl.zeros((), tl.int32)  # the chosen high bytes of the cut, signed
+        need = tl.full((), TOPK, tl.int32)  # picks still to place at or below the prefix
+        for r in tl.static_range(ROUNDS):
+            low_bit = 24 - 8 * r  # constexpr: r is unrolled
+            counts = tl.zeros((256,), tl.int32)
+            for j0 in range(0, candidates, BLOCK):
+                j = j0 + lane
+                ok = j < candidates
+                keys = _ordered_keys(tl.load(row + j, mask=ok, other=float("-inf")))
+                if r == 0:
+                    match = ok
+                    digit = (keys >> 24) + 128  # the signed high byte, as 0..255
+                else:
+                    match = ok & ((keys >> (low_bit + 8)) == prefix)
+                    digit = (keys >> low_bit) & 255
+                digit = tl.where(match, digit, 0)
+                # Non-matching lanes were counted in bin 0: take them back out.
+                misses = tl.sum((~match).to(tl.int32), axis=0)
+                counts += tl.histogram(digit, 256) - tl.where(bins == 0, misses, 0)
+            at_or_above = tl.sum(counts, axis=0) - tl.cumsum(counts, axis=0) + counts
+            chosen = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
+            need -= tl.sum(tl.where(bins > chosen, counts, 0), axis=0)
+            prefix = chosen - 128 if r == 0 else prefix * 256 + chosen
+        cut_bit = 32 - 8 * ROUNDS
         written = tl.zeros((), tl.int32)
         ties = tl.zeros((), tl.int32)
-        for w0 in range(0, candidates, BLOCK):
-            w = w0 + lane
-            ok = w < candidates
-            x = tl.load(row + w, mask=ok, other=float("-inf"))
-            clear = ok & (x >= floor)
-            inside = ok & (x >= base) & (x < floor)
-            tie_rank = ties + tl.cumsum(inside.to(tl.int32), axis=0)
-            take = clear | (inside & (tie_rank <= need))
+        for j0 in range(0, candidates, BLOCK):
+            j = j0 + lane
+            ok = j < candidates
+            top = _ordered_keys(tl.load(row + j, mask=ok, other=float("-inf"))) >> cut_bit
+            above = ok & (top > prefix)
+            equal = ok & (top == prefix)
+            tie_rank = ties + tl.cumsum(equal.to(tl.int32), axis=0)
+            take = above | (equal & (tie_rank <= need))
             slot = written + tl.cumsum(take.to(tl.int32), axis=0) - 1
-            tl.store(out + slot, _to_rows(w, split, shift, SHIFTED), mask=take)
+            tl.store(out + slot, _to_rows(j, split, shift, SHIFTED), mask=take)
             written += tl.sum(take.to(tl.int32), axis=0)
-            ties += tl.sum(inside.to(tl.int32), axis=0)
+            ties += tl.sum(equal.to(tl.int32), axis=0)
 
 
 def select_positions_triton(
@@ -120,15 +130,13 @@ def select_positions_triton(
     window: int,
     split: int | None = None,
     shift: Tensor | None = None,
-    thresholds: int = 32,
     rounds: int = 2,
-    block: int = 1024,
+    block: int = 2048,
     num_warps: int = 8,
 ) -> Tensor:
     """Key positions each query attends to, (Q, topk + window) int64 with -1 for unused slots,
     as `reference.select_positions` defines them (the top-k part in position order, not best
-    first; its cut within (hi - lo) / thresholds**rounds of the exact one, hi and lo the
-    candidates' largest and smallest scores).
+    first; its cut exact to `rounds` bytes of the score).
 
     With `shift` (Q,) int64, positions from `split` on come back as cache rows `position +
     shift[q]`. Scores must be fp32 with contiguous rows."""
@@ -139,9 +147,9 @@ def select_positions_triton(
         )
     if scores.dtype != torch.float32 or scores.stride(1) != 1:
         raise ValueError("select_positions_triton needs fp32 scores with contiguous rows.")
-    if topk < 1 or window < 0 or rounds < 1 or thresholds < 2 or thresholds & (thresholds - 1):
-        raise ValueError(f"need topk >= 1, window >= 0, rounds >= 1 and a power of two of "
-                         f"thresholds; got {topk}, {window}, {rounds}, {thresholds}")  # fmt: skip
+    if topk < 1 or window < 0 or not 1 <= rounds <= 4:
+        raise ValueError(f"need topk >= 1, window >= 0 and 1 <= rounds <= 4; got "
+                         f"{topk}, {window}, {rounds}")  # fmt: skip
     if (shift is None) != (split is None) or (shift is not None and shift.shape != query_pos.shape):
         raise ValueError("give split and shift (Q,) together, or neither.")
     num_q, length = scores.shape
@@ -154,6 +162,6 @@ def select_positions_triton(
             _select_kernel, (num_q,), scores, pos, pos if shift is None else shift, out, length,
             length if split is None else split, scores.stride(0), out.stride(0), TOPK=topk,
             WINDOW=window, WINDOW_P=triton.next_power_of_2(max(window, 1)), BLOCK=block,
-            THRESHOLDS=thresholds, ROUNDS=rounds, SHIFTED=shift is not None, num_warps=num_warps,
+            ROUNDS=rounds, SHIFTED=shift is not None, num_warps=num_warps,
         )  # fmt: skip
     return out
