@@ -3,6 +3,7 @@ failure of capture() with ncu's subprocess faked."""
 
 import gzip
 import json
+import lzma
 import shutil
 import subprocess
 import sys
@@ -419,7 +420,8 @@ def test_capture_writes_report_metadata_and_summary(fake_machine, tmp_path, repo
     if report is None:
         pytest.skip("needs a real .ncu-rep (none committed under ncu/ yet) to stand for ncu's")
     data = Path(report).read_bytes()
-    data = gzip.decompress(data) if report.endswith(".gz") else data  # what ncu writes
+    unpack = {".gz": gzip.decompress, ".xz": lzma.decompress}.get(Path(report).suffix)
+    data = unpack(data) if unpack else data  # what ncu writes
     fake = fake_machine(FakeNcu(f"{DONE}: ran\n", report=data))
     path = capture("moe", "stock", [6, 4096], out=tmp_path / "ncu", num_warps=8)
     assert path == tmp_path / "ncu" / "moe-stock-T6-4096-num_warps8.ncu-rep"

@@ -74,6 +74,13 @@ def _indexer_kernel(
             tl.store(out_ptrs, tl.full((BLOCK_Q, BLOCK_L), float("-inf"), tl.float32), out_mask)
 
 
+def keys_per_program_for(length: int, block_l: int, q_tiles: int, device: torch.device) -> int:
+    """Keys one indexer program scores: one key block until there are programs enough for
+    four per SM, then a run of up to 16 blocks (a query tile is read once per run)."""
+    sms = sm_count(device) or OFF_GPU_SMS
+    return max(1, min(16, triton.cdiv(length, block_l) * q_tiles // (4 * sms))) * block_l
+
+
 def _check(q_idx: Tensor, weights: Tensor, k_idx: Tensor, query_pos: Tensor | None) -> None:
     num_q, heads, dim = q_idx.shape if q_idx.dim() == 3 else (None, None, None)
     if (
@@ -122,11 +129,8 @@ def indexer_scores_triton(
     if shift is not None:  # a tile of one query (its own rows), padded to 16 MMA rows
         block_q, heads_p = 1, max(16, heads_p)
     block_d = max(16, triton.next_power_of_2(dim))
-    q_tiles, l_blocks = triton.cdiv(num_q, block_q), triton.cdiv(length, block_l)
-    # A run of key blocks per program once there are programs enough for every SM.
-    sms = sm_count(q_idx.device) or OFF_GPU_SMS
-    run = max(1, min(16, l_blocks * q_tiles // (4 * sms)))
-    keys_per_program = run * block_l
+    q_tiles = triton.cdiv(num_q, block_q)
+    keys_per_program = keys_per_program_for(length, block_l, q_tiles, q_idx.device)
     scores = torch.empty(num_q, length, dtype=torch.float32, device=q_idx.device)
     precision, upcast = dot_options(q_idx.dtype)
     rows = block_q * heads_p

@@ -24,12 +24,11 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.attention.formats import QuantizedKeys
+from kernels.attention.indexer import DECODE_QUERIES, keys_per_program_for
 from kernels.dense.w8a8 import pow2_scale, quantize_activations, round_to_e4m3
 from kernels.moe.compiled import launch, recording
-from kernels.moe.routing import dot_options, sm_count
+from kernels.moe.routing import dot_options
 
-OFF_GPU_SMS = 4
-DECODE_QUERIES = 4  # at or below: one query per tile
 COLUMNS = 16  # the head-sum MMA's N: at least 16 on the tensor cores
 
 
@@ -190,10 +189,8 @@ def indexer_scores_fp8(
         block_q = 1 if num_q <= DECODE_QUERIES or shift is not None else max(1, 128 // heads_p)
     if shift is not None and block_q != 1:
         raise ValueError("a shifted (decode) layout takes one query per tile: block_q=1.")
-    q_tiles, l_blocks = triton.cdiv(num_q, block_q), triton.cdiv(length, block_l)
-    sms = sm_count(q_idx.device) or OFF_GPU_SMS
-    run = max(1, min(16, l_blocks * q_tiles // (4 * sms)))
-    keys_per_program = run * block_l
+    q_tiles = triton.cdiv(num_q, block_q)
+    keys_per_program = keys_per_program_for(length, block_l, q_tiles, q_idx.device)
     scores = torch.empty(num_q, length, dtype=torch.float32, device=q_idx.device)
     upcast = dot_options(torch.bfloat16)[1]
     rows = block_q * heads_p

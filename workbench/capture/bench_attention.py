@@ -192,30 +192,17 @@ def _peer_row(sc: Scenario, p: Problem, s: RankShapes, ctx: dict) -> dict:
     kernel for a handful of queries, its prefill kernel above, or why it cannot run."""
     from workbench.peers import deepgemm_indexer as peer
 
+    untimed = {"kernel": "indexer", "variant": "deepgemm", "scenario": sc.name,
+               "m": sc.queries, "context": sc.context}  # fmt: skip
     ok, why = peer.available()
     if not ok:
-        return {
-            "kernel": "indexer",
-            "variant": "deepgemm",
-            "scenario": sc.name,
-            "m": sc.queries,
-            "context": sc.context,
-            "status": "missing-peer",
-            "note": why,
-        }
+        return untimed | {"status": "missing-peer", "note": why}
     prepare = peer.prepare_decode if sc.queries <= DECODE_QUERIES else peer.prepare_prefill
     try:
         call = prepare(p.index_q, p.index_w, p.cached_keys, p.pos)
     except Exception as err:  # noqa: BLE001 (a peer that fails to build is a row, not a crash)
-        return {
-            "kernel": "indexer",
-            "variant": "deepgemm",
-            "scenario": sc.name,
-            "m": sc.queries,
-            "context": sc.context,
-            "status": f"error: {type(err).__name__}: {str(err)[:120]}",
-            "note": peer.PEER_NOTE,
-        }
+        status = f"error: {type(err).__name__}: {str(err)[:120]}"
+        return untimed | {"status": status, "note": peer.PEER_NOTE}
     row = _row("indexer", "deepgemm", call, p.scores_ref, _scores_error, None, sc, p, s, ctx)
     return row | {"note": peer.PEER_NOTE}
 

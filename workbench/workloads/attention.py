@@ -11,6 +11,9 @@ from dataclasses import dataclass, replace
 import torch
 
 import kernels.attention as attention
+from kernels.attention.indexer import DECODE_QUERIES  # at or below: a decode batch
+
+__all__ = ["DECODE_QUERIES", "SCENARIOS", "Problem", "Scenario"]
 from workbench.presets import RankShapes
 from workbench.workloads.seeds import randn
 
@@ -24,7 +27,6 @@ class Scenario:
     context: int
 
 
-DECODE_QUERIES = 4  # at or below: a decode batch (one query per stream), above: a prefill chunk
 SCENARIOS = (
     Scenario("decode-2K", 1, 2048),
     Scenario("decode-46K", 1, 46_000),
