@@ -1,4 +1,5 @@
-"""Fused glue: RMSNorm (with the residual add before it) and SiLU-and-multiply, one launch each.
+"""Fused glue: RMSNorm (with the residual add before it), SiLU-and-multiply and the router's
+top-k with its softmax, one launch each.
 
 Serving engines fuse the elementwise work between GEMMs because, at decode sizes, each torch op
 is a launch of a few microseconds that moves almost nothing: the torch `rms_norm` reference is
@@ -6,7 +7,9 @@ nine launches (casts, square, mean, rsqrt, two multiplies), the residual add ano
 shared expert's SiLU five. These kernels do each in one pass over a row, rounding where the
 references round (the residual sum is stored in the activation dtype and normalised from that
 stored value; SiLU is computed in fp32 and stored in the activation dtype), so they agree with
-`kernels.norm.rms_norm` and the torch SiLU to the last bit up to fp32 summation order.
+`kernels.norm.rms_norm` and the torch SiLU to the last bit up to fp32 summation order. The
+router's top-k (`kernels.moe.router_topk`: a cast, torch.topk's two kernels, a softmax and an
+index cast, five launches) is one program per token that keeps its experts' logits in registers.
 """
 
 import torch
@@ -96,3 +99,45 @@ def silu_mul_fused(gate_up: Tensor) -> Tensor:
     grid = (m, triton.cdiv(inter, SILU_BLOCK))
     launch(_silu_mul_kernel, grid, rows, h, inter, rows.stride(0), h.stride(0), BLOCK=SILU_BLOCK)
     return h
+
+
+@triton.jit
+def _router_topk_kernel(
+    logits_ptr, ids_ptr, w_ptr, experts, stride_l, stride_i, stride_w,
+    TOP_K: tl.constexpr, K_P: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    e = tl.arange(0, BLOCK)
+    x = tl.load(logits_ptr + row * stride_l + e, mask=e < experts, other=float("-inf"))
+    x = x.to(tl.float32)
+    k = tl.arange(0, K_P)
+    values = tl.full((K_P,), float("-inf"), tl.float32)
+    ids = tl.zeros((K_P,), tl.int32)
+    for j in tl.static_range(TOP_K):  # the best left, lowest expert id among equals
+        best = tl.max(x, axis=0)
+        at = tl.min(tl.where(x == best, e, BLOCK), axis=0)
+        values = tl.where(k == j, best, values)
+        ids = tl.where(k == j, at, ids)
+        x = tl.where(e == at, float("-inf"), x)
+    p = tl.exp(values - tl.max(values, axis=0))  # unused slots are -inf: weight 0
+    tl.store(ids_ptr + row * stride_i + k, ids, mask=k < TOP_K)
+    tl.store(w_ptr + row * stride_w + k, p / tl.sum(p, axis=0), mask=k < TOP_K)
+
+
+def router_topk_fused(logits: Tensor, top_k: int) -> tuple[Tensor, Tensor]:
+    """`kernels.moe.router_topk` in one launch: (ids int32 (T, K), weights fp32 (T, K)), each
+    token's K best experts best first and a softmax over their logits (fp32)."""
+    if logits.dim() != 2 or not 1 <= top_k <= logits.shape[1]:
+        raise ValueError(f"router_topk_fused expects logits (T, E) and 1 <= top_k <= E; got "
+                         f"{tuple(logits.shape)} and top_k={top_k}.")  # fmt: skip
+    rows = _rows(logits)
+    tokens, experts = rows.shape
+    ids = torch.empty(tokens, top_k, dtype=torch.int32, device=logits.device)
+    weights = torch.empty(tokens, top_k, dtype=torch.float32, device=logits.device)
+    block = triton.next_power_of_2(experts)
+    launch(
+        _router_topk_kernel, (tokens,), rows, ids, weights, experts, rows.stride(0),
+        ids.stride(0), weights.stride(0), TOP_K=top_k, K_P=triton.next_power_of_2(top_k),
+        BLOCK=block, num_warps=max(1, min(8, block // 256)),
+    )  # fmt: skip
+    return ids, weights

@@ -30,8 +30,8 @@ SCENARIOS = (Scenario("decode-46K", 1, 46_000), Scenario("prefill-46K", 4096, 46
 INDEXER = [{}, {"block_l": 64}, {"num_warps": 4}]
 SELECT = [{}, {"block": 1024}, {"block": 4096}, {"num_warps": 4}, {"num_warps": 16},
           {"rounds": 4}]  # fmt: skip
-ATTEND = [{}, {"block_n": 128}, {"block_h": 32, "block_n": 128}, {"splits": 20},
-          {"splits": 40}, {"block_h": 64, "block_n": 32}]  # fmt: skip
+ATTEND = [{}, {"block_n": 128}, {"block_h": 32, "block_n": 128}, {"splits": 5},
+          {"block_n": 32}, {"block_h": 64, "block_n": 32}]  # fmt: skip
 
 
 def cases(p: Problem, window: int, topk: int) -> list[tuple[str, list[dict], object]]:
@@ -52,7 +52,13 @@ def cases(p: Problem, window: int, topk: int) -> list[tuple[str, list[dict], obj
         call = partial(attention.sparse_attention_triton, p.q, p.kv, p.index, **options)
         return call, lambda out: relative_error(out, p.out_ref)
 
+    def indexer_select(options: dict):
+        call = partial(attention.indexer_select_fp8, p.index_q, p.index_w, p.cached_keys, p.pos,
+                       None, topk, window, **options)  # fmt: skip
+        return call, lambda out: 0.0 if selection_ok(out, p, window) else float("inf")
+
     return [("indexer_fp8", INDEXER, indexer), ("select", SELECT, select),
+            ("indexer_select", [{}], indexer_select),
             ("sparse_attention", ATTEND, attend)]  # fmt: skip
 
 

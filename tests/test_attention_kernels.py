@@ -164,6 +164,9 @@ def test_fp8_indexer_and_select_at_preset_shapes(queries):
     index = select_positions_triton(ref, pos, 512, 128, rounds=4)
     assert all(f.n_spills == 0 for f in last_facts().values()), last_facts()
     assert_same_selection(index, select_positions(ref, pos, 512, 128), topk=512)
+    fused = attention.indexer_select_fp8(q_idx, weights, keys, pos, context, 512, 128)
+    assert all(f.n_spills == 0 for f in last_facts().values()), last_facts()
+    assert torch.equal(fused, select_positions_triton(scores, pos, 512, 128))
 
 
 @pytest.mark.parametrize(
@@ -304,3 +307,53 @@ def test_select_and_fp8_indexer_bad_input(device):
     with pytest.raises(ValueError, match="one query per tile"):
         indexer_scores_fp8(q_idx, weights, attention.quantize_keys(k_idx), block_q=2, split=5,
                            shift=torch.zeros(3, dtype=torch.int64, device=device))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("length", "topk", "window", "positions"),
+    [
+        (2500, 64, 16, [2499, 1800]),  # three chunks, the second query's last one all future
+        (1030, 64, 16, [1029, 40]),  # the second query has fewer candidates than picks
+    ],
+)
+def test_chunked_decode_select_writes_what_the_one_program_select_writes(
+    length, topk, window, positions, device
+):
+    q_idx, weights, k_idx = indexer_inputs(len(positions), 8, 32, length, device=device)
+    keys = attention.quantize_keys(k_idx)
+    pos = torch.tensor(positions, device=device)
+    fused = attention.indexer_select_fp8(q_idx, weights, keys, pos, length, topk, window)
+    scores = indexer_scores_fp8(q_idx, weights, keys, pos)
+    assert torch.equal(fused, select_positions_triton(scores, pos, topk, window))
+
+
+def test_chunked_select_breaks_ties_across_chunks_in_position_order(device):
+    from kernels.attention.select import SELECT_CHUNK, select_after_first_round
+
+    length, topk, window = 2200, 40, 8
+    scores = (randn(1, length, seed=9, device=device) * 2).round() / 2  # a handful of values
+    pos = torch.tensor([length - 1], device=device)
+    keys = scores.view(torch.int32)
+    keys = torch.where(keys < 0, keys ^ 0x7FFFFFFF, keys)
+    candidates = length - window + 1
+    chunks = -(-length // SELECT_CHUNK)
+    first = torch.zeros(1, chunks, 256, dtype=torch.int32, device=device)
+    for c in range(chunks):
+        part = keys[0, c * SELECT_CHUNK : min((c + 1) * SELECT_CHUNK, candidates)]
+        first[0, c] = torch.bincount((part >> 24) + 128, minlength=256)
+    out = select_after_first_round(scores, pos, first, topk, window)
+    assert torch.equal(out, select_positions_triton(scores, pos, topk, window))
+
+
+def test_chunked_select_bad_input(device):
+    from kernels.attention.select import select_after_first_round
+
+    scores = randn(2, 1500, device=device)
+    pos = torch.tensor([1499, 1499], device=device)
+    first = torch.zeros(2, 2, 256, dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match="first_round"):
+        select_after_first_round(scores, pos, first[:, :1], 16, 4)
+    with pytest.raises(ValueError, match="topk <= 1024"):
+        select_after_first_round(scores, pos, first, 2000, 4)
+    with pytest.raises(ValueError, match="split and shift"):
+        select_after_first_round(scores, pos, first, 16, 4, split=100)

@@ -40,7 +40,7 @@ def _run(tmp_path, device, **kwargs):
 def test_every_variant_and_kernel_gets_a_checked_timed_row(tmp_path, device):
     table = _run(tmp_path, device)
     assert list(table.columns) == bench.COLUMNS
-    assert len(table) == 2 * 3 * 4 and set(table["status"]) == {"ok"}
+    assert len(table) == 2 * 3 * 5 and set(table["status"]) == {"ok"}
     assert (table["rel_error"] < tolerance("attention", "bf16")).all()
     assert table["ratio_to_floor"].equals(table["ms"] / table["floor_ms"])
     rows = table.set_index(["scenario", "variant", "kernel"])
@@ -90,19 +90,22 @@ def test_a_wrong_selection_is_reported_wrong(tmp_path, device, monkeypatch):
     # The worst-scoring candidates instead of the best: the attention over them is right, the
     # selection is not, and the whole pipeline must be reported wrong.
     good = attention.VARIANTS["triton"]
-    bottom = replace(good, indexer_scores=lambda *a: -good.indexer_scores(*a))
+    bottom = replace(good, indexer_scores=lambda *a, **k: -good.indexer_scores(*a, **k))
     monkeypatch.setitem(attention.VARIANTS, "triton", bottom)
     table = _run(tmp_path, device, scenarios=SCENARIOS[1:], variants=("triton",))
     status = table.set_index("kernel")["status"]
     assert status.to_dict() == {
-        "indexer": "wrong", "select": "ok", "sparse_attention": "ok", "attention": "wrong"
+        "indexer": "wrong", "select": "ok", "indexer_select": "wrong", "sparse_attention": "ok",
+        "attention": "wrong",
     }  # fmt: skip
 
 
 def test_a_wrong_select_is_reported_wrong(tmp_path, device, monkeypatch):
     good = attention.VARIANTS["triton"]
     # The window shifted by one position: every other column as it should be.
-    shifted = replace(good, select_positions=lambda *a: good.select_positions(*a).roll(1, 1))
+    shifted = replace(
+        good, select_positions=lambda *a, **k: good.select_positions(*a, **k).roll(1, 1)
+    )
     monkeypatch.setitem(attention.VARIANTS, "triton", shifted)
     table = _run(tmp_path, device, scenarios=SCENARIOS[1:], variants=("triton",))
     assert table.set_index("kernel").loc["select", "status"] == "wrong"
@@ -115,6 +118,7 @@ def test_a_wrong_attention_is_reported_wrong_and_not_timed(tmp_path, device, mon
     table = _run(tmp_path, device, scenarios=SCENARIOS[:1], variants=("triton",))
     status = table.set_index("kernel")["status"]
     assert status.to_dict() == {
-        "indexer": "ok", "select": "ok", "sparse_attention": "wrong", "attention": "wrong"
+        "indexer": "ok", "select": "ok", "indexer_select": "ok", "sparse_attention": "wrong",
+        "attention": "wrong",
     }  # fmt: skip
     assert table.loc[table["status"] == "wrong", "ms"].isna().all()

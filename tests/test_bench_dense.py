@@ -82,7 +82,7 @@ def test_every_backend_gets_a_checked_timed_row_and_the_ab_table(tmp_path, fixed
     meta = read_meta(table.attrs["path"])
     assert meta["kind"] == "bench-dense" and meta["ceilings"] == CEILINGS
     assert meta["params"]["hybrid_m"] == 1 and meta["params"]["block"] == 128
-    assert [p["name"] for p in meta["projections"]][:2] == ["q_a", "q_b"]
+    assert [p["name"] for p in meta["projections"]][:2] == ["qkv_a", "q_up"]
     assert read_table(table.attrs["path"], meta, "bench")["status"].notna().all()
 
 

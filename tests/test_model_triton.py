@@ -36,7 +36,7 @@ def test_model_runs_fp8_dense_and_triton_attention(baseline, dense, options):
     model, tokens, hidden = run(dense, "triton", **options)
     assert model.kernels_run == {"moe": "reference", "dense": dense, "attention": "triton"}
     w = model.weights[0]
-    assert isinstance(w.q_b, DenseWeights) and w.q_b.fmt == "fp8"  # quantised once, up front
+    assert isinstance(w.q_up, DenseWeights) and w.q_up.fmt == "fp8"  # quantised once, up front
     assert all(isinstance(group, DenseWeights) for group in w.o_a)
     assert tokens.shape == (2, 2)
     # Same weights, FP8-rounded: the decoded state stays close to the bf16 model's.
@@ -62,7 +62,7 @@ def test_fp8_attention_runs_the_model_near_the_reference(baseline):
 def test_without_interpret_the_cpu_runs_the_references_on_bf16_weights():
     model = SyntheticModel(get_preset("tiny"), dense="w8a8", attention="triton", layers=1)
     assert model.kernels_run["dense"] == "bf16" and model.kernels_run["attention"] == "torch"
-    assert isinstance(model.weights[0].q_a, torch.Tensor)
+    assert isinstance(model.weights[0].qkv_a, torch.Tensor)
 
 
 def test_interpret_needs_the_interpreter(monkeypatch):

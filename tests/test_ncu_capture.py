@@ -196,11 +196,11 @@ def test_target_rejects_unknown_parameters():
 
 def test_dense_target_checks_then_marks_one_gemm_per_m():
     marks = Marks()
-    args = cpu_args("dense", "w8a16", (1, 20), projection="kv", block_n=32)
+    args = cpu_args("dense", "w8a16", (1, 20), projection="qkv_a", block_n=32)
     assert run_target(args, marks, log=lambda line: None) == ["wb:dense:w8a16:T=1",
                                                               "wb:dense:w8a16:T=20"]  # fmt: skip
     assert marks.names == ["wb:dense:w8a16:T=1", "wb:dense:w8a16:T=20"]
-    with pytest.raises(WorkbenchError, match="unknown projection=qkv; the layer's are q_a"):
+    with pytest.raises(WorkbenchError, match="unknown projection=qkv; the layer's are qkv_a"):
         run_target(cpu_args("dense", "w8a8", projection="qkv"))
     with pytest.raises(WorkbenchError, match="'bf16' has no parameter block_n"):
         run_target(cpu_args("dense", "bf16", block_n=32))

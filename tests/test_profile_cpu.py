@@ -133,12 +133,12 @@ def test_peers_take_over_a_category_of_the_model():
     import torch
 
     from kernels.moe import moe_reference
-    from workbench.workloads.model import SyntheticModel
+    from workbench.workloads.model import DENSE_WEIGHTS, SyntheticModel
     from workbench.workloads.model_backends import use_dense_peer, use_moe_peer
 
     model = SyntheticModel(get_preset("tiny"), layers=1)
     w = model.weights[0]
-    q_a, gate_up, down = w.q_a, w.experts_gate_up, w.experts_down
+    qkv_a, gate_up, down = w.qkv_a, w.experts_gate_up, w.experts_down
     seen, handed = [], []
     use_dense_peer(
         model, "fake", lambda weight: seen.append(weight) or (lambda x: 2 * x @ weight.T)
@@ -150,10 +150,10 @@ def test_peers_take_over_a_category_of_the_model():
             handed.append(experts) or (lambda x, ids, route: moe_reference(x, ids, route, experts))
         ),
     )
-    assert len(seen) == len(model.weights) * (9 + len(w.o_a))  # DENSE_WEIGHTS and the groups
+    assert len(seen) == len(model.weights) * (len(DENSE_WEIGHTS) + len(w.o_a))  # and groups
     assert model.kernels_run["dense"] == "fake" and model.kernels_run["moe"] == "fakemoe"
-    x = torch.randn(3, q_a.shape[1])
-    assert torch.equal(model.linear(x, w.q_a), 2 * x @ q_a.T)
+    x = torch.randn(3, qkv_a.shape[1])
+    assert torch.equal(model.linear(x, w.qkv_a), 2 * x @ qkv_a.T)
     (experts,) = handed
     assert experts.fmt == "fp8" and experts.block == 128
     ids = torch.tensor([[0, 1], [2, 3], [1, 0]], dtype=torch.int32)[:, : model.shapes.top_k]

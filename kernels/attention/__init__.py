@@ -7,8 +7,9 @@ its attention, `variant(q, kv, index, scale=None)`.
 
 - `torch`: the references (torch.topk selection), bf16 keys.
 - `triton`: the bf16 Triton indexer, the Triton radix select and sparse attention.
-- `fp8`: as DeepSeek serves it: keys cached in FP8 with per-key scales, the FP8 indexer, the
-  Triton select and sparse attention; four launches a decode layer and one cache write.
+- `fp8`: as DeepSeek serves it: keys cached in FP8 with per-key scales, the FP8 indexer with
+  the select's first round in it, the chunked Triton select and sparse attention; six
+  launches a decode layer with the cache write (`indexer_select`).
 """
 
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from torch import Tensor
 from kernels.attention.formats import QuantizedKeys, empty_keys
 from kernels.attention.indexer import indexer_scores_triton
 from kernels.attention.indexer_fp8 import indexer_scores_fp8, quantize_keys, write_cache
+from kernels.attention.indexer_select import indexer_select_fp8
 from kernels.attention.reference import (
     cache_rows,
     indexer_scores,
@@ -50,6 +52,7 @@ class AttentionVariant:
     -> (Q, topk + window) cache rows, -1 unused;
     attend(q, kv, index, scale=None) -> (Q, heads, D).
     `key_format` is how `keys` are cached: "bf16" tensors or "fp8" `QuantizedKeys`.
+    `indexer_select`, where a variant fuses the two, does what `choose` does otherwise.
     """
 
     write_cache: Callable[..., None]
@@ -57,9 +60,31 @@ class AttentionVariant:
     select_positions: Callable[..., Tensor]
     attend: Callable[..., Tensor]
     key_format: str = "bf16"
+    indexer_select: Callable[..., Tensor] | None = None
 
     def __call__(self, q: Tensor, kv: Tensor, index: Tensor, scale: float | None = None) -> Tensor:
         return self.attend(q, kv, index, scale)
+
+    def choose(
+        self,
+        q_idx: Tensor,
+        weights: Tensor,
+        keys: Tensor | QuantizedKeys,
+        query_pos: Tensor,
+        length: int | None,
+        topk: int,
+        window: int,
+        split: int | None = None,
+        shift: Tensor | None = None,
+    ) -> Tensor:
+        """The positions (cache rows) each query attends to: the indexer's scores, then the
+        selection, or the variant's fused `indexer_select`."""
+        if self.indexer_select is not None:
+            return self.indexer_select(q_idx, weights, keys, query_pos, length, topk, window,
+                                       split, shift)  # fmt: skip
+        layout = {"split": split, "shift": shift}
+        scores = self.indexer_scores(q_idx, weights, keys, query_pos, length, **layout)
+        return self.select_positions(scores, query_pos, topk, window, **layout)
 
     def empty_keys(
         self, rows: int, dim: int, device: torch.device | str, dtype: torch.dtype
@@ -82,7 +107,12 @@ VARIANTS: dict[str, AttentionVariant] = {
         write_cache_torch, indexer_scores_triton, select_positions_triton, sparse_attention_triton
     ),
     "fp8": AttentionVariant(
-        write_cache, indexer_scores_fp8, select_positions_triton, sparse_attention_triton, "fp8"
+        write_cache,
+        indexer_scores_fp8,
+        select_positions_triton,
+        sparse_attention_triton,
+        "fp8",
+        indexer_select_fp8,
     ),
 }
 
@@ -94,6 +124,7 @@ __all__ = [
     "indexer_scores",
     "indexer_scores_fp8",
     "indexer_scores_triton",
+    "indexer_select_fp8",
     "quantize_keys",
     "select_positions",
     "select_positions_triton",

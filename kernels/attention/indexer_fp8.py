@@ -25,6 +25,7 @@ from torch import Tensor
 
 from kernels.attention.formats import QuantizedKeys
 from kernels.attention.indexer import DECODE_QUERIES, keys_per_program_for
+from kernels.attention.select import SELECT_CHUNK, high_byte_histogram
 from kernels.dense.w8a8 import pow2_scale, quantize_activations, round_to_e4m3
 from kernels.moe.compiled import launch, recording
 from kernels.moe.routing import dot_options
@@ -82,11 +83,11 @@ def write_cache(
 
 @triton.jit
 def _indexer_fp8_kernel(
-    q_ptr, w_ptr, k_ptr, ks_ptr, pos_ptr, shift_ptr, out_ptr, Q, V, split, keys_per_program,
-    stride_qq, stride_qh, stride_wq, stride_wh, stride_kl, stride_oq,
+    q_ptr, w_ptr, k_ptr, ks_ptr, pos_ptr, shift_ptr, out_ptr, hist_ptr, Q, V, split,
+    keys_per_program, window, stride_qq, stride_qh, stride_wq, stride_wh, stride_kl, stride_oq,
     HEADS: tl.constexpr, DIM: tl.constexpr, HEADS_P: tl.constexpr, DIM_P: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_L: tl.constexpr, COLS: tl.constexpr, CAUSAL: tl.constexpr,
-    SHIFTED: tl.constexpr, UPCAST: tl.constexpr,
+    SHIFTED: tl.constexpr, UPCAST: tl.constexpr, HISTOGRAM: tl.constexpr,
 ):  # fmt: skip
     q0 = tl.program_id(0) * BLOCK_Q
     n = tl.arange(0, BLOCK_Q * HEADS_P)  # the MMA's N: (query, head) pairs
@@ -114,6 +115,9 @@ def _indexer_fp8_kernel(
         last = V
     shift = tl.load(shift_ptr + q0) if SHIFTED else 0
     start = tl.program_id(1) * keys_per_program
+    if HISTOGRAM:  # one query a tile: the select's first round over this program's keys
+        candidates = tl.minimum(tl.maximum(tl.load(pos_ptr + q0) - window + 1, 0), V)
+        counts = tl.zeros((256,), tl.int32)
     for l0 in range(start, tl.minimum(start + keys_per_program, V), BLOCK_L):
         keys = l0 + tl.arange(0, BLOCK_L)
         key_ok = keys < V
@@ -136,8 +140,14 @@ def _indexer_fp8_kernel(
             if CAUSAL:
                 scores = tl.where(keys[:, None] <= pos[None, :], scores, float("-inf"))
             tl.store(out_ptrs, scores, mask=out_mask)
+            if HISTOGRAM:
+                mine = tl.sum(tl.where(col[None, :] == 0, scores, 0.0), axis=1)
+                counts += high_byte_histogram(mine, keys < candidates)
         else:
             tl.store(out_ptrs, tl.full((BLOCK_L, COLS), float("-inf"), tl.float32), out_mask)
+    if HISTOGRAM:
+        chunk = q0.to(tl.int64) * tl.num_programs(1) + tl.program_id(1)
+        tl.store(hist_ptr + chunk * 256 + tl.arange(0, 256), counts)
 
 
 def _check(q_idx: Tensor, weights: Tensor, keys: QuantizedKeys, query_pos: Tensor | None) -> None:
@@ -173,10 +183,17 @@ def indexer_scores_fp8(
     block_q: int | None = None,
     block_l: int = 128,
     num_warps: int | None = None,
+    histogram: Tensor | None = None,
+    window: int = 0,
 ) -> Tensor:
     """Indexer scores (Q, length) fp32 over FP8 keys; `reference.indexer_scores_fp8` defines
     them. Causal when `query_pos` is given; `length` defaults to the keys held; with `split`
-    and `shift` (Q,), positions from `split` on read rows `shift[q]` further on."""
+    and `shift` (Q,), positions from `split` on read rows `shift[q]` further on.
+
+    With `histogram` (Q, cdiv(length, SELECT_CHUNK), 256) int32 and `window`, one query a
+    tile, each program scores SELECT_CHUNK keys and also writes the first round of the top-k
+    select over them (`select.high_byte_histogram` of the scores of the positions before the
+    query's window), which `decode_select` goes on from."""
     _check(q_idx, weights, keys, query_pos)
     (num_q, heads, dim), length = q_idx.shape, length or keys.values.shape[0]
     if (split is None) != (shift is None):
@@ -191,6 +208,13 @@ def indexer_scores_fp8(
         raise ValueError("a shifted (decode) layout takes one query per tile: block_q=1.")
     q_tiles = triton.cdiv(num_q, block_q)
     keys_per_program = keys_per_program_for(length, block_l, q_tiles, q_idx.device)
+    if histogram is not None:
+        chunks = triton.cdiv(length, SELECT_CHUNK)
+        if block_q != 1 or query_pos is None or histogram.shape != (num_q, chunks, 256):
+            raise ValueError(f"a histogram needs causal scores, one query a tile and shape "
+                             f"({num_q}, {chunks}, 256); got block_q={block_q} and "
+                             f"{tuple(histogram.shape)}.")  # fmt: skip
+        keys_per_program = SELECT_CHUNK
     scores = torch.empty(num_q, length, dtype=torch.float32, device=q_idx.device)
     upcast = dot_options(torch.bfloat16)[1]
     rows = block_q * heads_p
@@ -199,11 +223,13 @@ def indexer_scores_fp8(
         launch(
             _indexer_fp8_kernel, grid, q_idx, weights, keys.values, keys.scales,
             q_idx if query_pos is None else query_pos, q_idx if shift is None else shift, scores,
-            num_q, length, length if split is None else split, keys_per_program,
+            scores if histogram is None else histogram, num_q, length,
+            length if split is None else split, keys_per_program, window,
             q_idx.stride(0), q_idx.stride(1), *weights.stride(), keys.values.stride(0),
             scores.stride(0), HEADS=heads, DIM=dim, HEADS_P=heads_p, DIM_P=dim_p,
             BLOCK_Q=block_q, BLOCK_L=block_l, COLS=max(COLUMNS, block_q),
             CAUSAL=query_pos is not None, SHIFTED=shift is not None, UPCAST=upcast,
+            HISTOGRAM=histogram is not None,
             num_warps=num_warps or (8 if rows * block_l >= 128 * 128 else 4), num_stages=2,
         )  # fmt: skip
     return scores

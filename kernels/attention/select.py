@@ -37,6 +37,10 @@ from torch import Tensor
 from kernels.moe.compiled import launch, recording
 
 BINS = 256
+# Positions a program of the chunked (decode) select owns: a decode row's 46K scores are 45
+# programs, where the one-program select walked them on one SM (136 us).
+SELECT_CHUNK = 1024
+CHUNK_ROWS = 32  # chunk histograms summed per step
 
 
 @triton.jit
@@ -44,6 +48,29 @@ def _ordered_keys(scores):
     """int32 keys with the order of the fp32 scores (-inf lowest)."""
     bits = scores.to(tl.int32, bitcast=True)
     return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+@triton.jit
+def _masked_histogram(digit, match):
+    """256-bin histogram of `digit` (0..255) over the lanes where `match` holds."""
+    bins = tl.arange(0, 256)
+    misses = tl.sum((~match).to(tl.int32), axis=0)  # counted in bin 0: taken back out
+    return tl.histogram(tl.where(match, digit, 0), 256) - tl.where(bins == 0, misses, 0)
+
+
+@triton.jit
+def high_byte_histogram(scores, match):
+    """The first round of the radix select: a histogram of the scores' signed high byte."""
+    return _masked_histogram((_ordered_keys(scores) >> 24) + 128, match)
+
+
+@triton.jit
+def _choose(counts, need):
+    """The bin holding the `need`-th largest key, and what is still needed at or below it."""
+    bins = tl.arange(0, 256)
+    at_or_above = tl.sum(counts, axis=0) - tl.cumsum(counts, axis=0) + counts
+    chosen = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
+    return chosen, need - tl.sum(tl.where(bins > chosen, counts, 0), axis=0)
 
 
 @triton.jit
@@ -65,13 +92,7 @@ def _select_kernel(
     row = scores_ptr + query * stride_sq
     out = out_ptr + query * stride_oq
 
-    # The window: pos, pos-1, ..., pos-WINDOW+1, inside [0, length).
-    back = tl.arange(0, WINDOW_P)
-    recent = pos - back
-    in_range = (recent >= 0) & (recent < length)
-    recent = tl.where(in_range, _to_rows(recent, split, shift, SHIFTED), -1)
-    tl.store(out + TOPK + back, recent, mask=back < WINDOW)
-
+    _write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED)
     lane = tl.arange(0, BLOCK)
     # Candidates are positions [0, candidates). Names differ between the branches below: the
     # compiler types a name once across both.
@@ -82,7 +103,6 @@ def _select_kernel(
             picked = tl.where(slots < candidates, _to_rows(slots, split, shift, SHIFTED), -1)
             tl.store(out + slots, picked, mask=slots < TOPK)
     else:
-        bins = tl.arange(0, 256)
         prefix = tl.zeros((), tl.int32)  # the chosen high bytes of the cut, signed
         need = tl.full((), TOPK, tl.int32)  # picks still to place at or below the prefix
         for r in tl.static_range(ROUNDS):
@@ -91,36 +111,186 @@ def _select_kernel(
             for j0 in range(0, candidates, BLOCK):
                 j = j0 + lane
                 ok = j < candidates
-                keys = _ordered_keys(tl.load(row + j, mask=ok, other=float("-inf")))
+                scores = tl.load(row + j, mask=ok, other=float("-inf"))
                 if r == 0:
-                    match = ok
-                    digit = (keys >> 24) + 128  # the signed high byte, as 0..255
+                    counts += high_byte_histogram(scores, ok)
                 else:
+                    keys = _ordered_keys(scores)
                     match = ok & ((keys >> (low_bit + 8)) == prefix)
-                    digit = (keys >> low_bit) & 255
-                digit = tl.where(match, digit, 0)
-                # Non-matching lanes were counted in bin 0: take them back out.
-                misses = tl.sum((~match).to(tl.int32), axis=0)
-                counts += tl.histogram(digit, 256) - tl.where(bins == 0, misses, 0)
-            at_or_above = tl.sum(counts, axis=0) - tl.cumsum(counts, axis=0) + counts
-            chosen = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
-            need -= tl.sum(tl.where(bins > chosen, counts, 0), axis=0)
+                    counts += _masked_histogram((keys >> low_bit) & 255, match)
+            chosen, need = _choose(counts, need)
             prefix = chosen - 128 if r == 0 else prefix * 256 + chosen
-        cut_bit = 32 - 8 * ROUNDS
         written = tl.zeros((), tl.int32)
         ties = tl.zeros((), tl.int32)
         for j0 in range(0, candidates, BLOCK):
-            j = j0 + lane
-            ok = j < candidates
-            top = _ordered_keys(tl.load(row + j, mask=ok, other=float("-inf"))) >> cut_bit
-            above = ok & (top > prefix)
-            equal = ok & (top == prefix)
-            tie_rank = ties + tl.cumsum(equal.to(tl.int32), axis=0)
-            take = above | (equal & (tie_rank <= need))
-            slot = written + tl.cumsum(take.to(tl.int32), axis=0) - 1
-            tl.store(out + slot, _to_rows(j, split, shift, SHIFTED), mask=take)
-            written += tl.sum(take.to(tl.int32), axis=0)
-            ties += tl.sum(equal.to(tl.int32), axis=0)
+            written, ties = _write_picks(out, row, j0 + lane, candidates, prefix, need, written,
+                                         ties, split, shift, 32 - 8 * ROUNDS, SHIFTED)  # fmt: skip
+
+
+@triton.jit
+def _write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED):
+    """The window columns: pos, pos-1, ..., pos-WINDOW+1, inside [0, length)."""
+    back = tl.arange(0, WINDOW_P)
+    recent = pos - back
+    in_range = (recent >= 0) & (recent < length)
+    recent = tl.where(in_range, _to_rows(recent, split, shift, SHIFTED), -1)
+    tl.store(out + TOPK + back, recent, mask=back < WINDOW)
+
+
+@triton.jit
+def _write_picks(out, row, j, candidates, prefix, need, written, ties, split, shift, CUT_BIT,
+                 SHIFTED):  # fmt: skip
+    """Write positions `j` whose key's bits from CUT_BIT up beat `prefix`, and those equal to
+    it while fewer than `need` equal ones came before (`ties` of them), from slot `written`
+    on, in position order; return the new `written` and `ties`."""
+    ok = j < candidates
+    top = _ordered_keys(tl.load(row + j, mask=ok, other=float("-inf"))) >> CUT_BIT
+    above = ok & (top > prefix)
+    equal = ok & (top == prefix)
+    tie_rank = ties + tl.cumsum(equal.to(tl.int32), axis=0)
+    take = above | (equal & (tie_rank <= need))
+    slot = written + tl.cumsum(take.to(tl.int32), axis=0) - 1
+    tl.store(out + slot, _to_rows(j, split, shift, SHIFTED), mask=take)
+    return written + tl.sum(take.to(tl.int32), axis=0), ties + tl.sum(equal.to(tl.int32), axis=0)
+
+
+@triton.jit
+def _summed(hist, chunks, CHUNK_ROWS: tl.constexpr):
+    """The 256 bins of a row's `chunks` chunk histograms (chunks, 256), summed."""
+    bins = tl.arange(0, 256)
+    c = tl.arange(0, CHUNK_ROWS)
+    total = tl.zeros((256,), tl.int32)
+    for c0 in range(0, chunks, CHUNK_ROWS):
+        rows = c0 + c
+        block = tl.load(hist + rows[:, None] * 256 + bins[None, :],
+                        mask=(rows < chunks)[:, None], other=0)  # fmt: skip
+        total += tl.sum(block, axis=0)
+    return total
+
+
+@triton.jit
+def _picked_before(first, second, chunk, chosen0, chosen1, CHUNK_ROWS: tl.constexpr):
+    """Over the chunks before `chunk`: keys above the cut's 16-bit prefix, and equal to it."""
+    bins = tl.arange(0, 256)[None, :]
+    c = tl.arange(0, CHUNK_ROWS)
+    above = tl.zeros((), tl.int32)
+    equal = tl.zeros((), tl.int32)
+    for c0 in range(0, chunk, CHUNK_ROWS):
+        rows = c0 + c
+        at = rows[:, None] * 256 + bins
+        earlier = (rows < chunk)[:, None]
+        high = tl.load(first + at, mask=earlier, other=0)
+        low = tl.load(second + at, mask=earlier, other=0)
+        beats = tl.where(bins > chosen0, high, 0) + tl.where(bins > chosen1, low, 0)
+        above += tl.sum(tl.sum(beats, axis=1), axis=0)
+        equal += tl.sum(tl.sum(tl.where(bins == chosen1, low, 0), axis=1), axis=0)
+    return above, equal
+
+
+@triton.jit
+def _second_round_kernel(
+    scores_ptr, pos_ptr, first_ptr, second_ptr, length, window, chunks, stride_sq,
+    TOPK: tl.constexpr, BLOCK: tl.constexpr, CHUNK_ROWS: tl.constexpr,
+):  # fmt: skip
+    """The chunked select's second round: every program sums the row's first-round chunk
+    histograms (the same sum in each), and counts the second byte of its chunk's keys whose
+    high byte is the chosen one."""
+    query = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    pos = tl.load(pos_ptr + query)
+    candidates = tl.minimum(tl.maximum(pos - window + 1, 0), length).to(tl.int32)
+    hist = query * chunks * 256
+    chosen0, _ = _choose(_summed(first_ptr + hist, chunks, CHUNK_ROWS), TOPK)
+    j = chunk * BLOCK + tl.arange(0, BLOCK)
+    ok = j < candidates
+    keys = _ordered_keys(tl.load(scores_ptr + query * stride_sq + j, mask=ok,
+                                 other=float("-inf")))  # fmt: skip
+    counts = _masked_histogram((keys >> 16) & 255, ok & ((keys >> 24) == chosen0 - 128))
+    tl.store(second_ptr + hist + chunk * 256 + tl.arange(0, 256), counts)
+
+
+@triton.jit
+def _chunk_picks_kernel(
+    scores_ptr, pos_ptr, shift_ptr, first_ptr, second_ptr, out_ptr, length, split, chunks,
+    stride_sq, stride_oq, TOPK: tl.constexpr, WINDOW: tl.constexpr, WINDOW_P: tl.constexpr,
+    BLOCK: tl.constexpr, CHUNK_ROWS: tl.constexpr, SHIFTED: tl.constexpr,
+):  # fmt: skip
+    """The chunked select's picks: the cut from both rounds' sums, this chunk's first slot
+    from the chunks before it, then its picks in position order (what the one-program select
+    writes, slot for slot)."""
+    query = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    pos = tl.load(pos_ptr + query)
+    shift = tl.load(shift_ptr + query) if SHIFTED else 0
+    row = scores_ptr + query * stride_sq
+    out = out_ptr + query * stride_oq
+    if chunk == 0:
+        _write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED)
+    candidates = tl.minimum(tl.maximum(pos - WINDOW + 1, 0), length).to(tl.int32)
+    j = chunk * BLOCK + tl.arange(0, BLOCK)
+    if candidates <= TOPK:  # every candidate is picked, the rest of the slots unused
+        everything = tl.where(j < candidates, _to_rows(j, split, shift, SHIFTED), -1)
+        tl.store(out + j, everything, mask=j < TOPK)
+    else:
+        first = first_ptr + query * chunks * 256
+        second = second_ptr + query * chunks * 256
+        chosen0, need0 = _choose(_summed(first, chunks, CHUNK_ROWS), TOPK)
+        chosen1, need = _choose(_summed(second, chunks, CHUNK_ROWS), need0)
+        above, equal = _picked_before(first, second, chunk, chosen0, chosen1, CHUNK_ROWS)
+        _write_picks(out, row, j, candidates, (chosen0 - 128) * 256 + chosen1, need,
+                     above + tl.minimum(equal, need), equal, split, shift, 16, SHIFTED)  # fmt: skip
+
+
+def _check_layout(query_pos: Tensor, split: int | None, shift: Tensor | None) -> None:
+    if (shift is None) != (split is None) or (shift is not None and shift.shape != query_pos.shape):
+        raise ValueError("give split and shift (Q,) together, or neither.")
+
+
+def select_after_first_round(
+    scores: Tensor,
+    query_pos: Tensor,
+    first_round: Tensor,
+    topk: int,
+    window: int,
+    split: int | None = None,
+    shift: Tensor | None = None,
+) -> Tensor:
+    """`select_positions_triton`'s result (two rounds) over programs of SELECT_CHUNK positions
+    each, for rows too few to fill the GPU one program a row: decode. The first round is
+    `first_round` (Q, chunks, 256), the high-byte histograms of each chunk's candidates, which
+    the FP8 indexer writes as it scores them; this is the second round and the picks, two
+    launches. Picks come in position order, slot for slot as the one-program select."""
+    num_q, length = scores.shape
+    chunks = triton.cdiv(length, SELECT_CHUNK)
+    if query_pos.shape != (num_q,) or first_round.shape != (num_q, chunks, BINS):
+        raise ValueError(
+            f"select_after_first_round expects query_pos ({num_q},) and first_round "
+            f"({num_q}, {chunks}, {BINS}); got {tuple(query_pos.shape)} and "
+            f"{tuple(first_round.shape)}."
+        )
+    if not 1 <= topk <= SELECT_CHUNK or window < 0:
+        raise ValueError(f"need 1 <= topk <= {SELECT_CHUNK} and window >= 0; got {topk}, "
+                         f"{window}.")  # fmt: skip
+    if scores.dtype != torch.float32 or scores.stride(1) != 1 or not first_round.is_contiguous():
+        raise ValueError("need fp32 scores with contiguous rows and a contiguous first_round.")
+    _check_layout(query_pos, split, shift)
+    pos = query_pos.to(torch.int64)
+    second = torch.empty_like(first_round)
+    out = torch.empty(num_q, topk + window, dtype=torch.int64, device=scores.device)
+    with recording():
+        launch(
+            _second_round_kernel, (num_q, chunks), scores, pos, first_round, second, length,
+            window, chunks, scores.stride(0), TOPK=topk, BLOCK=SELECT_CHUNK,
+            CHUNK_ROWS=CHUNK_ROWS, num_warps=4,
+        )  # fmt: skip
+        launch(
+            _chunk_picks_kernel, (num_q, chunks), scores, pos, pos if shift is None else shift,
+            first_round, second, out, length, length if split is None else split, chunks,
+            scores.stride(0), out.stride(0), TOPK=topk, WINDOW=window,
+            WINDOW_P=triton.next_power_of_2(max(window, 1)), BLOCK=SELECT_CHUNK,
+            CHUNK_ROWS=CHUNK_ROWS, SHIFTED=shift is not None, num_warps=4,
+        )  # fmt: skip
+    return out
 
 
 def select_positions_triton(
@@ -150,8 +320,7 @@ def select_positions_triton(
     if topk < 1 or window < 0 or not 1 <= rounds <= 4:
         raise ValueError(f"need topk >= 1, window >= 0 and 1 <= rounds <= 4; got "
                          f"{topk}, {window}, {rounds}")  # fmt: skip
-    if (shift is None) != (split is None) or (shift is not None and shift.shape != query_pos.shape):
-        raise ValueError("give split and shift (Q,) together, or neither.")
+    _check_layout(query_pos, split, shift)
     num_q, length = scores.shape
     out = torch.empty(num_q, topk + window, dtype=torch.int64, device=scores.device)
     if num_q == 0:

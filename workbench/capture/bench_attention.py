@@ -42,7 +42,9 @@ from workbench.workloads.attention import DECODE_QUERIES, SCENARIOS, Problem, Sc
 from workbench.workloads.checks import relative_error, tolerance
 
 VARIANTS = ("torch", "triton", "fp8")
-KERNELS = ("indexer", "select", "sparse_attention", "attention")
+# `indexer_select`: the indexer and the select as the variant chains them (`choose`): the FP8
+# variant's decode form takes the select's first round inside the indexer.
+KERNELS = ("indexer", "select", "indexer_select", "sparse_attention", "attention")
 SELECTION_SLACK = 1e-2  # of a row's largest |score|: how far below the fp32 cut a pick may be
 COLUMNS = [
     "kernel", "variant", "scenario", "m", "context", "ms", "iqr_ms", "floor_ms",
@@ -79,9 +81,11 @@ def _calls(variant: attention.AttentionVariant, p: Problem, s: RankShapes) -> di
     chosen: dict[str, torch.Tensor] = {}
     topk = s.index_topk
 
+    choose = partial(variant.choose, p.index_q, p.index_w, p.cached_keys, p.pos, None, topk,
+                     s.window)  # fmt: skip
+
     def pipeline() -> torch.Tensor:
-        scores = variant.indexer_scores(p.index_q, p.index_w, p.cached_keys, p.pos)
-        chosen["index"] = variant.select_positions(scores, p.pos, topk, s.window)
+        chosen["index"] = choose()
         return variant.attend(p.q, p.kv, chosen["index"])
 
     def own_selection_error(out: torch.Tensor, _fp32_pipeline: torch.Tensor) -> float:
@@ -118,6 +122,7 @@ def _calls(variant: attention.AttentionVariant, p: Problem, s: RankShapes) -> di
             selection_error,
             None,
         ),  # fmt: skip
+        "indexer_select": (choose, p.index, selection_error, None),
         "sparse_attention": (
             partial(variant.attend, p.q, p.kv, p.index),
             p.out_ref,
@@ -174,6 +179,8 @@ def cost(
         return indexer_bytes, indexer_flops
     if kernel == "select":
         return select_bytes, {}
+    if kernel == "indexer_select":
+        return indexer_bytes + select_bytes, indexer_flops
     if kernel == "sparse_attention":
         return attend_bytes, attend_flops
     flops = {rate: indexer_flops.get(rate, 0.0) + attend_flops.get(rate, 0.0)

@@ -165,11 +165,12 @@ def build_dense(args: TargetArgs) -> list[Workload]:
 
 
 # ---- --kernel attention ----------------------------------------------------------------------
-ATTENTION_PARTS = ("indexer", "select", "attend")
+ATTENTION_PARTS = ("indexer", "select", "indexer_select", "attend")
 
 
 def build_attention(args: TargetArgs) -> list[Workload]:
-    """One launch of a sparse-attention variant's `part` (indexer, select or attend) per query
+    """One call of a sparse-attention variant's `part` (indexer, select, both as the variant
+    chains them, or attend) per query
     count, the last query at position `context - 1` (46,000): the bench's scenarios, on the
     same inputs (`workloads.attention.Problem`), checked against the variant's reference."""
     import kernels.attention as attention
@@ -195,6 +196,8 @@ def build_attention(args: TargetArgs) -> list[Workload]:
                                 p.pos), p.scores_ref, "finite"),
             "select": (partial(variant.select_positions, p.scores_ref, p.pos, s.index_topk,
                                s.window), None, "selection"),
+            "indexer_select": (partial(variant.choose, p.index_q, p.index_w, p.cached_keys,
+                                       p.pos, None, s.index_topk, s.window), None, "selection"),
             "attend": (partial(variant.attend, p.q, p.kv, p.index), p.out_ref, "values"),
         }[part]  # fmt: skip
         name = range_name("attention", args.variant, queries)  # the file name has the part

@@ -79,9 +79,9 @@ def add_ncu(sub) -> None:
             "shape, 'dense' with VARIANT a dense backend (bf16, w8a16, w8a8, hybrid; tokens are "
             "M, --param projection=o_b picks the layer's GEMM), 'attention' with VARIANT an "
             "attention variant (triton, fp8; tokens are queries ending at --param "
-            "context=46000, --param part=indexer|select|attend), or 'model-decode-step' for "
-            "every kernel of one decode step (tokens are then the streams). Writes "
-            "OUT/<name>.ncu-rep, .json and .summary.txt."
+            "context=46000, --param part=indexer|select|indexer_select|attend), or "
+            "'model-decode-step' for every kernel of one decode step (tokens are then the "
+            "streams). Writes OUT/<name>.ncu-rep, .json and .summary.txt."
         ),
     )
     p.add_argument("kernel", help="moe, dense, attention or model-decode-step")

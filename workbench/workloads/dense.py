@@ -14,6 +14,7 @@ import torch
 
 import kernels.dense as dense
 from workbench.presets import RankShapes
+from workbench.workloads.model_weights import q_up_split, qkv_a_split
 from workbench.workloads.seeds import randn
 
 
@@ -31,12 +32,8 @@ def layer_projections(s: RankShapes) -> list[Projection]:
     """The dense GEMMs of one layer at one rank's shapes, as the synthetic model runs them."""
     per_group = (s.q_heads // s.o_groups) * s.head_dim
     return [
-        Projection("q_a", s.q_lora_rank, s.hidden),
-        Projection("q_b", s.q_heads * s.head_dim, s.q_lora_rank),
-        Projection("kv", s.head_dim, s.hidden),
-        Projection("index_q", s.index_heads * s.index_dim, s.q_lora_rank),
-        Projection("index_k", s.index_dim, s.hidden),
-        Projection("index_w", s.index_heads, s.hidden),
+        Projection("qkv_a", sum(qkv_a_split(s)), s.hidden),
+        Projection("q_up", sum(q_up_split(s)), s.q_lora_rank),
         Projection("o_a", s.o_group_rank, per_group, count=s.o_groups),
         Projection("o_b", s.hidden, s.o_groups * s.o_group_rank),
         Projection("shared_gate_up", 2 * s.shared_intermediate, s.hidden),

@@ -32,13 +32,20 @@ from torch.profiler import record_function
 import kernels.attention as attention_kernels
 import kernels.dense as dense_kernels
 import kernels.moe as moe_kernels
-from kernels.glue import rms_norm_fused, silu_mul_fused
+from kernels.glue import rms_norm_fused, router_topk_fused, silu_mul_fused
 from kernels.norm import rms_norm
 from workbench.errors import WorkbenchError
 from workbench.presets import Preset, draw_routing
 from workbench.workloads.model_backends import quantize_experts
 from workbench.workloads.model_state import Cache, DecodeState, Plan
-from workbench.workloads.model_weights import DENSE_WEIGHTS, LayerWeights, Shard, ShardedInit
+from workbench.workloads.model_weights import (
+    DENSE_WEIGHTS,
+    LayerWeights,
+    Shard,
+    ShardedInit,
+    q_up_split,
+    qkv_a_split,
+)
 from workbench.workloads.seeds import derive, generator, serving_dtype
 
 __all__ = ["DENSE_WEIGHTS", "DecodeState", "LayerWeights", "Plan", "Shard", "SyntheticModel"]
@@ -179,8 +186,22 @@ class SyntheticModel:
                 plan.decode_tokens, plan.streams, h, generator=decode, device=dev
             ).to(self.dtype),
             "prefill_routing": self._routings(plan.prompt_tokens, "prefill"),
-            "decode_routing": self._routings(plan.decode_tokens * plan.streams, "decode"),
+            "decode_routing": self._decode_routing(plan),
         }
+
+    def _decode_routing(self, plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every decode step's routing of every layer as two tensors, ids (steps, layers,
+        streams, K) int32 and weights alike in fp32, so that a step loads all of its layers'
+        routing with two copies (`DecodeState.load`) rather than two a layer: at 40 layers
+        those copies were 80 launches of a decode step."""
+        per_layer = self._routings(plan.decode_tokens * plan.streams, "decode")
+        shape = (plan.decode_tokens, plan.streams, self.layers, self.shapes.top_k)
+        ids, weights = (
+            torch.stack([layer[part] for layer in per_layer], 1).view(shape).transpose(1, 2)
+            .contiguous()
+            for part in (0, 1)
+        )  # fmt: skip
+        return ids, weights
 
     def _routings(self, tokens: int, phase: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Every layer's routing for `phase`, drawn on threads: each layer has its own seed, so
@@ -192,21 +213,19 @@ class SyntheticModel:
 
     # ---- one layer ----------------------------------------------------------------------
     def _attention_block(
-        self, x: torch.Tensor, w: LayerWeights, attend_to: Callable
+        self, xn: torch.Tensor, w: LayerWeights, attend_to: Callable
     ) -> torch.Tensor:
+        """The attention block of the normalised hidden states `xn` (the norm is fused with
+        the previous layer's residual add, in `_layer`)."""
         s = self.shapes
-        with record_function("other"):
-            xn = self.norm(x, w.attn_norm)
         with record_function("dense"):
-            q_low = self.linear(xn, w.q_a)
+            q_low, kv, index_k, index_w = self.linear(xn, w.qkv_a).split(qkv_a_split(s), 1)
         with record_function("other"):
             q_low = self.norm(q_low, w.q_norm)
         with record_function("dense"):
-            q = self.linear(q_low, w.q_b).view(-1, s.q_heads, s.head_dim)
-            kv = self.linear(xn, w.kv)
-            index_q = self.linear(q_low, w.index_q).view(-1, s.index_heads, s.index_dim)
-            index_k = self.linear(xn, w.index_k)
-            index_w = self.linear(xn, w.index_w).float() * s.index_heads**-0.5
+            q, index_q = self.linear(q_low, w.q_up).split(q_up_split(s), 1)
+            q = q.view(-1, s.q_heads, s.head_dim)
+            index_q = index_q.view(-1, s.index_heads, s.index_dim)
         with record_function("other"):
             kv = self.norm(kv, w.kv_norm)
         out = attend_to(q, kv, index_q, index_k, index_w)
@@ -231,7 +250,7 @@ class SyntheticModel:
         residual add before it, in `_layer`)."""
         with record_function("moe"):
             logits = torch.matmul(xn, w.router.T)
-            moe_kernels.router_topk(logits, self.shapes.top_k)  # run for its cost only
+            self.router_topk(logits, self.shapes.top_k)  # run for its cost only
             routed = self.moe_fn(xn, routing[0], routing[1], w.experts_gate_up, w.experts_down)
         with record_function("dense"):
             shared = moe_kernels.shared_expert(
@@ -241,15 +260,25 @@ class SyntheticModel:
             partial = routed + shared
         return self._all_reduce(partial)
 
-    def _layer(self, i: int, x: torch.Tensor, attend_to: Callable, routing) -> torch.Tensor:
+    def _layer(
+        self,
+        i: int,
+        x: torch.Tensor,
+        pending: torch.Tensor | None,
+        attend_to: Callable,
+        routing: tuple[torch.Tensor, torch.Tensor],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer `i` on the residual stream `x` plus `pending`, the previous layer's FFN output
+        (None for the first layer). Returns (the residual stream, this layer's FFN output): the
+        residual add is left to the next norm, which fuses it (`add_norm`), as engines do."""
         w = self.weights[i % len(self.weights)]
         with record_function(f"wb.layer#{i}"):
-            attn = self._attention_block(x, w, attend_to)
+            with record_function("other"):
+                x, xn = self.add_norm(x, pending, w.attn_norm)
+            attn = self._attention_block(xn, w, attend_to)
             with record_function("other"):
                 x, xn = self.add_norm(x, attn, w.ffn_norm)
-            ffn = self._ffn_block(xn, w, routing)
-            with record_function("other"):
-                return x + ffn
+            return x, self._ffn_block(xn, w, routing)
 
     # ---- glue: fused Triton kernels where the variants run as kernels, else torch --------
     @property
@@ -263,22 +292,29 @@ class SyntheticModel:
         return rms_norm_fused(x, weight) if self.fused_glue else rms_norm(x, weight)
 
     def add_norm(
-        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
+        self, x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x + residual, its RMSNorm): one launch fused, two ops in torch."""
+        """(x + residual, its RMSNorm): one launch fused, two ops in torch. Without a
+        residual, (x, its RMSNorm)."""
+        if residual is None:
+            return x, self.norm(x, weight)
         if self.fused_glue:
             return rms_norm_fused(x, weight, residual=residual)
         summed = x + residual
         return summed, rms_norm(summed, weight)
+
+    def router_topk(self, logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.fused_glue:
+            return router_topk_fused(logits, top_k)
+        return moe_kernels.router_topk(logits, top_k)
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         if self.fused_glue:
             return silu_mul_fused(gate_up)
         return moe_kernels.silu_mul_reference(gate_up)
 
-    def _lm_head(self, x_last: torch.Tensor) -> torch.Tensor:
-        with record_function("other"):
-            xn = self.norm(x_last, self.final_norm)
+    def _lm_head(self, xn: torch.Tensor) -> torch.Tensor:
+        """The greedy next token of the final-normed hidden states `xn`."""
         with record_function("dense"):
             logits = dense_kernels.linear(xn, self.lm_head)  # bf16, as checkpoints ship it
         with record_function("other"):
@@ -304,8 +340,8 @@ class SyntheticModel:
             with record_function("attention"):
                 attn.write_cache(cache.kv[layer], cache.keys[layer], start, kv, index_k)
                 pos = torch.arange(start, end, device=self.device)
-                scores = attn.indexer_scores(index_q, index_w, cache.keys[layer], pos, end)
-                chosen = attn.select_positions(scores, pos, s.index_topk, s.window)
+                chosen = attn.choose(index_q, index_w, cache.keys[layer], pos, end, s.index_topk,
+                                     s.window)  # fmt: skip
                 return attn.attend(q, cache.kv[layer], chosen)
 
         return attend_to
@@ -319,9 +355,9 @@ class SyntheticModel:
         def attend_to(q, kv, index_q, index_k, index_w):
             with record_function("attention"):
                 attn.write_cache(cache.kv[layer], cache.keys[layer], state.rows, kv, index_k)
-                scores = attn.indexer_scores(index_q, index_w, cache.keys[layer], state.pos,
-                                             cache.prompt + cache.tail, **layout)  # fmt: skip
-                chosen = attn.select_positions(scores, state.pos, s.index_topk, s.window, **layout)
+                chosen = attn.choose(index_q, index_w, cache.keys[layer], state.pos,
+                                     cache.prompt + cache.tail, s.index_topk, s.window,
+                                     **layout)  # fmt: skip
                 return attn.attend(q, cache.kv[layer], chosen)
 
         return attend_to
@@ -347,28 +383,32 @@ class SyntheticModel:
         for chunk, (start, size) in enumerate(plan.chunks()):
             with self.step_scope(f"wb.prefill#{chunk}"):
                 with record_function("other"):
-                    x = inputs["prompt"][start : start + size]
+                    x, pending = inputs["prompt"][start : start + size], None
                 for i in range(self.layers):
                     with record_function("other"):
                         ids, weights = inputs["prefill_routing"][i]
                         routing = (ids[start : start + size], weights[start : start + size])
                     attend_to = self._prefill_attention(state.cache, i, start, size)
-                    x = self._layer(i, x, attend_to, routing)
+                    x, pending = self._layer(i, x, pending, attend_to, routing)
                     tick(1)
                 if start + size == plan.prompt_tokens:
                     with record_function("other"):
-                        last = x[-1:]
+                        _, last = self.add_norm(x[-1:], pending[-1:], self.final_norm)
                     self._lm_head(last)
 
     def decode_step(self, state: DecodeState) -> None:
         """One decode step on the static buffers: the same work eagerly or as a graph replay."""
-        x = state.x
+        x, pending = state.x, None
         with record_function("other"):
             state.advance()
         for i in range(self.layers):
             attend_to = self._decode_attention(state, i)
-            x = self._layer(i, x, attend_to, (state.ids[i], state.weights[i]))
-        tokens = self._lm_head(x)
+            with record_function("other"):
+                routing = (state.ids[i], state.weights[i])
+            x, pending = self._layer(i, x, pending, attend_to, routing)
+        with record_function("other"):
+            x, xn = self.add_norm(x, pending, self.final_norm)
+        tokens = self._lm_head(xn)
         with record_function("other"):
             state.tokens.copy_(tokens)
             state.hidden.copy_(x)

@@ -80,14 +80,10 @@ class DecodeState:
         self.streams = plan.streams
         self.step = torch.zeros((), dtype=torch.int64, device=dev)
         self.x = torch.zeros(plan.streams, s.hidden, device=dev, dtype=model.dtype)
-        self.ids = [
-            torch.zeros(plan.streams, s.top_k, dtype=torch.int32, device=dev)
-            for _ in range(model.layers)
-        ]
-        self.weights = [
-            torch.full((plan.streams, s.top_k), 1.0 / s.top_k, device=dev)
-            for _ in range(model.layers)
-        ]
+        # Every layer's routing of this step: (layers, streams, K), one copy each a step.
+        self.ids = torch.zeros(model.layers, plan.streams, s.top_k, dtype=torch.int32, device=dev)
+        self.weights = torch.full((model.layers, plan.streams, s.top_k), 1.0 / s.top_k,
+                                  device=dev)  # fmt: skip
         self.shift = torch.arange(plan.streams, device=dev) * plan.decode_tokens
         self.stream_rows = plan.prompt_tokens + self.shift
         # This step's cache rows and virtual positions, computed once a step (`advance`).
@@ -104,9 +100,8 @@ class DecodeState:
 
     def load(self, inputs: dict, step: int) -> None:
         """Copy decode step `step`'s inputs into the static buffers (outside any graph)."""
-        rows = slice(step * self.streams, (step + 1) * self.streams)
+        ids, weights = inputs["decode_routing"]
         self.step.fill_(step)
         self.x.copy_(inputs["decode"][step])
-        for i, (ids, weights) in enumerate(inputs["decode_routing"]):
-            self.ids[i].copy_(ids[rows])
-            self.weights[i].copy_(weights[rows])
+        self.ids.copy_(ids[step])
+        self.weights.copy_(weights[step])

@@ -1,0 +1,50 @@
+"""The FP8 indexer and the top-k select as the `fp8` variant runs them together.
+
+At decode a row is one query over the whole context: the one-program select walked its 46K
+scores on one SM (136 us on the H200, against 9 us for the indexer). Here the indexer's
+programs each score SELECT_CHUNK keys and take the select's first round over them as they go
+(`indexer_scores_fp8(histogram=...)`), and `select_after_first_round` finishes the select
+over as many programs: three launches, the first of which was already being paid for, and
+the same picks in the same slots. Rows enough to fill the GPU (prefill) keep the indexer and
+the one-program select, which is then one program a row on every SM.
+"""
+
+import torch
+import triton
+from torch import Tensor
+
+from kernels.attention.formats import QuantizedKeys
+from kernels.attention.indexer import DECODE_QUERIES
+from kernels.attention.indexer_fp8 import indexer_scores_fp8
+from kernels.attention.select import (
+    BINS,
+    SELECT_CHUNK,
+    select_after_first_round,
+    select_positions_triton,
+)
+
+
+def indexer_select_fp8(
+    q_idx: Tensor,
+    weights: Tensor,
+    keys: QuantizedKeys,
+    query_pos: Tensor,
+    length: int | None,
+    topk: int,
+    window: int,
+    split: int | None = None,
+    shift: Tensor | None = None,
+) -> Tensor:
+    """Key positions each query attends to, (Q, topk + window), from the FP8 indexer's scores:
+    what `select_positions_triton(indexer_scores_fp8(...))` returns, in three launches for a
+    few queries (decode) and two otherwise."""
+    num_q = q_idx.shape[0]
+    length = length or keys.values.shape[0]
+    if num_q > DECODE_QUERIES or not 1 <= topk <= SELECT_CHUNK:
+        scores = indexer_scores_fp8(q_idx, weights, keys, query_pos, length, split, shift)
+        return select_positions_triton(scores, query_pos, topk, window, split, shift)
+    first_round = torch.empty(num_q, triton.cdiv(length, SELECT_CHUNK), BINS, dtype=torch.int32,
+                              device=q_idx.device)  # fmt: skip
+    scores = indexer_scores_fp8(q_idx, weights, keys, query_pos, length, split, shift,
+                                block_q=1, histogram=first_round, window=window)  # fmt: skip
+    return select_after_first_round(scores, query_pos, first_round, topk, window, split, shift)
