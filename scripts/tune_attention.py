@@ -30,6 +30,7 @@ SCENARIOS = (Scenario("decode-46K", 1, 46_000), Scenario("prefill-46K", 4096, 46
 INDEXER = [{}, {"block_l": 64}, {"num_warps": 4}]
 SELECT = [{}, {"block": 1024}, {"block": 4096}, {"num_warps": 4}, {"num_warps": 16},
           {"rounds": 4}]  # fmt: skip
+INDEXER_SELECT = [{}, {"chunk": 512}, {"chunk": 2048}, {"num_warps": 8}]
 ATTEND = [{}, {"block_n": 128}, {"block_h": 32, "block_n": 128}, {"splits": 5},
           {"block_n": 32}, {"block_h": 64, "block_n": 32}]  # fmt: skip
 
@@ -58,7 +59,7 @@ def cases(p: Problem, window: int, topk: int) -> list[tuple[str, list[dict], obj
         return call, lambda out: 0.0 if selection_ok(out, p, window) else float("inf")
 
     return [("indexer_fp8", INDEXER, indexer), ("select", SELECT, select),
-            ("indexer_select", [{}], indexer_select),
+            ("indexer_select", INDEXER_SELECT, indexer_select),
             ("sparse_attention", ATTEND, attend)]  # fmt: skip
 
 

@@ -353,7 +353,7 @@ def test_chunked_select_bad_input(device):
     first = torch.zeros(2, 2, 256, dtype=torch.int32, device=device)
     with pytest.raises(ValueError, match="first_round"):
         select_after_first_round(scores, pos, first[:, :1], 16, 4)
-    with pytest.raises(ValueError, match="topk <= 1024"):
+    with pytest.raises(ValueError, match="topk <= chunk=1024"):
         select_after_first_round(scores, pos, first, 2000, 4)
     with pytest.raises(ValueError, match="split and shift"):
         select_after_first_round(scores, pos, first, 16, 4, split=100)

@@ -78,9 +78,11 @@ def test_fp8_rows_are_checked_against_their_own_format_and_report_its_error(tmp_
     # Right against the fp32 scores of its quantised inputs; FP8's own rounding reported beside.
     assert fp8["rel_error"] < 1e-2 < fp8["quant_error"] < 0.1
     assert bf16["quant_error"] == bf16["rel_error"]  # no format of its own
-    # FP8 keys: one byte and a 4-byte scale per key against two bytes per element of bf16.
+    # FP8 keys: one byte and a 4-byte scale per key; the queries in the serving dtype.
     decode = table.loc[("decode", "fp8", "indexer")]
-    assert decode["floor_ms"] == pytest.approx((40 * (16 + 4) + 2 * 16 * 4 + 4 * (2 + 40)) / 1e8)
+    element = 2 if device.type == "cuda" else 4
+    queries_and_scores = 2 * 16 * element + 4 * (2 + 40)
+    assert decode["floor_ms"] == pytest.approx((40 * (16 + 4) + queries_and_scores) / 1e8)
     pipeline = table.loc[("prefill", "fp8", "attention")]
     assert 0.5 < pipeline["overlap"] <= 1 and pipeline["status"] == "ok"
     assert table.loc[("prefill", "fp8", "select"), "floor_ms"] > 0

@@ -185,15 +185,17 @@ def indexer_scores_fp8(
     num_warps: int | None = None,
     histogram: Tensor | None = None,
     window: int = 0,
+    chunk: int = SELECT_CHUNK,
 ) -> Tensor:
     """Indexer scores (Q, length) fp32 over FP8 keys; `reference.indexer_scores_fp8` defines
     them. Causal when `query_pos` is given; `length` defaults to the keys held; with `split`
     and `shift` (Q,), positions from `split` on read rows `shift[q]` further on.
 
-    With `histogram` (Q, cdiv(length, SELECT_CHUNK), 256) int32 and `window`, one query a
-    tile, each program scores SELECT_CHUNK keys and also writes the first round of the top-k
-    select over them (`select.high_byte_histogram` of the scores of the positions before the
-    query's window), which `decode_select` goes on from."""
+    With `histogram` (Q, cdiv(length, chunk), 256) int32 and `window`, one query a tile,
+    each program scores `chunk` keys (a multiple of `block_l`) and also writes the first
+    round of the top-k select over them (`select.high_byte_histogram` of the scores of the
+    positions before the query's window), which `select.select_after_first_round` goes on
+    from."""
     _check(q_idx, weights, keys, query_pos)
     (num_q, heads, dim), length = q_idx.shape, length or keys.values.shape[0]
     if (split is None) != (shift is None):
@@ -209,12 +211,14 @@ def indexer_scores_fp8(
     q_tiles = triton.cdiv(num_q, block_q)
     keys_per_program = keys_per_program_for(length, block_l, q_tiles, q_idx.device)
     if histogram is not None:
-        chunks = triton.cdiv(length, SELECT_CHUNK)
-        if block_q != 1 or query_pos is None or histogram.shape != (num_q, chunks, 256):
-            raise ValueError(f"a histogram needs causal scores, one query a tile and shape "
-                             f"({num_q}, {chunks}, 256); got block_q={block_q} and "
+        chunks = triton.cdiv(length, chunk)
+        if (block_q != 1 or query_pos is None or chunk % block_l
+                or histogram.shape != (num_q, chunks, 256)):  # fmt: skip
+            raise ValueError(f"a histogram needs causal scores, one query a tile, a chunk that "
+                             f"is a multiple of block_l={block_l} and shape ({num_q}, {chunks}, "
+                             f"256); got block_q={block_q}, chunk={chunk} and "
                              f"{tuple(histogram.shape)}.")  # fmt: skip
-        keys_per_program = SELECT_CHUNK
+        keys_per_program = chunk
     scores = torch.empty(num_q, length, dtype=torch.float32, device=q_idx.device)
     upcast = dot_options(torch.bfloat16)[1]
     rows = block_q * heads_p

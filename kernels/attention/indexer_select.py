@@ -34,17 +34,21 @@ def indexer_select_fp8(
     window: int,
     split: int | None = None,
     shift: Tensor | None = None,
+    chunk: int = SELECT_CHUNK,
+    num_warps: int = 4,
 ) -> Tensor:
     """Key positions each query attends to, (Q, topk + window), from the FP8 indexer's scores:
     what `select_positions_triton(indexer_scores_fp8(...))` returns, in three launches for a
-    few queries (decode) and two otherwise."""
+    few queries (decode) and two otherwise. `chunk` (positions a select program owns) and
+    `num_warps` (the select's) are for tuning."""
     num_q = q_idx.shape[0]
     length = length or keys.values.shape[0]
-    if num_q > DECODE_QUERIES or not 1 <= topk <= SELECT_CHUNK:
+    if num_q > DECODE_QUERIES or not 1 <= topk <= chunk:
         scores = indexer_scores_fp8(q_idx, weights, keys, query_pos, length, split, shift)
         return select_positions_triton(scores, query_pos, topk, window, split, shift)
-    first_round = torch.empty(num_q, triton.cdiv(length, SELECT_CHUNK), BINS, dtype=torch.int32,
+    first_round = torch.empty(num_q, triton.cdiv(length, chunk), BINS, dtype=torch.int32,
                               device=q_idx.device)  # fmt: skip
-    scores = indexer_scores_fp8(q_idx, weights, keys, query_pos, length, split, shift,
-                                block_q=1, histogram=first_round, window=window)  # fmt: skip
-    return select_after_first_round(scores, query_pos, first_round, topk, window, split, shift)
+    scores = indexer_scores_fp8(q_idx, weights, keys, query_pos, length, split, shift, block_q=1,
+                                histogram=first_round, window=window, chunk=chunk)  # fmt: skip
+    return select_after_first_round(scores, query_pos, first_round, topk, window, split, shift,
+                                    chunk, num_warps)  # fmt: skip

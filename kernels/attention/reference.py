@@ -11,14 +11,17 @@ from kernels.attention.formats import QuantizedKeys
 from kernels.dense.reference import quantize_activations_reference
 
 
-def _causal_extent(query_pos: Tensor | None, length: int) -> int:
-    """Keys a block of causal queries can see: up to its latest position. Read on the CPU only,
-    where the references are the model's attention and the tail is most of the work (a
-    4096-query prefill chunk early in a 33,863-token prompt sees a fraction of the keys); on a
-    GPU reading it would sync with the host, which a CUDA-graph capture forbids."""
+def _causal_extent(query_pos: Tensor | None, length: int) -> tuple[int, int]:
+    """(first key some query of a causal block cannot see, keys the block can see): past keys
+    before the first, future ones from the second. Read on the CPU only, where the references
+    are the model's attention and the tail is most of the work (a 4096-query prefill chunk
+    early in a 33,863-token prompt sees a fraction of the keys, and only the keys between the
+    two need a causal mask); on a GPU reading them would sync with the host, which a CUDA-graph
+    capture forbids: (0, length) there."""
     if query_pos is None or query_pos.device.type != "cpu" or query_pos.numel() == 0:
-        return length
-    return max(0, min(length, int(query_pos.max()) + 1))
+        return 0, length
+    seen = max(0, min(length, int(query_pos.max()) + 1))
+    return min(seen, max(0, int(query_pos.min()) + 1)), seen
 
 
 def cache_rows(positions: Tensor, split: int | None, shift: Tensor | None) -> Tensor:
@@ -67,15 +70,18 @@ def indexer_scores(
     scores = torch.empty(num_q, length, dtype=torch.float32, device=q_idx.device)
     for start in range(0, num_q, query_block):
         stop = min(start + query_block, num_q)
-        seen = length if query_pos is None else _causal_extent(query_pos[start:stop], length)
-        dots = torch.relu(torch.matmul(q_idx[start:stop], k_idx[:seen].T))  # (b, h, seen)
+        block_pos = None if query_pos is None else query_pos[start:stop].to(scores.device)
+        past, seen = _causal_extent(block_pos, length)
+        # Contiguous queries fold into one matrix product (a strided view would go batched).
+        queries = q_idx[start:stop].contiguous()
+        dots = torch.relu_(torch.matmul(queries, k_idx[:seen].T))  # (b, h, seen)
         head_weights = weights[start:stop, None, :].float()  # (b, 1, h)
         scores[start:stop, :seen] = torch.matmul(head_weights, dots.float()).squeeze(1)
         scores[start:stop, seen:] = float("-inf")  # no query of the block sees these
-    if query_pos is not None:
-        keys = torch.arange(length, device=scores.device)
-        future = keys[None, :] > query_pos.to(scores.device)[:, None]
-        scores.masked_fill_(future, float("-inf"))
+        if block_pos is not None:  # keys from `past` on are future keys of some query
+            keys = torch.arange(past, seen, device=scores.device)
+            future = keys[None, :] > block_pos[:, None]
+            scores[start:stop, past:seen].masked_fill_(future, float("-inf"))
     return scores
 
 
@@ -119,7 +125,7 @@ def select_positions(
     recent = recent.masked_fill((recent < 0) | (recent >= length), -1)
 
     last_sparse = pos - window  # latest position the top-k part may pick
-    seen = max(min(topk, length), _causal_extent(query_pos, length))  # topk needs topk columns
+    seen = max(min(topk, length), _causal_extent(query_pos, length)[1])  # topk needs topk columns
     keys = torch.arange(seen, device=scores.device)
     candidates = scores[:, :seen].masked_fill(keys > last_sparse, float("-inf"))
     picked = candidates.topk(min(topk, length), dim=-1).indices

@@ -254,23 +254,26 @@ def select_after_first_round(
     window: int,
     split: int | None = None,
     shift: Tensor | None = None,
+    chunk: int = SELECT_CHUNK,
+    num_warps: int = 4,
 ) -> Tensor:
-    """`select_positions_triton`'s result (two rounds) over programs of SELECT_CHUNK positions
+    """`select_positions_triton`'s result (two rounds) over programs of `chunk` positions
     each, for rows too few to fill the GPU one program a row: decode. The first round is
-    `first_round` (Q, chunks, 256), the high-byte histograms of each chunk's candidates, which
-    the FP8 indexer writes as it scores them; this is the second round and the picks, two
-    launches. Picks come in position order, slot for slot as the one-program select."""
+    `first_round` (Q, cdiv(L, chunk), 256), the high-byte histograms of each chunk's
+    candidates, which the FP8 indexer writes as it scores them; this is the second round and
+    the picks, two launches. Picks come in position order, slot for slot as the one-program
+    select. `chunk` is a power of two of at least topk."""
     num_q, length = scores.shape
-    chunks = triton.cdiv(length, SELECT_CHUNK)
+    chunks = triton.cdiv(length, chunk)
     if query_pos.shape != (num_q,) or first_round.shape != (num_q, chunks, BINS):
         raise ValueError(
             f"select_after_first_round expects query_pos ({num_q},) and first_round "
             f"({num_q}, {chunks}, {BINS}); got {tuple(query_pos.shape)} and "
             f"{tuple(first_round.shape)}."
         )
-    if not 1 <= topk <= SELECT_CHUNK or window < 0:
-        raise ValueError(f"need 1 <= topk <= {SELECT_CHUNK} and window >= 0; got {topk}, "
-                         f"{window}.")  # fmt: skip
+    if not 1 <= topk <= chunk or chunk & (chunk - 1) or window < 0:
+        raise ValueError(f"need 1 <= topk <= chunk={chunk}, a power of two, and window >= 0; "
+                         f"got topk={topk}, window={window}.")  # fmt: skip
     if scores.dtype != torch.float32 or scores.stride(1) != 1 or not first_round.is_contiguous():
         raise ValueError("need fp32 scores with contiguous rows and a contiguous first_round.")
     _check_layout(query_pos, split, shift)
@@ -280,15 +283,15 @@ def select_after_first_round(
     with recording():
         launch(
             _second_round_kernel, (num_q, chunks), scores, pos, first_round, second, length,
-            window, chunks, scores.stride(0), TOPK=topk, BLOCK=SELECT_CHUNK,
-            CHUNK_ROWS=CHUNK_ROWS, num_warps=4,
+            window, chunks, scores.stride(0), TOPK=topk, BLOCK=chunk, CHUNK_ROWS=CHUNK_ROWS,
+            num_warps=num_warps,
         )  # fmt: skip
         launch(
             _chunk_picks_kernel, (num_q, chunks), scores, pos, pos if shift is None else shift,
             first_round, second, out, length, length if split is None else split, chunks,
             scores.stride(0), out.stride(0), TOPK=topk, WINDOW=window,
-            WINDOW_P=triton.next_power_of_2(max(window, 1)), BLOCK=SELECT_CHUNK,
-            CHUNK_ROWS=CHUNK_ROWS, SHIFTED=shift is not None, num_warps=4,
+            WINDOW_P=triton.next_power_of_2(max(window, 1)), BLOCK=chunk,
+            CHUNK_ROWS=CHUNK_ROWS, SHIFTED=shift is not None, num_warps=num_warps,
         )  # fmt: skip
     return out
 

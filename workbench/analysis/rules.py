@@ -94,14 +94,17 @@ KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("workbench MoE GEMM", r"^_(stock|flat|padded)_(gate_up|down)_kernel$|^silu_reduce_kernel$",
      MOE, "kernels/moe: stock, flat and padded expert GEMMs and the split-K gate/up reduce"),
     ("workbench MoE routing",
-     r"^_(counts|offsets_serial|offsets_parallel|permute|block_experts|combine)_kernel$", MOE,
-     "kernels/moe routing: expert counts, offsets, permutation and the weighted combine"),
+     r"^_(counts|offsets_serial|offsets_parallel|permute|block_experts|combine|router_topk)"
+     r"_kernel$", MOE, "kernels/moe routing: expert counts, offsets, permutation and the "
+     "weighted combine; the router's fused top-k and softmax (kernels/glue)"),
     ("workbench dense GEMM", r"^_(w8a16|w8a8|w8a8_tma|quantize_rows)_kernel$", DENSE,
      "kernels/dense: W8A16 and W8A8 GEMMs and the W8A8 activation quantizer"),
     ("workbench sparse attention",
-     r"^_(sparse_attention|sparse_combine|indexer|indexer_fp8|select|write_cache)_kernel$",
+     r"^_(sparse_attention|sparse_combine|indexer|indexer_fp8|select|second_round|chunk_picks"
+     r"|write_cache)_kernel$",
      SPARSE_ATTENTION, "kernels/attention: sparse attention, its split-KV merge, the bf16 and "
-     "FP8 indexers, the top-k select and the FP8 cache write"),
+     "FP8 indexers, the top-k select (one program a row, or chunked: second round and picks) "
+     "and the FP8 cache write"),
     ("workbench glue", r"^_(rms_norm|silu_mul)_kernel$", OTHER,
      "kernels/glue: RMSNorm with its residual add, and SiLU-and-multiply, one launch each"),
     # TorchInductor: templates are GEMMs, the fused pointwise/reduction kernels are glue.

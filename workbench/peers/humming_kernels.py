@@ -10,7 +10,7 @@ exact for the workbench's power-of-two scales) and repacks the weight, so the ch
 with the same dequantised FP8 weights as the workbench's W8A16.
 
 Two things differ from a plain call. humming sizes the block-scale parameter as floor(N/128)
-rows, so a projection whose N is not a multiple of 128 (the indexer's `index_w`, N=64) is
+rows, so a projection whose N is not a multiple of 128 (the fused `qkv_a`, N=1984) is
 zero-padded to whole blocks and its output sliced back (`y[:, :N]`, a view). And its kernels
 JIT-compile through NVRTC on first use (seconds per shape): `prepare` runs one call, which
 compiles the kernels of every M range humming's heuristics pick for this shape.

@@ -30,10 +30,11 @@ kernel.
 
 The timed call is `layer(x)`: `humming_forward`, which quantises nothing for bf16 activations,
 then one JIT-compiled humming GEMM writing a new (M, N) bf16 output. A projection whose N is
-not a multiple of 128 (`index_w`, N=64) is padded by humming itself (`pad_n_to_multiple=128`:
-zero rows inside the layer; the kernel writes only the N real columns, so no slice): humming's
-SM90 seed heuristic for bf16 activations (`build_sm90_seed_config`) asserts an N tile of at
-least 128, and the FP8 `humming` peer pads the same projection to 128 rows too. K must be a
+not a multiple of 128 (the fused `qkv_a`, N=1984) is padded by humming itself
+(`pad_n_to_multiple=128`: zero rows inside the layer; the kernel writes only the N real
+columns, so no slice): humming's SM90 seed heuristic for bf16 activations
+(`build_sm90_seed_config`) asserts an N tile of at least 128, and the FP8 `humming` peer pads
+the same projection to whole 128-row blocks too. K must be a
 multiple of 128 (humming sizes the scales as floor(K/128) groups; every layer projection is).
 `prepare` runs one call on zeros, which JIT-compiles (NVRTC, seconds per shape) the kernels
 of every M range humming's heuristics pick for the shape, outside any timed region.

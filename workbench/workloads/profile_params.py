@@ -60,7 +60,8 @@ PARAMS: tuple[Param, ...] = (
         "attention",
         None,
         str,
-        "sparse attention: torch (reference) or triton (GPU: triton, CPU: torch)",
+        "sparse attention: torch (reference), triton (bf16 keys) or fp8 (FP8 keys, as served) "
+        "(GPU: fp8, CPU: torch)",
     ),
     Param("routing", "uniform", str, "expert routing: uniform or skewed (seeded)"),
     Param("streams", 1, int, "tokens decoded per step"),
