@@ -91,7 +91,7 @@ def write_served(page: ReportPage, collection: Collection) -> None:
         return
     page.text(
         "The seed's headline profile in its served configuration, as the GPU default runs it: "
-        "dense W8A16 (FP8 weights, 128x128 blocks), the Triton sparse attention, FP8 experts "
+        "dense W8A16 (FP8 weights, 128x128 blocks), the FP8 sparse attention (Triton), FP8 experts "
         "(the seed's were 4-bit; INT4 still spills here), fused glue, decode as CUDA graphs, "
         "one H200. The seed ran two RTX PRO 6000 in TP2 (so it has all-reduce time), Marlin "
         "W8A16 and exl3's 4-bit MoE kernel; it gave no decode step for stock alone."
