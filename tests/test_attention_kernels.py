@@ -312,7 +312,7 @@ def test_select_and_fp8_indexer_bad_input(device):
 @pytest.mark.parametrize(
     ("length", "topk", "window", "positions"),
     [
-        (2500, 64, 16, [2499, 1800]),  # three chunks, the second query's last one all future
+        (2500, 64, 16, [2499, 1800]),  # five chunks, the last ones all future to the second query
         (1030, 64, 16, [1029, 40]),  # the second query has fewer candidates than picks
     ],
 )
@@ -348,12 +348,12 @@ def test_chunked_select_breaks_ties_across_chunks_in_position_order(device):
 def test_chunked_select_bad_input(device):
     from kernels.attention.select import select_after_first_round
 
-    scores = randn(2, 1500, device=device)
-    pos = torch.tensor([1499, 1499], device=device)
+    scores = randn(2, 1000, device=device)
+    pos = torch.tensor([999, 999], device=device)
     first = torch.zeros(2, 2, 256, dtype=torch.int32, device=device)
     with pytest.raises(ValueError, match="first_round"):
         select_after_first_round(scores, pos, first[:, :1], 16, 4)
-    with pytest.raises(ValueError, match="topk <= chunk=1024"):
-        select_after_first_round(scores, pos, first, 2000, 4)
+    with pytest.raises(ValueError, match="topk <= chunk=512"):
+        select_after_first_round(scores, pos, first, 600, 4)
     with pytest.raises(ValueError, match="split and shift"):
         select_after_first_round(scores, pos, first, 16, 4, split=100)

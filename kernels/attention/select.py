@@ -37,9 +37,11 @@ from torch import Tensor
 from kernels.moe.compiled import launch, recording
 
 BINS = 256
-# Positions a program of the chunked (decode) select owns: a decode row's 46K scores are 45
-# programs, where the one-program select walked them on one SM (136 us).
-SELECT_CHUNK = 1024
+# Positions a program of the chunked (decode) select owns: a decode row's 46K scores are 90
+# programs, where the one-program select walked them on one SM (136 us). With the indexer's
+# first round, 34 us at 512 on the H200 against 38 at 1024 and 51 at 2048
+# (raw/logs/h200-tune-attention.csv).
+SELECT_CHUNK = 512
 CHUNK_ROWS = 32  # chunk histograms summed per step
 
 
