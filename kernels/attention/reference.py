@@ -103,6 +103,25 @@ def indexer_scores_fp8(
                           length=length, split=split, shift=shift)  # fmt: skip
 
 
+def _top_candidates(scores: Tensor, last: Tensor, k: int, common: int) -> Tensor:
+    """Column indices of each row's k best scores among columns j <= last[row], best first.
+
+    Columns before `common` are candidates of every row: they are ranked where they lie, and
+    only the columns from there on are copied to be masked (on a CPU prefill chunk a tenth of
+    the row), then the two rankings merge."""
+    band = scores[:, common:]
+    keys = torch.arange(common, common + band.shape[1], device=scores.device)
+    values, picked = band.masked_fill(keys > last, float("-inf")).topk(
+        min(k, band.shape[1]), dim=-1
+    )
+    picked = picked + common
+    if common == 0:
+        return picked
+    shared_values, shared = scores[:, :common].topk(min(k, common), dim=-1)
+    values, order = torch.cat([shared_values, values], 1).topk(k, dim=-1)
+    return torch.cat([shared, picked], 1).gather(1, order)
+
+
 def select_positions(
     scores: Tensor,
     query_pos: Tensor,
@@ -125,10 +144,9 @@ def select_positions(
     recent = recent.masked_fill((recent < 0) | (recent >= length), -1)
 
     last_sparse = pos - window  # latest position the top-k part may pick
-    seen = max(min(topk, length), _causal_extent(query_pos, length)[1])  # topk needs topk columns
-    keys = torch.arange(seen, device=scores.device)
-    candidates = scores[:, :seen].masked_fill(keys > last_sparse, float("-inf"))
-    picked = candidates.topk(min(topk, length), dim=-1).indices
+    past, seen = _causal_extent(None if query_pos is None else query_pos - window, length)
+    seen = max(min(topk, length), seen)  # topk needs topk columns
+    picked = _top_candidates(scores[:, :seen], last_sparse, min(topk, length), min(past, seen))
     # Fewer than topk candidates: topk has filled the tail with masked positions; drop them.
     picked = picked.masked_fill(picked > last_sparse, -1)
     missing = topk - picked.shape[1]
