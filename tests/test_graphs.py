@@ -7,7 +7,7 @@ import pytest
 
 import workbench
 from workbench.analysis.graphs import GRAPH_POSITION, attribute_graph_replays, signature_of
-from workbench.analysis.tables import idle_between_kernels_us
+from workbench.analysis.tables import graph_start_wait_us, idle_between_kernels_us
 from workbench.analysis.trace import KERNEL_DTYPES, with_schema
 from workbench.artifacts import read_table
 
@@ -82,6 +82,15 @@ def test_idle_time_merges_overlapping_kernels():
     rows = pd.DataFrame({"start_us": [0.0, 5.0, 6.0, 20.0], "dur_us": [10.0, 2.0, 6.0, 1.0]})
     assert idle_between_kernels_us(rows) == 8.0  # busy [0, 12) and [20, 21)
     assert idle_between_kernels_us(rows.iloc[:0]) == 0.0
+
+
+def test_the_wait_before_a_steps_graph_is_the_gap_after_its_eager_kernels():
+    # Two input copies, then the graph 40 us after the later one ends.
+    step = pd.DataFrame({"start_us": [0.0, 2.0, 43.0, 50.0], "dur_us": [1.0, 1.0, 5.0, 5.0],
+                         "graph": [False, False, True, True]})  # fmt: skip
+    assert graph_start_wait_us(step) == 40.0
+    assert graph_start_wait_us(step.assign(graph=False)) == 0.0  # eager: no graph to wait for
+    assert graph_start_wait_us(step.iloc[2:]) == 0.0  # nothing ahead of the graph
 
 
 # ---- on the real H200 fixture: 2 layers, 4 decode steps replayed from one CUDA graph ----

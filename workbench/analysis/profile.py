@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from workbench.analysis import tables
@@ -185,14 +186,17 @@ class ProfileResult:
             raise ArtifactError(f"{self.label} ran on one process: there is no rank skew.")
         return self._answer("rank_skew", None, lambda: skew_table(self.kernels))
 
-    def caption_facts(self) -> dict[str, int]:
-        """What the decode caption counts: decode steps, decode kernels, and how many of them
-        were replayed from CUDA graphs."""
+    def caption_facts(self) -> dict[str, float]:
+        """What the decode caption counts: decode steps, decode kernels, how many of them were
+        replayed from CUDA graphs, and the median wait before a step's graph started
+        (`tables.graph_start_wait_us`; runs stored before it lack it)."""
         if self._summary is not None and "caption" in self._summary:
             return dict(self._summary["caption"])
         decode = self.kernels[self.kernels["phase"] == "decode"]
+        waits = [tables.graph_start_wait_us(step) for _, step in decode.groupby("step")]
         return {"steps": int(decode["step"].nunique()), "kernels": len(decode),
-                "replayed": int(decode["graph"].sum())}  # fmt: skip
+                "replayed": int(decode["graph"].sum()),
+                "graph_wait_us": float(np.median(waits)) if waits else 0.0}  # fmt: skip
 
     def decode_caption(self) -> str:
         """How the decode steps ran: steps, CUDA graphs or eager, and how graph kernels were
@@ -209,6 +213,10 @@ class ProfileResult:
             how = f"{replayed} of {kernels} kernels replayed from CUDA graphs, by name"
         else:
             how = "eager launches"
+        wait = facts.get("graph_wait_us", 0.0)
+        if wait:  # most of a graphed step's gaps, and host time, not kernel time
+            how += (f"; of the gaps, a median {wait / 1e3:.2f} ms a step is the wait for the "
+                    "graph's first kernel after the step's input copies")  # fmt: skip
         return f"{facts['steps']} steps, {how}"
 
     def by_phase(self, phase: str, rank: int | None = None) -> pd.DataFrame:

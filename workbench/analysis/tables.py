@@ -27,6 +27,20 @@ def idle_between_kernels_us(rows: pd.DataFrame) -> float:
     return idle
 
 
+def graph_start_wait_us(step: pd.DataFrame) -> float:
+    """Idle time right before a step's first CUDA-graph kernel, after the eager kernels ahead
+    of it (the step's input copies): the host's time to launch the graph, one gap that kernel
+    fusion inside the graph cannot shrink. 0 for a step without graph kernels."""
+    graph = step["graph"].fillna(False).astype(bool)
+    if not graph.any():
+        return 0.0
+    first = step.loc[graph, "start_us"].min()
+    before = step[~graph & (step["start_us"] < first)]
+    if before.empty:
+        return 0.0
+    return max(0.0, float(first - (before["start_us"] + before["dur_us"]).max()))
+
+
 def phase_table(kernels: pd.DataFrame, phase: str) -> pd.DataFrame:
     """Summed kernel time by category for one phase: time_ms, share_pct, kernels; Total last."""
     rows = kernels[kernels["phase"] == phase]
