@@ -307,6 +307,14 @@ def test_select_and_fp8_indexer_bad_input(device):
     with pytest.raises(ValueError, match="one query per tile"):
         indexer_scores_fp8(q_idx, weights, attention.quantize_keys(k_idx), block_q=2, split=5,
                            shift=torch.zeros(3, dtype=torch.int64, device=device))  # fmt: skip
+    first_round = torch.zeros(3, 1, 256, dtype=torch.int32, device=device)
+    pos = torch.arange(7, 10, device=device)
+    with pytest.raises(ValueError, match="a histogram needs causal scores"):
+        indexer_scores_fp8(q_idx, weights, attention.quantize_keys(k_idx), pos,
+                           histogram=first_round[:, :, :128])  # fmt: skip
+    with pytest.raises(ValueError, match="a multiple of block_l"):
+        indexer_scores_fp8(q_idx, weights, attention.quantize_keys(k_idx), pos,
+                           histogram=first_round, chunk=100)  # fmt: skip
 
 
 @pytest.mark.parametrize(

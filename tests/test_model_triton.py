@@ -104,3 +104,18 @@ def test_profile_takes_the_new_variants_and_saves_hybrid_m(tmp_path):
     assert params["dense"] == "hybrid" and params["hybrid_m"] == 8
     assert params["attention"] == "triton"
     assert "dense=bf16" in run_.meta["notes"][0]  # the CPU says it ran the references
+
+
+def test_a_decode_step_loads_every_layers_routing_with_two_copies():
+    # The stacked routing is each layer's own draw, step by step and stream by stream.
+    model = SyntheticModel(get_preset("tiny"))
+    plan = Plan(64, 3, streams=2, prefill_chunk=None)
+    inputs = model.inputs(plan)
+    ids, weights = inputs["decode_routing"]
+    assert ids.shape == (3, model.layers, 2, model.shapes.top_k) and ids.is_contiguous()
+    state = model.new_state(plan)
+    state.load(inputs, 2)
+    for layer in range(model.layers):
+        layer_ids, layer_weights = model._routing(3 * 2, "decode", layer)
+        assert torch.equal(state.ids[layer], layer_ids[4:6])  # step 2: draws 4 and 5
+        assert torch.equal(state.weights[layer], layer_weights[4:6])
