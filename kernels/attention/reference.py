@@ -134,7 +134,7 @@ def _top_candidates(scores: Tensor, last: Tensor, k: int, common: int) -> Tensor
     if common == 0:
         return picked
     shared_values, shared = scores[:, :common].topk(min(k, common), dim=-1)
-    values, order = torch.cat([shared_values, values], 1).topk(k, dim=-1)
+    order = torch.cat([shared_values, values], 1).topk(k, dim=-1).indices
     return torch.cat([shared, picked], 1).gather(1, order)
 
 
@@ -162,7 +162,7 @@ def select_positions(
     last_sparse = pos - window  # latest position the top-k part may pick
     past, seen = _causal_extent(None if query_pos is None else query_pos - window, length)
     seen = max(min(topk, length), seen)  # topk needs topk columns
-    picked = _top_candidates(scores[:, :seen], last_sparse, min(topk, length), min(past, seen))
+    picked = _top_candidates(scores[:, :seen], last_sparse, min(topk, length), past)
     # Fewer than topk candidates: topk has filled the tail with masked positions; drop them.
     picked = picked.masked_fill(picked > last_sparse, -1)
     missing = topk - picked.shape[1]
