@@ -2,7 +2,7 @@
 dense projections of one `dsv4-flash-tp2` layer, in one process (each setting checked against
 its fp32 reference first), to choose their defaults per M class.
 
-    python scripts/tune_dense.py OUT_DIR [--budget-s 240]
+    python scripts/tune_dense.py OUT_DIR [--budget-s 240] [--m 4096 16384]
 
 Writes OUT_DIR/tune-dense.csv and prints one line per setting as it finishes; cuBLAS bf16 on
 the same layer is timed at every M for scale. A developer's tool for picking defaults, like
@@ -54,6 +54,7 @@ CASES = [
     ("w8a8", 128, 16384, W8A8_TMA[:5]),
     ("w8a8", 128, 256, W8A8_TMA[:4]),
     ("w8a16", 128, 4, DECODE),
+    ("w8a16", 128, 128, [*PREFILL[:4], *MIDDLE[1:]]),
     ("w8a16", 128, 4096, PREFILL),
     ("w8a8", 32, 4096, W8A8_PREFILL),
     ("w8a16", 32, 24, MIDDLE),
@@ -77,6 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--budget-s", type=float, default=240.0)
+    parser.add_argument("--m", type=int, nargs="*", help="only the cases at these M")
     args = parser.parse_args()
     deadline = time.monotonic() + args.budget_s
     device = torch.device("cuda")
@@ -84,12 +86,14 @@ def main() -> None:
     layers = {b: Layer(s, 3, b, torch.bfloat16, device, SEED) for b in (32, 128)}
     rows = []
     for variant, block, m, grid in CASES:
+        if args.m and m not in args.m:
+            continue
         layer = layers[block]
         xs = activations(m, layer.in_features, SEED, device, torch.bfloat16)
         sets = layer.fp8 if m <= 48 else layer.fp8[:1]
         bf16 = layer_call(dense.linear, xs, layer.masters if m <= 48 else layer.masters[:1],
                           layer.in_features)  # fmt: skip
-        cublas_ms = time_call(bf16, device, m)[0] / len(sets)
+        cublas_ms = time_call(bf16, device, m, graph=True)[0] / len(sets)
         linear = dense.VARIANTS[variant]
         reference = dense.w8a8_reference if variant == "w8a8" else dense.linear_reference
         for options in grid:
@@ -110,7 +114,7 @@ def main() -> None:
                     row["status"] = "wrong"
                 else:
                     run = layer_call(linear, xs, sets, layer.in_features, **options)
-                    row["ms"] = time_call(run, device, m)[0] / len(sets)
+                    row["ms"] = time_call(run, device, m, graph=True)[0] / len(sets)
                     row["vs_cublas"] = cublas_ms / row["ms"]
                     row["status"] = "spills" if row.get("spills") else "ok"
             except Exception as err:  # noqa: BLE001 (a failing setting is a result)

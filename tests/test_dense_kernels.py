@@ -302,12 +302,14 @@ def test_fp8_variants_refuse_unquantised_weights():
         (200, 256, 384, {"block_m": 64, "block_n": 64, "num_warps": 4}),  # M, N tails in tiles
         (70, 192, 256, {"block_m": 64, "block_n": 128, "num_warps": 4, "tma": True}),
         (5, 64, 128, {"block_m": 64, "block_n": 64, "num_warps": 4, "tma": True}),  # forced
+        # a tile two weight blocks wide: a scale per column, not one per tile
+        (70, 384, 256, {"block_m": 64, "block_n": 256, "num_warps": 4, "tma": True}),
     ],
 )
 def test_the_tma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
     """The persistent kernel against the exact W8A8 product: each 128-wide K step's product
-    rescaled by its row and column scales, every output tile visited once by the programs
-    walking the tiles."""
+    rescaled by its row and column scales (one weight scale per tile up to 128 wide, one per
+    column beyond), every output tile visited once by the programs walking the tiles."""
     x, weights = make(m, n, k, torch.bfloat16, block=128, seed=m, device=device)
     out = dense.linear_w8a8(x, weights, **options)
     assert out.shape == (m, n) and out.dtype == torch.bfloat16

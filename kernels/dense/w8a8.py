@@ -143,8 +143,12 @@ def _w8a8_kernel(
         w = tl.load(w_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
         block = k_sub // QBLOCK
         sa = tl.load(sa_ptrs + block, mask=row_ok, other=0.0)
-        sw = tl.load(sw_ptrs + block * stride_swk, mask=col_ok, other=0.0)
-        acc += tl.dot(a, w) * sa[:, None] * sw[None, :]
+        if BLOCK_N <= QBLOCK:  # the tile lies in one weight block: one scale per K block
+            sw = tl.load(sw_ptr + (pid_n * BLOCK_N // QBLOCK) * stride_swn + block * stride_swk)
+            acc += tl.dot(a, w) * (sa * sw)[:, None]
+        else:
+            sw = tl.load(sw_ptrs + block * stride_swk, mask=col_ok, other=0.0)
+            acc += tl.dot(a, w) * sa[:, None] * sw[None, :]
         a_ptrs += SUB_K
         w_ptrs += SUB_K * stride_wk
     store_tile(y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps, SPLIT)

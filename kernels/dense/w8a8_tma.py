@@ -10,8 +10,11 @@ contiguous vector per K block.
 
 The block scales are applied as DeepGEMM applies them ("promote and rescale"): each 128-wide K
 step's FP8 product leaves the MMA in fp32, is multiplied by its row scales and column scales,
-and is added to the accumulator. With `warp_specialize`, Triton splits the loop into a producer
-(TMA) and consumers (MMA and rescale), so one consumer group's rescale overlaps another's MMA.
+and is added to the accumulator. A tile no wider than a weight block (BLOCK_N <= 128; tiles
+start at multiples of their width) has one weight scale per K step, so the rescale is one
+multiply-add per accumulator element, not an outer product of scales and two more. With
+`warp_specialize`, Triton splits the loop into a producer (TMA) and consumers (MMA and
+rescale), so one consumer group's rescale overlaps another's MMA.
 """
 
 import torch
@@ -54,9 +57,13 @@ def _w8a8_tma_kernel(
             a = a_desc.load([off_m, off_k])
             w = w_desc.load([off_n, off_k])
             sa = tl.load(sa_ptr + step * stride_sak + rows, mask=rows < M, other=0.0)
-            sw = tl.load(sw_ptr + (cols // BLOCK_K) * stride_swn + step * stride_swk,
-                         mask=cols < N, other=0.0)  # fmt: skip
-            acc += tl.dot(a, w.T) * (sa[:, None] * sw[None, :])
+            if BLOCK_N <= BLOCK_K:  # the tile lies in one weight block: one scale for it
+                sw = tl.load(sw_ptr + (off_n // BLOCK_K) * stride_swn + step * stride_swk)
+                acc += tl.dot(a, w.T) * (sa * sw)[:, None]
+            else:
+                sw = tl.load(sw_ptr + (cols // BLOCK_K) * stride_swn + step * stride_swk,
+                             mask=cols < N, other=0.0)  # fmt: skip
+                acc += tl.dot(a, w.T) * (sa[:, None] * sw[None, :])
         y_desc.store([off_m, off_n], acc.to(y_desc.dtype))
 
 

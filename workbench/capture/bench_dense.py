@@ -4,7 +4,9 @@ in, both measured in the same run), plus the seed's dense A/B table.
 
 A row times one layer's dense GEMMs (query LoRA, query heads, latent KV, indexer, the output
 projection's groups and second half, the shared expert) at M tokens, each projection checked
-first against an fp32 GEMM on the weights the backend holds (`rel_error`, dequantised FP8 for
+first against an fp32 GEMM on the weights the backend holds, then timed as CUDA graph
+replays at every M (dense GEMMs have no host-side control flow, so the row is the GPU's time,
+not Python's launch path) (`rel_error`, dequantised FP8 for
 the FP8 backends); `error_vs_bf16` is the error against the unquantised weights, what FP8 costs
 in accuracy (the kernel-level stand-in for the seed's GSM8K column). Decode sizes cycle through
 a few copies of the layer so its weights come from HBM, not L2, as in a 40-layer model.
@@ -172,7 +174,7 @@ def _layer_row(c: Contender, m: int, xs, layer: Layer, refs, ctx: dict) -> dict:
             _run_layer(c.linear, xs, weights, layer.in_features)
 
     def timer() -> tuple[float, float]:
-        ms, iqr = time_call(run_all, ctx["device"], m)
+        ms, iqr = time_call(run_all, ctx["device"], m, graph=True)
         return ms / len(sets), iqr / len(sets)
 
     row = {"kernel": c.kernel, "variant": c.variant, "scenario": f"m={m}", "m": m}
@@ -290,5 +292,5 @@ def bench_dense(
               "peers": [p.name for p in peers], "peer_block": PEER_BLOCK,
               "shape_overrides": shape_overrides}  # fmt: skip
     projections = [asdict(p) for p in layer.projections]
-    return save_bench("dense", setup, out, params, table, projections=projections,
+    return save_bench("dense", setup, out, params, table, graph=True, projections=projections,
                       layers=chosen.layers, peers=peer_run.meta)  # fmt: skip

@@ -25,10 +25,11 @@ from workbench.workloads.seeds import serving_dtype
 
 
 def time_call(
-    fn: Callable[[], object], device: torch.device, tokens: int, graphable: bool = True
+    fn: Callable[[], object], device: torch.device, tokens: int, graph: bool | None = None
 ) -> tuple[float, float]:
-    """(median ms, IQR ms) of `fn` by the workbench's one timer (`capture.timing`)."""
-    timing = time_launch(fn, device, tokens, graphable)
+    """(median ms, IQR ms) of `fn` by the workbench's one timer (`capture.timing`; `graph` as
+    in its `method_for`)."""
+    timing = time_launch(fn, device, tokens, graph)
     return timing.median_ms, timing.iqr_ms
 
 
@@ -117,12 +118,19 @@ def bench_setup(
 
 
 def save_bench(
-    kind: str, setup: BenchSetup, out: str, params: dict, table: pd.DataFrame, **meta: object
+    kind: str,
+    setup: BenchSetup,
+    out: str,
+    params: dict,
+    table: pd.DataFrame,
+    graph: bool | None = None,
+    **meta: object,
 ) -> pd.DataFrame:
     """Write `table` to `out/bench-<kind>-<preset>-<stamp>/` with its parameters, shapes, the
-    ceilings it was judged by and the environment; the table notes its path in attrs."""
-    timing = {"decode": method_for(setup.device, 1).record(),
-              "prefill": method_for(setup.device, 10**6).record()}  # fmt: skip
+    ceilings it was judged by, how its rows were timed (`graph` as the rows passed it to
+    `time_call`) and the environment; the table notes its path in attrs."""
+    timing = {"decode": method_for(setup.device, 1, graph).record(),
+              "prefill": method_for(setup.device, 10**6, graph).record()}  # fmt: skip
     meta = {"kind": f"bench-{kind}", "params": params, "shapes": asdict(setup.shapes), **meta,
             "ceilings": setup.ceilings, "timing": timing,
             "environment": describe()}  # fmt: skip

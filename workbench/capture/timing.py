@@ -4,9 +4,12 @@ Every benchmark row, sweep row and A/B sample is timed here, the same way:
 - warm-up: one call first (compiles, loads modules, creates handles);
 - on a GPU, CUDA events around each sample, after writing a buffer larger than any L2 so each
   sample starts from cold caches as a served step does;
-- decode sizes (tokens at or below GRAPH_TOKENS) replay a CUDA graph of the launch, so the
-  CPU cost of launching a handful of small kernels is not counted as kernel time (work with
-  host-side control flow, such as a peer that syncs on its routing, is timed without a graph);
+- a CUDA graph of the launch is replayed, so the CPU's cost of launching kernels is not
+  counted as kernel time: at decode sizes (tokens at or below GRAPH_TOKENS) by default, at
+  every size for calls their caller knows are capture-safe (`graph=True`: the dense GEMMs,
+  whose Python launch path took 1.4-1.9 ms a layer at M=128 timed eagerly against 0.13 ms of
+  cuBLAS, H200 `raw/bench-dense-*T195421`), never for work with host-side control flow
+  (`graph=False`: a peer that syncs on its routing); the profile is where launch cost shows;
 - repeats until the median's 95% interval is tight or the budget is spent
   (`analysis.stats.adaptive_repeats`);
 - on the CPU (the interpreter's stand-in, for tests of this machinery): wall clock.
@@ -66,13 +69,17 @@ class Timing:
 
 
 def method_for(
-    device: torch.device, tokens: int, graphable: bool = True, repeats: Repeats = BENCH_REPEATS
+    device: torch.device,
+    tokens: int,
+    graph: bool | None = None,
+    repeats: Repeats = BENCH_REPEATS,
 ) -> Method:
-    """The method `time_launch` uses for this device and size."""
+    """The method `time_launch` uses for this device and size: `graph` None replays a CUDA
+    graph at decode sizes only, True at every size, False never (module docstring)."""
     cuda = device.type == "cuda"
     return Method(
         clock="cuda-events" if cuda else "wall-clock",
-        cuda_graph=cuda and graphable and tokens <= GRAPH_TOKENS,
+        cuda_graph=cuda and (tokens <= GRAPH_TOKENS if graph is None else graph),
         l2_flush_bytes=L2_FLUSH_BYTES if cuda else 0,
         warmup_calls=1,
         repeats=repeats,
@@ -116,10 +123,10 @@ def time_launch(
     fn: Callable[[], object],
     device: torch.device,
     tokens: int,
-    graphable: bool = True,
+    graph: bool | None = None,
     repeats: Repeats = BENCH_REPEATS,
 ) -> Timing:
-    """Time `fn` by the workbench's one method (module docstring)."""
-    method = method_for(device, tokens, graphable, repeats)
+    """Time `fn` by the workbench's one method (module docstring; `graph` as in `method_for`)."""
+    method = method_for(device, tokens, graph, repeats)
     samples, stopped = adaptive_repeats(sampler(fn, method, device), **asdict(repeats))
     return Timing(samples, stopped, method)

@@ -1,0 +1,29 @@
+"""How the one timer picks its method: CUDA graph replays at decode sizes by default, at every
+size for callers that vouch their call is capture-safe, never for host-side control flow."""
+
+import pytest
+import torch
+
+from workbench.capture.timing import GRAPH_TOKENS, method_for
+
+CUDA = torch.device("cuda")
+
+
+@pytest.mark.parametrize(
+    ("graph", "tokens", "replayed"),
+    [
+        (None, GRAPH_TOKENS, True),
+        (None, GRAPH_TOKENS + 1, False),
+        (True, 16384, True),
+        (False, 1, False),
+    ],
+)
+def test_a_cuda_graph_is_replayed_where_the_caller_allows_it(graph, tokens, replayed):
+    method = method_for(CUDA, tokens, graph)
+    assert method.cuda_graph is replayed
+    assert method.clock == "cuda-events" and method.record()["cuda_graph"] is replayed
+
+
+def test_the_cpu_is_timed_by_the_wall_clock_without_graphs():
+    method = method_for(torch.device("cpu"), 1, graph=True)
+    assert method.clock == "wall-clock" and not method.cuda_graph and method.l2_flush_bytes == 0
