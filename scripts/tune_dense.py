@@ -44,17 +44,36 @@ W8A8_PREFILL = [{}, tiles(128, 128, 128, 8, 4), tiles(128, 128, 128, 8, 6),
                 tiles(128, 256, 128, 8, 4), tiles(64, 128, 128, 4, 4), tiles(128, 64, 128, 4, 4),
                 tiles(256, 128, 128, 8, 3)]  # fmt: skip
 WS = {"warp_specialize": True}
+PAIRED = {"paired_k": True}
 W8A8_TMA = [{}, tiles(128, 128, 128, 8, 3), tiles(128, 128, 128, 8, 4) | WS,
+            tiles(128, 128, 128, 8, 3) | PAIRED, tiles(128, 128, 128, 8, 4) | PAIRED | WS,
+            tiles(256, 128, 128, 16, 3), tiles(256, 128, 128, 16, 3) | PAIRED,
+            tiles(128, 128, 128, 8, 5), tiles(128, 128, 128, 4, 3) | PAIRED,
             tiles(128, 256, 128, 8, 3), tiles(128, 256, 128, 8, 3) | WS,
             tiles(64, 128, 128, 4, 4), tiles(128, 128, 128, 4, 4), tiles(256, 128, 128, 8, 3),
             tiles(128, 128, 128, 8, 4) | {"tma": False}]  # fmt: skip
 # (variant, weight block, M, grid)
 CASES = [
     ("w8a8", 128, 4096, W8A8_TMA),
-    ("w8a8", 128, 16384, W8A8_TMA[:5]),
+    ("w8a8", 128, 16384, W8A8_TMA[:9]),
     ("w8a8", 128, 256, W8A8_TMA[:4]),
     ("w8a16", 128, 4, DECODE),
-    ("w8a16", 128, 128, [*PREFILL[:4], *MIDDLE[1:]]),
+    (
+        "w8a16",
+        128,
+        128,
+        [
+            {},
+            *MIDDLE[1:],
+            tiles(64, 64, 128, 4, 4) | {"swap_ab": False},
+            tiles(64, 64, 128, 4, 4) | {"split_k": 1},
+            tiles(64, 64, 128, 4, 4) | {"split_k": 4},
+            tiles(64, 64, 256, 4, 3),
+            tiles(64, 32, 128, 4, 4),
+            tiles(128, 64, 128, 4, 4),
+            tiles(64, 64, 128, 8, 4),
+        ],
+    ),
     ("w8a16", 128, 4096, PREFILL),
     ("w8a8", 32, 4096, W8A8_PREFILL),
     ("w8a16", 32, 24, MIDDLE),

@@ -304,6 +304,13 @@ def test_fp8_variants_refuse_unquantised_weights():
         (5, 64, 128, {"block_m": 64, "block_n": 64, "num_warps": 4, "tma": True}),  # forced
         # a tile two weight blocks wide: a scale per column, not one per tile
         (70, 384, 256, {"block_m": 64, "block_n": 256, "num_warps": 4, "tma": True}),
+        # two K steps an iteration, the last pair half past K (three steps)
+        (
+            70,
+            256,
+            384,
+            {"block_m": 64, "block_n": 128, "num_warps": 4, "tma": True, "paired_k": True},
+        ),
     ],
 )
 def test_the_tma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
@@ -314,6 +321,14 @@ def test_the_tma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
     out = dense.linear_w8a8(x, weights, **options)
     assert out.shape == (m, n) and out.dtype == torch.bfloat16
     assert relative_error(out, dense.w8a8_reference(x, weights)) < 1e-2
+
+
+def test_the_tma_kernels_options_are_refused_elsewhere(device):
+    x, weights = make(80, 256, 128, torch.bfloat16, block=128, device=device)
+    with pytest.raises(ValueError, match="options of the TMA kernel"):
+        dense.linear_w8a8(x, weights, tma=False, paired_k=True)
+    with pytest.raises(ValueError, match="paired_k takes tiles up to 128 wide"):
+        dense.linear_w8a8(x, weights, tma=True, paired_k=True, block_n=256)
 
 
 def test_the_tma_kernel_takes_only_128_blocks_and_is_picked_for_them(monkeypatch, device):

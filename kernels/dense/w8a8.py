@@ -159,6 +159,7 @@ def linear_w8a8(
     weights: DenseWeights,
     tma: bool | None = None,
     warp_specialize: bool = False,
+    paired_k: bool = False,
     **options: int | None,
 ) -> Tensor:
     """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
@@ -167,7 +168,8 @@ def linear_w8a8(
     split_k); by default they follow M (see `default_tiles`) and split_k fills the GPU. The
     split-K kernel steps through K one scale block at a time, so block_k sets only how K is
     split. `tma` picks the persistent TMA kernel (`w8a8_tma`; None: for 128-wide blocks from
-    TMA_MIN_M rows), where `warp_specialize` splits its loop into producer and consumers.
+    TMA_MIN_M rows), where `warp_specialize` splits its loop into producer and consumers and
+    `paired_k` takes two K steps an iteration.
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -177,6 +179,9 @@ def linear_w8a8(
         raise ValueError("swap_ab is a W8A16 option; W8A8 multiplies x @ W.T as it is.")
     if tma is None:
         tma = weights.block == TMA_BLOCK and m >= TMA_MIN_M and options.get("split_k") is None
+    if (warp_specialize or paired_k) and not tma:
+        raise ValueError("warp_specialize and paired_k are options of the TMA kernel: pass "
+                         "tma=True (128-wide blocks) or leave them out.")  # fmt: skip
     if tma:
         if weights.block != TMA_BLOCK:  # before any launch, so the error is the block's
             raise ValueError(
@@ -187,7 +192,7 @@ def linear_w8a8(
             values, scales = quantize_activations(x, weights.block, outer_major=True)
             return gemm_w8a8_tma(
                 values, scales, weights, x.dtype, tiles.block_m, tiles.block_n,
-                tiles.num_warps, tiles.num_stages, GROUP_M, warp_specialize,
+                tiles.num_warps, tiles.num_stages, GROUP_M, warp_specialize, paired_k,
             )  # fmt: skip
     splits, k_per_split = split_plan(tiles, m, n, k, x.device)
     tiles_mn = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)

@@ -32,10 +32,28 @@ OFF_GPU_SMS = 4  # persistent programs under the interpreter
 
 
 @triton.jit
+def _scaled_step(
+    a_desc, w_desc, sa_ptr, sw_ptr, off_m, off_n, rows, step, k_steps, M, stride_sak,
+    stride_swn, stride_swk, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """(the FP8 product of one K step, unscaled; its row scales times the tile's weight scale).
+
+    A step past K (the pair's second of an odd count) reads zeros through TMA and zero scales.
+    """
+    off_k = step * BLOCK_K
+    product = tl.dot(a_desc.load([off_m, off_k]), w_desc.load([off_n, off_k]).T)
+    inside = step < k_steps
+    sa = tl.load(sa_ptr + step * stride_sak + rows, mask=(rows < M) & inside, other=0.0)
+    sw = tl.load(sw_ptr + (off_n // BLOCK_K) * stride_swn + step * stride_swk, mask=inside,
+                 other=0.0)  # fmt: skip
+    return product, sa * sw
+
+
+@triton.jit
 def _w8a8_tma_kernel(
     a_desc, w_desc, y_desc, sa_ptr, sw_ptr, M, N, K, stride_sak, stride_swn, stride_swk,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
-    PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, PAIRED: tl.constexpr,
 ):  # fmt: skip
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -52,18 +70,42 @@ def _w8a8_tma_kernel(
         rows = off_m + tl.arange(0, BLOCK_M)
         cols = off_n + tl.arange(0, BLOCK_N)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for step in range(k_steps):
-            off_k = step * BLOCK_K
-            a = a_desc.load([off_m, off_k])
-            w = w_desc.load([off_n, off_k])
-            sa = tl.load(sa_ptr + step * stride_sak + rows, mask=rows < M, other=0.0)
-            if BLOCK_N <= BLOCK_K:  # the tile lies in one weight block: one scale for it
-                sw = tl.load(sw_ptr + (off_n // BLOCK_K) * stride_swn + step * stride_swk)
-                acc += tl.dot(a, w.T) * (sa * sw)[:, None]
-            else:
-                sw = tl.load(sw_ptr + (cols // BLOCK_K) * stride_swn + step * stride_swk,
-                             mask=cols < N, other=0.0)  # fmt: skip
-                acc += tl.dot(a, w.T) * (sa[:, None] * sw[None, :])
+        if PAIRED:  # two K steps an iteration: one product is rescaled while the next is made
+            for step in range(0, k_steps, 2):
+                first = _scaled_step(
+                    a_desc,
+                    w_desc,
+                    sa_ptr,
+                    sw_ptr,
+                    off_m,
+                    off_n,
+                    rows,
+                    step,
+                    k_steps,
+                    M,
+                    stride_sak,
+                    stride_swn,
+                    stride_swk,
+                    BLOCK_K,
+                )
+                second = _scaled_step(a_desc, w_desc, sa_ptr, sw_ptr, off_m, off_n, rows,
+                                      step + 1, k_steps, M, stride_sak, stride_swn, stride_swk,
+                                      BLOCK_K)  # fmt: skip
+                acc += first[0] * first[1][:, None]
+                acc += second[0] * second[1][:, None]
+        else:
+            for step in range(k_steps):
+                off_k = step * BLOCK_K
+                a = a_desc.load([off_m, off_k])
+                w = w_desc.load([off_n, off_k])
+                sa = tl.load(sa_ptr + step * stride_sak + rows, mask=rows < M, other=0.0)
+                if BLOCK_N <= BLOCK_K:  # the tile lies in one weight block: one scale for it
+                    sw = tl.load(sw_ptr + (off_n // BLOCK_K) * stride_swn + step * stride_swk)
+                    acc += tl.dot(a, w.T) * (sa * sw)[:, None]
+                else:
+                    sw = tl.load(sw_ptr + (cols // BLOCK_K) * stride_swn + step * stride_swk,
+                                 mask=cols < N, other=0.0)  # fmt: skip
+                    acc += tl.dot(a, w.T) * (sa[:, None] * sw[None, :])
         y_desc.store([off_m, off_n], acc.to(y_desc.dtype))
 
 
@@ -78,9 +120,13 @@ def gemm_w8a8_tma(
     num_stages: int = 4,
     group_m: int = 8,
     warp_specialize: bool = False,
+    paired_k: bool = False,
 ) -> Tensor:
     """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
-    (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks."""
+    (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks.
+
+    `paired_k` takes two K steps an iteration (tiles up to 128 wide), so the compiler may
+    rescale one step's product while the tensor cores make the next."""
     if weights.block != BLOCK:
         raise ValueError(
             f"the TMA W8A8 kernel takes {BLOCK}-wide blocks, got {weights.block}; quantise with "
@@ -91,6 +137,9 @@ def gemm_w8a8_tma(
         raise ValueError(f"TMA needs K % 16 == 0 and N % 8 == 0 (16-byte rows), got K={k}, N={n}.")
     if scales.stride(0) != 1:
         raise ValueError("activation scales must be token-fastest: quantise with outer_major.")
+    if paired_k and block_n > BLOCK:
+        raise ValueError(f"paired_k takes tiles up to {BLOCK} wide (one weight scale), got "
+                         f"block_n={block_n}.")  # fmt: skip
     y = torch.empty(m, n, dtype=out_dtype, device=values.device)
     a_desc = TensorDescriptor.from_tensor(values, [block_m, BLOCK])
     w_desc = TensorDescriptor.from_tensor(weights.values, [block_n, BLOCK])
@@ -101,6 +150,7 @@ def gemm_w8a8_tma(
         _w8a8_tma_kernel, (programs,), a_desc, w_desc, y_desc, scales, weights.scales, m, n, k,
         scales.stride(1), *weights.scales.stride(), BLOCK_M=block_m, BLOCK_N=block_n,
         BLOCK_K=BLOCK, GROUP=group_m, PROGRAMS=programs, WARP_SPECIALIZE=warp_specialize,
+        PAIRED=paired_k,
         num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
     return y
