@@ -69,16 +69,17 @@ class GemmTiles:
 @dataclass(frozen=True)
 class TilesByM:
     """A kernel's default tiles: bandwidth tiles up to 16 rows, then wider tiles as the GEMM
-    turns compute-bound (middle up to 64 rows, prefill above)."""
+    turns compute-bound (middle up to `middle_up_to` rows, prefill above)."""
 
     decode: GemmTiles
     middle: GemmTiles
     prefill: GemmTiles
+    middle_up_to: int = 64
 
     def __call__(self, m: int) -> GemmTiles:
         if m <= 16:
             return self.decode
-        return self.middle if m <= 64 else self.prefill
+        return self.middle if m <= self.middle_up_to else self.prefill
 
 
 def split_plan(tiles: GemmTiles, m: int, n: int, k: int, device: torch.device) -> tuple[int, int]:

@@ -34,8 +34,10 @@ from kernels.moe.compiled import launch, recording
 default_tiles = TilesByM(
     decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4),
     middle=GemmTiles(block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=4),
-    # 128-wide blocks at M=4096 on the H200: 1.73 ms a layer at 128 x 128, 8 warps, 3 stages
-    # (TMA), 1.86 at 4 stages, 1.99 at 64 x 128; 128 x 256 spills. 32-wide blocks: 3.4 ms.
+    # 128-wide blocks at M=4096 on the H200 (TMA; raw/logs/h200-tune-dense-graphs.csv): 1.03
+    # ms a layer at 128 x 128, 8 warps, 3 stages, two K steps an iteration (paired_k), 1.09
+    # one step an iteration, 1.34 at 64 x 128; 128 x 256 and 256 x 128 spill; cuBLAS bf16
+    # 1.01-1.04. 32-wide blocks (split-K kernel): 3.2-3.9 ms.
     prefill=GemmTiles(block_m=128, block_n=128, block_k=128, num_warps=8, num_stages=3),
 )
 QUANT_ROWS = 32  # token rows per program of the activation quantiser
@@ -159,7 +161,7 @@ def linear_w8a8(
     weights: DenseWeights,
     tma: bool | None = None,
     warp_specialize: bool = False,
-    paired_k: bool = False,
+    paired_k: bool | None = None,
     **options: int | None,
 ) -> Tensor:
     """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
@@ -169,7 +171,7 @@ def linear_w8a8(
     split-K kernel steps through K one scale block at a time, so block_k sets only how K is
     split. `tma` picks the persistent TMA kernel (`w8a8_tma`; None: for 128-wide blocks from
     TMA_MIN_M rows), where `warp_specialize` splits its loop into producer and consumers and
-    `paired_k` takes two K steps an iteration.
+    `paired_k` takes two K steps an iteration (None: where the tile is one weight block wide).
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -179,6 +181,8 @@ def linear_w8a8(
         raise ValueError("swap_ab is a W8A16 option; W8A8 multiplies x @ W.T as it is.")
     if tma is None:
         tma = weights.block == TMA_BLOCK and m >= TMA_MIN_M and options.get("split_k") is None
+    if paired_k is None:
+        paired_k = tma and tiles.block_n <= TMA_BLOCK
     if (warp_specialize or paired_k) and not tma:
         raise ValueError("warp_specialize and paired_k are options of the TMA kernel: pass "
                          "tma=True (128-wide blocks) or leave them out.")  # fmt: skip
