@@ -52,11 +52,18 @@ W8A8_TMA = [{}, tiles(128, 128, 128, 8, 3), tiles(128, 128, 128, 8, 4) | WS,
             tiles(128, 256, 128, 8, 3), tiles(128, 256, 128, 8, 3) | WS,
             tiles(64, 128, 128, 4, 4), tiles(128, 128, 128, 4, 4), tiles(256, 128, 128, 8, 3),
             tiles(128, 128, 128, 8, 4) | {"tma": False}]  # fmt: skip
+TMA = {"tma": True}
+W8A8_MID = [{}, tiles(64, 64, 128, 4, 4), tiles(32, 128, 128, 4, 4), tiles(16, 128, 128, 4, 4),
+            tiles(64, 128, 128, 4, 4) | {"split_k": 8}, tiles(32, 64, 128, 4, 4),
+            tiles(64, 128, 128, 4, 4) | TMA, tiles(64, 64, 128, 4, 4) | TMA,
+            tiles(128, 128, 128, 8, 3) | TMA, tiles(64, 128, 128, 4, 3) | TMA]  # fmt: skip
 # (variant, weight block, M, grid)
 CASES = [
     ("w8a8", 128, 4096, W8A8_TMA),
     ("w8a8", 128, 16384, W8A8_TMA[:9]),
-    ("w8a8", 128, 256, W8A8_TMA[:4]),
+    ("w8a8", 128, 64, W8A8_MID),
+    ("w8a8", 128, 128, W8A8_MID),
+    ("w8a8", 128, 256, W8A8_MID),
     ("w8a16", 128, 4, DECODE),
     (
         "w8a16",
