@@ -33,18 +33,21 @@ from kernels.moe.compiled import launch, recording
 
 default_tiles = TilesByM(
     decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4),
-    middle=GemmTiles(block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=4),
+    # M=64-256 on the H200 (raw/logs/h200-tune-dense-graphs.csv): 0.135-0.173 ms a layer at
+    # 64 x 64 (split-K), 0.230-0.291 at 64 x 128; cuBLAS bf16 0.10-0.125.
+    middle=GemmTiles(block_m=64, block_n=64, block_k=128, num_warps=4, num_stages=4),
     # 128-wide blocks at M=4096 on the H200 (TMA; raw/logs/h200-tune-dense-graphs.csv): 1.03
     # ms a layer at 128 x 128, 8 warps, 3 stages, two K steps an iteration (paired_k), 1.09
     # one step an iteration, 1.34 at 64 x 128; 128 x 256 and 256 x 128 spill; cuBLAS bf16
     # 1.01-1.04. 32-wide blocks (split-K kernel): 3.2-3.9 ms.
     prefill=GemmTiles(block_m=128, block_n=128, block_k=128, num_warps=8, num_stages=3),
+    middle_up_to=256,
 )
 QUANT_ROWS = 32  # token rows per program of the activation quantiser
-# From here 128-block weights take the persistent TMA kernel: on the H200 (one dsv4-flash-tp2
-# layer, raw/logs/h200-tune-dense-block128.csv) 1.73 ms at M=4096 against 1.78 for the
-# split-K kernel, but at M=256 its 128 x 128 tiles leave most SMs idle where split-K fills them.
-TMA_MIN_M = 2048
+# From here 128-block weights take the persistent TMA kernel: on the H200 at M=256 its 128 x 128
+# tiles took 0.211 ms a layer against 0.291 for the split-K kernel's (raw/logs/
+# h200-tune-dense-graphs.csv); below, the middle tiles split K to fill the SMs.
+TMA_MIN_M = 257
 
 
 @triton.jit
