@@ -31,20 +31,21 @@ def test_every_variant_format_and_peer_gets_a_checked_timed_row(tmp_path):
     table = _run(tmp_path)
     assert list(table.columns) == bench.COLUMNS
     registered = peer_names("moe")
-    assert len(table) == 2 * (2 * 2 + 2 + len(registered))  # tokens x (ours + torch + peers)
+    assert len(table) == 2 * (2 * 2 + 3 + len(registered))  # tokens x (ours + torch + peers)
     moe = table[table["kernel"] == "moe"]
     assert set(moe["status"]) == {"ok"}
     assert (moe["rel_error"] < tolerance("moe", "bf16")).all()
     assert (moe["ms"] > 0).all() and (moe["floor_ms"] > 0).all()
     assert moe["ratio_to_floor"].equals(moe["ms"] / moe["floor_ms"])
-    loop = table[table["kernel"] == "cublas_loop"]
-    assert set(loop["status"]) == {"ok"}
+    torch_rows = table[table["kernel"].isin(bench.BASELINES)]
+    assert set(torch_rows["status"]) == {"ok"}
+    assert list(torch_rows["variant"].unique()) == list(bench.BASELINE_VARIANTS.values())
     absent = table[table["kernel"].isin(registered)]  # no GPU here: every peer says why
     assert set(absent["status"]) == {"missing-peer"} and absent["ms"].isna().all()
     assert absent["note"].str.len().gt(20).all() and set(absent["routing"]) == {"uniform"}
     meta = read_meta(table.attrs["path"])
     assert meta["kind"] == "bench-moe" and meta["ceilings"] == CEILINGS
-    assert meta["params"]["peers"] == ["torch_grouped_mm", "cublas_loop", *registered]
+    assert meta["params"]["peers"] == [*bench.BASELINES, *registered]
     assert set(meta["peers"]) == set(registered)
     assert read_table(table.attrs["path"], meta, "bench")["status"].notna().all()
 
@@ -110,3 +111,34 @@ def test_peers_agree_with_the_reference():
     out = bench.cublas_loop_peer(x, ids, w, gu, down)
     assert (out - ref).norm() / ref.norm() < 1e-5
     assert math.isfinite(float(out.sum()))
+
+
+def _small_problem(dtype=torch.float32):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(9, 64, generator=gen)
+    ids = torch.stack([torch.randperm(8, generator=gen)[:2] for _ in range(9)]).int()
+    w = torch.softmax(torch.randn(9, 2, generator=gen), -1)
+    gu, down = torch.randn(8, 64, 64, generator=gen) / 8, torch.randn(8, 64, 32, generator=gen) / 6
+    return x.to(dtype), ids, w, gu.to(dtype), down.to(dtype)
+
+
+def test_the_bare_grouped_mm_peer_times_only_its_gemms():
+    """Its timed part is the two grouped GEMMs over the slots in expert order (one row per
+    token and pick, hidden wide); completed by the untimed scatter it is the layer."""
+    x, ids, w, gu, down = _small_problem(torch.bfloat16)
+    gemms, finish = bench.grouped_mm_bare(x, ids, w, gu, down)
+    slots = gemms()
+    assert slots.shape == (9 * 2, 64) and slots.dtype == torch.bfloat16
+    ref = moe_reference(x.float(), ids, w, gu.float(), down.float())
+    out = finish(slots)
+    assert out.dtype == torch.bfloat16
+    assert (out.float() - ref).norm() / ref.norm() < tolerance("moe", "bf16")
+
+
+def test_a_bench_row_times_the_part_it_is_given(tmp_path, monkeypatch):
+    timed = []
+    monkeypatch.setattr(bench, "time_call", lambda fn, *a, **k: (timed.append(fn()), (1.0, 0.1))[1])
+    table = _run(tmp_path, tokens=(3,), variants=("flat",), formats=("bf16",),
+                 peers=["torch_grouped_mm", "torch_grouped_mm_bare"])  # fmt: skip
+    assert list(table["kernel"]) == ["moe", "torch_grouped_mm", "torch_grouped_mm_bare"]
+    assert [t.shape for t in timed] == [(3, 64), (3, 64), (3 * 2, 64)]  # the bare: per slot

@@ -1,7 +1,8 @@
 """`workbench bench moe`: every MoE scheduler and weight format against its physical floor
 and its peers, at the TP2-rank shape, with the ceilings measured in the same run.
 
-Peers are the torch baselines (`torch_grouped_mm`, `cublas_loop`, on the bf16 masters) and
+Peers are the torch baselines (`torch_grouped_mm`, `torch_grouped_mm_bare`, `cublas_loop`, on
+the bf16 masters, each row's `variant` saying what its timed call holds) and
 the registered MoE peers (`workbench.peers`: DeepGEMM's grouped FP8 GEMMs, humming's MoE, ...),
 which take the same masters as FP8 in DeepSeek's 128x128 blocks (`bench_peers`); one that
 cannot run here is a `missing-peer` row with the reason in `note`. Each row is checked against
@@ -48,7 +49,13 @@ from workbench.workloads.moe import (
 
 TOKENS = (1, 6, 24, 48, 512, 4096, 33863)
 SCHEDULERS = ("stock", "multirow", "flat", "padded")
-BASELINES = ("torch_grouped_mm", "cublas_loop")  # torch on the bf16 masters
+# torch on the bf16 masters, by what the timed call holds (the rows' `variant`)
+BASELINE_VARIANTS = {
+    "torch_grouped_mm": "whole layer: sort, gather, 2 grouped GEMMs, fp32 SiLU, fp32 scatter",
+    "torch_grouped_mm_bare": "2 grouped GEMMs and a bf16 SiLU; sort, gather, scatter untimed",
+    "cublas_loop": "whole layer: a cuBLAS GEMM pair per expert with tokens, torch glue",
+}
+BASELINES = tuple(BASELINE_VARIANTS)
 COLUMNS = [
     "kernel", "variant", "weight_dtype", "tokens", "routing", "ms", "iqr_ms", "floor_ms",
     "ratio_to_floor", "tflops", "ratio_to_cublas", "rel_error", "regs", "spills", "status",
@@ -56,21 +63,53 @@ COLUMNS = [
 ]  # fmt: skip
 
 
-def grouped_mm_peer(x, ids, weights, w_gate_up, w_down) -> torch.Tensor:
-    """The torch peer: tokens sorted by expert, `torch._grouped_mm` for both projections."""
-    tokens, top_k = ids.shape
+def _expert_layout(ids: torch.Tensor, experts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(slot order sorted by expert, int32 end offset of each expert's run) for grouped_mm."""
     flat = ids.reshape(-1).long()
     order = torch.argsort(flat, stable=True)
-    offsets = torch.cumsum(torch.bincount(flat, minlength=w_gate_up.shape[0]), 0).to(torch.int32)
-    rows = x[order // top_k]
+    offsets = torch.cumsum(torch.bincount(flat, minlength=experts), 0).to(torch.int32)
+    return order, offsets
+
+
+def _scatter(y: torch.Tensor, x: torch.Tensor, ids, weights, order) -> torch.Tensor:
+    """The layer output from per-slot expert outputs in expert order: weighted, summed per
+    token in fp32, in x's dtype."""
+    top_k = ids.shape[1]
+    y = y.float() * weights.reshape(-1)[order, None]
+    out = torch.zeros(x.shape[0], x.shape[1], device=x.device, dtype=torch.float32)
+    out.index_add_(0, order // top_k, y)
+    return out.to(x.dtype)
+
+
+def grouped_mm_peer(x, ids, weights, w_gate_up, w_down) -> torch.Tensor:
+    """The torch peer: tokens sorted by expert, `torch._grouped_mm` for both projections."""
+    order, offsets = _expert_layout(ids, w_gate_up.shape[0])
+    rows = x[order // ids.shape[1]]
     gate_up = torch._grouped_mm(rows, w_gate_up.transpose(1, 2), offs=offsets)
     gate, up = gate_up.chunk(2, dim=-1)
     h = (F.silu(gate.float()) * up.float()).to(x.dtype)
-    y = torch._grouped_mm(h, w_down.transpose(1, 2), offs=offsets).float()
-    y = y * weights.reshape(-1)[order, None]
-    out = torch.zeros(tokens, x.shape[1], device=x.device, dtype=torch.float32)
-    out.index_add_(0, order // top_k, y)
-    return out.to(x.dtype)
+    y = torch._grouped_mm(h, w_down.transpose(1, 2), offs=offsets)
+    return _scatter(y, x, ids, weights, order)
+
+
+def grouped_mm_bare(
+    x, ids, weights, w_gate_up, w_down
+) -> tuple[Callable[[], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]:
+    """(the timed part, what completes it into the layer output) of the bare torch peer.
+
+    The timed part is the two grouped GEMMs with a bf16 SiLU-and-multiply between them, on
+    rows already sorted by expert: what the GEMMs alone cost, the bound a fused MoE kernel
+    is measured against once its routing glue is paid for elsewhere. The sort, the gather
+    and the weighted scatter run before and after it, outside the timing, for the check.
+    """
+    order, offsets = _expert_layout(ids, w_gate_up.shape[0])
+    rows = x[order // ids.shape[1]]
+
+    def gemms() -> torch.Tensor:
+        gate, up = torch._grouped_mm(rows, w_gate_up.transpose(1, 2), offs=offsets).chunk(2, -1)
+        return torch._grouped_mm(F.silu(gate) * up, w_down.transpose(1, 2), offs=offsets)
+
+    return gemms, partial(_scatter, x=x, ids=ids, weights=weights, order=order)
 
 
 def cublas_loop_peer(x, ids, weights, w_gate_up, w_down) -> torch.Tensor:
@@ -98,9 +137,11 @@ def measure(
     ceilings: dict,
     device: torch.device,
     scheme: str | None = None,
+    timed: Callable[[], object] | None = None,
 ) -> dict:
     """One benchmark row: check, then time; every failure becomes a status. `scheme` ("w8a8",
-    "w8a16") is a peer's: its tolerance, and for W8A8 the FP8 tensor-core rate of its floor."""
+    "w8a16") is a peer's: its tolerance, and for W8A8 the FP8 tensor-core rate of its floor.
+    `timed` is what is timed when it is only part of the checked `call`."""
     tokens = problem.x.shape[0]
     row = {"kernel": kernel, "variant": variant, "weight_dtype": fmt, "tokens": tokens,
            "routing": problem.routing}  # fmt: skip
@@ -110,7 +151,8 @@ def measure(
         facts = compile_facts([last_facts()] if kernel == "moe" else [])
         return {"rel_error": error, **facts}
 
-    timer = partial(time_call, call, device, tokens, graph=None if kernel == "moe" else False)
+    timer = partial(time_call, timed or call, device, tokens,
+                    graph=None if kernel == "moe" else False)  # fmt: skip
     row = check_then_time(row, check, tolerance("moe", scheme or fmt), timer)
     if row["status"] not in ("ok", "spills"):
         return row
@@ -129,7 +171,15 @@ def measure(
 
 REPORT_KEYS = ("kernel", "variant", "weight_dtype", "tokens", "routing", "ms", "ratio_to_floor",
                "ratio_to_cublas", "regs", "spills", "status")  # fmt: skip
-BASELINE_CALLS = {"torch_grouped_mm": grouped_mm_peer, "cublas_loop": cublas_loop_peer}
+
+
+def _baseline(name: str, args: tuple, base: tuple) -> tuple[Callable, Callable | None]:
+    """(the checked call, the timed part when it is not the whole call) of a torch baseline."""
+    if name == "torch_grouped_mm_bare":
+        gemms, finish = grouped_mm_bare(*args, *base)
+        return lambda: finish(gemms()), gemms
+    calls = {"torch_grouped_mm": grouped_mm_peer, "cublas_loop": cublas_loop_peer}
+    return partial(calls[name], *args, *base), None
 
 
 def default_peers() -> list[str]:
@@ -186,8 +236,8 @@ def bench_moe(
     `peers`: names from `default_peers()` (None or True: all of them; False or []: none).
     """
     names = default_peers() if peers is None or peers is True else list(peers or [])
-    baselines = [n for n in names if n in BASELINE_CALLS]
-    registered = get_peers([n for n in names if n not in BASELINE_CALLS], "moe")
+    baselines = [n for n in names if n in BASELINES]
+    registered = get_peers([n for n in names if n not in BASELINES], "moe")
     setup = bench_setup(preset, device, seed, ceilings, shape_overrides)
     dev, s, dtype, ceilings = setup.device, setup.shapes, setup.dtype, setup.ceilings
     base = expert_masters(s, seed, dev, dtype)
@@ -213,9 +263,10 @@ def bench_moe(
                         print_row(bar, rows[-1], REPORT_KEYS)
                     if fmt == "bf16":
                         for name in baselines:
-                            call = partial(BASELINE_CALLS[name], *args, *base)
-                            rows.append(measure(name, "peer", fmt, call, expected, problem, s,
-                                                ceilings, dev))  # fmt: skip
+                            call, timed = _baseline(name, args, base)
+                            rows.append(measure(name, BASELINE_VARIANTS[name], fmt, call,
+                                                expected, problem, s, ceilings, dev,
+                                                timed=timed))  # fmt: skip
                             print_row(bar, rows[-1], REPORT_KEYS)
                 for row in _peer_rows(peer_run, problem, ctx, references):
                     rows.append(row | {"routing": routing})

@@ -31,7 +31,12 @@ from workbench.report.seed_tables import (
 
 DENSE_LAYER = "dense-layer"  # bench dense's rows of the workbench's own layer kernels
 MOE_ORDER = ("stock", "multirow", "flat", "padded")
-MOE_OURS = ("moe", "torch_grouped_mm", "cublas_loop")  # not a registered peer
+MOE_OURS = (
+    "moe",
+    "torch_grouped_mm",
+    "torch_grouped_mm_bare",
+    "cublas_loop",
+)  # bench_moe.BASELINES
 DENSE_ORDER = ("bf16", "w8a16", "w8a8", "hybrid")
 ATTENTION_ORDER = ("torch", "triton")
 MOE_SHOWN = 12  # rows of a MoE table before the rest fold away: the decode sizes 1 and 6
