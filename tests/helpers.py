@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,26 @@ if TYPE_CHECKING:
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "test-artifacts"  # ignored by git; CI keeps it as the test artifacts
+ARTIFACT_DIRS = ("raw", "ncu")
+
+
+def committed_artifacts() -> list[Path]:
+    """The artifacts git holds under raw/ and ncu/ (run folders, report files), raw/'s first,
+    each folder's sorted as `collect` visits them.
+
+    The README's main job writes its run into raw/ beside the committed ones, so tests about
+    what is committed (its size, docs/results.md) must not count a user's own runs. Without
+    git (a source archive) every artifact there counts.
+    """
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", *ARTIFACT_DIRS], cwd=ROOT, capture_output=True,
+            check=True, text=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return [p for d in ARTIFACT_DIRS for p in sorted((ROOT / d).iterdir())]
+    tops = {Path(*Path(f).parts[:2]) for f in listed.split("\0") if len(Path(f).parts) >= 2}
+    return [ROOT / top for d in ARTIFACT_DIRS for top in sorted(tops) if top.parts[0] == d]
 
 
 def relative_error(out: Tensor, ref: Tensor) -> float:

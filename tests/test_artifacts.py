@@ -1,11 +1,11 @@
 """Run directories: atomic writes, round trips, and clear errors for damaged ones."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import committed_artifacts
 
 from workbench.artifacts import (
     RUN_FILE,
@@ -186,7 +186,8 @@ def test_committed_artifacts_stay_under_40_mb():
     """The GPU machine takes a working tree of at most 64 MiB; raw/ and ncu/ keep 40 MB of it
     so code, fixtures and a capture's output fit beside them. Supersede old runs, or store
     their tables more compactly, rather than raise this."""
-    root = Path(__file__).resolve().parents[1]
-    files = [f for d in ("raw", "ncu") for f in (root / d).rglob("*") if f.is_file()]
+    tops = committed_artifacts()
+    files = [f for top in tops for f in ([top] if top.is_file() else top.rglob("*"))]
+    files = [f for f in files if f.is_file()]
     size = sum(f.stat().st_size for f in files)
     assert size < 40e6, f"raw/ and ncu/ hold {size / 1e6:.1f} MB"
