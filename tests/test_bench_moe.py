@@ -101,18 +101,6 @@ def test_floor_counts_the_bytes_of_the_touched_experts():
     assert moe_workload.flops(6, s) == 2 * 6 * 6 * one
 
 
-def test_peers_agree_with_the_reference():
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(9, 64, generator=gen)
-    ids = torch.stack([torch.randperm(8, generator=gen)[:2] for _ in range(9)]).int()
-    w = torch.softmax(torch.randn(9, 2, generator=gen), -1)
-    gu, down = torch.randn(8, 64, 64, generator=gen) / 8, torch.randn(8, 64, 32, generator=gen) / 6
-    ref = moe_reference(x, ids, w, gu, down)
-    out = bench.cublas_loop_peer(x, ids, w, gu, down)
-    assert (out - ref).norm() / ref.norm() < 1e-5
-    assert math.isfinite(float(out.sum()))
-
-
 def _small_problem(dtype=torch.float32):
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(9, 64, generator=gen)
@@ -120,6 +108,14 @@ def _small_problem(dtype=torch.float32):
     w = torch.softmax(torch.randn(9, 2, generator=gen), -1)
     gu, down = torch.randn(8, 64, 64, generator=gen) / 8, torch.randn(8, 64, 32, generator=gen) / 6
     return x.to(dtype), ids, w, gu.to(dtype), down.to(dtype)
+
+
+def test_peers_agree_with_the_reference():
+    x, ids, w, gu, down = _small_problem()
+    ref = moe_reference(x, ids, w, gu, down)
+    out = bench.cublas_loop_peer(x, ids, w, gu, down)
+    assert (out - ref).norm() / ref.norm() < 1e-5
+    assert math.isfinite(float(out.sum()))
 
 
 def test_the_bare_grouped_mm_peer_times_only_its_gemms():

@@ -72,22 +72,9 @@ def _w8a8_tma_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         if PAIRED:  # two K steps an iteration: one product is rescaled while the next is made
             for step in range(0, k_steps, 2):
-                first = _scaled_step(
-                    a_desc,
-                    w_desc,
-                    sa_ptr,
-                    sw_ptr,
-                    off_m,
-                    off_n,
-                    rows,
-                    step,
-                    k_steps,
-                    M,
-                    stride_sak,
-                    stride_swn,
-                    stride_swk,
-                    BLOCK_K,
-                )
+                first = _scaled_step(a_desc, w_desc, sa_ptr, sw_ptr, off_m, off_n, rows, step,
+                                     k_steps, M, stride_sak, stride_swn, stride_swk,
+                                     BLOCK_K)  # fmt: skip
                 second = _scaled_step(a_desc, w_desc, sa_ptr, sw_ptr, off_m, off_n, rows,
                                       step + 1, k_steps, M, stride_sak, stride_swn, stride_swk,
                                       BLOCK_K)  # fmt: skip

@@ -172,14 +172,15 @@ def measure(
 REPORT_KEYS = ("kernel", "variant", "weight_dtype", "tokens", "routing", "ms", "ratio_to_floor",
                "ratio_to_cublas", "regs", "spills", "status")  # fmt: skip
 
+WHOLE_LAYER_CALLS = {"torch_grouped_mm": grouped_mm_peer, "cublas_loop": cublas_loop_peer}
+
 
 def _baseline(name: str, args: tuple, base: tuple) -> tuple[Callable, Callable | None]:
     """(the checked call, the timed part when it is not the whole call) of a torch baseline."""
     if name == "torch_grouped_mm_bare":
         gemms, finish = grouped_mm_bare(*args, *base)
         return lambda: finish(gemms()), gemms
-    calls = {"torch_grouped_mm": grouped_mm_peer, "cublas_loop": cublas_loop_peer}
-    return partial(calls[name], *args, *base), None
+    return partial(WHOLE_LAYER_CALLS[name], *args, *base), None
 
 
 def default_peers() -> list[str]:
