@@ -80,11 +80,21 @@ CASES = [
 SEED = 0
 
 
-def layer_call(linear, xs: dict[int, torch.Tensor], sets: list, in_features, **options):
+def layer_calls(variant: str, layer: Layer, xs: dict, weights: list, **options) -> list:
+    """The layer's projections as `variant` runs them with tile `options` (its output
+    projection's group as one launch where the variant has one: kernels.dense.grouped)."""
+    linear = partial(dense.VARIANTS[variant], **options)
+    return layer.calls(linear, dense.group_linear(variant, linear, **options), xs, weights)
+
+
+def layer_call(variant: str, layer: Layer, xs: dict, sets: list, **options):
+    calls = [
+        call for weights in sets for call in layer_calls(variant, layer, xs, weights, **options)
+    ]
+
     def run() -> None:
-        for weights in sets:
-            for k, w in zip(in_features, weights, strict=True):
-                linear(xs[k], w, **options)
+        for call in calls:
+            call()
 
     return run
 
@@ -104,13 +114,13 @@ def main() -> None:
         if args.m and m not in args.m:
             continue
         layer = layers[block]
-        xs = activations(m, layer.in_features, SEED, device, torch.bfloat16)
+        xs = activations(m, layer.input_widths, SEED, device, torch.bfloat16)
         sets = layer.fp8 if m <= 48 else layer.fp8[:1]
-        bf16 = layer_call(dense.linear, xs, layer.masters if m <= 48 else layer.masters[:1],
-                          layer.in_features)  # fmt: skip
+        bf16 = layer_call("bf16", layer, xs, layer.masters if m <= 48 else layer.masters[:1])
         cublas_ms = time_call(bf16, device, m, graph=True)[0] / len(sets)
-        linear = dense.VARIANTS[variant]
         reference = dense.w8a8_reference if variant == "w8a8" else dense.linear_reference
+        references = layer.calls(reference, partial(dense.one_by_one, reference), xs,
+                                 layer.fp8[0])  # fmt: skip
         for options in grid:
             if time.monotonic() > deadline:
                 break
@@ -118,17 +128,17 @@ def main() -> None:
             try:
                 facts: list[dict] = []
                 errors = [
-                    relative_error(
-                        call_with_facts(partial(linear, xs[k], w, **options), facts),
-                        reference(xs[k], w),
-                    )  # fmt: skip
-                    for k, w in zip(layer.in_features, layer.fp8[0], strict=True)
-                ]
+                    relative_error(call_with_facts(call, facts), want())
+                    for call, want in zip(
+                        layer_calls(variant, layer, xs, layer.fp8[0], **options), references,
+                        strict=True,
+                    )
+                ]  # fmt: skip
                 row |= {"rel_error": max(errors), **compile_facts(facts)}
                 if not passes(row["rel_error"], "dense", variant):
                     row["status"] = "wrong"
                 else:
-                    run = layer_call(linear, xs, sets, layer.in_features, **options)
+                    run = layer_call(variant, layer, xs, sets, **options)
                     row["ms"] = time_call(run, device, m, graph=True)[0] / len(sets)
                     row["vs_cublas"] = cublas_ms / row["ms"]
                     row["status"] = "spills" if row.get("spills") else "ok"

@@ -14,6 +14,7 @@ up to one bit of range: a block's largest value lands in [224, 448] instead of a
 computes the same exponent from the float's bits.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -135,6 +136,25 @@ class DenseWeights:
             raise ValueError(f"cannot quantise an empty weight of shape {tuple(w.shape)}.")
         return cls("fp8", *quantize_fp8(w, block), block=block)
 
+    @classmethod
+    def quantize_group(
+        cls, ws: Sequence[Tensor], fmt: str = "fp8", block: int = DEFAULT_BLOCK
+    ) -> list["DenseWeights"]:
+        """The weights of a group of projections of one shape (kernels.dense.grouped), each
+        quantised as `quantize` does, stored at one stride in one tensor so a kernel can
+        reach member g from the first (`stacked_stride`)."""
+        members = [cls.quantize(w, fmt, block) for w in ws]
+        if len({tuple(w.values.shape) for w in members}) != 1:
+            raise ValueError(
+                f"a group's weights must share one shape, got "
+                f"{[tuple(w.values.shape) for w in members]}; pass them as separate projections."
+            )
+        values = torch.stack([w.values for w in members]).unbind()
+        if fmt == "bf16":
+            return [cls("bf16", v, block=block) for v in values]
+        scales = torch.stack([w.scales for w in members]).unbind()
+        return [cls(fmt, v, s, block) for v, s in zip(values, scales, strict=True)]
+
     @property
     def out_features(self) -> int:
         return self.values.shape[0]
@@ -183,3 +203,43 @@ def check_linear_inputs(x: Tensor, weights: DenseWeights, fmt: str) -> None:
         raise ValueError(
             f"x is on {x.device} and the weight on {weights.values.device}; move them together."
         )
+
+
+def stacked_stride(tensors: Sequence[Tensor]) -> int | None:
+    """Elements from each tensor to the next when they lie at one stride in one storage with
+    one shape, strides and dtype (as `torch.stack(...).unbind()` leaves them); else None."""
+    first = tensors[0]
+    if any(
+        t.shape != first.shape or t.stride() != first.stride() or t.dtype != first.dtype
+        or t.device != first.device or t.untyped_storage().data_ptr()
+        != first.untyped_storage().data_ptr()
+        for t in tensors
+    ):  # fmt: skip
+        return None
+    offsets = [t.storage_offset() for t in tensors]
+    step = offsets[1] - offsets[0] if len(tensors) > 1 else 0
+    if any(b - a != step for a, b in zip(offsets, offsets[1:])):
+        return None
+    return step
+
+
+def check_group_inputs(x: Tensor, group: Sequence[DenseWeights], fmt: str) -> tuple[int, int]:
+    """Check cat_g(x[:, g] @ W_g.T) can run as one launch; return the (values, scales) strides
+    from one member to the next. x is (M, G, K) and the G weights share a shape, a block and
+    one stride (`DenseWeights.quantize_group` builds them so)."""
+    if len(group) == 0:
+        raise ValueError("a group needs at least one weight.")
+    if x.dim() != 3 or x.shape[1] != len(group):
+        raise ValueError(
+            f"x must be (M, G, K) with G = {len(group)} weights, got shape {tuple(x.shape)}; "
+            "view the activations as (M, G, K)."
+        )
+    check_linear_inputs(x[:, 0], group[0], fmt)
+    values = stacked_stride([w.values for w in group])
+    scales = 0 if fmt == "bf16" else stacked_stride([w.scales for w in group])
+    if values is None or scales is None or len({w.block for w in group}) != 1:
+        raise ValueError(
+            "a group's weights must share one shape and block and lie at one stride in one "
+            "tensor; build them with DenseWeights.quantize_group."
+        )
+    return values, scales

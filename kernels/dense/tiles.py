@@ -102,23 +102,31 @@ def split_plan(tiles: GemmTiles, m: int, n: int, k: int, device: torch.device) -
 
 
 def outputs(
-    m: int, n: int, tiles: int, splits: int, dtype: torch.dtype, device: torch.device
+    m: int,
+    n: int,
+    tiles: int,
+    splits: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    groups: int = 1,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(y, part, locks): the output, the fp32 partial-sum buffer and the per-tile arrival
-    counters (y stands in for both when not split).
+    """(y, part, locks): the output (M, groups * N), the fp32 partial-sum buffer (splits,
+    groups, M, N) and the arrival counters, `tiles` per group (y stands in for both when not
+    split).
 
     The counters are zero between calls (the last split of a tile resets its counter), so one
     zeroed buffer per device serves every split GEMM on its stream, and CUDA graphs replay
     them without a memset. It is made by the first split GEMM on the device, which in
     practice runs eagerly (a check or a warm-up) before any graph capture.
     """
-    y = torch.empty(m, n, dtype=dtype, device=device)
+    y = torch.empty(m, groups * n, dtype=dtype, device=device)
     if splits == 1:
         return y, y, y
-    part = torch.empty(splits, m, n, dtype=torch.float32, device=device)
+    part = torch.empty(splits, groups, m, n, dtype=torch.float32, device=device)
+    counters = groups * tiles
     locks = _locks.get(device)
-    if locks is None or locks.numel() < tiles:
-        locks = _locks[device] = torch.zeros(max(tiles, LOCKS), dtype=torch.int32, device=device)
+    if locks is None or locks.numel() < counters:
+        locks = _locks[device] = torch.zeros(max(counters, LOCKS), dtype=torch.int32, device=device)
     return y, part, locks
 
 

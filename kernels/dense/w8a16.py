@@ -16,11 +16,13 @@ Each K tile is cut into sub-tiles of one scale block; decode sizes split K until
 programs sit on every SM (see `tiles.split_plan`).
 """
 
+from collections.abc import Sequence
+
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.dense.formats import DenseWeights, check_linear_inputs
+from kernels.dense.formats import DenseWeights, check_group_inputs, check_linear_inputs
 from kernels.dense.tiles import (
     GROUP_M,
     GemmTiles,
@@ -118,10 +120,20 @@ def _direct_mainloop(
 def _w8a16_kernel(
     x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, locks_ptr, M, N, K, k_per_split,
     stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sk, stride_ym, stride_ps,
+    stride_xg, stride_wg, stride_sg,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SUB_K: tl.constexpr,
     QBLOCK: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     GROUP: tl.constexpr, SWAP: tl.constexpr,
 ):  # fmt: skip
+    # Grid axis 2 is the projection of a group (kernels.dense.grouped): its input columns,
+    # weight, scales, output columns, partial sums and arrival counters.
+    g = tl.program_id(2).to(tl.int64)
+    x_ptr += g * stride_xg
+    w_ptr += g * stride_wg
+    s_ptr += g * stride_sg
+    y_ptr += g * N
+    part_ptr += g * M * N
+    locks_ptr += g * tl.num_programs(0)
     pid_m, pid_n = program_tile(M, N, BLOCK_M, BLOCK_N, GROUP)
     rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
@@ -149,21 +161,37 @@ def linear_w8a16(x: Tensor, weights: DenseWeights, **options: int | None) -> Ten
     swap_ab); by default they follow M (see `default_tiles`) and split_k fills the GPU.
     """
     check_linear_inputs(x, weights, "fp8")
-    (m, k), n = x.shape, weights.out_features
+    return _launch(x[:, None], weights, (0, 0), options)
+
+
+def linear_w8a16_group(x: Tensor, group: Sequence[DenseWeights], **options: int | None) -> Tensor:
+    """cat_g(x[:, g] @ W_g.T) in one launch, for x (M, G, K) and G FP8 weights of one shape
+    laid out at one stride (`grouped.stacked_strides`); (M, G * N) in x's dtype."""
+    strides = check_group_inputs(x, group, "fp8")
+    return _launch(x, group[0], strides, options)
+
+
+def _launch(
+    x: Tensor, weights: DenseWeights, group_strides: tuple[int, int], options: dict
+) -> Tensor:
+    """The kernel over x (M, G, K): group g multiplies by the weight `group_strides` (values,
+    scales elements) after `weights`."""
+    (m, groups, k), n = x.shape, weights.out_features
     tiles = default_tiles(m).override(**options)
     tiles.check()
-    splits, k_per_split = split_plan(tiles, m, n, k, x.device)
+    splits, k_per_split = split_plan(tiles, m, groups * n, k, x.device)
     tiles_mn = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
-    y, part, locks = outputs(m, n, tiles_mn, splits, x.dtype, x.device)
+    y, part, locks = outputs(m, n, tiles_mn, splits, x.dtype, x.device, groups)
     precision, upcast = dot_options(x.dtype)
-    grid = (tiles_mn, splits)
+    grid = (tiles_mn, splits, groups)
     with recording():
         launch(
             _w8a16_kernel, grid, x, weights.values, weights.scales, y, part, locks, m, n, k,
-            k_per_split, *x.stride(), *weights.values.stride(), *weights.scales.stride(),
-            y.stride(0), part.stride(0), BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
-            BLOCK_K=tiles.block_k, SUB_K=tiles.sub_k(weights.block), QBLOCK=weights.block,
-            SPLIT=splits > 1, PRECISION=precision, UPCAST=upcast, GROUP=GROUP_M,
-            SWAP=tiles.swap_ab, num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+            k_per_split, x.stride(0), x.stride(2), *weights.values.stride(),
+            *weights.scales.stride(), y.stride(0), part.stride(0), x.stride(1), *group_strides,
+            BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
+            SUB_K=tiles.sub_k(weights.block), QBLOCK=weights.block, SPLIT=splits > 1,
+            PRECISION=precision, UPCAST=upcast, GROUP=GROUP_M, SWAP=tiles.swap_ab,
+            num_warps=tiles.num_warps, num_stages=tiles.num_stages,
         )  # fmt: skip
     return y

@@ -3,7 +3,8 @@ its roofline floor (bytes at the copy bandwidth or FLOPs at the peak of the dtyp
 in, both measured in the same run), plus the seed's dense A/B table.
 
 A row times one layer's dense GEMMs (query LoRA, query heads, latent KV, indexer, the output
-projection's groups and second half, the shared expert) at M tokens, each projection checked
+projection's groups, as one call where the backend has one (`kernels.dense.grouped`), and
+its second half, the shared expert) at M tokens, each projection checked
 first against an fp32 GEMM on the weights the backend holds, then timed as CUDA graph
 replays at every M (dense GEMMs have no host-side control flow, so the row is the GPU's time,
 not Python's launch path) (`rel_error`, dequantised FP8 for
@@ -83,13 +84,15 @@ def ab_chunks(prompt: int, streams: int, chunk: int) -> list[int]:
 @dataclass(frozen=True)
 class Contender:
     """What one row times: `linear(x, w)` over the layer's weights in the form it takes (a list
-    per layer copy), checked against the reference on the weights it holds (`held`, a key of
+    per layer copy), and `linear_group(x, members)` over the output projection's group
+    (`Layer.calls`), checked against the reference on the weights it holds (`held`, a key of
     `_references`) with `tolerance`; `weight_bytes` of one copy, and the M above which it
     multiplies in FP8 (None: never) for its roofline's tensor-core rate."""
 
     kernel: str
     variant: str
     linear: Callable
+    linear_group: Callable
     copies: list[list]
     held: str
     tolerance: float
@@ -99,11 +102,11 @@ class Contender:
 
 def _ours(variant: str, layer: Layer, hybrid_m: int | None) -> Contender:
     """One of the workbench's own backends, on the layer's weights in its format."""
-    linear = dense.VARIANTS[variant]
-    if variant == "hybrid":
-        linear = partial(linear, hybrid_m=hybrid_m)
+    options = {"hybrid_m": hybrid_m} if variant == "hybrid" else {}
+    linear = partial(dense.VARIANTS[variant], **options)
+    linear_group = dense.group_linear(variant, linear, **options)
     fp8_above = {"w8a8": 0, "hybrid": dense.hybrid_threshold(hybrid_m)}.get(variant)
-    return Contender("dense-layer", variant, linear, layer.weights(variant),
+    return Contender("dense-layer", variant, linear, linear_group, layer.weights(variant),
                      dense.WEIGHT_FORMAT[variant], tolerance("dense", variant),
                      layer.weight_bytes(variant), fp8_above)  # fmt: skip
 
@@ -124,21 +127,18 @@ def _peer(prepared: Prepared, weights: list[list]) -> Contender:
     them (`Peer.holds`, with its bytes `Peer.weight_bytes`)."""
     peer = prepared.peer
     nbytes = peer.weight_bytes or (lambda w: w.nbytes)
-    return Contender(peer.name, peer.variant, _call, prepared.converted, _held_key(peer),
+    return Contender(peer.name, peer.variant, _call, partial(dense.one_by_one, _call),
+                     prepared.converted, _held_key(peer),
                      tolerance("dense", peer.scheme), sum(nbytes(w) for w in weights[0]),
                      0 if peer.scheme == "w8a8" else None)  # fmt: skip
-
-
-def _run_layer(linear: Callable, xs: dict[int, torch.Tensor], weights: list, in_features) -> list:
-    return [linear(xs[k], w) for k, w in zip(in_features, weights, strict=True)]
 
 
 def _check(c: Contender, xs, layer: Layer, refs: dict) -> dict:
     """Errors of one layer's outputs: the worst projection against each reference."""
     facts: list[dict] = []
     errors, errors_bf16 = [], []
-    for i, (k, w) in enumerate(zip(layer.in_features, c.copies[0], strict=True)):
-        out = call_with_facts(partial(c.linear, xs[k], w), facts)
+    for i, call in enumerate(layer.calls(c.linear, c.linear_group, xs, c.copies[0])):
+        out = call_with_facts(call, facts)
         errors.append(relative_error(out, refs[c.held][i]))
         errors_bf16.append(relative_error(out, refs["bf16"][i]))
     return {"rel_error": max(errors), "error_vs_bf16": max(errors_bf16), **compile_facts(facts)}
@@ -159,19 +159,23 @@ def _held(layer: Layer, prepared: list[Prepared], peers_hold: list | None) -> di
 
 def _references(xs: dict[int, torch.Tensor], layer: Layer, held: dict[str, list]) -> dict:
     """fp32 outputs of the first layer copy on each set of `held` weights (`_held`)."""
+    reference = dense.linear_reference
+    group = partial(dense.one_by_one, reference)
     return {
-        key: [dense.linear_reference(xs[k], w) for k, w in zip(layer.in_features, ws, strict=True)]
-        for key, ws in held.items()
+        key: [call() for call in layer.calls(reference, group, xs, ws)] for key, ws in held.items()
     }
 
 
 def _layer_row(c: Contender, m: int, xs, layer: Layer, refs, ctx: dict) -> dict:
     """One row: a layer's dense GEMMs by one contender at M tokens, checked, timed, judged."""
     sets = c.copies if m <= GRAPH_TOKENS else c.copies[:1]
+    calls = [
+        call for weights in sets for call in layer.calls(c.linear, c.linear_group, xs, weights)
+    ]
 
     def run_all() -> None:
-        for weights in sets:
-            _run_layer(c.linear, xs, weights, layer.in_features)
+        for call in calls:
+            call()
 
     def timer() -> tuple[float, float]:
         ms, iqr = time_call(run_all, ctx["device"], m, graph=True)
@@ -269,7 +273,7 @@ def bench_dense(
     total = len(sizes) * (len(contenders) + len(peer_run.unrun))
     with tqdm(total=total, desc="bench dense", disable=not progress) as bar:
         for m in sizes:
-            xs = activations(m, layer.in_features, seed, dev, dtype)
+            xs = activations(m, layer.input_widths, seed, dev, dtype)
             refs = _references(xs, layer, held)
             for contender in contenders:
                 rows.append(_layer_row(contender, m, xs, layer, refs, ctx))

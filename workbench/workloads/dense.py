@@ -7,8 +7,9 @@ the same (variant, M, seed) run on the same numbers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -80,16 +81,42 @@ class Layer:
         self.projections = layer_projections(s)
         self.masters = [
             [
-                projection_master(p, seed, device, dtype, copy, i)
+                w
                 for p in self.projections
-                for i in range(p.count)
+                for w in torch.stack(
+                    [projection_master(p, seed, device, dtype, copy, i) for i in range(p.count)]
+                ).unbind()  # a group's members at one stride (kernels.dense.grouped)
             ]
             for copy in range(copies)
         ]
-        self.fp8 = [
-            [dense.DenseWeights.quantize(w, "fp8", block) for w in ws] for ws in self.masters
-        ]
-        self.in_features = [p.k for p in self.projections for _ in range(p.count)]
+        self.fp8 = [self._quantized(ws, block) for ws in self.masters]
+        # The input width of each call: a group reads the concatenation of its members' inputs.
+        self.input_widths = [p.k * p.count for p in self.projections]
+
+    def _quantized(self, masters: list[torch.Tensor], block: int) -> list:
+        """FP8 weights of one copy, a group's members quantised together (one stride)."""
+        out, first = [], 0
+        for p in self.projections:
+            out += dense.DenseWeights.quantize_group(masters[first : first + p.count], "fp8", block)
+            first += p.count
+        return out
+
+    def calls(
+        self, linear: Callable, linear_group: Callable, xs: dict[int, torch.Tensor], weights: list
+    ) -> list[Callable[[], torch.Tensor]]:
+        """One call per projection of the layer, on the inputs `xs` (`activations` at
+        `input_widths`) and one copy's `weights`: `linear(x, w)`, or for a group (count > 1)
+        `linear_group(x viewed (M, count, K), members)`, as the model runs them."""
+        calls, first = [], 0
+        for p in self.projections:
+            members = weights[first : first + p.count]
+            first += p.count
+            x = xs[p.k * p.count]
+            if p.count == 1:
+                calls.append(partial(linear, x, members[0]))
+            else:
+                calls.append(partial(linear_group, x.view(x.shape[0], p.count, p.k), members))
+        return calls
 
     def weights(self, variant: str) -> list[list]:
         return self.masters if dense.WEIGHT_FORMAT[variant] == "bf16" else self.fp8

@@ -125,8 +125,10 @@ class SyntheticModel:
         self.moe_fn = _pick("moe", self.kernels_run["moe"], moe_kernels.VARIANTS)
         dense_name = self.kernels_run["dense"]
         self.linear = _pick("dense", dense_name, dense_kernels.VARIANTS)
-        if dense_name == "hybrid":
-            self.linear = partial(self.linear, hybrid_m=hybrid_m)
+        options = {"hybrid_m": hybrid_m} if dense_name == "hybrid" else {}
+        if options:
+            self.linear = partial(self.linear, **options)
+        self.linear_group = dense_kernels.group_linear(dense_name, self.linear, **options)
         self.attention = _pick(
             "attention", self.kernels_run["attention"], attention_kernels.VARIANTS
         )
@@ -231,7 +233,7 @@ class SyntheticModel:
         out = attend_to(q, kv, index_q, index_k, index_w)
         with record_function("dense"):
             groups = out.view(-1, s.o_groups, (s.q_heads // s.o_groups) * s.head_dim)
-            low = torch.cat([self.linear(groups[:, g], w.o_a[g]) for g in range(s.o_groups)], 1)
+            low = self.linear_group(groups, w.o_a)
             partial = self.linear(low, w.o_b)
         return self._all_reduce(partial)
 

@@ -8,10 +8,12 @@ so the profiled region never pays for a conversion.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
 
+import kernels.dense as dense_kernels
 import kernels.moe as moe_kernels
 from workbench.workloads.model_weights import DENSE_WEIGHTS
 
@@ -62,6 +64,7 @@ def use_dense_peer(model: SyntheticModel, name: str, prepare: Callable) -> None:
             setattr(weights, attr, prepare(getattr(weights, attr)))
         weights.o_a = [prepare(w) for w in weights.o_a]
     model.linear = _call_peer_linear
+    model.linear_group = partial(dense_kernels.one_by_one, _call_peer_linear)
     model.kernels_run["dense"] = name
 
 

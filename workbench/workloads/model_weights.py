@@ -131,7 +131,9 @@ class LayerWeights:
         per_group = (full.q_heads // full.o_groups) * d
         o_a = [init.take((full.o_group_rank, per_group)) for _ in range(full.o_groups)]
         groups = shard.part(full.o_groups)
-        self.o_a = o_a[groups]
+        # One tensor at one stride, so the group runs as one launch (kernels.dense.grouped).
+        self.o_a = list(torch.stack(o_a[groups]).unbind())
+        del o_a
         ranks = slice(groups.start * full.o_group_rank, groups.stop * full.o_group_rank)
         self.o_b = init.take((h, full.o_groups * full.o_group_rank), cols=ranks)
         self.router = init.take((full.experts, h))
@@ -152,4 +154,4 @@ class LayerWeights:
         `fmt`, replacing the bf16 tensors: done once, so no GEMM pays for quantisation."""
         for name in DENSE_WEIGHTS:
             setattr(self, name, dense_kernels.DenseWeights.quantize(getattr(self, name), fmt))
-        self.o_a = [dense_kernels.DenseWeights.quantize(w, fmt) for w in self.o_a]
+        self.o_a = dense_kernels.DenseWeights.quantize_group(self.o_a, fmt)
