@@ -68,7 +68,10 @@ def test_each_variants_group_form_matches_its_members(m, device):
             else dense.linear_reference
         )
         want = torch.cat([reference_of(x[:, g], w) for g, w in enumerate(group)], 1)
-        assert relative_error(grouped(x, group), want) < 1e-5, variant
+        # FP8 tensor-core MMAs on the GPU round the W8A8 products' partial sums (as in
+        # test_dense_kernels' FP8_MMA_TOLERANCE); W8A16 and the interpreter do not.
+        tolerance = 1e-3 if device.type == "cuda" and variant != "w8a16" else 1e-5
+        assert relative_error(grouped(x, group), want) < tolerance, variant
     masters = torch.stack([w.dequantize() for w in group]).unbind()
     bf16 = dense.group_linear("bf16", dense.linear)(x, masters)
     assert relative_error(bf16, dense.one_by_one(dense.linear, x, masters)) < 1e-6
