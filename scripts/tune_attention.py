@@ -27,10 +27,12 @@ from workbench.workloads.attention import Problem, Scenario
 from workbench.workloads.checks import relative_error
 
 SCENARIOS = (Scenario("decode-46K", 1, 46_000), Scenario("prefill-46K", 4096, 46_000))
-INDEXER = [{}, {"block_l": 64}, {"num_warps": 4}]
+INDEXER = [{}, {"block_l": 64}, {"num_warps": 4}, {"block_q": 4, "block_l": 64},
+           {"block_q": 1}, {"block_q": 1, "block_l": 256}]  # fmt: skip
 SELECT = [{}, {"block": 1024}, {"block": 4096}, {"num_warps": 4}, {"num_warps": 16},
           {"rounds": 4}]  # fmt: skip
-INDEXER_SELECT = [{}, {"chunk": 512}, {"chunk": 2048}, {"num_warps": 8}]
+INDEXER_SELECT = [{}, {"chunk": 256}, {"chunk": 1024}, {"chunk": 256, "num_warps": 8},
+                  {"num_warps": 8}]  # fmt: skip
 ATTEND = [{}, {"block_n": 128}, {"block_h": 32, "block_n": 128}, {"splits": 5},
           {"block_n": 32}, {"block_h": 64, "block_n": 32}]  # fmt: skip
 

@@ -176,22 +176,28 @@ def _summed(hist, chunks, CHUNK_ROWS: tl.constexpr):
 
 
 @triton.jit
-def _picked_before(first, second, chunk, chosen0, chosen1, CHUNK_ROWS: tl.constexpr):
-    """Over the chunks before `chunk`: keys above the cut's 16-bit prefix, and equal to it."""
+def _sums_and_before(first, second, chunks, chunk, CHUNK_ROWS: tl.constexpr):
+    """Both rounds' histograms summed over a row's `chunks` chunks, and over the chunks before
+    `chunk`: four (256,) counts from one pass over the histograms (the picks kernel ran one
+    pass per sum, four in all, and they were most of its time)."""
     bins = tl.arange(0, 256)[None, :]
     c = tl.arange(0, CHUNK_ROWS)
-    above = tl.zeros((), tl.int32)
-    equal = tl.zeros((), tl.int32)
-    for c0 in range(0, chunk, CHUNK_ROWS):
+    total_first = tl.zeros((256,), tl.int32)
+    total_second = tl.zeros((256,), tl.int32)
+    before_first = tl.zeros((256,), tl.int32)
+    before_second = tl.zeros((256,), tl.int32)
+    for c0 in range(0, chunks, CHUNK_ROWS):
         rows = c0 + c
         at = rows[:, None] * 256 + bins
+        present = (rows < chunks)[:, None]
+        high = tl.load(first + at, mask=present, other=0)
+        low = tl.load(second + at, mask=present, other=0)
         earlier = (rows < chunk)[:, None]
-        high = tl.load(first + at, mask=earlier, other=0)
-        low = tl.load(second + at, mask=earlier, other=0)
-        beats = tl.where(bins > chosen0, high, 0) + tl.where(bins > chosen1, low, 0)
-        above += tl.sum(tl.sum(beats, axis=1), axis=0)
-        equal += tl.sum(tl.sum(tl.where(bins == chosen1, low, 0), axis=1), axis=0)
-    return above, equal
+        total_first += tl.sum(high, axis=0)
+        total_second += tl.sum(low, axis=0)
+        before_first += tl.sum(tl.where(earlier, high, 0), axis=0)
+        before_second += tl.sum(tl.where(earlier, low, 0), axis=0)
+    return total_first, total_second, before_first, before_second
 
 
 @triton.jit
@@ -239,11 +245,21 @@ def _chunk_picks_kernel(
         everything = tl.where(j < candidates, _to_rows(j, split, shift, SHIFTED), -1)
         tl.store(out + j, everything, mask=j < TOPK)
     else:
-        first = first_ptr + query * chunks * 256
-        second = second_ptr + query * chunks * 256
-        chosen0, need0 = _choose(_summed(first, chunks, CHUNK_ROWS), TOPK)
-        chosen1, need = _choose(_summed(second, chunks, CHUNK_ROWS), need0)
-        above, equal = _picked_before(first, second, chunk, chosen0, chosen1, CHUNK_ROWS)
+        first, second, first_before, second_before = _sums_and_before(
+            first_ptr + query * chunks * 256,
+            second_ptr + query * chunks * 256,
+            chunks,
+            chunk,
+            CHUNK_ROWS,
+        )
+        chosen0, need0 = _choose(first, TOPK)
+        chosen1, need = _choose(second, need0)
+        # Keys of the chunks before this one above the cut's 16-bit prefix, and equal to it.
+        bins = tl.arange(0, 256)
+        above = tl.sum(tl.where(bins > chosen0, first_before, 0), axis=0) + tl.sum(
+            tl.where(bins > chosen1, second_before, 0), axis=0
+        )
+        equal = tl.sum(tl.where(bins == chosen1, second_before, 0), axis=0)
         _write_picks(out, row, j, candidates, (chosen0 - 128) * 256 + chosen1, need,
                      above + tl.minimum(equal, need), equal, split, shift, 16, SHIFTED)  # fmt: skip
 
