@@ -45,7 +45,8 @@ BINS = 256
 # Positions a program of the chunked (decode) select owns: a decode row's 46K scores are 90
 # programs, where the one-program select walked them on one SM (136 us). With the indexer's
 # first round, 34 us at 512 on the H200 against 38 at 1024 and 51 at 2048
-# (raw/logs/h200-tune-attention.csv).
+# (raw/logs/h200-tune-attention.csv); with the picks' sums in one pass, 31.8 us at 512
+# against 35.8 at 1024 and 136 at 256 (raw/logs/h200-tune-attention-20261201.csv).
 SELECT_CHUNK = 512
 CHUNK_ROWS = 32  # chunk histograms summed per step
 
