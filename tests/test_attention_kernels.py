@@ -307,14 +307,19 @@ def test_select_and_fp8_indexer_bad_input(device):
     with pytest.raises(ValueError, match="one query per tile"):
         indexer_scores_fp8(q_idx, weights, attention.quantize_keys(k_idx), block_q=2, split=5,
                            shift=torch.zeros(3, dtype=torch.int64, device=device))  # fmt: skip
+    from dataclasses import replace
+
+    from kernels.attention.select import FirstRound
+
     first_round = torch.zeros(3, 1, 256, dtype=torch.int32, device=device)
     pos = torch.arange(7, 10, device=device)
     with pytest.raises(ValueError, match="a histogram needs causal scores"):
         indexer_scores_fp8(q_idx, weights, attention.quantize_keys(k_idx), pos,
-                           histogram=first_round[:, :, :128])  # fmt: skip
+                           histogram=replace(FirstRound.of(first_round),
+                                             chunks=first_round[:, :, :128]))  # fmt: skip
     with pytest.raises(ValueError, match="a multiple of block_l"):
         indexer_scores_fp8(q_idx, weights, attention.quantize_keys(k_idx), pos,
-                           histogram=first_round, chunk=100)  # fmt: skip
+                           histogram=FirstRound.of(first_round), chunk=100)  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -333,10 +338,17 @@ def test_chunked_decode_select_writes_what_the_one_program_select_writes(
     fused = attention.indexer_select_fp8(q_idx, weights, keys, pos, length, topk, window)
     scores = indexer_scores_fp8(q_idx, weights, keys, pos)
     assert torch.equal(fused, select_positions_triton(scores, pos, topk, window))
+    # The running totals are zero again, so the next select (a replay) starts clean.
+    from kernels.attention.select import row_totals
+
+    totals, arrivals = row_totals(len(positions), torch.device(device))
+    assert not totals.any() and not arrivals.any()
+    again = attention.indexer_select_fp8(q_idx, weights, keys, pos, length, topk, window)
+    assert torch.equal(again, fused)
 
 
 def test_chunked_select_breaks_ties_across_chunks_in_position_order(device):
-    from kernels.attention.select import SELECT_CHUNK, select_after_first_round
+    from kernels.attention.select import SELECT_CHUNK, FirstRound, select_after_first_round
 
     length, topk, window = 2200, 40, 8
     scores = (randn(1, length, seed=9, device=device) * 2).round() / 2  # a handful of values
@@ -349,18 +361,20 @@ def test_chunked_select_breaks_ties_across_chunks_in_position_order(device):
     for c in range(chunks):
         part = keys[0, c * SELECT_CHUNK : min((c + 1) * SELECT_CHUNK, candidates)]
         first[0, c] = torch.bincount((part >> 24) + 128, minlength=256)
-    out = select_after_first_round(scores, pos, first, topk, window)
+    first_round = FirstRound.of(first)
+    out = select_after_first_round(scores, pos, first_round, topk, window)
     assert torch.equal(out, select_positions_triton(scores, pos, topk, window))
+    assert not first_round.totals.any() and not first_round.arrivals.any()  # left at zero
 
 
 def test_chunked_select_bad_input(device):
-    from kernels.attention.select import select_after_first_round
+    from kernels.attention.select import FirstRound, select_after_first_round
 
     scores = randn(2, 1000, device=device)
     pos = torch.tensor([999, 999], device=device)
-    first = torch.zeros(2, 2, 256, dtype=torch.int32, device=device)
+    first = FirstRound.of(torch.zeros(2, 2, 256, dtype=torch.int32, device=device))
     with pytest.raises(ValueError, match="first_round"):
-        select_after_first_round(scores, pos, first[:, :1], 16, 4)
+        select_after_first_round(scores, pos, FirstRound.of(first.chunks[:, :1]), 16, 4)
     with pytest.raises(ValueError, match="topk <= chunk=512"):
         select_after_first_round(scores, pos, first, 600, 4)
     with pytest.raises(ValueError, match="split and shift"):

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from kernels.attention.formats import QuantizedKeys
 from kernels.attention.indexer import DECODE_QUERIES, keys_per_program_for
-from kernels.attention.select import SELECT_CHUNK, high_byte_histogram
+from kernels.attention.select import SELECT_CHUNK, FirstRound, high_byte_histogram
 from kernels.dense.w8a8 import pow2_scale, quantize_activations, round_to_e4m3
 from kernels.moe.compiled import launch, recording
 from kernels.moe.routing import dot_options
@@ -83,7 +83,7 @@ def write_cache(
 
 @triton.jit
 def _indexer_fp8_kernel(
-    q_ptr, w_ptr, k_ptr, ks_ptr, pos_ptr, shift_ptr, out_ptr, hist_ptr, Q, V, split,
+    q_ptr, w_ptr, k_ptr, ks_ptr, pos_ptr, shift_ptr, out_ptr, hist_ptr, totals_ptr, Q, V, split,
     keys_per_program, window, stride_qq, stride_qh, stride_wq, stride_wh, stride_kl, stride_oq,
     HEADS: tl.constexpr, DIM: tl.constexpr, HEADS_P: tl.constexpr, DIM_P: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_L: tl.constexpr, COLS: tl.constexpr, CAUSAL: tl.constexpr,
@@ -147,7 +147,9 @@ def _indexer_fp8_kernel(
             tl.store(out_ptrs, tl.full((BLOCK_L, COLS), float("-inf"), tl.float32), out_mask)
     if HISTOGRAM:
         chunk = q0.to(tl.int64) * tl.num_programs(1) + tl.program_id(1)
-        tl.store(hist_ptr + chunk * 256 + tl.arange(0, 256), counts)
+        bins = tl.arange(0, 256)
+        tl.store(hist_ptr + chunk * 256 + bins, counts)
+        tl.atomic_add(totals_ptr + q0.to(tl.int64) * 512 + bins, counts, sem="relaxed")
 
 
 def _check(q_idx: Tensor, weights: Tensor, keys: QuantizedKeys, query_pos: Tensor | None) -> None:
@@ -183,7 +185,7 @@ def indexer_scores_fp8(
     block_q: int | None = None,
     block_l: int = 128,
     num_warps: int | None = None,
-    histogram: Tensor | None = None,
+    histogram: FirstRound | None = None,
     window: int = 0,
     chunk: int = SELECT_CHUNK,
 ) -> Tensor:
@@ -191,11 +193,11 @@ def indexer_scores_fp8(
     them. Causal when `query_pos` is given; `length` defaults to the keys held; with `split`
     and `shift` (Q,), positions from `split` on read rows `shift[q]` further on.
 
-    With `histogram` (Q, cdiv(length, chunk), 256) int32 and `window`, one query a tile,
-    each program scores `chunk` keys (a multiple of `block_l`) and also writes the first
-    round of the top-k select over them (`select.high_byte_histogram` of the scores of the
-    positions before the query's window), which `select.select_after_first_round` goes on
-    from."""
+    With `histogram` (a `select.FirstRound` of (Q, cdiv(length, chunk), 256) chunks) and
+    `window`, one query a tile, each program scores `chunk` keys (a multiple of `block_l`) and
+    also writes the first round of the top-k select over them (`select.high_byte_histogram`
+    of the scores of the positions before the query's window) and adds it to the row's
+    total, which `select.select_after_first_round` goes on from."""
     _check(q_idx, weights, keys, query_pos)
     (num_q, heads, dim), length = q_idx.shape, length or keys.values.shape[0]
     if (split is None) != (shift is None):
@@ -213,11 +215,12 @@ def indexer_scores_fp8(
     if histogram is not None:
         chunks = triton.cdiv(length, chunk)
         if (block_q != 1 or query_pos is None or chunk % block_l
-                or histogram.shape != (num_q, chunks, 256)):  # fmt: skip
+                or histogram.chunks.shape != (num_q, chunks, 256)
+                or histogram.totals.shape != (num_q, 2, 256)):  # fmt: skip
             raise ValueError(f"a histogram needs causal scores, one query a tile, a chunk that "
                              f"is a multiple of block_l={block_l} and shape ({num_q}, {chunks}, "
                              f"256); got block_q={block_q}, chunk={chunk} and "
-                             f"{tuple(histogram.shape)}.")  # fmt: skip
+                             f"{tuple(histogram.chunks.shape)}.")  # fmt: skip
         keys_per_program = chunk
     scores = torch.empty(num_q, length, dtype=torch.float32, device=q_idx.device)
     upcast = dot_options(torch.bfloat16)[1]
@@ -227,7 +230,8 @@ def indexer_scores_fp8(
         launch(
             _indexer_fp8_kernel, grid, q_idx, weights, keys.values, keys.scales,
             q_idx if query_pos is None else query_pos, q_idx if shift is None else shift, scores,
-            scores if histogram is None else histogram, num_q, length,
+            scores if histogram is None else histogram.chunks,
+            scores if histogram is None else histogram.totals, num_q, length,
             length if split is None else split, keys_per_program, window,
             q_idx.stride(0), q_idx.stride(1), *weights.stride(), keys.values.stride(0),
             scores.stride(0), HEADS=heads, DIM=dim, HEADS_P=heads_p, DIM_P=dim_p,

@@ -4,12 +4,12 @@ At decode a row is one query over the whole context: the one-program select walk
 scores on one SM (136 us on the H200, against 9 us for the indexer). Here the indexer's
 programs each score SELECT_CHUNK keys and take the select's first round over them as they go
 (`indexer_scores_fp8(histogram=...)`), and `select_after_first_round` finishes the select
-over as many programs: three launches, the first of which was already being paid for, and
+over as many programs, each reading the row's running totals instead of summing every chunk's
+histogram: three launches, the first of which was already being paid for, and
 the same picks in the same slots. Rows enough to fill the GPU (prefill) keep the indexer and
 the one-program select, which is then one program a row on every SM.
 """
 
-import torch
 import triton
 from torch import Tensor
 
@@ -17,8 +17,8 @@ from kernels.attention.formats import QuantizedKeys
 from kernels.attention.indexer import DECODE_QUERIES
 from kernels.attention.indexer_fp8 import indexer_scores_fp8
 from kernels.attention.select import (
-    BINS,
     SELECT_CHUNK,
+    FirstRound,
     select_after_first_round,
     select_positions_triton,
 )
@@ -46,8 +46,7 @@ def indexer_select_fp8(
     if num_q > DECODE_QUERIES or not 1 <= topk <= chunk:
         scores = indexer_scores_fp8(q_idx, weights, keys, query_pos, length, split, shift)
         return select_positions_triton(scores, query_pos, topk, window, split, shift)
-    first_round = torch.empty(num_q, triton.cdiv(length, chunk), BINS, dtype=torch.int32,
-                              device=q_idx.device)  # fmt: skip
+    first_round = FirstRound.empty(num_q, triton.cdiv(length, chunk), q_idx.device)
     scores = indexer_scores_fp8(q_idx, weights, keys, query_pos, length, split, shift, block_q=1,
                                 histogram=first_round, window=window, chunk=chunk)  # fmt: skip
     return select_after_first_round(scores, query_pos, first_round, topk, window, split, shift,

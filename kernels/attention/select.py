@@ -34,6 +34,8 @@ own tail lives `shift[q]` rows further on in the flat cache from virtual positio
 which is what `Cache.virtual_to_flat` computes with five torch ops.
 """
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -48,7 +50,7 @@ BINS = 256
 # (raw/logs/h200-tune-attention.csv); with the picks' sums in one pass, 31.8 us at 512
 # against 35.8 at 1024 and 136 at 256 (raw/logs/h200-tune-attention-20261201.csv).
 SELECT_CHUNK = 512
-CHUNK_ROWS = 32  # chunk histograms summed per step
+CHUNK_ROWS = 32  # chunk histograms the picks sum per step
 
 
 @triton.jit
@@ -163,81 +165,64 @@ def _write_picks(out, row, j, candidates, prefix, need, written, ties, split, sh
 
 
 @triton.jit
-def _summed(hist, chunks, CHUNK_ROWS: tl.constexpr):
-    """The 256 bins of a row's `chunks` chunk histograms (chunks, 256), summed."""
-    bins = tl.arange(0, 256)
-    c = tl.arange(0, CHUNK_ROWS)
-    total = tl.zeros((256,), tl.int32)
-    for c0 in range(0, chunks, CHUNK_ROWS):
-        rows = c0 + c
-        block = tl.load(hist + rows[:, None] * 256 + bins[None, :],
-                        mask=(rows < chunks)[:, None], other=0)  # fmt: skip
-        total += tl.sum(block, axis=0)
-    return total
-
-
-@triton.jit
-def _sums_and_before(first, second, chunks, chunk, CHUNK_ROWS: tl.constexpr):
-    """Both rounds' histograms summed over a row's `chunks` chunks, and over the chunks before
-    `chunk`: four (256,) counts from one pass over the histograms (the picks kernel ran one
-    pass per sum, four in all, and they were most of its time)."""
+def _before(first, second, chunk, CHUNK_ROWS: tl.constexpr):
+    """Both rounds' histograms summed over the chunks before `chunk`: (256,) counts each."""
     bins = tl.arange(0, 256)[None, :]
     c = tl.arange(0, CHUNK_ROWS)
-    total_first = tl.zeros((256,), tl.int32)
-    total_second = tl.zeros((256,), tl.int32)
-    before_first = tl.zeros((256,), tl.int32)
-    before_second = tl.zeros((256,), tl.int32)
-    for c0 in range(0, chunks, CHUNK_ROWS):
+    first_before = tl.zeros((256,), tl.int32)
+    second_before = tl.zeros((256,), tl.int32)
+    for c0 in range(0, chunk, CHUNK_ROWS):
         rows = c0 + c
         at = rows[:, None] * 256 + bins
-        present = (rows < chunks)[:, None]
-        high = tl.load(first + at, mask=present, other=0)
-        low = tl.load(second + at, mask=present, other=0)
         earlier = (rows < chunk)[:, None]
-        total_first += tl.sum(high, axis=0)
-        total_second += tl.sum(low, axis=0)
-        before_first += tl.sum(tl.where(earlier, high, 0), axis=0)
-        before_second += tl.sum(tl.where(earlier, low, 0), axis=0)
-    return total_first, total_second, before_first, before_second
+        first_before += tl.sum(tl.load(first + at, mask=earlier, other=0), axis=0)
+        second_before += tl.sum(tl.load(second + at, mask=earlier, other=0), axis=0)
+    return first_before, second_before
 
 
 @triton.jit
 def _second_round_kernel(
-    scores_ptr, pos_ptr, first_ptr, second_ptr, length, window, chunks, stride_sq,
-    TOPK: tl.constexpr, BLOCK: tl.constexpr, CHUNK_ROWS: tl.constexpr,
+    scores_ptr, pos_ptr, first_ptr, second_ptr, totals_ptr, length, window, chunks, stride_sq,
+    TOPK: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """The chunked select's second round: every program sums the row's first-round chunk
-    histograms (the same sum in each), and counts the second byte of its chunk's keys whose
-    high byte is the chosen one."""
+    """The chunked select's second round: the cut's high byte from the row's first-round
+    total, then the second byte of this chunk's keys whose high byte is that one, counted
+    into the chunk's histogram and added to the row's second-round total."""
     query = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
+    bins = tl.arange(0, 256)
     pos = tl.load(pos_ptr + query)
     candidates = tl.minimum(tl.maximum(pos - window + 1, 0), length).to(tl.int32)
-    hist = query * chunks * 256
-    chosen0, _ = _choose(_summed(first_ptr + hist, chunks, CHUNK_ROWS), TOPK)
+    totals = totals_ptr + query * 512  # (first round, second round) x 256 bins
+    chosen0, _ = _choose(tl.load(totals + bins), TOPK)
     j = chunk * BLOCK + tl.arange(0, BLOCK)
     ok = j < candidates
     keys = _ordered_keys(tl.load(scores_ptr + query * stride_sq + j, mask=ok,
                                  other=float("-inf")))  # fmt: skip
     counts = _masked_histogram((keys >> 16) & 255, ok & ((keys >> 24) == chosen0 - 128))
-    tl.store(second_ptr + hist + chunk * 256 + tl.arange(0, 256), counts)
+    tl.store(second_ptr + query * chunks * 256 + chunk * 256 + bins, counts)
+    tl.atomic_add(totals + 256 + bins, counts, sem="relaxed")
 
 
 @triton.jit
 def _chunk_picks_kernel(
-    scores_ptr, pos_ptr, shift_ptr, first_ptr, second_ptr, out_ptr, length, split, chunks,
-    stride_sq, stride_oq, TOPK: tl.constexpr, WINDOW: tl.constexpr, WINDOW_P: tl.constexpr,
-    BLOCK: tl.constexpr, CHUNK_ROWS: tl.constexpr, SHIFTED: tl.constexpr,
+    scores_ptr, pos_ptr, shift_ptr, first_ptr, second_ptr, totals_ptr, arrivals_ptr, out_ptr,
+    length, split, chunks, stride_sq, stride_oq, TOPK: tl.constexpr, WINDOW: tl.constexpr,
+    WINDOW_P: tl.constexpr, BLOCK: tl.constexpr, CHUNK_ROWS: tl.constexpr,
+    SHIFTED: tl.constexpr,
 ):  # fmt: skip
-    """The chunked select's picks: the cut from both rounds' sums, this chunk's first slot
+    """The chunked select's picks: the cut from both rounds' totals, this chunk's first slot
     from the chunks before it, then its picks in position order (what the one-program select
-    writes, slot for slot)."""
+    writes, slot for slot). The row's last program to finish zeroes its totals for the next
+    select (`FirstRound`)."""
     query = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
+    bins = tl.arange(0, 256)
     pos = tl.load(pos_ptr + query)
     shift = tl.load(shift_ptr + query) if SHIFTED else 0
     row = scores_ptr + query * stride_sq
     out = out_ptr + query * stride_oq
+    totals = totals_ptr + query * 512
     if chunk == 0:
         _write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED)
     candidates = tl.minimum(tl.maximum(pos - WINDOW + 1, 0), length).to(tl.int32)
@@ -246,23 +231,26 @@ def _chunk_picks_kernel(
         everything = tl.where(j < candidates, _to_rows(j, split, shift, SHIFTED), -1)
         tl.store(out + j, everything, mask=j < TOPK)
     else:
-        first, second, first_before, second_before = _sums_and_before(
-            first_ptr + query * chunks * 256,
-            second_ptr + query * chunks * 256,
-            chunks,
-            chunk,
+        chosen0, need0 = _choose(tl.load(totals + bins), TOPK)
+        chosen1, need = _choose(tl.load(totals + 256 + bins), need0)
+        first_before, second_before = _before(
+            first_ptr + query * chunks * 256, second_ptr + query * chunks * 256, chunk,
             CHUNK_ROWS,
-        )
-        chosen0, need0 = _choose(first, TOPK)
-        chosen1, need = _choose(second, need0)
+        )  # fmt: skip
         # Keys of the chunks before this one above the cut's 16-bit prefix, and equal to it.
-        bins = tl.arange(0, 256)
         above = tl.sum(tl.where(bins > chosen0, first_before, 0), axis=0) + tl.sum(
             tl.where(bins > chosen1, second_before, 0), axis=0
         )
         equal = tl.sum(tl.where(bins == chosen1, second_before, 0), axis=0)
         _write_picks(out, row, j, candidates, (chosen0 - 128) * 256 + chosen1, need,
                      above + tl.minimum(equal, need), equal, split, shift, 16, SHIFTED)  # fmt: skip
+    # Every thread's reads of the totals come before the count (the acq_rel atomic orders
+    # them GPU-wide); the last program of the row zeroes the totals and the count.
+    tl.debug_barrier()
+    if tl.atomic_add(arrivals_ptr + query, 1, sem="acq_rel") == chunks - 1:
+        tl.store(totals + bins, tl.zeros((256,), tl.int32))
+        tl.store(totals + 256 + bins, tl.zeros((256,), tl.int32))
+        tl.atomic_xchg(arrivals_ptr + query, 0)
 
 
 def _check_layout(query_pos: Tensor, split: int | None, shift: Tensor | None) -> None:
@@ -270,10 +258,57 @@ def _check_layout(query_pos: Tensor, split: int | None, shift: Tensor | None) ->
         raise ValueError("give split and shift (Q,) together, or neither.")
 
 
+@dataclass(frozen=True)
+class FirstRound:
+    """The chunked select's first round, as the FP8 indexer writes it: `chunks` (Q, C, 256),
+    the high-byte histogram of each chunk's candidates, and `totals` (Q, 2, 256), the row's
+    sums of the first round and then of the second, which the indexer and the second round
+    add to atomically, so no program of the select sums C chunk histograms. `arrivals` (Q,)
+    counts the picks programs of a row; the last zeroes its totals and the count, which are
+    zero between selects, so one buffer per device serves every select on its stream and a
+    CUDA graph replays them without a memset (`row_totals`)."""
+
+    chunks: Tensor
+    totals: Tensor
+    arrivals: Tensor
+
+    @classmethod
+    def empty(cls, num_q: int, chunks: int, device: torch.device) -> "FirstRound":
+        """Chunk histograms to be written, with the device's zeroed totals (`row_totals`)."""
+        totals, arrivals = row_totals(num_q, device)
+        hist = torch.empty(num_q, chunks, BINS, dtype=torch.int32, device=device)
+        return cls(hist, totals, arrivals)
+
+    @classmethod
+    def of(cls, chunk_histograms: Tensor) -> "FirstRound":
+        """A first round from chunk histograms made elsewhere (tests), with its own totals."""
+        num_q = chunk_histograms.shape[0]
+        totals = torch.zeros(num_q, 2, BINS, dtype=torch.int32, device=chunk_histograms.device)
+        totals[:, 0] = chunk_histograms.sum(1)
+        arrivals = torch.zeros(num_q, dtype=torch.int32, device=chunk_histograms.device)
+        return cls(chunk_histograms, totals, arrivals)
+
+
+_totals: dict[torch.device, tuple[Tensor, Tensor]] = {}
+
+
+def row_totals(num_q: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """(totals (num_q, 2, 256), arrivals (num_q,)), zeros kept per device: the select leaves
+    them at zero for the next. Made, or grown, by the first select of that many rows on the
+    device, which in practice runs eagerly (a check or a warm-up) before any graph capture."""
+    held = _totals.get(device)
+    if held is None or held[1].numel() < num_q:
+        held = _totals[device] = (
+            torch.zeros(num_q, 2, BINS, dtype=torch.int32, device=device),
+            torch.zeros(num_q, dtype=torch.int32, device=device),
+        )
+    return held[0][:num_q], held[1][:num_q]
+
+
 def select_after_first_round(
     scores: Tensor,
     query_pos: Tensor,
-    first_round: Tensor,
+    first_round: FirstRound,
     topk: int,
     window: int,
     split: int | None = None,
@@ -283,39 +318,49 @@ def select_after_first_round(
 ) -> Tensor:
     """`select_positions_triton`'s result (two rounds) over programs of `chunk` positions
     each, for rows too few to fill the GPU one program a row: decode. The first round is
-    `first_round` (Q, cdiv(L, chunk), 256), the high-byte histograms of each chunk's
-    candidates, which the FP8 indexer writes as it scores them; this is the second round and
-    the picks, two launches. Picks come in position order, slot for slot as the one-program
-    select. `chunk` is a power of two of at least topk."""
+    `first_round`, which the FP8 indexer writes as it scores the keys (`FirstRound`); this
+    is the second round and the picks, two launches. Picks come in position order, slot for
+    slot as the one-program select. `chunk` is a power of two of at least topk."""
     num_q, length = scores.shape
     chunks = triton.cdiv(length, chunk)
-    if query_pos.shape != (num_q,) or first_round.shape != (num_q, chunks, BINS):
+    hist = first_round.chunks
+    if (
+        query_pos.shape != (num_q,)
+        or hist.shape != (num_q, chunks, BINS)
+        or first_round.totals.shape != (num_q, 2, BINS)
+        or first_round.arrivals.shape != (num_q,)
+    ):
         raise ValueError(
-            f"select_after_first_round expects query_pos ({num_q},) and first_round "
-            f"({num_q}, {chunks}, {BINS}); got {tuple(query_pos.shape)} and "
-            f"{tuple(first_round.shape)}."
+            f"select_after_first_round expects query_pos ({num_q},) and a first round of "
+            f"({num_q}, {chunks}, {BINS}) chunk histograms with ({num_q}, 2, {BINS}) totals; "
+            f"got {tuple(query_pos.shape)}, {tuple(hist.shape)} and "
+            f"{tuple(first_round.totals.shape)}."
         )
     if not 1 <= topk <= chunk or chunk & (chunk - 1) or window < 0:
         raise ValueError(f"need 1 <= topk <= chunk={chunk}, a power of two, and window >= 0; "
                          f"got topk={topk}, window={window}.")  # fmt: skip
-    if scores.dtype != torch.float32 or scores.stride(1) != 1 or not first_round.is_contiguous():
-        raise ValueError("need fp32 scores with contiguous rows and a contiguous first_round.")
+    if (
+        scores.dtype != torch.float32
+        or scores.stride(1) != 1
+        or not all(t.is_contiguous() for t in (hist, first_round.totals))
+    ):
+        raise ValueError("need fp32 scores with contiguous rows and a contiguous first round.")
     _check_layout(query_pos, split, shift)
     pos = query_pos.to(torch.int64)
-    second = torch.empty_like(first_round)
+    second = torch.empty_like(hist)
     out = torch.empty(num_q, topk + window, dtype=torch.int64, device=scores.device)
+    totals = first_round.totals
     with recording():
         launch(
-            _second_round_kernel, (num_q, chunks), scores, pos, first_round, second, length,
-            window, chunks, scores.stride(0), TOPK=topk, BLOCK=chunk, CHUNK_ROWS=CHUNK_ROWS,
-            num_warps=num_warps,
+            _second_round_kernel, (num_q, chunks), scores, pos, hist, second, totals, length,
+            window, chunks, scores.stride(0), TOPK=topk, BLOCK=chunk, num_warps=num_warps,
         )  # fmt: skip
         launch(
             _chunk_picks_kernel, (num_q, chunks), scores, pos, pos if shift is None else shift,
-            first_round, second, out, length, length if split is None else split, chunks,
-            scores.stride(0), out.stride(0), TOPK=topk, WINDOW=window,
-            WINDOW_P=triton.next_power_of_2(max(window, 1)), BLOCK=chunk,
-            CHUNK_ROWS=CHUNK_ROWS, SHIFTED=shift is not None, num_warps=num_warps,
+            hist, second, totals, first_round.arrivals, out, length,
+            length if split is None else split, chunks, scores.stride(0), out.stride(0),
+            TOPK=topk, WINDOW=window, WINDOW_P=triton.next_power_of_2(max(window, 1)),
+            BLOCK=chunk, CHUNK_ROWS=CHUNK_ROWS, SHIFTED=shift is not None, num_warps=num_warps,
         )  # fmt: skip
     return out
 
