@@ -149,7 +149,7 @@ def _indexer_fp8_kernel(
         chunk = q0.to(tl.int64) * tl.num_programs(1) + tl.program_id(1)
         bins = tl.arange(0, 256)
         tl.store(hist_ptr + chunk * 256 + bins, counts)
-        tl.atomic_add(totals_ptr + q0.to(tl.int64) * 512 + bins, counts, sem="relaxed")
+        tl.atomic_add(totals_ptr + q0.to(tl.int64) * 256 + bins, counts, sem="relaxed")
 
 
 def _check(q_idx: Tensor, weights: Tensor, keys: QuantizedKeys, query_pos: Tensor | None) -> None:
@@ -216,7 +216,7 @@ def indexer_scores_fp8(
         chunks = triton.cdiv(length, chunk)
         if (block_q != 1 or query_pos is None or chunk % block_l
                 or histogram.chunks.shape != (num_q, chunks, 256)
-                or histogram.totals.shape != (num_q, 2, 256)):  # fmt: skip
+                or histogram.totals.shape != (num_q, 256)):  # fmt: skip
             raise ValueError(f"a histogram needs causal scores, one query a tile, a chunk that "
                              f"is a multiple of block_l={block_l} and shape ({num_q}, {chunks}, "
                              f"256); got block_q={block_q}, chunk={chunk} and "

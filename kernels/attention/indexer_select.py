@@ -4,10 +4,11 @@ At decode a row is one query over the whole context: the one-program select walk
 scores on one SM (136 us on the H200, against 9 us for the indexer). Here the indexer's
 programs each score SELECT_CHUNK keys and take the select's first round over them as they go
 (`indexer_scores_fp8(histogram=...)`), and `select_after_first_round` finishes the select
-over as many programs, each reading the row's running totals instead of summing every chunk's
-histogram: three launches, the first of which was already being paid for, and
-the same picks in the same slots. Rows enough to fill the GPU (prefill) keep the indexer and
-the one-program select, which is then one program a row on every SM.
+over as many programs, its second round reading the row's first-round total (which the
+indexer adds to atomically) instead of summing every chunk's histogram: three launches, the
+first of which was already being paid for, and the same picks in the same slots. Rows enough
+to fill the GPU (prefill) keep the indexer and the one-program select, which is then one
+program a row on every SM.
 """
 
 import triton

@@ -165,19 +165,28 @@ def _write_picks(out, row, j, candidates, prefix, need, written, ties, split, sh
 
 
 @triton.jit
-def _before(first, second, chunk, CHUNK_ROWS: tl.constexpr):
-    """Both rounds' histograms summed over the chunks before `chunk`: (256,) counts each."""
+def _sums_and_before(first, second, chunks, chunk, CHUNK_ROWS: tl.constexpr):
+    """Both rounds' histograms summed over a row's `chunks` chunks, and over the chunks before
+    `chunk`: four (256,) counts from one pass over the histograms (the picks kernel ran one
+    pass per sum, four in all, and they were most of its time)."""
     bins = tl.arange(0, 256)[None, :]
     c = tl.arange(0, CHUNK_ROWS)
-    first_before = tl.zeros((256,), tl.int32)
-    second_before = tl.zeros((256,), tl.int32)
-    for c0 in range(0, chunk, CHUNK_ROWS):
+    total_first = tl.zeros((256,), tl.int32)
+    total_second = tl.zeros((256,), tl.int32)
+    before_first = tl.zeros((256,), tl.int32)
+    before_second = tl.zeros((256,), tl.int32)
+    for c0 in range(0, chunks, CHUNK_ROWS):
         rows = c0 + c
         at = rows[:, None] * 256 + bins
+        present = (rows < chunks)[:, None]
+        high = tl.load(first + at, mask=present, other=0)
+        low = tl.load(second + at, mask=present, other=0)
         earlier = (rows < chunk)[:, None]
-        first_before += tl.sum(tl.load(first + at, mask=earlier, other=0), axis=0)
-        second_before += tl.sum(tl.load(second + at, mask=earlier, other=0), axis=0)
-    return first_before, second_before
+        total_first += tl.sum(high, axis=0)
+        total_second += tl.sum(low, axis=0)
+        before_first += tl.sum(tl.where(earlier, high, 0), axis=0)
+        before_second += tl.sum(tl.where(earlier, low, 0), axis=0)
+    return total_first, total_second, before_first, before_second
 
 
 @triton.jit
@@ -187,70 +196,61 @@ def _second_round_kernel(
 ):  # fmt: skip
     """The chunked select's second round: the cut's high byte from the row's first-round
     total, then the second byte of this chunk's keys whose high byte is that one, counted
-    into the chunk's histogram and added to the row's second-round total."""
+    into the chunk's histogram."""
     query = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     bins = tl.arange(0, 256)
     pos = tl.load(pos_ptr + query)
     candidates = tl.minimum(tl.maximum(pos - window + 1, 0), length).to(tl.int32)
-    totals = totals_ptr + query * 512  # (first round, second round) x 256 bins
-    chosen0, _ = _choose(tl.load(totals + bins), TOPK)
+    chosen0, _ = _choose(tl.load(totals_ptr + query * 256 + bins), TOPK)
     j = chunk * BLOCK + tl.arange(0, BLOCK)
     ok = j < candidates
     keys = _ordered_keys(tl.load(scores_ptr + query * stride_sq + j, mask=ok,
                                  other=float("-inf")))  # fmt: skip
     counts = _masked_histogram((keys >> 16) & 255, ok & ((keys >> 24) == chosen0 - 128))
     tl.store(second_ptr + query * chunks * 256 + chunk * 256 + bins, counts)
-    tl.atomic_add(totals + 256 + bins, counts, sem="relaxed")
 
 
 @triton.jit
 def _chunk_picks_kernel(
-    scores_ptr, pos_ptr, shift_ptr, first_ptr, second_ptr, totals_ptr, arrivals_ptr, out_ptr,
-    length, split, chunks, stride_sq, stride_oq, TOPK: tl.constexpr, WINDOW: tl.constexpr,
+    scores_ptr, pos_ptr, shift_ptr, first_ptr, second_ptr, totals_ptr, out_ptr, length, split,
+    chunks, stride_sq, stride_oq, TOPK: tl.constexpr, WINDOW: tl.constexpr,
     WINDOW_P: tl.constexpr, BLOCK: tl.constexpr, CHUNK_ROWS: tl.constexpr,
     SHIFTED: tl.constexpr,
 ):  # fmt: skip
-    """The chunked select's picks: the cut from both rounds' totals, this chunk's first slot
+    """The chunked select's picks: the cut from both rounds' sums, this chunk's first slot
     from the chunks before it, then its picks in position order (what the one-program select
-    writes, slot for slot). The row's last program to finish zeroes its totals for the next
-    select (`FirstRound`)."""
+    writes, slot for slot). The row's first program zeroes the row's first-round total for
+    the next select: only the second round read it (`FirstRound`)."""
     query = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
-    bins = tl.arange(0, 256)
     pos = tl.load(pos_ptr + query)
     shift = tl.load(shift_ptr + query) if SHIFTED else 0
     row = scores_ptr + query * stride_sq
     out = out_ptr + query * stride_oq
-    totals = totals_ptr + query * 512
     if chunk == 0:
         _write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED)
+        tl.store(totals_ptr + query * 256 + tl.arange(0, 256), tl.zeros((256,), tl.int32))
     candidates = tl.minimum(tl.maximum(pos - WINDOW + 1, 0), length).to(tl.int32)
     j = chunk * BLOCK + tl.arange(0, BLOCK)
     if candidates <= TOPK:  # every candidate is picked, the rest of the slots unused
         everything = tl.where(j < candidates, _to_rows(j, split, shift, SHIFTED), -1)
         tl.store(out + j, everything, mask=j < TOPK)
     else:
-        chosen0, need0 = _choose(tl.load(totals + bins), TOPK)
-        chosen1, need = _choose(tl.load(totals + 256 + bins), need0)
-        first_before, second_before = _before(
-            first_ptr + query * chunks * 256, second_ptr + query * chunks * 256, chunk,
+        first, second, first_before, second_before = _sums_and_before(
+            first_ptr + query * chunks * 256, second_ptr + query * chunks * 256, chunks, chunk,
             CHUNK_ROWS,
         )  # fmt: skip
+        chosen0, need0 = _choose(first, TOPK)
+        chosen1, need = _choose(second, need0)
         # Keys of the chunks before this one above the cut's 16-bit prefix, and equal to it.
+        bins = tl.arange(0, 256)
         above = tl.sum(tl.where(bins > chosen0, first_before, 0), axis=0) + tl.sum(
             tl.where(bins > chosen1, second_before, 0), axis=0
         )
         equal = tl.sum(tl.where(bins == chosen1, second_before, 0), axis=0)
         _write_picks(out, row, j, candidates, (chosen0 - 128) * 256 + chosen1, need,
                      above + tl.minimum(equal, need), equal, split, shift, 16, SHIFTED)  # fmt: skip
-    # Every thread's reads of the totals come before the count (the acq_rel atomic orders
-    # them GPU-wide); the last program of the row zeroes the totals and the count.
-    tl.debug_barrier()
-    if tl.atomic_add(arrivals_ptr + query, 1, sem="acq_rel") == chunks - 1:
-        tl.store(totals + bins, tl.zeros((256,), tl.int32))
-        tl.store(totals + 256 + bins, tl.zeros((256,), tl.int32))
-        tl.atomic_xchg(arrivals_ptr + query, 0)
 
 
 def _check_layout(query_pos: Tensor, split: int | None, shift: Tensor | None) -> None:
@@ -261,48 +261,38 @@ def _check_layout(query_pos: Tensor, split: int | None, shift: Tensor | None) ->
 @dataclass(frozen=True)
 class FirstRound:
     """The chunked select's first round, as the FP8 indexer writes it: `chunks` (Q, C, 256),
-    the high-byte histogram of each chunk's candidates, and `totals` (Q, 2, 256), the row's
-    sums of the first round and then of the second, which the indexer and the second round
-    add to atomically, so no program of the select sums C chunk histograms. `arrivals` (Q,)
-    counts the picks programs of a row; the last zeroes its totals and the count, which are
-    zero between selects, so one buffer per device serves every select on its stream and a
-    CUDA graph replays them without a memset (`row_totals`)."""
+    the high-byte histogram of each chunk's candidates, and `totals` (Q, 256), their sum per
+    row, which the indexer's programs add to atomically, so the second round's programs read
+    256 counts instead of each summing C histograms. The totals are zero between selects (the
+    picks' first program of a row zeroes them), so one buffer per device serves every select
+    on its stream and a CUDA graph replays them without a memset (`row_totals`)."""
 
     chunks: Tensor
     totals: Tensor
-    arrivals: Tensor
 
     @classmethod
     def empty(cls, num_q: int, chunks: int, device: torch.device) -> "FirstRound":
         """Chunk histograms to be written, with the device's zeroed totals (`row_totals`)."""
-        totals, arrivals = row_totals(num_q, device)
         hist = torch.empty(num_q, chunks, BINS, dtype=torch.int32, device=device)
-        return cls(hist, totals, arrivals)
+        return cls(hist, row_totals(num_q, device))
 
     @classmethod
     def of(cls, chunk_histograms: Tensor) -> "FirstRound":
         """A first round from chunk histograms made elsewhere (tests), with its own totals."""
-        num_q = chunk_histograms.shape[0]
-        totals = torch.zeros(num_q, 2, BINS, dtype=torch.int32, device=chunk_histograms.device)
-        totals[:, 0] = chunk_histograms.sum(1)
-        arrivals = torch.zeros(num_q, dtype=torch.int32, device=chunk_histograms.device)
-        return cls(chunk_histograms, totals, arrivals)
+        return cls(chunk_histograms, chunk_histograms.sum(1, dtype=torch.int32))
 
 
-_totals: dict[torch.device, tuple[Tensor, Tensor]] = {}
+_totals: dict[torch.device, Tensor] = {}
 
 
-def row_totals(num_q: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """(totals (num_q, 2, 256), arrivals (num_q,)), zeros kept per device: the select leaves
-    them at zero for the next. Made, or grown, by the first select of that many rows on the
-    device, which in practice runs eagerly (a check or a warm-up) before any graph capture."""
+def row_totals(num_q: int, device: torch.device) -> Tensor:
+    """(num_q, 256) int32 zeros kept per device: the select leaves them at zero for the next.
+    Made, or grown, by the first select of that many rows on the device, which in practice
+    runs eagerly (a check or a warm-up) before any graph capture."""
     held = _totals.get(device)
-    if held is None or held[1].numel() < num_q:
-        held = _totals[device] = (
-            torch.zeros(num_q, 2, BINS, dtype=torch.int32, device=device),
-            torch.zeros(num_q, dtype=torch.int32, device=device),
-        )
-    return held[0][:num_q], held[1][:num_q]
+    if held is None or held.shape[0] < num_q:
+        held = _totals[device] = torch.zeros(num_q, BINS, dtype=torch.int32, device=device)
+    return held[:num_q]
 
 
 def select_after_first_round(
@@ -327,12 +317,11 @@ def select_after_first_round(
     if (
         query_pos.shape != (num_q,)
         or hist.shape != (num_q, chunks, BINS)
-        or first_round.totals.shape != (num_q, 2, BINS)
-        or first_round.arrivals.shape != (num_q,)
+        or first_round.totals.shape != (num_q, BINS)
     ):
         raise ValueError(
             f"select_after_first_round expects query_pos ({num_q},) and a first round of "
-            f"({num_q}, {chunks}, {BINS}) chunk histograms with ({num_q}, 2, {BINS}) totals; "
+            f"({num_q}, {chunks}, {BINS}) chunk histograms with ({num_q}, {BINS}) totals; "
             f"got {tuple(query_pos.shape)}, {tuple(hist.shape)} and "
             f"{tuple(first_round.totals.shape)}."
         )
@@ -357,7 +346,7 @@ def select_after_first_round(
         )  # fmt: skip
         launch(
             _chunk_picks_kernel, (num_q, chunks), scores, pos, pos if shift is None else shift,
-            hist, second, totals, first_round.arrivals, out, length,
+            hist, second, totals, out, length,
             length if split is None else split, chunks, scores.stride(0), out.stride(0),
             TOPK=topk, WINDOW=window, WINDOW_P=triton.next_power_of_2(max(window, 1)),
             BLOCK=chunk, CHUNK_ROWS=CHUNK_ROWS, SHIFTED=shift is not None, num_warps=num_warps,
