@@ -88,6 +88,23 @@ def test_every_backend_gets_a_checked_timed_row_and_the_ab_table(tmp_path, fixed
     assert read_table(table.attrs["path"], meta, "bench")["status"].notna().all()
 
 
+def test_the_output_projections_groups_run_as_one_call_for_the_backends_that_have_one(
+    tmp_path, monkeypatch, fixed_timer
+):
+    grouped_calls = []
+    w8a16_group = dense.GROUP_VARIANTS["w8a16"]
+
+    def counted(x, group, **options):
+        grouped_calls.append(x.shape)
+        return w8a16_group(x, group, **options)
+
+    monkeypatch.setitem(dense.GROUP_VARIANTS, "w8a16", counted)
+    table = _run(tmp_path, ms=(2,), variants=("bf16", "w8a16", "w8a8"), ab=False, o_groups=2)
+    assert set(table["status"]) == {"ok"}
+    # checked once against each reference, then timed once: x viewed (M, groups, K)
+    assert grouped_calls and all(shape[:2] == (2, 2) for shape in grouped_calls)
+
+
 def test_a_wrong_kernel_is_reported_wrong_and_not_timed(tmp_path, monkeypatch, fixed_timer):
     good = dense.VARIANTS["w8a16"]
     monkeypatch.setitem(dense.VARIANTS, "w8a16", lambda x, w: 2 * good(x, w))
@@ -146,15 +163,16 @@ def test_cli_bench_dense_and_attention_pass_their_options(tmp_path, monkeypatch,
     assert main(argv) == 0
     assert seen["dense"] == {"ms": [1, 4], "variants": ["bf16", "w8a16"], "ab": False,
                              "block": 128, "hybrid_m": 64, "out": str(tmp_path),
-                             "peers": None}  # fmt: skip
+                             "peers": None, "progress": True}  # fmt: skip
     assert main(["bench", "dense", "--peers", "cublas_fp8", "humming"]) == 0
     assert seen["dense"]["peers"] == ["cublas_fp8", "humming"]
     assert main(["bench", "dense", "--no-peers"]) == 0
     assert seen["dense"]["peers"] == []
     assert main(["bench", "attention", "--variants", "triton"]) == 0
-    assert seen["attention"] == {"variants": ["triton"], "peers": ["deepgemm"], "out": "raw"}
-    assert main(["bench", "attention", "--no-peers"]) == 0
-    assert seen["attention"]["peers"] == []
+    assert seen["attention"] == {"variants": ["triton"], "peers": ["deepgemm"], "out": "raw",
+                                 "progress": True}  # fmt: skip
+    assert main(["bench", "attention", "--no-peers", "--no-progress"]) == 0
+    assert seen["attention"]["peers"] == [] and seen["attention"]["progress"] is False
     assert "written to" in capsys.readouterr().out
 
 

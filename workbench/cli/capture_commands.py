@@ -137,6 +137,7 @@ def add_bench(sub) -> None:
                    help="dense: FP8 block edge (DeepSeek's 128; 32 too)")  # fmt: skip
     p.add_argument("--hybrid-m", type=int, help="dense: largest M of hybrid's W8A16 path")
     p.add_argument("--no-ab", action="store_true", help="dense: skip the seed's A/B table")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--out", default="raw")
 
 
@@ -150,6 +151,7 @@ def _bench_moe(args):
         formats=args.formats or bench.FORMATS,
         peers=[] if args.no_peers else args.peers,
         out=args.out,
+        progress=not args.no_progress,
     )
 
 
@@ -164,6 +166,7 @@ def _bench_dense(args):
         hybrid_m=args.hybrid_m,
         out=args.out,
         peers=[] if args.no_peers else args.peers,
+        progress=not args.no_progress,
     )
 
 
@@ -172,7 +175,7 @@ def _bench_attention(args):
 
     peers = [] if args.no_peers else (args.peers or list(bench.PEERS))
     return bench.bench_attention(variants=args.variants or bench.VARIANTS, peers=peers,
-                                 out=args.out)  # fmt: skip
+                                 out=args.out, progress=not args.no_progress)  # fmt: skip
 
 
 def bench(args) -> None:
