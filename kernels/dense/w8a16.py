@@ -166,7 +166,7 @@ def linear_w8a16(x: Tensor, weights: DenseWeights, **options: int | None) -> Ten
 
 def linear_w8a16_group(x: Tensor, group: Sequence[DenseWeights], **options: int | None) -> Tensor:
     """cat_g(x[:, g] @ W_g.T) in one launch, for x (M, G, K) and G FP8 weights of one shape
-    laid out at one stride (`grouped.stacked_strides`); (M, G * N) in x's dtype."""
+    laid out at one stride (`formats.stacked_stride`); (M, G * N) in x's dtype."""
     strides = check_group_inputs(x, group, "fp8")
     return _launch(x, group[0], strides, options)
 
