@@ -64,3 +64,25 @@ def test_sweep_and_ab_from_the_command_line(tmp_path, capsys):
     code = main(["ab", "moe", "--a", "variant=stock", "--b", "variant=flat", "--tokens", "3",
                  *small, "--run-dir", str(tmp_path / "ab")])  # fmt: skip
     assert code == 0 and "ratio" in capsys.readouterr().out
+
+
+def test_ab_profile_passes_its_runs_per_arm(monkeypatch, capsys):
+    import pandas as pd
+
+    import workbench
+    from workbench.analysis.experiments import AbResult
+
+    seen = {}
+
+    def fake_ab(a, b, tokens, **options):
+        seen.update(a=a, b=b, tokens=tokens, **options)
+        return AbResult({"kind": "ab"}, pd.DataFrame({"arm": ["a"], "tokens": [8],
+                                                      "status": ["ok"]}))  # fmt: skip
+
+    monkeypatch.setattr(workbench, "ab", fake_ab)
+    argv = ["ab", "profile", "--a", "dense=w8a16", "--b", "dense=hybrid", "--tokens", "8"]
+    assert main([*argv, "--runs", "3"]) == 0
+    assert seen["runs"] == 3 and seen["a"] == {"dense": "w8a16"}
+    seen.clear()
+    assert main(argv) == 0 and "runs" not in seen  # ab's own default: PROFILE_RUNS
+    capsys.readouterr()

@@ -68,17 +68,44 @@ def test_profile_ab_compares_whole_settings_per_phase(tmp_path):
     table = result.table().set_index("phase")
     assert list(table.index) == ["prefill", "decode"]
     assert (table[["status_a", "status_b"]] == "ok").all().all()
-    rows = result.rows.set_index(["phase", "arm"])
-    assert len(rows.loc[("prefill", "a"), "samples_ms"]) == 6  # 48 tokens in chunks of 8
-    assert len(rows.loc[("decode", "b"), "samples_ms"]) == 5
+    rows = result.rows.set_index(["phase", "arm", "run"]).sort_index()
+    assert len(rows.loc[("prefill", "a")]) == 2  # two profiles an arm, each its own process
+    assert len(rows.loc[("prefill", "a", 0), "samples_ms"]) == 6  # 48 tokens in chunks of 8
+    assert len(rows.loc[("decode", "b", 1), "samples_ms"]) == 5
     for phase, row in table.iterrows():
         assert row["ci_low"] <= row["ratio"] <= row["ci_high"], phase
         assert row["tokens_per_s_a"] > 0 and row["tokens_per_s_b"] > 0
-    assert read_meta(tmp_path)["params"]["phases"] == ["prefill", "decode"]
+        runs = [rows.loc[(phase, arm), "samples_ms"].tolist() for arm in "ab"]
+        assert row["ratio"] == pytest.approx(sum(map(sum, runs[1])) / sum(map(sum, runs[0])))
+    params = read_meta(tmp_path)["params"]
+    assert params["phases"] == ["prefill", "decode"] and params["runs"] == 2
     with pytest.raises(WorkbenchError, match="supports kernel 'moe' or 'profile'"):
         ex.ab({}, {}, [1], kernel="dense", run_dir=tmp_path / "x")
     with pytest.raises(WorkbenchError, match="phases='decod': give one or more of prefill"):
         ex.ab({}, {}, [1], kernel="profile", run_dir=tmp_path / "y", phases="decod")
+
+
+def test_profile_ab_runs_alternate_arms_so_a_drift_weighs_on_both():
+    assert ex.ab_order(1) == [(0, "a"), (0, "b")]
+    assert ex.ab_order(3) == [(0, "a"), (0, "b"), (1, "b"), (1, "a"), (2, "a"), (2, "b")]
+    with pytest.raises(WorkbenchError, match="runs=0 must be an integer >= 1"):
+        ex.ab({}, {}, [8], kernel="profile", runs=0)
+    with pytest.raises(WorkbenchError, match="runs= repeats the arms of a profile A/B"):
+        ex.ab({}, {}, [8], kernel="moe", runs=2)
+
+
+def test_runs_that_disagree_widen_the_profile_ab_interval():
+    # Two pairs of runs of the same steps: within each pair b is steadily 8% slower or 3%
+    # faster. One pair alone is "significant"; both together are not.
+    steps = [1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.03, 0.97]
+    rows = [{"arm": arm, "run": r, "phase": "decode", "tokens": 64, "status": "ok",
+             "ms": 1.0 * f, "samples_ms": [v * f for v in steps]}
+            for r, fb in enumerate((1.08, 0.97)) for arm, f in (("a", 1.0), ("b", fb))]  # fmt: skip
+    line = results.AbResult({"kind": "ab"}, pd.DataFrame(rows)).table().iloc[0]
+    assert line["ratio"] == pytest.approx((1.08 + 0.97) / 2)
+    assert line["ci_low"] < 1 < line["ci_high"] and not line["significant"]
+    first = results.AbResult({"kind": "ab"}, pd.DataFrame(rows[:2])).table().iloc[0]
+    assert first["ratio"] == pytest.approx(1.08) and first["significant"]
 
 
 def test_a_failed_profile_arm_stands_for_each_of_its_phases():

@@ -72,3 +72,16 @@ def test_adaptive_repeats_stops_for_the_right_reason():
         lambda: next(noise), min_n=5, max_n=10**6, rel_width=1e-3, budget_s=0.05
     )
     assert why == "budget" and 5 <= len(samples) < 10**6
+
+
+def test_runs_ratio_is_paired_ratio_for_one_run_and_refuses_unmatched_runs():
+    from workbench.analysis.stats import paired_ratio, runs_ratio
+
+    a, b = [1.0, 1.1, 0.9, 1.0, 1.05, 0.95], [1.1, 1.2, 1.0, 1.1, 1.15, 1.05]
+    assert runs_ratio([a], [b]) == paired_ratio(a, b)
+    with pytest.raises(ValueError, match="as many runs"):
+        runs_ratio([a, a], [b])
+    with pytest.raises(ValueError, match="equal, non-zero step counts"):
+        runs_ratio([a, a], [b, b[:3]])
+    short = runs_ratio([a[:3], a[:3]], [b[:3], b[:3]])  # too few steps to resample
+    assert short["ratio"] == pytest.approx(sum(b[:3]) / sum(a[:3])) and not short["significant"]

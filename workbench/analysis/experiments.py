@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from workbench.analysis.stats import paired_ratio, ratio
+from workbench.analysis.stats import ratio, runs_ratio
 from workbench.artifacts import read_meta, read_rows
 from workbench.errors import ArtifactError
 
@@ -101,19 +102,21 @@ class AbResult:
         """Per tokens (and phase, for profile A/Bs): both medians, ratio = median(b)/median(a)
         (below 1: b is faster), its bootstrap 95% interval and whether it excludes 1 (the
         change exceeds the noise). Profile A/Bs pair their steps: ratio = total time of b over
-        a (`stats.paired_ratio`), and each arm's tokens per second."""
+        a over every run (`stats.runs_ratio`), and each arm's tokens per second (the median
+        over its runs, like its ms)."""
         keys = ["phase", "tokens"] if "phase" in self.rows else ["tokens"]
         extra = [c for c in ("tokens_per_s", "dense_ms") if c in self.rows]
         out = []
         for key, group in self.rows.groupby(keys, sort=False):
-            arms = {arm: row for arm, row in zip(group["arm"], group.to_dict("records"))}
-            a, b = arms.get("a", {}), arms.get("b", {})
+            a, b = (_runs_of(group, arm) for arm in "ab")
             line = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
-            line |= {"status_a": a.get("status"), "status_b": b.get("status"),
-                     "ms_a": a.get("ms"), "ms_b": b.get("ms")}  # fmt: skip
-            line |= {f"{c}_{arm}": row.get(c) for c in extra for arm, row in (("a", a), ("b", b))}
-            if isinstance(a.get("samples_ms"), list) and isinstance(b.get("samples_ms"), list):
-                line |= _compare(a["samples_ms"], b["samples_ms"], paired="phase" in keys)
+            line |= {"status_a": _status(a), "status_b": _status(b),
+                     "ms_a": _median_of(a, "ms"), "ms_b": _median_of(b, "ms")}  # fmt: skip
+            line |= {f"{c}_{arm}": _median_of(runs, c) for c in extra
+                     for arm, runs in (("a", a), ("b", b))}  # fmt: skip
+            samples_a, samples_b = _samples(a), _samples(b)
+            if samples_a and samples_b:
+                line |= _compare(samples_a, samples_b, paired="phase" in keys)
             out.append(line)
         columns = [*keys, "status_a", "status_b", "ms_a", "ms_b",
                    *(f"{c}_{arm}" for c in extra for arm in "ab"), "ratio", "ci_low", "ci_high",
@@ -124,12 +127,38 @@ class AbResult:
                                  else c, ignore_index=True)  # fmt: skip
 
 
-def _compare(a: list[float], b: list[float], paired: bool) -> dict:
-    """The A/B ratio of two arms' samples: paired step by step when the arms ran the same steps
-    (a profile's chunks and decode steps), else the unpaired ratio of medians."""
-    if paired and len(a) == len(b):
-        return paired_ratio(a, b)
-    return ratio(a, b)
+def _runs_of(group: pd.DataFrame, arm: str) -> list[dict]:
+    """An arm's rows at one size, in run order (one row unless a profile A/B repeated it)."""
+    rows = group[group["arm"] == arm]
+    if "run" in rows:
+        rows = rows.sort_values("run", kind="stable")
+    return rows.to_dict("records")
+
+
+def _status(runs: list[dict]) -> str | None:
+    """'ok' when every run was measured, else the first failed run's status."""
+    statuses = [r.get("status") for r in runs]
+    return next((s for s in statuses if s != "ok"), statuses[0] if statuses else None)
+
+
+def _median_of(runs: list[dict], column: str) -> float | None:
+    values = [r[column] for r in runs if isinstance(r.get(column), int | float)]
+    return float(np.median(values)) if values else None
+
+
+def _samples(runs: list[dict]) -> list[list[float]]:
+    """Each run's samples, or nothing when a run has none (it failed)."""
+    samples = [r.get("samples_ms") for r in runs]
+    return samples if samples and all(isinstance(s, list) for s in samples) else []
+
+
+def _compare(a: list[list[float]], b: list[list[float]], paired: bool) -> dict:
+    """The A/B ratio of two arms' runs of samples: paired step by step when run r of each arm
+    ran the same steps (a profile's chunks and decode steps), over the runs
+    (`stats.runs_ratio`), else the unpaired ratio of medians of all samples."""
+    if paired and len(a) == len(b) and all(len(x) == len(y) for x, y in zip(a, b, strict=True)):
+        return runs_ratio(a, b)
+    return ratio([v for run in a for v in run], [v for run in b for v in run])
 
 
 def _load(run_dir: str | Path, kind: str) -> tuple[dict, pd.DataFrame]:

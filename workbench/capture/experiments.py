@@ -2,9 +2,9 @@
 
 `ab(..., kernel="profile")` compares two whole `profile()` settings instead (the seed's
 "Hybrid dense GEMM, controlled A/B": `dense="w8a16"` against `dense="hybrid"`): each arm runs
-one profile of the synthetic model in its worker, and the samples are each phase's steps
-(each prefill chunk, each decode step), timed from its first kernel's start to its last
-kernel's end, which is what sets tokens per second.
+profiles of the synthetic model, each in its own worker (two by default, in the order a b b
+a), and the samples are each phase's steps (each prefill chunk, each decode step), timed from
+its first kernel's start to its last kernel's end, which is what sets tokens per second.
 
 Each (setting, tokens) runs in its own process under a watchdog (`workers.run_configs`), so a
 configuration that does not compile, spills, runs out of memory, crashes or deadlocks becomes
@@ -49,6 +49,7 @@ from workbench.workloads.profile_params import split_settings
 
 MEASURE = {"moe": "measure_moe", "profile": "measure_profile"}  # kernel -> worker function
 PROFILE_DECODE_TOKENS = 32  # decode steps of a profile A/B arm: 32 samples per arm
+PROFILE_RUNS = 2  # profiles per arm of a profile A/B, in the order a b b a (`ab_order`)
 MEASURED = ("ok", "spills")  # statuses of rows that were timed; the others failed
 
 
@@ -251,6 +252,12 @@ def sweep(
     return load_sweep(path)
 
 
+def ab_order(runs: int) -> list[tuple[int, str]]:
+    """(run, arm) in the order the profiles of an A/B run: a b, then b a, and so on, so a
+    drift over time (clocks warming, a host getting busy) weighs on both arms alike."""
+    return [(r, arm) for r in range(runs) for arm in (("a", "b") if r % 2 == 0 else ("b", "a"))]
+
+
 def ab(
     a: dict,
     b: dict,
@@ -261,6 +268,7 @@ def ab(
     run_dir: str | Path | None = None,
     workers: int | None = None,
     progress: bool = True,
+    runs: int | None = None,
     **fixed,
 ) -> AbResult:
     """Run settings `a` and `b` of the same workload at each token count; `AbResult.table()`
@@ -268,17 +276,29 @@ def ab(
 
     kernel "moe": a and b are kernel keywords or workload keys (variant, fmt, ...). kernel
     "profile": they are `profile()` keywords (dense, hybrid_m, moe, streams, ...), `tokens` are
-    prompt lengths, and each arm runs one profile, read for each phase in `phases` (prefill
-    and decode).
+    prompt lengths, and each arm runs `runs` profiles (default PROFILE_RUNS), each in a fresh
+    process, in the order `ab_order`, read for each phase in `phases` (prefill and decode); the
+    ratio's interval covers the noise between runs as well as between steps
+    (`stats.runs_ratio`).
     """
     _check_kernel(kernel, tuple(MEASURE))
     tokens = token_counts(tokens)
     fixed, recorded = dict(fixed), {}
+    if runs is not None and kernel != "profile":
+        raise WorkbenchError(
+            f"runs= repeats the arms of a profile A/B; a {kernel} A/B times each arm in its "
+            "worker until the median's interval is tight. Drop runs=, or use kernel='profile'."
+        )
     if kernel == "profile":
+        runs = PROFILE_RUNS if runs is None else runs
+        if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
+            raise WorkbenchError(f"runs={runs!r} must be an integer >= 1 (profiles per arm).")
         phases = recorded["phases"] = list(_phases(fixed.pop("phases", PHASES)))
-        configs = [{"kernel": "profile", "label": arm, "arm": arm, "phases": phases,
-                    "settings": {**fixed, **setting}, "tokens": t}
-                   for arm, setting in {"a": a, "b": b}.items() for t in tokens]  # fmt: skip
+        recorded["runs"] = runs
+        settings = {"a": a, "b": b}
+        configs = [{"kernel": "profile", "label": arm, "arm": arm, "run": r, "phases": phases,
+                    "settings": {**fixed, **settings[arm]}, "tokens": t}
+                   for t in tokens for r, arm in ab_order(runs)]  # fmt: skip
         place = place_profile(configs)
     else:
         configs = _configs({"a": a, "b": b}, tokens, fixed)

@@ -254,6 +254,8 @@ def add_ab(sub) -> None:
     p.add_argument("--param", dest="fixed", nargs="+", action="extend", default=[],
                    metavar="KEY=VALUE", help="settings both arms share")  # fmt: skip
     p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--runs", type=int, default=None,
+                   help="profile: profiles per arm, in the order a b b a (default 2)")  # fmt: skip
     p.add_argument("--out", default="raw")
     p.add_argument("--run-dir")
 
@@ -271,7 +273,7 @@ def ab(args) -> int:
         warnings.simplefilter("ignore", AllFailedWarning)  # said below, in one line
         result = workbench.ab(
             a, b, args.tokens, kernel=args.kernel, out=args.out, timeout_s=args.timeout,
-            run_dir=args.run_dir, **fixed,
+            run_dir=args.run_dir, **({} if args.runs is None else {"runs": args.runs}), **fixed,
         )  # fmt: skip
     print(result.table().round(4).to_string(index=False))
     failed = all_failed(result.rows)
