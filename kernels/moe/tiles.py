@@ -6,9 +6,10 @@ numbers stay comparable. Tiles are written for any weight format (FMT) and orien
 
 - FMT_PLAIN weights are loaded as stored. FMT_FP8 values are loaded as float8_e4m3fn (the
   interpreter loads them too, exactly for every finite code) and converted to the activation
-  dtype, which is exact; FMT_INT4 nibbles are unpacked with shifts. The per-column scale of
-  the K tile is applied to the fp32 product of the tile, so a K tile must not straddle two
-  scale blocks (the host checks block_k divides the quantisation block).
+  dtype, which is exact; FMT_INT4 bytes are split into their two nibbles (`_int4_weights`).
+  The per-column scale of the K tile is applied to the fp32 product of the tile, so a K tile
+  must not straddle two scale blocks (the host checks block_k divides the quantisation
+  block).
 - SWAP computes the transposed tile W @ X^T: the weight becomes the MMA's first operand and the
   (few) token rows its N dim, the usual trick when decode has fewer rows than an MMA's M.
 
@@ -44,12 +45,28 @@ def find_expert(tile_offsets_ptr, tile, num_experts, STEPS: tl.constexpr):
 
 
 @triton.jit
+def _int4_weights(packed, dtype: tl.constexpr, SWAP: tl.constexpr):
+    """The weight tile of a K tile from its packed bytes, two k a byte (low nibble = even k):
+    (BLOCK_N, BLOCK_K) when SWAP, else (BLOCK_K, BLOCK_N), values q - 8 in [-8, 7] in `dtype`.
+
+    Each byte is loaded once and split in two tiles, which are interleaved along K (loading
+    every byte twice, once per nibble, left the INT4 kernels at 255 registers and spilling)."""
+    low = ((packed & 15).to(tl.int16) - 8).to(tl.float32).to(dtype)
+    high = ((packed >> 4).to(tl.int16) - 8).to(tl.float32).to(dtype)
+    if SWAP:  # (N, K/2) -> (N, K/2, 2) -> (N, K)
+        w = tl.reshape(tl.join(low, high), (low.shape[0], 2 * low.shape[1]))
+    else:  # (K/2, N) -> (K/2, 2, N) -> (K, N)
+        w = tl.permute(tl.join(low, high), (0, 2, 1))
+        w = tl.reshape(w, (2 * low.shape[0], low.shape[1]))
+    return w
+
+
+@triton.jit
 def _mma(
     acc,
     act,
     w_ptrs,
     w_mask,
-    shifts,
     scale_ptrs,
     col_ok,
     FMT: tl.constexpr,
@@ -59,15 +76,13 @@ def _mma(
 ):
     """acc + act @ W.T for one K tile (W @ act when SWAP), W dequantised on the fly.
 
-    int4 bytes are shifted by `shifts` (0 or 4 per k of the tile) and unpack to [-7, 7]; the
-    masked fill 0x88 unpacks to 0. Quantised tiles are scaled per column after the MMA (the
-    host checks that one scale covers the K tile). UPCAST (interpreter only, see
-    routing.dot_options) widens bf16 operands to fp32 first.
+    int4 tiles are read as packed bytes (`_int4_weights`); the masked fill 0x88 unpacks to
+    0. Quantised tiles are scaled per column after the MMA (the host checks that one scale
+    covers the K tile). UPCAST (interpreter only, see routing.dot_options) widens bf16
+    operands to fp32 first.
     """
     if FMT == FMT_INT4:
-        packed = tl.load(w_ptrs, mask=w_mask, other=0x88).to(tl.int32)
-        nibbles = (packed >> shifts[None, :] if SWAP else packed >> shifts[:, None]) & 15
-        w = (nibbles - 8).to(tl.float32).to(act.dtype)
+        w = _int4_weights(tl.load(w_ptrs, mask=w_mask, other=0x88), act.dtype, SWAP)
     else:
         w = tl.load(w_ptrs, mask=w_mask, other=0.0).to(act.dtype)
     if UPCAST:
@@ -99,19 +114,16 @@ def _operand_ptrs(row_ptrs, k_offsets, K_FIRST: tl.constexpr):
 
 @triton.jit
 def _weight_k(k_lo, stride_wk, BLOCK_K: tl.constexpr, FMT: tl.constexpr):
-    """(k offsets of the first weight tile, offset step per K tile, nibble shift per k).
-
-    int4 packs two k per byte, so k maps to byte k // 2 (k_lo is a multiple of BLOCK_K, so
-    even) and the shift picks the low or high nibble.
-    """
-    offs_k = tl.arange(0, BLOCK_K)
+    """(k offsets of the first weight tile, offset step per K tile): int4 packs two k per
+    byte, so its tile is the BLOCK_K // 2 bytes from k_lo // 2 (k_lo is a multiple of BLOCK_K,
+    so even)."""
     if FMT == FMT_INT4:
-        k_offsets = (k_lo // 2 + offs_k // 2) * stride_wk
+        k_offsets = (k_lo // 2 + tl.arange(0, BLOCK_K // 2)) * stride_wk
         step = (BLOCK_K // 2) * stride_wk
     else:
-        k_offsets = (k_lo + offs_k) * stride_wk
+        k_offsets = (k_lo + tl.arange(0, BLOCK_K)) * stride_wk
         step = BLOCK_K * stride_wk
-    return k_offsets, step, (offs_k % 2) * 4
+    return k_offsets, step
 
 
 @triton.jit
@@ -122,14 +134,18 @@ def _scale_ptrs(s_e, cols, stride_sn, FMT: tl.constexpr, QBLOCK: tl.constexpr):
 
 
 @triton.jit
-def _masks(row_ok, col_ok, k_ok, SWAP: tl.constexpr):
-    """(activation mask, weight mask) in the operand layouts of _mma."""
+def _masks(row_ok, col_ok, k0, limit, BLOCK_K: tl.constexpr, FMT: tl.constexpr,
+           SWAP: tl.constexpr):  # fmt: skip
+    """(activation mask, weight mask) of the K tile from k0, in the operand layouts of _mma;
+    an int4 weight tile's bytes hold k = 2j and 2j + 1 (limit is even or padded with 0x88)."""
+    k_ok = k0 + tl.arange(0, BLOCK_K) < limit
+    w_k_ok = k0 + 2 * tl.arange(0, BLOCK_K // 2) < limit if FMT == FMT_INT4 else k_ok
     if SWAP:
         act_mask = k_ok[:, None] & row_ok[None, :]
-        w_mask = col_ok[:, None] & k_ok[None, :]
+        w_mask = col_ok[:, None] & w_k_ok[None, :]
     else:
         act_mask = row_ok[:, None] & k_ok[None, :]
-        w_mask = k_ok[:, None] & col_ok[None, :]
+        w_mask = w_k_ok[:, None] & col_ok[None, :]
     return act_mask, w_mask
 
 
@@ -174,21 +190,21 @@ def gate_up_tile(
     up = tl.zeros_like(gate)
     offs_k = tl.arange(0, BLOCK_K)
     act_ptrs = _operand_ptrs(x_ptr + tokens * stride_xt, (k_lo + offs_k) * stride_xh, SWAP)
-    w_k, w_step, shifts = _weight_k(k_lo, stride_wk, BLOCK_K, FMT)
+    w_k, w_step = _weight_k(k_lo, stride_wk, BLOCK_K, FMT)
     gate_ptrs = _operand_ptrs(w_e + cols * stride_wn, w_k, not SWAP)
     up_ptrs = gate_ptrs + inter * stride_wn
     gate_scales = _scale_ptrs(s_e, cols, stride_sn, FMT, QBLOCK)
     up_scales = _scale_ptrs(s_e, cols + inter, stride_sn, FMT, QBLOCK)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        act_mask, w_mask = _masks(row_ok, col_ok, k0 + offs_k < hidden, SWAP)
+        act_mask, w_mask = _masks(row_ok, col_ok, k0, hidden, BLOCK_K, FMT, SWAP)
         act = tl.load(act_ptrs, mask=act_mask, other=0.0)
         scale_k = (k0 // QBLOCK) * stride_sk
         gate = _mma(
-            gate, act, gate_ptrs, w_mask, shifts, gate_scales + scale_k, col_ok, FMT,
+            gate, act, gate_ptrs, w_mask, gate_scales + scale_k, col_ok, FMT,
             PRECISION, UPCAST, SWAP,
         )  # fmt: skip
         up = _mma(
-            up, act, up_ptrs, w_mask, shifts, up_scales + scale_k, col_ok, FMT, PRECISION,
+            up, act, up_ptrs, w_mask, up_scales + scale_k, col_ok, FMT, PRECISION,
             UPCAST, SWAP,
         )  # fmt: skip
         act_ptrs += BLOCK_K * stride_xh
@@ -230,14 +246,14 @@ def down_tile(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     offs_k = tl.arange(0, BLOCK_K)
     act_ptrs = _operand_ptrs(h_ptr + slots * stride_hr, k_lo + offs_k, SWAP)
-    w_k, w_step, shifts = _weight_k(k_lo, stride_wk, BLOCK_K, FMT)
+    w_k, w_step = _weight_k(k_lo, stride_wk, BLOCK_K, FMT)
     w_ptrs = _operand_ptrs(w_e + cols * stride_wn, w_k, not SWAP)
     scales = _scale_ptrs(s_e, cols, stride_sn, FMT, QBLOCK)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        act_mask, w_mask = _masks(row_ok, col_ok, k0 + offs_k < inter, SWAP)
+        act_mask, w_mask = _masks(row_ok, col_ok, k0, inter, BLOCK_K, FMT, SWAP)
         act = tl.load(act_ptrs, mask=act_mask, other=0.0)
         acc = _mma(
-            acc, act, w_ptrs, w_mask, shifts, scales + (k0 // QBLOCK) * stride_sk, col_ok, FMT,
+            acc, act, w_ptrs, w_mask, scales + (k0 // QBLOCK) * stride_sk, col_ok, FMT,
             PRECISION, UPCAST, SWAP,
         )  # fmt: skip
         act_ptrs += BLOCK_K
