@@ -201,3 +201,16 @@ def test_fp32_activations_and_weights(device, fn):
     assert out.dtype == torch.float32
     want = moe_reference(x.float(), ids, topk_weights, w_gate_up, w_down)
     assert relative_error(out, want) < 1e-5
+
+
+def test_int4_prefill_tiles_are_narrower_where_wider_ones_spill():
+    # Wide INT4 gate/up tiles spill with the H200 image's Triton (3.6); bf16 and FP8 keep theirs.
+    from kernels.moe import flat, padded
+    from kernels.moe.routing import MoeShape
+
+    prefill = MoeShape(tokens=33_863, hidden=4096, experts=384, inter=1152, top_k=6)
+    decode = MoeShape(tokens=6, hidden=4096, experts=384, inter=1152, top_k=6)
+    for module in (flat, padded):
+        assert module.default_tiles(prefill, "int4").block_n == 64, module.__name__
+        assert module.default_tiles(prefill, "fp8").block_n == 128, module.__name__
+    assert padded.default_tiles(decode, "int4") == padded.DECODE_TILES
