@@ -53,8 +53,8 @@ DECODE_TILES = {
 PREFILL_TILES = {
     "bf16": Tiles(block_m=128, block_n=128, block_k=64, split_k=1, num_warps=8, num_stages=4),
     "fp8": Tiles(block_m=64, block_n=128, block_k=128, split_k=1, num_warps=8, num_stages=3),
-    # 64 columns: with 128, Triton 3.6 (the H200 image's) spills 160-216 bytes in gate/up
-    # (ptxas for sm_90, after the INT4 bytes were loaded once); with 64 it needs 214 registers.
+    # 64 columns: at 128 gate/up spills 160 bytes with Triton 3.6 (the H200 image's), at 64
+    # it takes 194 registers and none (scripts/moe_compile_facts.py).
     "int4": Tiles(block_m=64, block_n=64, block_k=64, split_k=1, num_warps=8, num_stages=3),
 }
 PREFILL_ROWS = 32  # mean rows per active expert from which 64-row tiles pay off

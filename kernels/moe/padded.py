@@ -26,8 +26,8 @@ from kernels.moe.tiles import down_tile, find_expert, gate_up_tile, store_down, 
 
 DECODE_TILES = Tiles(block_m=16, block_n=64, block_k=64, split_k=1, num_warps=4, num_stages=4)
 PREFILL_TILES = Tiles(block_m=64, block_n=128, block_k=64, split_k=1, num_warps=8, num_stages=3)
-# INT4 gate/up at 128 columns spills 356 bytes with Triton 3.6 (the H200 image's; ptxas for
-# sm_90), at 64 it takes 227 registers and none.
+# INT4 gate/up at 128 columns spills 132 bytes with Triton 3.6 (the H200 image's), at 64 it
+# takes 169 registers and none (scripts/moe_compile_facts.py).
 INT4_PREFILL_TILES = dataclasses.replace(PREFILL_TILES, block_n=64)
 PREFILL_ROWS = 32  # mean rows per active expert from which 64-row blocks pay off
 TABLE_BLOCK = 256  # blocks labelled per program of the expert-table kernel

@@ -1,0 +1,106 @@
+"""Registers and spilled bytes of the MoE kernels compiled for sm_90 on a machine without a GPU.
+
+    python scripts/moe_compile_facts.py --fmt int4 --tiles 16,128,64,4,4 64,64,64,8,3
+
+Each tile is BLOCK_M,BLOCK_N,BLOCK_K,NUM_WARPS,NUM_STAGES; each MoE scheduler's gate/up and
+down kernels are compiled with them by the installed Triton and its bundled ptxas, which
+reports registers and spill bytes. Spills are the compiler's, so they depend on its version:
+the H200 image runs Triton 3.6.0 (see a run.json's `environment.triton`), under which the old
+INT4 tiles spilled 1,100 to 1,460 bytes where 3.7.1 spilled none. Install that version apart
+(`python3 -m venv /tmp/t36 && /tmp/t36/bin/pip install triton==3.6.0`) and put its
+site-packages first on PYTHONPATH to see what the GPU will compile. A developer's tool, like
+tune_moe.py: `workbench bench moe` records the registers and spills of the kernels it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+from kernels.moe import flat, padded, stock
+from kernels.moe.launch import FMT_CODES
+
+KERNELS = {
+    "stock": (stock._stock_gate_up_kernel, stock._stock_down_kernel),
+    "flat": (flat._flat_gate_up_kernel, flat._flat_down_kernel),
+    "padded": (padded._padded_gate_up_kernel, padded._padded_down_kernel),
+}
+POINTERS = {"x_ptr": "*bf16", "h_ptr": "*bf16", "part_ptr": "*fp32", "y_ptr": "*fp32",
+            "slot_weights_ptr": "*fp32"}  # fmt: skip
+WEIGHTS = {"bf16": ("*bf16", "*fp32"), "fp8": ("*fp8e4nv", "*fp32"), "int4": ("*u8", "*bf16")}
+ONE = ("stride_wk", "stride_xh", "stride_sk")  # unit strides: Triton specialises them to 1
+# Sizes a launch at the TP2-rank shape passes as multiples of 16, which Triton specialises on.
+SIXTEENS = ("hidden", "inter", "num_experts", "k_per_split")
+FIXED = {"TOP_K": 6, "SPLIT": False, "STEPS": 9, "TICKET": False, "PRECISION": "tf32",
+         "UPCAST": False, "SWAP": False}  # fmt: skip
+
+
+def compile_kernel(kernel, fmt: str, tiles: tuple[int, ...]):
+    """The kernel compiled for sm_90 with these tiles, pointers typed by name, ints 32-bit
+    and the strides and sizes a launch sees divisible by 16."""
+    block_m, block_n, block_k, warps, stages = tiles
+    values, scales = WEIGHTS[fmt]
+    constants = {**FIXED, **dict.fromkeys(ONE, 1), "BLOCK_M": block_m, "BLOCK_N": block_n,
+                 "BLOCK_K": block_k, "FMT": FMT_CODES[fmt], "QBLOCK": 128}  # fmt: skip
+    signature, constexprs, attrs = {}, {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        if name in constants:
+            signature[name], constexprs[(i,)] = "constexpr", constants[name]
+            continue
+        if name.endswith("_ptr"):
+            pointer = {"w_ptr": values, "s_ptr": scales}.get(name, POINTERS.get(name, "*i32"))
+            signature[name] = pointer
+        else:
+            signature[name] = "i32"
+        if name.endswith("_ptr") or name.startswith("stride") or name in SIXTEENS:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    source = triton.compiler.ASTSource(kernel, signature, constexprs, attrs)
+    options = {"num_warps": warps, "num_stages": stages}
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def ptxas_facts(compiled) -> tuple[int, int]:
+    """(registers, spill-store bytes) that ptxas -v reports for the kernel's PTX."""
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(compiled.asm["ptx"])
+    try:
+        report = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
+                                capture_output=True, text=True, check=True).stderr  # fmt: skip
+    finally:
+        os.unlink(f.name)
+    registers = int(re.search(r"Used (\d+) registers", report).group(1))
+    spills = int(re.search(r"(\d+) bytes spill stores", report).group(1))
+    return registers, spills
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fmt", choices=sorted(WEIGHTS), default="int4")
+    parser.add_argument("--tiles", nargs="+", default=["16,128,64,4,4", "64,64,64,8,3"],
+                        help="BLOCK_M,BLOCK_N,BLOCK_K,NUM_WARPS,NUM_STAGES")  # fmt: skip
+    parser.add_argument("--schedulers", nargs="+", choices=sorted(KERNELS), default=sorted(KERNELS))
+    args = parser.parse_args(argv)
+    if not hasattr(stock._stock_gate_up_kernel, "cache_key"):
+        parser.error("the kernels were imported under TRITON_INTERPRET; unset it to compile them.")
+    print(f"Triton {triton.__version__}, sm_90, {args.fmt} weights")
+    for text in args.tiles:
+        fields = text.split(",")
+        if len(fields) != 5 or not all(f.isdigit() for f in fields):
+            parser.error(f"--tiles {text!r}: give BLOCK_M,BLOCK_N,BLOCK_K,NUM_WARPS,NUM_STAGES")
+        tiles = tuple(int(f) for f in fields)
+        for scheduler in args.schedulers:
+            for kernel in KERNELS[scheduler]:
+                registers, spills = ptxas_facts(compile_kernel(kernel, args.fmt, tiles))
+                print(f"{text:>16} {kernel.fn.__name__:>24}: {registers} registers, "
+                      f"{spills} bytes spilled", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
