@@ -42,6 +42,7 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.moe.compiled import launch, recording
+from kernels.zeroed import kept_zeros
 
 BINS = 256
 # Positions a program of the chunked (decode) select owns: a decode row's 46K scores are 90
@@ -290,13 +291,9 @@ _totals: dict[torch.device, Tensor] = {}
 
 
 def row_totals(num_q: int, device: torch.device) -> Tensor:
-    """(num_q, 256) int32 zeros kept per device: the select leaves them at zero for the next.
-    Made, or grown, by the first select of that many rows on the device, which in practice
-    runs eagerly (a check or a warm-up) before any graph capture."""
-    held = _totals.get(device)
-    if held is None or held.shape[0] < num_q:
-        held = _totals[device] = torch.zeros(num_q, BINS, dtype=torch.int32, device=device)
-    return held[:num_q]
+    """(num_q, 256) int32 zeros kept per device (`kernels.zeroed`): the select leaves them at
+    zero for the next."""
+    return kept_zeros(_totals, num_q, device, (BINS,))
 
 
 def select_after_first_round(

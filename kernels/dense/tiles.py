@@ -18,6 +18,7 @@ from torch import Tensor
 
 from kernels.moe.routing import sm_count
 from kernels.tiling import check_block_sizes
+from kernels.zeroed import kept_zeros
 
 WARPS = (1, 2, 4, 8, 16)
 GROUP_M = 8  # row tiles per group in the program order (L2 reuse of weight tiles at large M)
@@ -115,19 +116,13 @@ def outputs(
     split).
 
     The counters are zero between calls (the last split of a tile resets its counter), so one
-    zeroed buffer per device serves every split GEMM on its stream, and CUDA graphs replay
-    them without a memset. It is made by the first split GEMM on the device, which in
-    practice runs eagerly (a check or a warm-up) before any graph capture.
+    zeroed buffer per device serves every split GEMM on its stream (`kernels.zeroed`).
     """
     y = torch.empty(m, groups * n, dtype=dtype, device=device)
     if splits == 1:
         return y, y, y
     part = torch.empty(splits, groups, m, n, dtype=torch.float32, device=device)
-    counters = groups * tiles
-    locks = _locks.get(device)
-    if locks is None or locks.numel() < counters:
-        locks = _locks[device] = torch.zeros(max(counters, LOCKS), dtype=torch.int32, device=device)
-    return y, part, locks
+    return y, part, kept_zeros(_locks, groups * tiles, device, least_rows=LOCKS)
 
 
 @triton.jit
