@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -18,11 +20,12 @@ def run(*args: str, interpret: bool = False) -> subprocess.CompletedProcess:
                           env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
-def test_compile_facts_of_one_scheduler_at_one_tile():
-    done = run("--fmt", "int4", "--tiles", "16,64,64,4,3", "--schedulers", "flat")
+@pytest.mark.parametrize("fmt", ["int4", "fp8"])  # both assemble kernels.dequant's PTX
+def test_compile_facts_of_one_scheduler_at_one_tile(fmt):
+    done = run("--fmt", fmt, "--tiles", "16,64,64,4,3", "--schedulers", "flat")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert "sm_90, int4 weights" in lines[0]
+    assert f"sm_90, {fmt} weights" in lines[0]
     facts = {line.split(":")[0].split()[-1]: line.split(":")[1] for line in lines[1:]}
     assert set(facts) == {"_flat_gate_up_kernel", "_flat_down_kernel"}
     for text in facts.values():

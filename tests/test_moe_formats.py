@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from kernels.dense.formats import quantize_fp8 as dense_quantize_fp8
 from kernels.moe.formats import (
     FORMATS,
     MoeWeights,
@@ -108,3 +109,13 @@ def test_as_moe_weights_accepts_every_documented_form():
 def test_bad_formats_are_rejected(build, message):
     with pytest.raises(ValueError, match=message):
         build(weights(2, 32, 16), weights(2, 16, 16))
+
+
+@pytest.mark.parametrize("quantize", [quantize_fp8, dense_quantize_fp8])
+def test_fp8_blocks_too_large_for_the_folded_scale_are_refused(quantize):
+    """The W8A16 kernels fold 2**120 into each block scale (kernels.dequant): a scale above
+    2**7 would overflow fp32, so the quantisers refuse it and say how to fix it."""
+    w = torch.ones(128, 128)
+    quantize(w * 448 * 2**7)  # the largest block absmax that still fits
+    with pytest.raises(ValueError, match="above 128 .* Scale the weights down"):
+        quantize(w * 448 * 2**8)

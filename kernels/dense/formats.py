@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from kernels.dequant import check_fp8_scales
+
 FORMATS = ("bf16", "fp8")
 DEFAULT_BLOCK = 128  # DeepSeek's checkpoints: one fp32 scale per 128x128 weight block
 FP8_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
@@ -58,6 +60,7 @@ def quantize_fp8(w: Tensor, block: int = DEFAULT_BLOCK) -> tuple[Tensor, Tensor]
     padded = F.pad(w.float(), (0, -k % block, 0, -n % block))
     tiles = padded.unflatten(0, (-1, block)).unflatten(-1, (-1, block))  # (NB, b, KB, b)
     scales = pow2_scales(tiles.abs().amax(dim=(1, 3)))
+    check_fp8_scales(scales)
     values = (tiles / scales[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX)
     values = values.flatten(2).flatten(0, 1)[:n, :k]
     return values.to(torch.float8_e4m3fn).contiguous(), scales.contiguous()

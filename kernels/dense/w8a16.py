@@ -32,6 +32,7 @@ from kernels.dense.tiles import (
     split_plan,
     store_tile,
 )
+from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_bf16
 from kernels.moe.compiled import launch, recording
 from kernels.moe.routing import dot_options
 
@@ -56,6 +57,7 @@ def _swapped_mainloop(
     UPCAST: tl.constexpr,
 ):  # fmt: skip
     """The (BLOCK_M, BLOCK_N) tile of y, computed as y.T = dequantised W @ x.T."""
+    BITS: tl.constexpr = x_ptr.dtype.element_ty == tl.bfloat16 and not UPCAST
     row_ok, col_ok = rows < M, cols < N
     offs_k = tl.arange(0, SUB_K)
     x_ptrs = x_ptr + rows[None, :] * stride_xm + (k_lo + offs_k)[:, None] * stride_xk
@@ -72,7 +74,10 @@ def _swapped_mainloop(
                          other=0.0)  # fmt: skip
             scale = tl.load(s_ptrs + (k_sub // QBLOCK) * stride_sk, mask=col_ok & (k_sub < K),
                             other=0.0)  # past K: no scale block there to read  # fmt: skip
-            w = (w8.to(tl.float32) * scale[:, None]).to(x_t.dtype)  # exact, both steps
+            if BITS:  # bf16 times a power of two: exact
+                w = e4m3_as_bf16(w8) * (scale * E4M3_BITS_SCALE).to(tl.bfloat16)[:, None]
+            else:
+                w = (w8.to(tl.float32) * scale[:, None]).to(x_t.dtype)  # exact, both steps
             if UPCAST:
                 x_t = x_t.to(tl.float32)
                 w = w.to(tl.float32)
@@ -90,6 +95,7 @@ def _direct_mainloop(
     UPCAST: tl.constexpr,
 ):  # fmt: skip
     """The (BLOCK_M, BLOCK_N) tile of y = x @ W.T, each sub-tile's product scaled in fp32."""
+    BITS: tl.constexpr = x_ptr.dtype.element_ty == tl.bfloat16 and not UPCAST
     row_ok, col_ok = rows < M, cols < N
     offs_k = tl.arange(0, SUB_K)
     x_ptrs = x_ptr + rows[:, None] * stride_xm + (k_lo + offs_k)[None, :] * stride_xk
@@ -106,7 +112,11 @@ def _direct_mainloop(
                          other=0.0)  # fmt: skip
             scale = tl.load(s_ptrs + (k_sub // QBLOCK) * stride_sk, mask=col_ok & (k_sub < K),
                             other=0.0)  # past K: no scale block there to read  # fmt: skip
-            w = w8.to(x.dtype)  # exact: every E4M3 value is a bf16 value
+            if BITS:
+                w = e4m3_as_bf16(w8)
+                scale *= E4M3_BITS_SCALE
+            else:
+                w = w8.to(x.dtype)  # exact: every E4M3 value is a bf16 value
             if UPCAST:
                 x = x.to(tl.float32)
                 w = w.to(tl.float32)

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from kernels.dequant import check_fp8_scales
+
 FORMATS = ("bf16", "fp8", "int4")
 DEFAULT_BLOCK = 128
 FP8_MAX = torch.finfo(torch.float8_e4m3fn).max  # 448
@@ -55,6 +57,7 @@ def quantize_fp8(w: Tensor, block: int = DEFAULT_BLOCK) -> tuple[Tensor, Tensor]
     tiles = _pad_to(w.float(), block, block).unflatten(-2, (-1, block)).unflatten(-1, (-1, block))
     absmax = tiles.abs().amax(dim=(-3, -1))  # (..., N/block, K/block)
     scales = torch.where(absmax > 0, absmax / FP8_MAX, torch.ones_like(absmax))
+    check_fp8_scales(scales)
     values = (tiles / scales[..., :, None, :, None]).clamp(-FP8_MAX, FP8_MAX)
     values = values.flatten(-2).flatten(-3, -2)[..., :n, :k]
     return values.to(torch.float8_e4m3fn).contiguous(), scales.contiguous()

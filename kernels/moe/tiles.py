@@ -21,6 +21,8 @@ reads h[s] and writes y[split, s]. Split-K programs write fp32 partial sums inst
 import triton
 import triton.language as tl
 
+from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_bf16, int4_nibbles_as_bf16
+
 FMT_PLAIN = tl.constexpr(0)
 FMT_FP8 = tl.constexpr(1)
 FMT_INT4 = tl.constexpr(2)
@@ -45,16 +47,20 @@ def find_expert(tile_offsets_ptr, tile, num_experts, STEPS: tl.constexpr):
 
 
 @triton.jit
-def _int4_weights(packed, dtype: tl.constexpr, SWAP: tl.constexpr):
+def _int4_weights(packed, dtype: tl.constexpr, SWAP: tl.constexpr, BITS: tl.constexpr):
     """The weight tile of a K tile from its packed bytes, two k a byte (low nibble = even k):
     (BLOCK_N, BLOCK_K) when SWAP, else (BLOCK_K, BLOCK_N), values q - 8 in [-8, 7] in `dtype`.
 
     Each byte is loaded once and split in two tiles, which are interleaved along K. Loading
     every byte twice, once per nibble, left the INT4 kernels at 255 registers and spilling:
     1,460 bytes in flat's decode gate/up, 1,036 in stock's, with Triton 3.6 for sm_90; none
-    now (scripts/moe_compile_facts.py)."""
-    low = ((packed & 15).to(tl.int16) - 8).to(tl.float32).to(dtype)
-    high = ((packed >> 4).to(tl.int16) - 8).to(tl.float32).to(dtype)
+    now (scripts/moe_compile_facts.py). BITS splits the nibbles into bf16 with integer
+    instructions (`kernels.dequant`) instead of an int-to-float conversion per value."""
+    if BITS:
+        low, high = int4_nibbles_as_bf16(packed)
+    else:
+        low = ((packed & 15).to(tl.int16) - 8).to(tl.float32).to(dtype)
+        high = ((packed >> 4).to(tl.int16) - 8).to(tl.float32).to(dtype)
     if SWAP:  # (N, K/2) -> (N, K/2, 2) -> (N, K)
         w = tl.reshape(tl.join(low, high), (low.shape[0], 2 * low.shape[1]))
     else:  # (K/2, N) -> (K/2, 2, N) -> (K, N)
@@ -79,12 +85,18 @@ def _mma(
     """acc + act @ W.T for one K tile (W @ act when SWAP), W dequantised on the fly.
 
     int4 tiles are read as packed bytes (`_int4_weights`); the masked fill 0x88 unpacks to
-    0. Quantised tiles are scaled per column after the MMA (the host checks that one scale
-    covers the K tile). UPCAST (interpreter only, see routing.dot_options) widens bf16
-    operands to fp32 first.
+    0. On the GPU, bf16 activations take the integer-instruction conversions of
+    `kernels.dequant` (FP8's 2**-120 goes into the scale). Quantised tiles are scaled per
+    column after the MMA (the host checks that one scale covers the K tile). UPCAST
+    (interpreter only, see routing.dot_options) widens bf16 operands to fp32 first.
     """
+    bits: tl.constexpr = act.dtype == tl.bfloat16 and not UPCAST  # on the GPU, into bf16
+    scale_bits = 1.0
     if FMT == FMT_INT4:
-        w = _int4_weights(tl.load(w_ptrs, mask=w_mask, other=0x88), act.dtype, SWAP)
+        w = _int4_weights(tl.load(w_ptrs, mask=w_mask, other=0x88), act.dtype, SWAP, bits)
+    elif FMT == FMT_FP8 and bits:
+        w = e4m3_as_bf16(tl.load(w_ptrs, mask=w_mask, other=0.0))
+        scale_bits = E4M3_BITS_SCALE
     else:
         w = tl.load(w_ptrs, mask=w_mask, other=0.0).to(act.dtype)
     if UPCAST:
@@ -96,7 +108,7 @@ def _mma(
         else:
             acc = tl.dot(act, w, acc, input_precision=PRECISION)
     else:
-        scale = tl.load(scale_ptrs, mask=col_ok, other=0.0).to(tl.float32)
+        scale = tl.load(scale_ptrs, mask=col_ok, other=0.0).to(tl.float32) * scale_bits
         if SWAP:
             acc += tl.dot(w, act, input_precision=PRECISION) * scale[:, None]
         else:

@@ -1,0 +1,56 @@
+"""The bit-manipulation conversions of kernels.dequant give Triton's (and torch's) values for
+every input byte. They are PTX, so they run on the GPU only (WORKBENCH_GPU_TESTS=1); on the
+CPU, tests/test_moe_compile_facts.py assembles the MoE kernels that use them for sm_90."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from conftest import GPU_TESTS
+
+from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_bf16, int4_nibbles_as_bf16
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not GPU_TESTS, reason="PTX: set WORKBENCH_GPU_TESTS=1 on a GPU machine"),
+]
+
+
+@triton.jit
+def _e4m3_kernel(codes_ptr, out_ptr, N: tl.constexpr):
+    offsets = tl.arange(0, N)
+    tl.store(out_ptr + offsets, e4m3_as_bf16(tl.load(codes_ptr + offsets)))
+
+
+@triton.jit
+def _int4_kernel(bytes_ptr, low_ptr, high_ptr, N: tl.constexpr):
+    offsets = tl.arange(0, N)
+    low, high = int4_nibbles_as_bf16(tl.load(bytes_ptr + offsets))
+    tl.store(low_ptr + offsets, low)
+    tl.store(high_ptr + offsets, high)
+
+
+def every_byte() -> torch.Tensor:
+    return torch.arange(256, dtype=torch.int32).to(torch.uint8).cuda()
+
+
+def test_every_finite_e4m3_code_becomes_its_value_times_two_to_the_minus_120():
+    codes = every_byte().view(torch.float8_e4m3fn)
+    out = torch.empty(256, dtype=torch.bfloat16, device="cuda")
+    _e4m3_kernel[(1,)](codes, out, N=256)
+    finite = ~codes.float().isnan()
+    assert finite.sum() == 254  # 0x7f and 0xff are E4M3's NaNs
+    values = out.float().cpu() * E4M3_BITS_SCALE.value  # bf16 subnormals are exact in fp32
+    expected = codes.float().cpu()
+    assert torch.equal(values[finite.cpu()], expected[finite.cpu()])
+    assert torch.equal(out[finite].signbit(), codes.float()[finite].signbit())  # -0 stays -0
+
+
+def test_every_byte_splits_into_its_two_nibbles_minus_eight():
+    packed = every_byte()
+    low = torch.empty(256, dtype=torch.bfloat16, device="cuda")
+    high = torch.empty_like(low)
+    _int4_kernel[(1,)](packed, low, high, N=256)
+    as_int = packed.int()
+    assert torch.equal(low.float(), ((as_int & 15) - 8).float())
+    assert torch.equal(high.float(), ((as_int >> 4) - 8).float())
