@@ -47,39 +47,32 @@ def find_expert(tile_offsets_ptr, tile, num_experts, STEPS: tl.constexpr):
 
 
 @triton.jit
-def _int4_nibbles(packed, dtype: tl.constexpr, BITS: tl.constexpr):
-    """(low nibbles, high nibbles) of a tile of packed bytes, each q - 8 in [-8, 7] in
-    `dtype`: the weights of the even and the odd k of the K tile (low nibble = even k).
+def _int4_weights(packed, dtype: tl.constexpr, SWAP: tl.constexpr, BITS: tl.constexpr):
+    """The weight tile of a K tile from its packed bytes, two k a byte (low nibble = even k):
+    (BLOCK_N, BLOCK_K) when SWAP, else (BLOCK_K, BLOCK_N), values q - 8 in [-8, 7] in `dtype`.
 
-    They stay two tiles, each multiplied by the activations of its own k (`_load_act`).
-    Interleaving them back into one K tile (join, permute, reshape) cost a shuffle through
-    shared memory per tile; loading each byte twice, once per nibble, left the INT4 kernels
-    at 255 registers and spilling (1,460 bytes in flat's decode gate/up with Triton 3.6 for
-    sm_90, scripts/moe_compile_facts.py). BITS splits the nibbles into bf16 with integer
+    Each byte is loaded once and split in two tiles, which are interleaved along K. Loading
+    every byte twice, once per nibble, left the INT4 kernels at 255 registers and spilling:
+    1,460 bytes in flat's decode gate/up, 1,036 in stock's, with Triton 3.6 for sm_90; none
+    now (scripts/moe_compile_facts.py). BITS splits the nibbles into bf16 with integer
     instructions (`kernels.dequant`) instead of an int-to-float conversion per value."""
     if BITS:
         low, high = int4_nibbles_as_bf16(packed)
     else:
         low = ((packed & 15).to(tl.int16) - 8).to(tl.float32).to(dtype)
         high = ((packed >> 4).to(tl.int16) - 8).to(tl.float32).to(dtype)
-    return low, high
-
-
-@triton.jit
-def _product(act, w, acc, PRECISION: tl.constexpr, SWAP: tl.constexpr):
-    """acc + act @ w (w @ act when SWAP), in the operands' orientation."""
-    if SWAP:
-        acc = tl.dot(w, act, acc, input_precision=PRECISION)
-    else:
-        acc = tl.dot(act, w, acc, input_precision=PRECISION)
-    return acc
+    if SWAP:  # (N, K/2) -> (N, K/2, 2) -> (N, K)
+        w = tl.reshape(tl.join(low, high), (low.shape[0], 2 * low.shape[1]))
+    else:  # (K/2, N) -> (K/2, 2, N) -> (K, N)
+        w = tl.permute(tl.join(low, high), (0, 2, 1))
+        w = tl.reshape(w, (2 * low.shape[0], low.shape[1]))
+    return w
 
 
 @triton.jit
 def _mma(
     acc,
     act,
-    act_odd,
     w_ptrs,
     w_mask,
     scale_ptrs,
@@ -91,18 +84,16 @@ def _mma(
 ):
     """acc + act @ W.T for one K tile (W @ act when SWAP), W dequantised on the fly.
 
-    int4 tiles are read as packed bytes and split into their nibbles (`_int4_nibbles`): `act`
-    then holds the tile's even k and `act_odd` its odd k (`_load_act`), and the two halves
-    are two MMAs into one product; the masked fill 0x88 unpacks to 0. On the GPU, bf16
-    activations take the integer-instruction conversions of `kernels.dequant` (FP8's 2**-120
-    goes into the scale). Quantised tiles are scaled per column after the MMA (the host
-    checks that one scale covers the K tile). UPCAST (interpreter only, see
-    routing.dot_options) widens bf16 operands to fp32 first.
+    int4 tiles are read as packed bytes (`_int4_weights`); the masked fill 0x88 unpacks to
+    0. On the GPU, bf16 activations take the integer-instruction conversions of
+    `kernels.dequant` (FP8's 2**-120 goes into the scale). Quantised tiles are scaled per
+    column after the MMA (the host checks that one scale covers the K tile). UPCAST
+    (interpreter only, see routing.dot_options) widens bf16 operands to fp32 first.
     """
     bits: tl.constexpr = act.dtype == tl.bfloat16 and not UPCAST  # on the GPU, into bf16
     scale_bits = 1.0
     if FMT == FMT_INT4:
-        w, w_odd = _int4_nibbles(tl.load(w_ptrs, mask=w_mask, other=0x88), act.dtype, bits)
+        w = _int4_weights(tl.load(w_ptrs, mask=w_mask, other=0x88), act.dtype, SWAP, bits)
     elif FMT == FMT_FP8 and bits:
         w = e4m3_as_bf16(tl.load(w_ptrs, mask=w_mask, other=0.0))
         scale_bits = E4M3_BITS_SCALE
@@ -112,38 +103,17 @@ def _mma(
         act = act.to(tl.float32)
         w = w.to(tl.float32)
     if FMT == FMT_PLAIN:
-        acc = _product(act, w, acc, PRECISION, SWAP)
+        if SWAP:
+            acc = tl.dot(w, act, acc, input_precision=PRECISION)
+        else:
+            acc = tl.dot(act, w, acc, input_precision=PRECISION)
     else:
-        product = _product(act, w, tl.zeros_like(acc), PRECISION, SWAP)
-        if FMT == FMT_INT4:
-            if UPCAST:
-                act_odd = act_odd.to(tl.float32)
-                w_odd = w_odd.to(tl.float32)
-            product = _product(act_odd, w_odd, product, PRECISION, SWAP)
         scale = tl.load(scale_ptrs, mask=col_ok, other=0.0).to(tl.float32) * scale_bits
         if SWAP:
-            acc += product * scale[:, None]
+            acc += tl.dot(w, act, input_precision=PRECISION) * scale[:, None]
         else:
-            acc += product * scale[None, :]
+            acc += tl.dot(act, w, input_precision=PRECISION) * scale[None, :]
     return acc
-
-
-@triton.jit
-def _act_k(k_lo, BLOCK_K: tl.constexpr, FMT: tl.constexpr):
-    """The k of the first activation tile: int4 loads the even k (and, one element on, the
-    odd k) as two tiles of BLOCK_K // 2, to meet the two nibble tiles of its weights."""
-    return k_lo + (2 * tl.arange(0, BLOCK_K // 2) if FMT == FMT_INT4 else tl.arange(0, BLOCK_K))
-
-
-@triton.jit
-def _load_act(act_ptrs, act_mask, odd_mask, stride_k, FMT: tl.constexpr):
-    """(act, act_odd) of one K tile: for int4 the tiles of its even and its odd k, else the
-    whole tile twice (the second is not used)."""
-    act = tl.load(act_ptrs, mask=act_mask, other=0.0)
-    act_odd = act
-    if FMT == FMT_INT4:
-        act_odd = tl.load(act_ptrs + stride_k, mask=odd_mask, other=0.0)
-    return act, act_odd
 
 
 @triton.jit
@@ -180,25 +150,17 @@ def _scale_ptrs(s_e, cols, stride_sn, FMT: tl.constexpr, QBLOCK: tl.constexpr):
 @triton.jit
 def _masks(row_ok, col_ok, k0, limit, BLOCK_K: tl.constexpr, FMT: tl.constexpr,
            SWAP: tl.constexpr):  # fmt: skip
-    """(activation mask, odd-k activation mask, weight mask) of the K tile from k0, in the
-    operand layouts of _mma. An int4 tile's activations are its even k and its odd k
-    (`_act_k`); its weight bytes hold k = 2j and 2j + 1 (limit is even or padded with 0x88).
-    Other formats have no odd-k tile: its mask is the activation mask."""
-    if FMT == FMT_INT4:
-        k_ok = k0 + 2 * tl.arange(0, BLOCK_K // 2) < limit
-        odd_ok = k0 + 2 * tl.arange(0, BLOCK_K // 2) + 1 < limit
-    else:
-        k_ok = k0 + tl.arange(0, BLOCK_K) < limit
-        odd_ok = k_ok
+    """(activation mask, weight mask) of the K tile from k0, in the operand layouts of _mma;
+    an int4 weight tile's bytes hold k = 2j and 2j + 1 (limit is even or padded with 0x88)."""
+    k_ok = k0 + tl.arange(0, BLOCK_K) < limit
+    w_k_ok = k0 + 2 * tl.arange(0, BLOCK_K // 2) < limit if FMT == FMT_INT4 else k_ok
     if SWAP:
         act_mask = k_ok[:, None] & row_ok[None, :]
-        odd_mask = odd_ok[:, None] & row_ok[None, :]
-        w_mask = col_ok[:, None] & k_ok[None, :]
+        w_mask = col_ok[:, None] & w_k_ok[None, :]
     else:
         act_mask = row_ok[:, None] & k_ok[None, :]
-        odd_mask = row_ok[:, None] & odd_ok[None, :]
-        w_mask = k_ok[:, None] & col_ok[None, :]
-    return act_mask, odd_mask, w_mask
+        w_mask = w_k_ok[:, None] & col_ok[None, :]
+    return act_mask, w_mask
 
 
 @triton.jit
@@ -240,23 +202,23 @@ def gate_up_tile(
     else:
         gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     up = tl.zeros_like(gate)
-    act_ptrs = _operand_ptrs(x_ptr + tokens * stride_xt, _act_k(k_lo, BLOCK_K, FMT) * stride_xh,
-                             SWAP)  # fmt: skip
+    offs_k = tl.arange(0, BLOCK_K)
+    act_ptrs = _operand_ptrs(x_ptr + tokens * stride_xt, (k_lo + offs_k) * stride_xh, SWAP)
     w_k, w_step = _weight_k(k_lo, stride_wk, BLOCK_K, FMT)
     gate_ptrs = _operand_ptrs(w_e + cols * stride_wn, w_k, not SWAP)
     up_ptrs = gate_ptrs + inter * stride_wn
     gate_scales = _scale_ptrs(s_e, cols, stride_sn, FMT, QBLOCK)
     up_scales = _scale_ptrs(s_e, cols + inter, stride_sn, FMT, QBLOCK)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        act_mask, odd_mask, w_mask = _masks(row_ok, col_ok, k0, hidden, BLOCK_K, FMT, SWAP)
-        act, act_odd = _load_act(act_ptrs, act_mask, odd_mask, stride_xh, FMT)
+        act_mask, w_mask = _masks(row_ok, col_ok, k0, hidden, BLOCK_K, FMT, SWAP)
+        act = tl.load(act_ptrs, mask=act_mask, other=0.0)
         scale_k = (k0 // QBLOCK) * stride_sk
         gate = _mma(
-            gate, act, act_odd, gate_ptrs, w_mask, gate_scales + scale_k, col_ok, FMT,
+            gate, act, gate_ptrs, w_mask, gate_scales + scale_k, col_ok, FMT,
             PRECISION, UPCAST, SWAP,
         )  # fmt: skip
         up = _mma(
-            up, act, act_odd, up_ptrs, w_mask, up_scales + scale_k, col_ok, FMT, PRECISION,
+            up, act, up_ptrs, w_mask, up_scales + scale_k, col_ok, FMT, PRECISION,
             UPCAST, SWAP,
         )  # fmt: skip
         act_ptrs += BLOCK_K * stride_xh
@@ -296,16 +258,17 @@ def down_tile(
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    act_ptrs = _operand_ptrs(h_ptr + slots * stride_hr, _act_k(k_lo, BLOCK_K, FMT), SWAP)
+    offs_k = tl.arange(0, BLOCK_K)
+    act_ptrs = _operand_ptrs(h_ptr + slots * stride_hr, k_lo + offs_k, SWAP)
     w_k, w_step = _weight_k(k_lo, stride_wk, BLOCK_K, FMT)
     w_ptrs = _operand_ptrs(w_e + cols * stride_wn, w_k, not SWAP)
     scales = _scale_ptrs(s_e, cols, stride_sn, FMT, QBLOCK)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        act_mask, odd_mask, w_mask = _masks(row_ok, col_ok, k0, inter, BLOCK_K, FMT, SWAP)
-        act, act_odd = _load_act(act_ptrs, act_mask, odd_mask, 1, FMT)
+        act_mask, w_mask = _masks(row_ok, col_ok, k0, inter, BLOCK_K, FMT, SWAP)
+        act = tl.load(act_ptrs, mask=act_mask, other=0.0)
         acc = _mma(
-            acc, act, act_odd, w_ptrs, w_mask, scales + (k0 // QBLOCK) * stride_sk, col_ok,
-            FMT, PRECISION, UPCAST, SWAP,
+            acc, act, w_ptrs, w_mask, scales + (k0 // QBLOCK) * stride_sk, col_ok, FMT,
+            PRECISION, UPCAST, SWAP,
         )  # fmt: skip
         act_ptrs += BLOCK_K
         w_ptrs += w_step
