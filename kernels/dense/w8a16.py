@@ -13,7 +13,10 @@ Two orientations, chosen by the tiles' `swap_ab`:
   0.132 ms this way and 0.158 ms swapped at its best tiles (two runs, not one:
   raw/bench-dense-*T154120 and raw/logs/h200-tune-dense.csv; tune_dense.py now times both).
 Each K tile is cut into sub-tiles of one scale block; decode sizes split K until about two
-programs sit on every SM (see `tiles.split_plan`).
+programs sit on every SM (see `tiles.split_plan`). Up to 32 token rows a tile, the weights
+become bf16 by bit manipulation (`kernels.dequant`), with 2**120 folded into the scale: on the
+H200 that took a layer at M=1-16 from 0.072-0.080 ms to 0.059-0.064, 1.21-1.23x cuBLAS bf16
+(raw/bench-dense-*T043838).
 """
 
 from collections.abc import Sequence
@@ -56,8 +59,13 @@ def _swapped_mainloop(
     BLOCK_K: tl.constexpr, SUB_K: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
 ):  # fmt: skip
-    """The (BLOCK_M, BLOCK_N) tile of y, computed as y.T = dequantised W @ x.T."""
-    BITS: tl.constexpr = x_ptr.dtype.element_ty == tl.bfloat16 and not UPCAST
+    """The (BLOCK_M, BLOCK_N) tile of y, computed as y.T = dequantised W @ x.T.
+
+    The bit conversion (`kernels.dequant`) only for tiles of up to 32 token rows: on the H200
+    it took M=128 from 0.242 to 0.219 ms a layer with the 32-row middle tiles, but M=4096 from
+    2.10 to 2.40 with the 128-row prefill tiles, for about as many instructions
+    (raw/bench-dense-*T043838 against *T022817)."""
+    BITS: tl.constexpr = x_ptr.dtype.element_ty == tl.bfloat16 and not UPCAST and BLOCK_M <= 32
     row_ok, col_ok = rows < M, cols < N
     offs_k = tl.arange(0, SUB_K)
     x_ptrs = x_ptr + rows[None, :] * stride_xm + (k_lo + offs_k)[:, None] * stride_xk
