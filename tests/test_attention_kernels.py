@@ -378,3 +378,48 @@ def test_chunked_select_bad_input(device):
         select_after_first_round(scores, pos, first, 600, 4)
     with pytest.raises(ValueError, match="split and shift"):
         select_after_first_round(scores, pos, first, 16, 4, split=100)
+
+
+@pytest.mark.parametrize("variant", ["fp8", "triton"])
+def test_a_decode_step_that_writes_its_tokens_selects_and_caches_as_write_then_choose(
+    variant, device
+):
+    """`write_and_choose` (the fp8 indexer writing the new tokens itself) leaves the caches and
+    the picks exactly as `write_cache` then `choose` do, on two streams' shifted tails whose
+    new-token rows still hold stale keys."""
+    run = attention.VARIANTS[variant]
+    prompt, tail, kv_dim, topk, window = 1200, 40, 24, 64, 16
+    q_idx, weights, k_idx = indexer_inputs(2, 8, 32, prompt + 2 * tail, device=device)
+    stale_kv = randn(prompt + 2 * tail, kv_dim, seed=4, device=device)
+    pos = torch.tensor([prompt + 10, prompt + 25], device=device)
+    shift = torch.tensor([0, tail], device=device)  # stream 1's tail sits after stream 0's
+    new_kv, new_k = randn(2, kv_dim, seed=5, device=device), randn(2, 32, seed=6, device=device)
+    layout = {"split": prompt, "shift": shift}
+    results = []
+    for fused in (True, False):
+        kv_cache, keys = stale_kv.clone(), run.cache_keys(k_idx.clone())
+        new = attention.NewTokens(kv_cache, pos + shift, new_kv, new_k)
+        if fused:
+            chosen = run.write_and_choose(new, keys, q_idx, weights, pos, prompt + tail, topk,
+                                          window, **layout)  # fmt: skip
+        else:
+            run.write_cache(kv_cache, keys, new.rows, new_kv, new_k)
+            chosen = run.choose(q_idx, weights, keys, pos, prompt + tail, topk, window, **layout)
+        results.append((chosen, kv_cache, keys))
+    (chosen, kv_cache, keys), (expected, kv_expected, keys_expected) = results
+    assert torch.equal(chosen, expected)
+    assert torch.equal(kv_cache, kv_expected)
+    for part, part_expected in zip(keys, keys_expected, strict=True):
+        assert torch.equal(part.float(), part_expected.float())
+
+
+def test_new_tokens_of_the_wrong_shape_are_refused(device):
+    q_idx, weights, k_idx = indexer_inputs(2, 8, 32, 300, device=device)
+    keys, pos = attention.quantize_keys(k_idx), torch.tensor([290, 299], device=device)
+    kv_cache = torch.zeros(300, 24, device=device)
+    bad = attention.NewTokens(kv_cache, pos, torch.zeros(2, 16, device=device), q_idx[:, 0])
+    with pytest.raises(ValueError, match=r"kv \(2, 24\)"):
+        indexer_scores_fp8(q_idx, weights, keys, pos, block_q=1, new=bad)
+    good = bad._replace(kv=torch.zeros(2, 24, device=device))
+    with pytest.raises(ValueError, match="causal scores"):
+        indexer_scores_fp8(q_idx, weights, keys, None, block_q=1, new=good)

@@ -8,8 +8,9 @@ its attention, `variant(q, kv, index, scale=None)`.
 - `torch`: the references (torch.topk selection), bf16 keys.
 - `triton`: the bf16 Triton indexer, the Triton radix select and sparse attention.
 - `fp8`: as DeepSeek serves it: keys cached in FP8 with per-key scales, the FP8 indexer with
-  the select's first round in it, the chunked Triton select and sparse attention; six
-  launches a decode layer with the cache write (`indexer_select`).
+  the select's first round in it, the chunked Triton select and sparse attention; five
+  launches a decode layer, the indexer writing the step's token into the caches
+  (`indexer_select`, `write_and_choose`).
 """
 
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from kernels.attention.formats import QuantizedKeys, empty_keys
+from kernels.attention.formats import NewTokens, QuantizedKeys, empty_keys
 from kernels.attention.indexer import indexer_scores_triton
 from kernels.attention.indexer_fp8 import indexer_scores_fp8, quantize_keys, write_cache
 from kernels.attention.indexer_select import indexer_select_fp8
@@ -86,6 +87,27 @@ class AttentionVariant:
         scores = self.indexer_scores(q_idx, weights, keys, query_pos, length, **layout)
         return self.select_positions(scores, query_pos, topk, window, **layout)
 
+    def write_and_choose(
+        self,
+        new: NewTokens,
+        keys: Tensor | QuantizedKeys,
+        q_idx: Tensor,
+        weights: Tensor,
+        query_pos: Tensor,
+        length: int | None,
+        topk: int,
+        window: int,
+        split: int | None = None,
+        shift: Tensor | None = None,
+    ) -> Tensor:
+        """`write_cache` of a decode step's `new` tokens, then `choose`: the fp8 variant's
+        indexer writes them itself, one launch fewer a layer."""
+        if self.indexer_select is not None and self.key_format == "fp8":
+            return self.indexer_select(q_idx, weights, keys, query_pos, length, topk, window,
+                                       split, shift, new=new)  # fmt: skip
+        self.write_cache(new.kv_cache, keys, new.rows, new.kv, new.index_k)
+        return self.choose(q_idx, weights, keys, query_pos, length, topk, window, split, shift)
+
     def empty_keys(
         self, rows: int, dim: int, device: torch.device | str, dtype: torch.dtype
     ) -> Tensor | QuantizedKeys:
@@ -119,6 +141,7 @@ VARIANTS: dict[str, AttentionVariant] = {
 __all__ = [
     "VARIANTS",
     "AttentionVariant",
+    "NewTokens",
     "QuantizedKeys",
     "cache_rows",
     "indexer_scores",

@@ -23,3 +23,14 @@ def empty_keys(rows: int, dim: int, device: torch.device | str) -> QuantizedKeys
         torch.empty(rows, dim, dtype=torch.float8_e4m3fn, device=device),
         torch.empty(rows, dtype=torch.float32, device=device),
     )
+
+
+class NewTokens(NamedTuple):
+    """A decode step's tokens, to be written into the caches by the kernel that first reads
+    them (`indexer_scores_fp8(new=...)`): query q's latent row kv[q] and indexer key
+    index_k[q] go to cache row rows[q], its own position."""
+
+    kv_cache: Tensor  # (rows, D) the latent KV cache
+    rows: Tensor  # (Q,) int cache rows
+    kv: Tensor  # (Q, D)
+    index_k: Tensor  # (Q, d) bf16 or fp32, quantised on the way in

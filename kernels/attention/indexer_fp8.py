@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.attention.formats import QuantizedKeys
+from kernels.attention.formats import NewTokens, QuantizedKeys
 from kernels.attention.indexer import DECODE_QUERIES, keys_per_program_for
 from kernels.attention.select import SELECT_CHUNK, FirstRound, high_byte_histogram
 from kernels.dense.w8a8 import pow2_scale, quantize_activations, round_to_e4m3
@@ -82,12 +82,34 @@ def write_cache(
 
 
 @triton.jit
+def _new_token(new_key_ptr, new_kv_ptr, rows_ptr, k_ptr, ks_ptr, kv_cache_ptr, q, stride_nk,
+               stride_nkv, stride_kl, stride_kvc, DIM: tl.constexpr, DIM_P: tl.constexpr,
+               KV_DIM: tl.constexpr, KV_P: tl.constexpr, write):  # fmt: skip
+    """(FP8 key, scale) of query q's new token, quantised as `write_cache` does; where
+    `write`, also stored with its latent row at the query's cache row."""
+    d = tl.arange(0, DIM_P)
+    key = tl.load(new_key_ptr + q * stride_nk + d, mask=d < DIM, other=0.0).to(tl.float32)
+    scale, inverse = pow2_scale(tl.max(tl.abs(key), axis=0))
+    k8 = round_to_e4m3(key * inverse).to(tl.float8e4nv)
+    if write:
+        row = tl.load(rows_ptr + q).to(tl.int64)
+        tl.store(k_ptr + row * stride_kl + d, k8, mask=d < DIM)
+        tl.store(ks_ptr + row, scale)
+        c = tl.arange(0, KV_P)
+        latent = tl.load(new_kv_ptr + q * stride_nkv + c, mask=c < KV_DIM)
+        tl.store(kv_cache_ptr + row * stride_kvc + c, latent, mask=c < KV_DIM)
+    return k8, scale
+
+
+@triton.jit
 def _indexer_fp8_kernel(
     q_ptr, w_ptr, k_ptr, ks_ptr, pos_ptr, shift_ptr, out_ptr, hist_ptr, totals_ptr, Q, V, split,
     keys_per_program, window, stride_qq, stride_qh, stride_wq, stride_wh, stride_kl, stride_oq,
+    new_key_ptr, new_kv_ptr, rows_ptr, kv_cache_ptr, stride_nk, stride_nkv, stride_kvc,
     HEADS: tl.constexpr, DIM: tl.constexpr, HEADS_P: tl.constexpr, DIM_P: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_L: tl.constexpr, COLS: tl.constexpr, CAUSAL: tl.constexpr,
-    SHIFTED: tl.constexpr, UPCAST: tl.constexpr, HISTOGRAM: tl.constexpr,
+    SHIFTED: tl.constexpr, UPCAST: tl.constexpr, HISTOGRAM: tl.constexpr, NEW: tl.constexpr,
+    KV_DIM: tl.constexpr, KV_P: tl.constexpr,
 ):  # fmt: skip
     q0 = tl.program_id(0) * BLOCK_Q
     n = tl.arange(0, BLOCK_Q * HEADS_P)  # the MMA's N: (query, head) pairs
@@ -115,6 +137,12 @@ def _indexer_fp8_kernel(
         last = V
     shift = tl.load(shift_ptr + q0) if SHIFTED else 0
     start = tl.program_id(1) * keys_per_program
+    if NEW:  # one query a tile: its new token, cached by the first program, scored from here
+        new_k8, new_scale = _new_token(
+            new_key_ptr, new_kv_ptr, rows_ptr, k_ptr, ks_ptr, kv_cache_ptr, q0, stride_nk,
+            stride_nkv, stride_kl, stride_kvc, DIM, DIM_P, KV_DIM, KV_P, tl.program_id(1) == 0,
+        )  # fmt: skip
+        new_pos = tl.load(pos_ptr + q0)
     if HISTOGRAM:  # one query a tile: the select's first round over this program's keys
         candidates = tl.minimum(tl.maximum(tl.load(pos_ptr + q0) - window + 1, 0), V)
         counts = tl.zeros((256,), tl.int32)
@@ -130,6 +158,10 @@ def _indexer_fp8_kernel(
             k8 = tl.load(k_ptr + rows[:, None] * stride_kl + d[None, :],
                          mask=key_ok[:, None] & (d < DIM)[None, :], other=0.0)  # fmt: skip
             k_scale = tl.load(ks_ptr + rows, mask=key_ok, other=0.0)
+            if NEW:  # its cache row may not be written yet: take the key from registers
+                is_new = keys == new_pos
+                k8 = tl.where(is_new[:, None], new_k8[None, :], k8)
+                k_scale = tl.where(is_new, new_scale, k_scale)
             dots = tl.dot(k8, tl.trans(q8))  # (BLOCK_L, N) fp32, FP8 wgmma
             relu = tl.maximum(dots, 0.0)
             if UPCAST:  # the interpreter's bf16 tl.dot multiplies bit patterns
@@ -174,6 +206,25 @@ def _check(q_idx: Tensor, weights: Tensor, keys: QuantizedKeys, query_pos: Tenso
         raise ValueError("keys must be float8_e4m3fn; q_idx and keys contiguous along d.")
 
 
+def _check_new(new: NewTokens, num_q: int, dim: int, block_q: int, query_pos: Tensor | None):
+    if block_q != 1 or query_pos is None:
+        raise ValueError("writing new tokens needs causal scores (query_pos) and block_q=1.")
+    kv_cache, rows, kv, index_k = new
+    if (
+        rows.shape != (num_q,)
+        or rows.is_floating_point()
+        or kv.shape != (num_q, kv_cache.shape[1])
+        or index_k.shape != (num_q, dim)
+    ):
+        raise ValueError(
+            f"new tokens for {num_q} queries need rows ({num_q},) of ints, kv ({num_q}, "
+            f"{kv_cache.shape[1]}) and index_k ({num_q}, {dim}); got {tuple(rows.shape)} "
+            f"{rows.dtype}, {tuple(kv.shape)} and {tuple(index_k.shape)}"
+        )
+    if kv.stride(1) != 1 or index_k.stride(1) != 1 or kv_cache.stride(1) != 1:
+        raise ValueError("new tokens need kv, index_k and kv_cache contiguous along the last dim.")
+
+
 def indexer_scores_fp8(
     q_idx: Tensor,
     weights: Tensor,
@@ -188,6 +239,7 @@ def indexer_scores_fp8(
     histogram: FirstRound | None = None,
     window: int = 0,
     chunk: int = SELECT_CHUNK,
+    new: NewTokens | None = None,
 ) -> Tensor:
     """Indexer scores (Q, length) fp32 over FP8 keys; `reference.indexer_scores_fp8` defines
     them. Causal when `query_pos` is given; `length` defaults to the keys held; with `split`
@@ -197,7 +249,12 @@ def indexer_scores_fp8(
     `window`, one query a tile, each program scores `chunk` keys (a multiple of `block_l`) and
     also writes the first round of the top-k select over them (`select.high_byte_histogram`
     of the scores of the positions before the query's window) and adds it to the row's
-    total, which `select.select_after_first_round` goes on from."""
+    total, which `select.select_after_first_round` goes on from.
+
+    With `new` (one query a tile, causal), the kernel is also the step's cache write: query
+    q's new token is written at cache row new.rows[q], which must hold position
+    query_pos[q], and scored from registers, so a decode layer needs no `write_cache`
+    launch."""
     _check(q_idx, weights, keys, query_pos)
     (num_q, heads, dim), length = q_idx.shape, length or keys.values.shape[0]
     if (split is None) != (shift is None):
@@ -222,8 +279,12 @@ def indexer_scores_fp8(
                              f"256); got block_q={block_q}, chunk={chunk} and "
                              f"{tuple(histogram.chunks.shape)}.")  # fmt: skip
         keys_per_program = chunk
+    if new is not None:
+        _check_new(new, num_q, dim, block_q, query_pos)
     scores = torch.empty(num_q, length, dtype=torch.float32, device=q_idx.device)
     upcast = dot_options(torch.bfloat16)[1]
+    kv_dim = new.kv.shape[1] if new is not None else 1
+    new_args = (new.index_k, new.kv, new.rows, new.kv_cache) if new is not None else (scores,) * 4
     rows = block_q * heads_p
     grid = (q_tiles, triton.cdiv(length, keys_per_program))
     with recording():
@@ -234,10 +295,12 @@ def indexer_scores_fp8(
             scores if histogram is None else histogram.totals, num_q, length,
             length if split is None else split, keys_per_program, window,
             q_idx.stride(0), q_idx.stride(1), *weights.stride(), keys.values.stride(0),
-            scores.stride(0), HEADS=heads, DIM=dim, HEADS_P=heads_p, DIM_P=dim_p,
+            scores.stride(0), *new_args, new_args[0].stride(0), new_args[1].stride(0),
+            new_args[3].stride(0), HEADS=heads, DIM=dim, HEADS_P=heads_p, DIM_P=dim_p,
             BLOCK_Q=block_q, BLOCK_L=block_l, COLS=max(COLUMNS, block_q),
             CAUSAL=query_pos is not None, SHIFTED=shift is not None, UPCAST=upcast,
-            HISTOGRAM=histogram is not None,
+            HISTOGRAM=histogram is not None, NEW=new is not None, KV_DIM=kv_dim,
+            KV_P=triton.next_power_of_2(kv_dim),
             num_warps=num_warps or (8 if rows * block_l >= 128 * 128 else 4), num_stages=2,
         )  # fmt: skip
     return scores

@@ -6,7 +6,9 @@ programs each score SELECT_CHUNK keys and take the select's first round over the
 (`indexer_scores_fp8(histogram=...)`), and `select_after_first_round` finishes the select
 over as many programs, its second round reading the row's first-round total (which the
 indexer adds to atomically) instead of summing every chunk's histogram: three launches, the
-first of which was already being paid for, and the same picks in the same slots. Rows enough
+first of which was already being paid for, and the same picks in the same slots. At decode the
+indexer also writes the step's new token into the caches (`NewTokens`), which took a launch
+of its own. Rows enough
 to fill the GPU (prefill) keep the indexer and the one-program select, which is then one
 program a row on every SM.
 """
@@ -14,9 +16,9 @@ program a row on every SM.
 import triton
 from torch import Tensor
 
-from kernels.attention.formats import QuantizedKeys
+from kernels.attention.formats import NewTokens, QuantizedKeys
 from kernels.attention.indexer import DECODE_QUERIES
-from kernels.attention.indexer_fp8 import indexer_scores_fp8
+from kernels.attention.indexer_fp8 import indexer_scores_fp8, write_cache
 from kernels.attention.select import (
     SELECT_CHUNK,
     FirstRound,
@@ -37,18 +39,24 @@ def indexer_select_fp8(
     shift: Tensor | None = None,
     chunk: int = SELECT_CHUNK,
     num_warps: int = 4,
+    new: NewTokens | None = None,
 ) -> Tensor:
     """Key positions each query attends to, (Q, topk + window), from the FP8 indexer's scores:
     what `select_positions_triton(indexer_scores_fp8(...))` returns, in three launches for a
     few queries (decode) and two otherwise. `chunk` (positions a select program owns) and
-    `num_warps` (the select's) are for tuning."""
+    `num_warps` (the select's) are for tuning. `new` tokens are written to the caches first:
+    by the indexer itself for a few queries (one `write_cache` launch fewer a decode layer),
+    else by `write_cache`."""
     num_q = q_idx.shape[0]
     length = length or keys.values.shape[0]
     if num_q > DECODE_QUERIES or not 1 <= topk <= chunk:
+        if new is not None:
+            write_cache(new.kv_cache, keys, new.rows, new.kv, new.index_k)
         scores = indexer_scores_fp8(q_idx, weights, keys, query_pos, length, split, shift)
         return select_positions_triton(scores, query_pos, topk, window, split, shift)
     first_round = FirstRound.empty(num_q, triton.cdiv(length, chunk), q_idx.device)
     scores = indexer_scores_fp8(q_idx, weights, keys, query_pos, length, split, shift, block_q=1,
-                                histogram=first_round, window=window, chunk=chunk)  # fmt: skip
+                                histogram=first_round, window=window, chunk=chunk,
+                                new=new)  # fmt: skip
     return select_after_first_round(scores, query_pos, first_round, topk, window, split, shift,
                                     chunk, num_warps)  # fmt: skip
