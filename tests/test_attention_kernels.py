@@ -423,3 +423,22 @@ def test_new_tokens_of_the_wrong_shape_are_refused(device):
     good = bad._replace(kv=torch.zeros(2, 24, device=device))
     with pytest.raises(ValueError, match="causal scores"):
         indexer_scores_fp8(q_idx, weights, keys, None, block_q=1, new=good)
+
+
+def test_the_indexer_scores_its_new_tokens_as_if_they_had_been_written_first(device):
+    q_idx, weights, k_idx = indexer_inputs(2, 8, 32, 700, device=device)
+    pos = torch.tensor([640, 699], device=device)
+    new_k = randn(2, 32, seed=8, device=device)
+    written = attention.quantize_keys(k_idx.clone())
+    attention.write_cache(torch.zeros(700, 4, device=device), written, pos, torch.zeros(2, 4,
+                          device=device), new_k)  # fmt: skip
+    expected = indexer_scores_fp8(q_idx, weights, written, pos, block_q=1)
+    keys = attention.quantize_keys(k_idx.clone())  # rows 640 and 699 still hold stale keys
+    new = attention.NewTokens(torch.zeros(700, 4, device=device), pos, torch.ones(2, 4,
+                              device=device), new_k)  # fmt: skip
+    scores = indexer_scores_fp8(q_idx, weights, keys, pos, block_q=1, new=new)
+    assert_scores_match(scores, expected, 1e-2)
+    own, theirs = scores[[0, 1], pos], expected[[0, 1], pos]  # the new tokens' own scores
+    assert relative_error(own, theirs) < 1e-2 and not torch.equal(own, torch.zeros_like(own))
+    assert torch.equal(new.kv_cache[pos], torch.ones(2, 4, device=device))
+    assert torch.equal(keys.values.float(), written.values.float())
