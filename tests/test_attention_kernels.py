@@ -418,27 +418,33 @@ def test_new_tokens_of_the_wrong_shape_are_refused(device):
     keys, pos = attention.quantize_keys(k_idx), torch.tensor([290, 299], device=device)
     kv_cache = torch.zeros(300, 24, device=device)
     bad = attention.NewTokens(kv_cache, pos, torch.zeros(2, 16, device=device), q_idx[:, 0])
+    layout = {"split": 300, "shift": torch.zeros(2, dtype=torch.long, device=device)}
     with pytest.raises(ValueError, match=r"kv \(2, 24\)"):
-        indexer_scores_fp8(q_idx, weights, keys, pos, block_q=1, new=bad)
+        indexer_scores_fp8(q_idx, weights, keys, pos, block_q=1, new=bad, **layout)
     good = bad._replace(kv=torch.zeros(2, 24, device=device))
     with pytest.raises(ValueError, match="causal scores"):
         indexer_scores_fp8(q_idx, weights, keys, None, block_q=1, new=good)
 
 
-def test_the_indexer_scores_its_new_tokens_as_if_they_had_been_written_first(device):
-    q_idx, weights, k_idx = indexer_inputs(2, 8, 32, 700, device=device)
-    pos = torch.tensor([640, 699], device=device)
-    new_k = randn(2, 32, seed=8, device=device)
+def test_the_indexer_scores_its_new_token_as_if_it_had_been_written_first(device):
+    q_idx, weights, k_idx = indexer_inputs(1, 8, 32, 700, device=device)
+    pos = torch.tensor([640], device=device)
+    new_k = randn(1, 32, seed=8, device=device)
     written = attention.quantize_keys(k_idx.clone())
-    attention.write_cache(torch.zeros(700, 4, device=device), written, pos, torch.zeros(2, 4,
+    attention.write_cache(torch.zeros(700, 4, device=device), written, pos, torch.zeros(1, 4,
                           device=device), new_k)  # fmt: skip
     expected = indexer_scores_fp8(q_idx, weights, written, pos, block_q=1)
-    keys = attention.quantize_keys(k_idx.clone())  # rows 640 and 699 still hold stale keys
-    new = attention.NewTokens(torch.zeros(700, 4, device=device), pos, torch.ones(2, 4,
+    keys = attention.quantize_keys(k_idx.clone())  # row 640 still holds a stale key
+    new = attention.NewTokens(torch.zeros(700, 4, device=device), pos, torch.ones(1, 4,
                               device=device), new_k)  # fmt: skip
     scores = indexer_scores_fp8(q_idx, weights, keys, pos, block_q=1, new=new)
-    assert_scores_match(scores, expected, 1e-2)
-    own, theirs = scores[[0, 1], pos], expected[[0, 1], pos]  # the new tokens' own scores
-    assert relative_error(own, theirs) < 1e-2 and not torch.equal(own, torch.zeros_like(own))
-    assert torch.equal(new.kv_cache[pos], torch.ones(2, 4, device=device))
+    assert_scores_match(scores[:, :640], expected[:, :640], 1e-6)
+    own, theirs = scores[0, 640], expected[0, 640]  # the new token's own score
+    assert abs(own - theirs) <= 1e-2 * abs(theirs) and theirs != 0
+    assert torch.equal(new.kv_cache[pos], torch.ones(1, 4, device=device))
     assert torch.equal(keys.values.float(), written.values.float())
+    with pytest.raises(ValueError, match="its own tail"):  # another query could read it
+        two = attention.NewTokens(new.kv_cache, pos.repeat(2), new.kv.repeat(2, 1),
+                                  new_k.repeat(2, 1))  # fmt: skip
+        indexer_scores_fp8(q_idx.repeat(2, 1, 1), weights.repeat(2, 1), keys, pos.repeat(2),
+                           block_q=1, new=two)  # fmt: skip

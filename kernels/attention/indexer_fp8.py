@@ -217,9 +217,15 @@ def _check(q_idx: Tensor, weights: Tensor, keys: QuantizedKeys, query_pos: Tenso
         raise ValueError("keys must be float8_e4m3fn; q_idx and keys contiguous along d.")
 
 
-def _check_new(new: NewTokens, num_q: int, dim: int, block_q: int, query_pos: Tensor | None):
+def _check_new(
+    new: NewTokens, num_q: int, dim: int, block_q: int, query_pos: Tensor | None, shifted: bool
+) -> None:
     if block_q != 1 or query_pos is None:
         raise ValueError("writing new tokens needs causal scores (query_pos) and block_q=1.")
+    if num_q > 1 and not shifted:
+        raise ValueError("new tokens of several queries need the decode layout (split and "
+                         "shift), where each is in its own tail: without it, another query "
+                         "could read a token's row while it is being written.")  # fmt: skip
     kv_cache, rows, kv, index_k = new
     if (
         rows.shape != (num_q,)
@@ -264,8 +270,8 @@ def indexer_scores_fp8(
 
     With `new` (one query a tile, causal), the kernel is also the step's cache write: query
     q's new token is written at cache row new.rows[q], which must hold position
-    query_pos[q], and scored from registers, so a decode layer needs no `write_cache`
-    launch."""
+    query_pos[q] and be read by query q alone (one query, or the decode layout's tails), and
+    scored from registers, so a decode layer needs no `write_cache` launch."""
     _check(q_idx, weights, keys, query_pos)
     (num_q, heads, dim), length = q_idx.shape, length or keys.values.shape[0]
     if (split is None) != (shift is None):
@@ -291,7 +297,7 @@ def indexer_scores_fp8(
                              f"{tuple(histogram.chunks.shape)}.")  # fmt: skip
         keys_per_program = chunk
     if new is not None:
-        _check_new(new, num_q, dim, block_q, query_pos)
+        _check_new(new, num_q, dim, block_q, query_pos, shift is not None)
         if histogram is not None and window < 1:
             raise ValueError("new tokens are scored after the select's first round, so they "
                              "must be in the window: window >= 1.")  # fmt: skip

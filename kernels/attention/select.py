@@ -268,7 +268,7 @@ class FirstRound:
     picks' first program of a row zeroes them), so one buffer per device serves every select
     on its stream and a CUDA graph replays them without a memset (`row_totals`). In the
     served profiles on the H200 the second round went from 6.4 to 2.1 us a decode layer
-    (raw/profile-*T025127 against the run committed in f2603b4). Totals of the second round
+    (the served profiles committed in fe3db78 against those of f2603b4). Totals of the second round
     as well, with an arrival count so the picks' last program could zero them, made the picks
     slower (7.0 to 10.9 us: an acq_rel atomic in each of a row's programs, commit ac43cbf)."""
 
