@@ -17,7 +17,7 @@ from workbench.cli import main
 
 NCU = ROOT / "ncu"
 KERNEL = NCU / "moe-stock-T6-fmtfp8.ncu-rep.gz"  # six launches of one MoE call
-FLAT = NCU / "moe-flat-T6-fmtfp8.ncu-rep.gz"  # eight launches, other kernel names
+FLAT = NCU / "moe-flat-T6-fmtfp8.ncu-rep.xz"  # eight launches, other kernel names
 STEP = NCU / "model-decode-step-stock-T1-analysed.ncu-rep.xz"  # a decode step: 134 launches
 # Page heights with every <details> closed, in CSS pixels at a 1300 px wide window. Before the
 # rules were folded per launch: 38,208 (KERNEL) and 457,411 (STEP).
