@@ -58,7 +58,7 @@ def indexer_scores(
     length: int | None = None,
     split: int | None = None,
     shift: Tensor | None = None,
-    query_block: int = 512,
+    query_block: int | None = None,
 ) -> Tensor:
     """Indexer score of every key for every query, (Q, length) float32.
 
@@ -67,7 +67,12 @@ def indexer_scores(
     causal: keys after a query's position score -inf (a kernel skips them). `length` defaults
     to the keys held; with `split` and `shift` (Q,), query q's positions from `split` on read
     key rows `shift[q]` further on (`cache_rows`).
+
+    Queries go in blocks of `query_block`: 512 on a GPU, 64 on a CPU, where a 4096-query chunk
+    at 33.9K context took 0.34 s against 0.62 at 512 on two cores (the (block, heads, keys)
+    products are read and written several times over, and smaller ones stay nearer the core).
     """
+    query_block = query_block or (64 if q_idx.device.type == "cpu" else 512)
     num_q, heads, dim = q_idx.shape
     if weights.shape != (num_q, heads) or k_idx.dim() != 2 or k_idx.shape[1] != dim:
         raise ValueError(
