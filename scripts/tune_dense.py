@@ -56,6 +56,11 @@ W8A16_MID = [{}, *MIDDLE[1:], tiles(64, 64, 128, 4, 4) | {"swap_ab": False},
              tiles(64, 64, 128, 4, 4) | {"split_k": 1}, tiles(64, 64, 128, 4, 4) | {"split_k": 4},
              tiles(64, 64, 256, 4, 3), tiles(64, 32, 128, 4, 4), tiles(128, 64, 128, 4, 4),
              tiles(64, 64, 128, 8, 4)]  # fmt: skip
+# From 17 to 32 rows: the 32-row swapped middle tiles (the default) against direct tiles of 16
+# rows (two row tiles, the second reading the weights from L2) and of 32 rows.
+W8A16_SMALL = [{}, tiles(16, 64, 128, 4, 4), tiles(16, 128, 128, 4, 4),
+               tiles(32, 64, 128, 4, 4) | {"swap_ab": False},
+               tiles(32, 128, 128, 4, 4) | {"swap_ab": False}]  # fmt: skip
 TMA = {"tma": True}
 W8A8_MID = [{}, tiles(64, 64, 128, 4, 4), tiles(32, 128, 128, 4, 4), tiles(16, 128, 128, 4, 4),
             tiles(64, 128, 128, 4, 4) | {"split_k": 8}, tiles(32, 64, 128, 4, 4),
@@ -69,6 +74,7 @@ CASES = [
     ("w8a8", 128, 128, W8A8_MID),
     ("w8a8", 128, 256, W8A8_MID),
     ("w8a16", 128, 4, DECODE),
+    ("w8a16", 128, 32, W8A16_SMALL),
     ("w8a16", 128, 128, W8A16_MID),
     ("w8a16", 128, 4096, PREFILL),
     ("w8a8", 32, 4096, W8A8_PREFILL),
