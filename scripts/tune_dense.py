@@ -58,9 +58,9 @@ W8A16_MID = [{}, *MIDDLE[1:], tiles(64, 64, 128, 4, 4) | {"swap_ab": False},
              tiles(64, 64, 128, 8, 4)]  # fmt: skip
 # From 17 to 32 rows: the 32-row swapped middle tiles (the default) against direct tiles of 16
 # rows (two row tiles, the second reading the weights from L2) and of 32 rows.
-W8A16_SMALL = [{}, tiles(16, 64, 128, 4, 4), tiles(16, 128, 128, 4, 4),
-               tiles(32, 64, 128, 4, 4) | {"swap_ab": False},
-               tiles(32, 128, 128, 4, 4) | {"swap_ab": False}]  # fmt: skip
+DIRECT = {"swap_ab": False}
+W8A16_SMALL = [{}, tiles(16, 64, 128, 4, 4) | DIRECT, tiles(16, 128, 128, 4, 4) | DIRECT,
+               tiles(32, 64, 128, 4, 4) | DIRECT, tiles(32, 128, 128, 4, 4) | DIRECT]  # fmt: skip
 TMA = {"tma": True}
 W8A8_MID = [{}, tiles(64, 64, 128, 4, 4), tiles(32, 128, 128, 4, 4), tiles(16, 128, 128, 4, 4),
             tiles(64, 128, 128, 4, 4) | {"split_k": 8}, tiles(32, 64, 128, 4, 4),
