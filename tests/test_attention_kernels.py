@@ -384,7 +384,7 @@ def test_chunked_select_bad_input(device):
 def test_a_decode_step_that_writes_its_tokens_selects_and_caches_as_write_then_choose(
     variant, device
 ):
-    """`write_and_choose` (the fp8 indexer writing the new tokens itself) leaves the caches and
+    """`choose(new=...)` (the fp8 indexer writing the new tokens itself) leaves the caches and
     the picks exactly as `write_cache` then `choose` do, on two streams' shifted tails whose
     new-token rows still hold stale keys."""
     run = attention.VARIANTS[variant]
@@ -400,8 +400,8 @@ def test_a_decode_step_that_writes_its_tokens_selects_and_caches_as_write_then_c
         kv_cache, keys = stale_kv.clone(), run.cache_keys(k_idx.clone())
         new = attention.NewTokens(kv_cache, pos + shift, new_kv, new_k)
         if fused:
-            chosen = run.write_and_choose(new, keys, q_idx, weights, pos, prompt + tail, topk,
-                                          window, **layout)  # fmt: skip
+            chosen = run.choose(q_idx, weights, keys, pos, prompt + tail, topk, window,
+                                **layout, new=new)  # fmt: skip
         else:
             run.write_cache(kv_cache, keys, new.rows, new_kv, new_k)
             chosen = run.choose(q_idx, weights, keys, pos, prompt + tail, topk, window, **layout)

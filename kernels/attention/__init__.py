@@ -10,7 +10,7 @@ its attention, `variant(q, kv, index, scale=None)`.
 - `fp8`: as DeepSeek serves it: keys cached in FP8 with per-key scales, the FP8 indexer with
   the select's first round in it, the chunked Triton select and sparse attention; five
   launches a decode layer, the indexer writing the step's token into the caches
-  (`indexer_select`, `write_and_choose`).
+  (`indexer_select`, `choose(new=...)`).
 """
 
 from collections.abc import Callable
@@ -77,36 +77,20 @@ class AttentionVariant:
         window: int,
         split: int | None = None,
         shift: Tensor | None = None,
+        new: NewTokens | None = None,
     ) -> Tensor:
         """The positions (cache rows) each query attends to: the indexer's scores, then the
-        selection, or the variant's fused `indexer_select`."""
+        selection, or the variant's fused `indexer_select`. A decode step's `new` tokens are
+        written to the caches first (`write_cache`), by the fused indexer itself where the
+        variant has one: one launch fewer a layer."""
         if self.indexer_select is not None:
             return self.indexer_select(q_idx, weights, keys, query_pos, length, topk, window,
-                                       split, shift)  # fmt: skip
+                                       split, shift, new=new)  # fmt: skip
+        if new is not None:
+            self.write_cache(new.kv_cache, keys, new.rows, new.kv, new.index_k)
         layout = {"split": split, "shift": shift}
         scores = self.indexer_scores(q_idx, weights, keys, query_pos, length, **layout)
         return self.select_positions(scores, query_pos, topk, window, **layout)
-
-    def write_and_choose(
-        self,
-        new: NewTokens,
-        keys: Tensor | QuantizedKeys,
-        q_idx: Tensor,
-        weights: Tensor,
-        query_pos: Tensor,
-        length: int | None,
-        topk: int,
-        window: int,
-        split: int | None = None,
-        shift: Tensor | None = None,
-    ) -> Tensor:
-        """`write_cache` of a decode step's `new` tokens, then `choose`: the fp8 variant's
-        indexer writes them itself, one launch fewer a layer."""
-        if self.indexer_select is not None and self.key_format == "fp8":
-            return self.indexer_select(q_idx, weights, keys, query_pos, length, topk, window,
-                                       split, shift, new=new)  # fmt: skip
-        self.write_cache(new.kv_cache, keys, new.rows, new.kv, new.index_k)
-        return self.choose(q_idx, weights, keys, query_pos, length, topk, window, split, shift)
 
     def empty_keys(
         self, rows: int, dim: int, device: torch.device | str, dtype: torch.dtype

@@ -357,9 +357,9 @@ class SyntheticModel:
         def attend_to(q, kv, index_q, index_k, index_w):
             with record_function("attention"):
                 new = attention_kernels.NewTokens(cache.kv[layer], state.rows, kv, index_k)
-                chosen = attn.write_and_choose(new, cache.keys[layer], index_q, index_w,
-                                               state.pos, cache.prompt + cache.tail,
-                                               s.index_topk, s.window, **layout)  # fmt: skip
+                chosen = attn.choose(index_q, index_w, cache.keys[layer], state.pos,
+                                     cache.prompt + cache.tail, s.index_topk, s.window,
+                                     **layout, new=new)  # fmt: skip
                 return attn.attend(q, cache.kv[layer], chosen)
 
         return attend_to
