@@ -91,7 +91,8 @@ def _new_token(new_key_ptr, new_kv_ptr, rows_ptr, k_ptr, ks_ptr, kv_cache_ptr, q
     the program that scored `pos` from a cache row not yet written scores it again from
     registers. The stale score never reached the select: the query's own position is in its
     window. Kept out of the key loop, this is the tail of two programs, not work in every
-    one (scoring the key from registers inside the loop made the indexer 2.1 us slower)."""
+    one (scoring the key from registers inside the loop made the indexer 2.1 us slower on the
+    H200: raw/logs/h200-decode-attention-new-token-in-loop-*.csv)."""
     d = tl.arange(0, DIM_P)
     key = tl.load(new_key_ptr + q * stride_nk + d, mask=d < DIM, other=0.0).to(tl.float32)
     scale, inverse = pow2_scale(tl.max(tl.abs(key), axis=0))
