@@ -13,15 +13,16 @@ from kernels.dense.formats import DenseWeights
 from kernels.dense.w8a8 import linear_w8a8
 from kernels.dense.w8a16 import linear_w8a16
 
-# On the H200 (graph replays, raw/logs/h200-tune-dense-graphs.csv and bench-dense) a layer
-# took 0.097 ms in W8A16 and 0.100 in W8A8 at M=16, 0.148 and 0.135 at M=64, 0.220 and 0.146
-# at M=128: W8A8 wins from a few dozen rows. The seed's DENSE_HYBRID_M was 128.
-DEFAULT_HYBRID_M = 32
+# On the H200 (graph replays, one run: raw/bench-dense-*T043838) a layer took 0.091 ms in
+# W8A16 and 0.121 in W8A8 at M=32, 0.135 and 0.148 at M=64, 0.219 and 0.150 at M=128: W8A8
+# wins between 64 and 128 rows. (Before W8A16's bit conversion it won from 64: 0.148 against
+# 0.135, raw/logs/h200-tune-dense-graphs.csv.) The seed's DENSE_HYBRID_M was 128.
+DEFAULT_HYBRID_M = 64
 ENV = "DENSE_HYBRID_M"
 
 
 def hybrid_threshold(hybrid_m: int | None = None) -> int:
-    """The largest M that takes W8A16: `hybrid_m`, else $DENSE_HYBRID_M, else 32."""
+    """The largest M that takes W8A16: `hybrid_m`, else $DENSE_HYBRID_M, else 64."""
     source = "hybrid_m"
     if hybrid_m is None:
         text = os.environ.get(ENV)
