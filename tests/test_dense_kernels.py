@@ -217,7 +217,7 @@ def test_hybrid_switches_at_hybrid_m(monkeypatch):
     monkeypatch.setattr(hybrid, "linear_w8a16", lambda x, w: calls.append("w8a16"))
     monkeypatch.setattr(hybrid, "linear_w8a8", lambda x, w: calls.append("w8a8"))
     monkeypatch.delenv("DENSE_HYBRID_M", raising=False)
-    for m in (1, 32, 33):
+    for m in (1, 64, 65):
         hybrid.linear_hybrid(torch.zeros(m, 8), None)
     assert calls == ["w8a16", "w8a16", "w8a8"]
     monkeypatch.setenv("DENSE_HYBRID_M", "4")
