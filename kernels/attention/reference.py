@@ -93,16 +93,16 @@ def indexer_scores(
     for start in range(0, num_q, query_block):
         stop = min(start + query_block, num_q)
         block_pos = None if query_pos is None else query_pos[start:stop].to(scores.device)
-        past, seen = _causal_extent(block_pos, length)
+        seen = _causal_extent(block_pos, length)[1]  # keys after `seen` are left unset here
         # Contiguous queries fold into one matrix product (a strided view would go batched).
         queries = q_idx[start:stop].contiguous()
         dots = torch.relu_(torch.matmul(queries, k_idx[:seen].T))  # (b, h, seen)
         _weighted_head_sum(dots.float(), weights[start:stop].float(), scores[start:stop, :seen])
-        scores[start:stop, seen:] = float("-inf")  # no query of the block sees these
-        if block_pos is not None:  # keys from `past` on are future keys of some query
-            keys = torch.arange(past, seen, device=scores.device)
-            future = keys[None, :] > block_pos[:, None]
-            scores[start:stop, past:seen].masked_fill_(future, float("-inf"))
+    if query_pos is not None:  # one mask for the call: fewer ops for a profile to record
+        query_pos = query_pos.to(scores.device)
+        past = _causal_extent(query_pos, length)[0]  # keys from here on are some query's future
+        keys = torch.arange(past, length, device=scores.device)
+        scores[:, past:].masked_fill_(keys[None, :] > query_pos[:, None], float("-inf"))
     return scores
 
 
