@@ -47,7 +47,7 @@ DECODE = [
     dict(block_n=64, block_k=64, num_stages=4, num_warps=2),
 ]
 CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),
-         ("bf16", 6, DECODE[:4])]  # fmt: skip
+         ("bf16", 6, DECODE[:4]), ("int4", 6, DECODE), ("int4", 33863, PREFILL)]  # fmt: skip
 
 
 def main() -> None:
@@ -60,7 +60,7 @@ def main() -> None:
     dev = torch.device("cuda")
     s = get_preset("dsv4-flash-tp2").rank_shapes()
     masters = expert_masters(s, SEED, dev, torch.bfloat16)
-    weights = {fmt: MoeWeights.quantize(*masters, fmt) for fmt in ("bf16", "fp8")}
+    weights = {fmt: MoeWeights.quantize(*masters, fmt) for fmt in ("bf16", "fp8", "int4")}
     rows = []
     for fmt, tokens, grid in CASES:
         problem = moe_problem(s, tokens, "uniform", SEED, dev, torch.bfloat16)
