@@ -40,6 +40,29 @@ def quantize_keys(keys: Tensor) -> QuantizedKeys:
 
 
 @triton.jit
+def _quantized_key(key_ptr, DIM: tl.constexpr, DIM_P: tl.constexpr):
+    """(FP8 key, its power-of-two scale) of the DIM values at key_ptr, as the cache holds
+    keys."""
+    d = tl.arange(0, DIM_P)
+    key = tl.load(key_ptr + d, mask=d < DIM, other=0.0).to(tl.float32)
+    scale, inverse = pow2_scale(tl.max(tl.abs(key), axis=0))
+    return round_to_e4m3(key * inverse).to(tl.float8e4nv), scale
+
+
+@triton.jit
+def _cache_token(row, k8, scale, latent_ptr, kv_cache_ptr, k8_ptr, ks_ptr, stride_kv_cache,
+                 stride_k8, DIM: tl.constexpr, DIM_P: tl.constexpr, KV_DIM: tl.constexpr,
+                 KV_P: tl.constexpr):  # fmt: skip
+    """Store a token's quantised key and its latent row (at latent_ptr) at cache `row`."""
+    d = tl.arange(0, DIM_P)
+    tl.store(k8_ptr + row * stride_k8 + d, k8, mask=d < DIM)
+    tl.store(ks_ptr + row, scale)
+    c = tl.arange(0, KV_P)
+    latent = tl.load(latent_ptr + c, mask=c < KV_DIM)
+    tl.store(kv_cache_ptr + row * stride_kv_cache + c, latent, mask=c < KV_DIM)
+
+
+@triton.jit
 def _write_cache_kernel(
     kv_ptr, key_ptr, rows_ptr, first_row, kv_cache_ptr, k8_ptr, ks_ptr,
     stride_kv, stride_key, stride_kv_cache, stride_k8,
@@ -48,15 +71,9 @@ def _write_cache_kernel(
 ):  # fmt: skip
     token = tl.program_id(0).to(tl.int64)
     row = tl.load(rows_ptr + token).to(tl.int64) if ROWS_GIVEN else first_row + token
-    c = tl.arange(0, KV_P)
-    latent = tl.load(kv_ptr + token * stride_kv + c, mask=c < KV_DIM)
-    tl.store(kv_cache_ptr + row * stride_kv_cache + c, latent, mask=c < KV_DIM)
-    d = tl.arange(0, DIM_P)
-    key = tl.load(key_ptr + token * stride_key + d, mask=d < DIM, other=0.0).to(tl.float32)
-    scale, inverse = pow2_scale(tl.max(tl.abs(key), axis=0))
-    tl.store(k8_ptr + row * stride_k8 + d, round_to_e4m3(key * inverse).to(tl.float8e4nv),
-             mask=d < DIM)  # fmt: skip
-    tl.store(ks_ptr + row, scale)
+    k8, scale = _quantized_key(key_ptr + token * stride_key, DIM, DIM_P)
+    _cache_token(row, k8, scale, kv_ptr + token * stride_kv, kv_cache_ptr, k8_ptr, ks_ptr,
+                 stride_kv_cache, stride_k8, DIM, DIM_P, KV_DIM, KV_P)  # fmt: skip
 
 
 def write_cache(
@@ -93,17 +110,11 @@ def _new_token(new_key_ptr, new_kv_ptr, rows_ptr, k_ptr, ks_ptr, kv_cache_ptr, q
     window. Kept out of the key loop, this is the tail of two programs, not work in every
     one (scoring the key from registers inside the loop made the indexer 2.1 us slower on the
     H200: raw/logs/h200-decode-attention-new-token-in-loop-*.csv)."""
-    d = tl.arange(0, DIM_P)
-    key = tl.load(new_key_ptr + q * stride_nk + d, mask=d < DIM, other=0.0).to(tl.float32)
-    scale, inverse = pow2_scale(tl.max(tl.abs(key), axis=0))
-    k8 = round_to_e4m3(key * inverse).to(tl.float8e4nv)
+    k8, scale = _quantized_key(new_key_ptr + q * stride_nk, DIM, DIM_P)
     if start == 0:
-        row = tl.load(rows_ptr + q).to(tl.int64)
-        tl.store(k_ptr + row * stride_kl + d, k8, mask=d < DIM)
-        tl.store(ks_ptr + row, scale)
-        c = tl.arange(0, KV_P)
-        latent = tl.load(new_kv_ptr + q * stride_nkv + c, mask=c < KV_DIM)
-        tl.store(kv_cache_ptr + row * stride_kvc + c, latent, mask=c < KV_DIM)
+        _cache_token(tl.load(rows_ptr + q).to(tl.int64), k8, scale, new_kv_ptr + q * stride_nkv,
+                     kv_cache_ptr, k_ptr, ks_ptr, stride_kvc, stride_kl, DIM, DIM_P, KV_DIM,
+                     KV_P)  # fmt: skip
     if (start <= pos) & (pos < end):
         dots = tl.sum(q8.to(tl.float32) * k8.to(tl.float32)[None, :], axis=1)  # exact products
         relu = tl.maximum(dots, 0.0)

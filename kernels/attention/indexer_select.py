@@ -8,9 +8,8 @@ over as many programs, its second round reading the row's first-round total (whi
 indexer adds to atomically) instead of summing every chunk's histogram: three launches, the
 first of which was already being paid for, and the same picks in the same slots. At decode the
 indexer also writes the step's new token into the caches (`NewTokens`), which took a launch
-of its own. Rows enough
-to fill the GPU (prefill) keep the indexer and the one-program select, which is then one
-program a row on every SM.
+of its own. Rows enough to fill the GPU (prefill) keep the indexer and the one-program select,
+which is then one program a row on every SM.
 """
 
 import triton
