@@ -3,7 +3,7 @@ FP8 indexer, the radix select, the sparse attention) at the bench's decode and p
 scenarios for `dsv4-flash-tp2`, each setting checked against its reference first, to choose
 their defaults.
 
-    python scripts/tune_attention.py OUT_DIR [--budget-s 240]
+    python scripts/tune_attention.py OUT_DIR [--budget-s 240] [--kernels select ...]
 
 Writes OUT_DIR/tune-attention.csv and prints one line per setting as it finishes. A
 developer's tool, like tune_dense.py; `workbench bench attention` is the product's benchmark.
@@ -30,11 +30,15 @@ SCENARIOS = (Scenario("decode-46K", 1, 46_000), Scenario("prefill-46K", 4096, 46
 INDEXER = [{}, {"block_l": 64}, {"num_warps": 4}, {"block_q": 4, "block_l": 64},
            {"block_q": 1}, {"block_q": 1, "block_l": 256}]  # fmt: skip
 SELECT = [{}, {"block": 1024}, {"block": 4096}, {"num_warps": 4}, {"num_warps": 16},
-          {"rounds": 4}]  # fmt: skip
+          {"rounds": 4}, {"digit_bits": 4}, {"digit_bits": 5}, {"digit_bits": 6},
+          {"digit_bits": 4, "num_warps": 4}, {"digit_bits": 4, "block": 4096}]  # fmt: skip
 INDEXER_SELECT = [{}, {"chunk": 256}, {"chunk": 1024}, {"chunk": 256, "num_warps": 8},
                   {"num_warps": 8}]  # fmt: skip
+T = {"transposed": True}
 ATTEND = [{}, {"block_n": 128}, {"block_h": 32, "block_n": 128}, {"splits": 5},
-          {"block_n": 32}, {"block_h": 64, "block_n": 32}]  # fmt: skip
+          {"block_n": 32}, {"block_h": 64, "block_n": 32}, T, T | {"block_n": 32},
+          T | {"block_n": 128}, T | {"num_warps": 4}, T | {"num_stages": 3},
+          T | {"block_n": 32, "num_stages": 3}, T | {"splits": 5}]  # fmt: skip
 
 
 def cases(p: Problem, window: int, topk: int) -> list[tuple[str, list[dict], object]]:
@@ -69,6 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--budget-s", type=float, default=240)
+    parser.add_argument("--kernels", nargs="*", help="only these kernels, e.g. select")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     device, s = torch.device("cuda"), get_preset("dsv4-flash-tp2").rank_shapes()
@@ -77,6 +82,8 @@ def main() -> None:
     for sc in SCENARIOS:
         p = Problem.draw(sc, s, torch.bfloat16, device, 0).with_keys(fp8, s.index_topk, s.window)
         for kernel, grid, build in cases(p, s.window, s.index_topk):
+            if args.kernels and kernel not in args.kernels:
+                continue
             for options in grid:
                 if time.monotonic() - start > args.budget_s:
                     break

@@ -60,7 +60,8 @@ W8A16_MID = [{}, *MIDDLE[1:], tiles(64, 64, 128, 4, 4) | {"swap_ab": False},
 # rows (two row tiles, the second reading the weights from L2) and of 32 rows.
 DIRECT = {"swap_ab": False}
 W8A16_SMALL = [{}, tiles(16, 64, 128, 4, 4) | DIRECT, tiles(16, 128, 128, 4, 4) | DIRECT,
-               tiles(32, 64, 128, 4, 4) | DIRECT, tiles(32, 128, 128, 4, 4) | DIRECT]  # fmt: skip
+               tiles(32, 64, 128, 4, 4) | DIRECT, tiles(32, 128, 128, 4, 4) | DIRECT,
+               tiles(64, 64, 128, 4, 4) | DIRECT, tiles(32, 64, 128, 4, 3) | DIRECT]  # fmt: skip
 TMA = {"tma": True}
 W8A8_MID = [{}, tiles(64, 64, 128, 4, 4), tiles(32, 128, 128, 4, 4), tiles(16, 128, 128, 4, 4),
             tiles(64, 128, 128, 4, 4) | {"split_k": 8}, tiles(32, 64, 128, 4, 4),
@@ -75,6 +76,8 @@ CASES = [
     ("w8a8", 128, 256, W8A8_MID),
     ("w8a16", 128, 4, DECODE),
     ("w8a16", 128, 32, W8A16_SMALL),
+    ("w8a16", 128, 64, W8A16_SMALL),
+    ("w8a16", 128, 256, W8A16_SMALL),
     ("w8a16", 128, 128, W8A16_MID),
     ("w8a16", 128, 4096, PREFILL),
     ("w8a8", 32, 4096, W8A8_PREFILL),

@@ -1,7 +1,7 @@
 """Time a short, hand-picked grid of tile settings of one MoE scheduler on the GPU, in one
 process (each setting checked against the reference first), to choose its defaults.
 
-    python scripts/tune_moe.py OUT_DIR [--variant flat] [--budget-s 120]
+    python scripts/tune_moe.py OUT_DIR [--variant flat] [--budget-s 120] [--case fp8:6 ...]
 
 Writes OUT_DIR/tune-<variant>.csv and prints one line per setting as it finishes. This is a
 developer's tool for picking defaults; `workbench sweep` is the product's isolated sweep.
@@ -45,6 +45,8 @@ DECODE = [
     dict(block_n=128, block_k=64, num_stages=6),
     dict(block_n=128, block_k=128, split_k=1),
     dict(block_n=64, block_k=64, num_stages=4, num_warps=2),
+    dict(block_n=256, block_k=64, num_stages=5, num_warps=8),
+    dict(block_n=128, block_k=128, num_stages=4, num_warps=8),
 ]
 CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),
          ("bf16", 6, DECODE[:4]), ("int4", 6, DECODE), ("int4", 33863, PREFILL)]  # fmt: skip
@@ -55,6 +57,8 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--variant", default="flat")
     parser.add_argument("--budget-s", type=float, default=120.0)
+    parser.add_argument("--case", nargs="*", metavar="FMT:TOKENS",
+                        help="only these cases, e.g. fp8:6 int4:33863")  # fmt: skip
     args = parser.parse_args()
     deadline = time.monotonic() + args.budget_s
     dev = torch.device("cuda")
@@ -63,6 +67,8 @@ def main() -> None:
     weights = {fmt: MoeWeights.quantize(*masters, fmt) for fmt in ("bf16", "fp8", "int4")}
     rows = []
     for fmt, tokens, grid in CASES:
+        if args.case and f"{fmt}:{tokens}" not in args.case:
+            continue
         problem = moe_problem(s, tokens, "uniform", SEED, dev, torch.bfloat16)
         expected = reference(problem, weights[fmt])
         for params in grid:

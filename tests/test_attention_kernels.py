@@ -77,23 +77,26 @@ def sparse_inputs(queries, heads, dim, rows, slots, dtype=torch.float32, device=
     return q, kv, index
 
 
+@pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("splits", [None, 1, 3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_sparse_attention_matches_the_reference(splits, dtype, device):
+def test_sparse_attention_matches_the_reference(splits, dtype, transposed, device):
     q, kv, index = sparse_inputs(5, 20, 40, 70, 75, dtype, device)  # 20 heads: two head blocks
     index[2] = -1  # a query with no valid slot: zeros, not NaN
-    out = sparse_attention_triton(q, kv, index, splits=splits)
+    out = sparse_attention_triton(q, kv, index, splits=splits, transposed=transposed)
     ref = sparse_attention(q.float(), kv.float(), index)
     assert out.dtype == dtype and not torch.isnan(out).any()
     assert torch.equal(out[2].float(), torch.zeros_like(ref[2]))
     assert relative_error(out, ref) < (1e-5 if dtype == torch.float32 else 1e-2)
 
 
-def test_sparse_attention_at_head_dim_512_decode_and_prefill(device):
+@pytest.mark.parametrize("transposed", [False, True])
+def test_sparse_attention_at_head_dim_512_decode_and_prefill(transposed, device):
     # The preset's head dim; one query split over programs (decode), then several unsplit.
     for queries, splits in ((1, 4), (3, 1)):
         q, kv, index = sparse_inputs(queries, 16, 512, 300, 96, torch.bfloat16, device)
-        out = sparse_attention_triton(q, kv, index, scale=0.05, splits=splits)
+        out = sparse_attention_triton(q, kv, index, scale=0.05, splits=splits,
+                                      transposed=transposed)  # fmt: skip
         ref = sparse_attention(q.float(), kv.float(), index, scale=0.05)
         assert relative_error(out, ref) < 1e-2
 
@@ -205,12 +208,13 @@ def tied_scores(queries, length, seed=0):
     return scores
 
 
-@pytest.mark.parametrize("block", [64, 256])
-def test_radix_select_is_exact_with_four_rounds(block, device):
+@pytest.mark.parametrize(("block", "rounds", "digit_bits"), [(64, 4, 8), (256, 4, 8), (256, 8, 4)])
+def test_radix_select_is_exact_over_all_32_bits(block, rounds, digit_bits, device):
     # Ties broken by position, fewer candidates than top-k, a window before position 0.
     scores = tied_scores(9, 700).to(device)
     pos = torch.tensor([0, 5, 20, 65, 66, 300, 500, 650, 699], device=device)
-    out = select_positions_triton(scores, pos, 50, 16, rounds=4, block=block)
+    out = select_positions_triton(scores, pos, 50, 16, rounds=rounds, block=block,
+                                  digit_bits=digit_bits)  # fmt: skip
     ref = select_positions(scores, pos, 50, 16)
     assert torch.equal(out[:, 50:], ref[:, 50:])
     for row, ref_row, score in zip(out[:, :50], ref[:, :50], scores, strict=True):
@@ -219,10 +223,12 @@ def test_radix_select_is_exact_with_four_rounds(block, device):
         assert torch.equal(score[picked].sort().values, score[wanted].sort().values)
 
 
-def test_two_rounds_cut_within_bf16_precision_of_the_exact_cut(device):
+@pytest.mark.parametrize("digit_bits", [4, 5, 6, 8])
+def test_default_rounds_cut_within_bf16_precision_of_the_exact_cut(digit_bits, device):
+    # The default rounds fix at least the top 16 bits of the key, whatever the digit.
     scores = randn(6, 3000, seed=4).to(device) * 3
     pos = torch.tensor([100, 600, 1200, 2000, 2500, 2999], device=device)
-    out = select_positions_triton(scores, pos, 256, 32, rounds=2)
+    out = select_positions_triton(scores, pos, 256, 32, digit_bits=digit_bits)
     ref = select_positions(scores, pos, 256, 32)
     assert torch.equal(out[:, 256:], ref[:, 256:])
     for row, ref_row, score in zip(out[:, :256], ref[:, :256], scores, strict=True):
@@ -299,6 +305,8 @@ def test_select_and_fp8_indexer_bad_input(device):
         select_positions_triton(scores.double(), torch.arange(3, device=device), 4, 2)
     with pytest.raises(ValueError, match="rounds"):
         select_positions_triton(scores, torch.arange(3, device=device), 4, 2, rounds=5)
+    with pytest.raises(ValueError, match="digit_bits"):
+        select_positions_triton(scores, torch.arange(3, device=device), 4, 2, digit_bits=3)
     with pytest.raises(ValueError, match="split and shift"):
         select_positions_triton(scores, torch.arange(3, device=device), 4, 2, split=20)
     q_idx, weights, k_idx = indexer_inputs(3, 2, 16, 10, device=device)

@@ -45,6 +45,7 @@ from kernels.moe.compiled import launch, recording
 from kernels.zeroed import kept_zeros
 
 BINS = 256
+DIGITS = (4, 5, 6, 8)  # bits a round of the one-program select may fix
 # Positions a program of the chunked (decode) select owns: a decode row's 46K scores are 90
 # programs, where the one-program select walked them on one SM (136 us). With the indexer's
 # first round, 34 us at 512 on the H200 against 38 at 1024 and 51 at 2048
@@ -62,23 +63,23 @@ def _ordered_keys(scores):
 
 
 @triton.jit
-def _masked_histogram(digit, match):
-    """256-bin histogram of `digit` (0..255) over the lanes where `match` holds."""
-    bins = tl.arange(0, 256)
+def _masked_histogram(digit, match, RADIX: tl.constexpr):
+    """RADIX-bin histogram of `digit` (0..RADIX-1) over the lanes where `match` holds."""
+    bins = tl.arange(0, RADIX)
     misses = tl.sum((~match).to(tl.int32), axis=0)  # counted in bin 0: taken back out
-    return tl.histogram(tl.where(match, digit, 0), 256) - tl.where(bins == 0, misses, 0)
+    return tl.histogram(tl.where(match, digit, 0), RADIX) - tl.where(bins == 0, misses, 0)
 
 
 @triton.jit
 def high_byte_histogram(scores, match):
     """The first round of the radix select: a histogram of the scores' signed high byte."""
-    return _masked_histogram((_ordered_keys(scores) >> 24) + 128, match)
+    return _masked_histogram((_ordered_keys(scores) >> 24) + 128, match, 256)
 
 
 @triton.jit
-def _choose(counts, need):
+def _choose(counts, need, RADIX: tl.constexpr):
     """The bin holding the `need`-th largest key, and what is still needed at or below it."""
-    bins = tl.arange(0, 256)
+    bins = tl.arange(0, RADIX)
     at_or_above = tl.sum(counts, axis=0) - tl.cumsum(counts, axis=0) + counts
     chosen = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
     return chosen, need - tl.sum(tl.where(bins > chosen, counts, 0), axis=0)
@@ -95,8 +96,9 @@ def _to_rows(positions, split, shift, SHIFTED: tl.constexpr):
 def _select_kernel(
     scores_ptr, pos_ptr, shift_ptr, out_ptr, length, split, stride_sq, stride_oq,
     TOPK: tl.constexpr, WINDOW: tl.constexpr, WINDOW_P: tl.constexpr, BLOCK: tl.constexpr,
-    ROUNDS: tl.constexpr, SHIFTED: tl.constexpr,
+    ROUNDS: tl.constexpr, DIGIT: tl.constexpr, SHIFTED: tl.constexpr,
 ):  # fmt: skip
+    RADIX: tl.constexpr = 1 << DIGIT
     query = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + query)
     shift = tl.load(shift_ptr + query) if SHIFTED else 0
@@ -114,28 +116,28 @@ def _select_kernel(
             picked = tl.where(slots < candidates, _to_rows(slots, split, shift, SHIFTED), -1)
             tl.store(out + slots, picked, mask=slots < TOPK)
     else:
-        prefix = tl.zeros((), tl.int32)  # the chosen high bytes of the cut, signed
+        prefix = tl.zeros((), tl.int32)  # the chosen high digits of the cut, signed
         need = tl.full((), TOPK, tl.int32)  # picks still to place at or below the prefix
         for r in tl.static_range(ROUNDS):
-            low_bit = 24 - 8 * r  # constexpr: r is unrolled
-            counts = tl.zeros((256,), tl.int32)
+            low_bit = 32 - DIGIT * (r + 1)  # constexpr: r is unrolled
+            counts = tl.zeros((RADIX,), tl.int32)
             for j0 in range(0, candidates, BLOCK):
                 j = j0 + lane
                 ok = j < candidates
-                scores = tl.load(row + j, mask=ok, other=float("-inf"))
-                if r == 0:
-                    counts += high_byte_histogram(scores, ok)
+                keys = _ordered_keys(tl.load(row + j, mask=ok, other=float("-inf")))
+                if r == 0:  # the top digit holds the sign: shifted arithmetically, then offset
+                    counts += _masked_histogram((keys >> low_bit) + RADIX // 2, ok, RADIX)
                 else:
-                    keys = _ordered_keys(scores)
-                    match = ok & ((keys >> (low_bit + 8)) == prefix)
-                    counts += _masked_histogram((keys >> low_bit) & 255, match)
-            chosen, need = _choose(counts, need)
-            prefix = chosen - 128 if r == 0 else prefix * 256 + chosen
+                    match = ok & ((keys >> (low_bit + DIGIT)) == prefix)
+                    counts += _masked_histogram((keys >> low_bit) & (RADIX - 1), match, RADIX)
+            chosen, need = _choose(counts, need, RADIX)
+            prefix = chosen - RADIX // 2 if r == 0 else prefix * RADIX + chosen
         written = tl.zeros((), tl.int32)
         ties = tl.zeros((), tl.int32)
         for j0 in range(0, candidates, BLOCK):
             written, ties = _write_picks(out, row, j0 + lane, candidates, prefix, need, written,
-                                         ties, split, shift, 32 - 8 * ROUNDS, SHIFTED)  # fmt: skip
+                                         ties, split, shift, 32 - DIGIT * ROUNDS,
+                                         SHIFTED)  # fmt: skip
 
 
 @triton.jit
@@ -203,12 +205,12 @@ def _second_round_kernel(
     bins = tl.arange(0, 256)
     pos = tl.load(pos_ptr + query)
     candidates = tl.minimum(tl.maximum(pos - window + 1, 0), length).to(tl.int32)
-    chosen0, _ = _choose(tl.load(totals_ptr + query * 256 + bins), TOPK)
+    chosen0, _ = _choose(tl.load(totals_ptr + query * 256 + bins), TOPK, 256)
     j = chunk * BLOCK + tl.arange(0, BLOCK)
     ok = j < candidates
     keys = _ordered_keys(tl.load(scores_ptr + query * stride_sq + j, mask=ok,
                                  other=float("-inf")))  # fmt: skip
-    counts = _masked_histogram((keys >> 16) & 255, ok & ((keys >> 24) == chosen0 - 128))
+    counts = _masked_histogram((keys >> 16) & 255, ok & ((keys >> 24) == chosen0 - 128), 256)
     tl.store(second_ptr + query * chunks * 256 + chunk * 256 + bins, counts)
 
 
@@ -242,8 +244,8 @@ def _chunk_picks_kernel(
             first_ptr + query * chunks * 256, second_ptr + query * chunks * 256, chunks, chunk,
             CHUNK_ROWS,
         )  # fmt: skip
-        chosen0, need0 = _choose(first, TOPK)
-        chosen1, need = _choose(second, need0)
+        chosen0, need0 = _choose(first, TOPK, 256)
+        chosen1, need = _choose(second, need0, 256)
         # Keys of the chunks before this one above the cut's 16-bit prefix, and equal to it.
         bins = tl.arange(0, 256)
         above = tl.sum(tl.where(bins > chosen0, first_before, 0), axis=0) + tl.sum(
@@ -362,13 +364,15 @@ def select_positions_triton(
     window: int,
     split: int | None = None,
     shift: Tensor | None = None,
-    rounds: int = 2,
+    rounds: int | None = None,
     block: int = 2048,
     num_warps: int = 8,
+    digit_bits: int = 8,
 ) -> Tensor:
     """Key positions each query attends to, (Q, topk + window) int64 with -1 for unused slots,
     as `reference.select_positions` defines them (the top-k part in position order, not best
-    first; its cut exact to `rounds` bytes of the score).
+    first; its cut exact to the top `rounds` x `digit_bits` bits of the score: `rounds`
+    defaults to the fewest that fix 16).
 
     With `shift` (Q,) int64, positions from `split` on come back as cache rows `position +
     shift[q]`. Scores must be fp32 with contiguous rows."""
@@ -379,9 +383,13 @@ def select_positions_triton(
         )
     if scores.dtype != torch.float32 or scores.stride(1) != 1:
         raise ValueError("select_positions_triton needs fp32 scores with contiguous rows.")
-    if topk < 1 or window < 0 or not 1 <= rounds <= 4:
-        raise ValueError(f"need topk >= 1, window >= 0 and 1 <= rounds <= 4; got "
-                         f"{topk}, {window}, {rounds}")  # fmt: skip
+    rounds = -(-16 // digit_bits) if rounds is None else rounds
+    if topk < 1 or window < 0 or digit_bits not in DIGITS or not 1 <= rounds * digit_bits <= 32:
+        raise ValueError(
+            f"need topk >= 1, window >= 0, digit_bits in {DIGITS} and 1 <= rounds x digit_bits "
+            f"<= 32 (the key's bits); got topk={topk}, window={window}, rounds={rounds}, "
+            f"digit_bits={digit_bits}"
+        )
     _check_layout(query_pos, split, shift)
     num_q, length = scores.shape
     out = torch.empty(num_q, topk + window, dtype=torch.int64, device=scores.device)
@@ -393,6 +401,6 @@ def select_positions_triton(
             _select_kernel, (num_q,), scores, pos, pos if shift is None else shift, out, length,
             length if split is None else split, scores.stride(0), out.stride(0), TOPK=topk,
             WINDOW=window, WINDOW_P=triton.next_power_of_2(max(window, 1)), BLOCK=block,
-            ROUNDS=rounds, SHIFTED=shift is not None, num_warps=num_warps,
+            ROUNDS=rounds, DIGIT=digit_bits, SHIFTED=shift is not None, num_warps=num_warps,
         )  # fmt: skip
     return out

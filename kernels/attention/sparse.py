@@ -79,6 +79,63 @@ def _sparse_attention_kernel(
 
 
 @triton.jit
+def _sparse_attention_t_kernel(
+    q_ptr, kv_ptr, index_ptr, out_ptr, part_ptr, stats_ptr, Q, heads, n_sel, per_split,
+    scale_log2, stride_qq, stride_qh, stride_kv, stride_iq, stride_oq, stride_oh,
+    DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """`_sparse_attention_kernel` transposed: scores.T = kv @ q.T and out.T = kv.T @ p.T, so
+    the gathered rows (BLOCK_N, then D) are the MMA's M side and the heads its N side. With
+    32 heads a rank, heads as M (the plain form) is below Hopper's 64-row wgmma and compiles
+    to mma.sync; transposed it compiles to wgmma (PTX checked with Triton 3.6)."""
+    query = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    split = tl.program_id(2)
+    h_ok = h < heads
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < DIM
+    q_t = tl.load(q_ptr + query * stride_qq + h[None, :] * stride_qh + d[:, None],
+                  mask=h_ok[None, :] & d_ok[:, None], other=0.0)  # fmt: skip
+    if UPCAST:
+        q_t = q_t.to(tl.float32)
+    m = tl.full((BLOCK_H,), float("-inf"), tl.float32)  # running max, log2 units
+    l = tl.zeros((BLOCK_H,), tl.float32)  # noqa: E741 (the softmax denominator, as in papers)
+    acc_t = tl.zeros((BLOCK_D, BLOCK_H), tl.float32)
+    lo = split * per_split
+    hi = tl.minimum(lo + per_split, n_sel)
+    for n0 in range(lo, hi, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        idx = tl.load(index_ptr + query * stride_iq + n, mask=n < hi, other=-1)
+        valid = idx >= 0
+        kv = tl.load(kv_ptr + idx.to(tl.int64)[:, None] * stride_kv + d[None, :],
+                     mask=valid[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+        if UPCAST:
+            kv = kv.to(tl.float32)
+        s_t = tl.dot(kv, q_t, input_precision=PRECISION) * scale_log2
+        s_t = tl.where(valid[:, None], s_t, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s_t, axis=0))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # all masked so far: any finite
+        alpha = tl.exp2(m - m_ref)
+        p_t = tl.exp2(s_t - m_ref[None, :])
+        l = l * alpha + tl.sum(p_t, axis=0)  # noqa: E741
+        acc_t = acc_t * alpha[None, :] + tl.dot(tl.trans(kv), p_t.to(kv.dtype),
+                                                input_precision=PRECISION)  # fmt: skip
+        m = m_new
+    if SPLIT:
+        row = (split * Q + query) * heads + h  # part (splits, Q, heads, D), stats (..., 2)
+        tl.store(part_ptr + row[None, :] * DIM + d[:, None], acc_t,
+                 mask=h_ok[None, :] & d_ok[:, None])  # fmt: skip
+        tl.store(stats_ptr + row * 2, m, mask=h_ok)
+        tl.store(stats_ptr + row * 2 + 1, l, mask=h_ok)
+    else:
+        out_t = acc_t / tl.where(l > 0, l, 1.0)[None, :]  # no valid slot: acc is 0, so is out
+        tl.store(out_ptr + query * stride_oq + h[None, :] * stride_oh + d[:, None],
+                 out_t.to(out_ptr.dtype.element_ty),
+                 mask=h_ok[None, :] & d_ok[:, None])  # fmt: skip
+
+
+@triton.jit
 def _sparse_combine_kernel(
     part_ptr, stats_ptr, out_ptr, Q, heads, splits, stride_oq, stride_oh,
     DIM: tl.constexpr, SPLITS_P: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -148,6 +205,7 @@ def sparse_attention_triton(
     splits: int | None = None,
     num_warps: int | None = None,
     num_stages: int = 2,
+    transposed: bool = False,
 ) -> Tensor:
     """Attention of each query over the kv rows named by `index` (-1 = unused), (Q, heads, D),
     as `reference.sparse_attention` defines it (scale defaults to D**-0.5). Index values must
@@ -179,8 +237,9 @@ def sparse_attention_triton(
     block_d = max(16, triton.next_power_of_2(dim))
     num_warps = num_warps or (8 if block_d >= 256 else 4)
     with recording():
+        kernel = _sparse_attention_t_kernel if transposed else _sparse_attention_kernel
         launch(
-            _sparse_attention_kernel, (num_q, head_blocks, splits), q, kv, index, out, part,
+            kernel, (num_q, head_blocks, splits), q, kv, index, out, part,
             stats, num_q, heads, n_sel, per_split, scale * LOG2E, q.stride(0), q.stride(1),
             kv.stride(0), index.stride(0), out.stride(0), out.stride(1), DIM=dim,
             BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_D=block_d, SPLIT=splits > 1,
