@@ -29,16 +29,13 @@ from workbench.workloads.checks import relative_error
 SCENARIOS = (Scenario("decode-46K", 1, 46_000), Scenario("prefill-46K", 4096, 46_000))
 INDEXER = [{}, {"block_l": 64}, {"num_warps": 4}, {"block_q": 4, "block_l": 64},
            {"block_q": 1}, {"block_q": 1, "block_l": 256}]  # fmt: skip
-SELECT = [{}, {"block": 1024}, {"block": 4096}, {"num_warps": 4}, {"num_warps": 16},
-          {"rounds": 4}, {"digit_bits": 4}, {"digit_bits": 5}, {"digit_bits": 6},
-          {"digit_bits": 4, "num_warps": 4}, {"digit_bits": 4, "block": 4096}]  # fmt: skip
+SELECT = [{}, {"num_warps": 8, "block": 2048}, {"num_warps": 2, "block": 1024},
+          {"num_warps": 1, "block": 256}, {"rounds": 4}, {"digit_bits": 4},
+          {"digit_bits": 6}]  # fmt: skip
 INDEXER_SELECT = [{}, {"chunk": 256}, {"chunk": 1024}, {"chunk": 256, "num_warps": 8},
                   {"num_warps": 8}]  # fmt: skip
-T = {"transposed": True}
-ATTEND = [{}, {"block_n": 128}, {"block_h": 32, "block_n": 128}, {"splits": 5},
-          {"block_n": 32}, {"block_h": 64, "block_n": 32}, T, T | {"block_n": 32},
-          T | {"block_n": 128}, T | {"num_warps": 4}, T | {"num_stages": 3},
-          T | {"block_n": 32, "num_stages": 3}, T | {"splits": 5}]  # fmt: skip
+ATTEND = [{}, {"block_n": 64}, {"num_warps": 8}, {"block_n": 64, "num_warps": 8},
+          {"splits": 5}, {"block_n": 16}, {"num_stages": 3}]  # fmt: skip
 
 
 def cases(p: Problem, window: int, topk: int) -> list[tuple[str, list[dict], object]]:

@@ -34,3 +34,14 @@ class NewTokens(NamedTuple):
     rows: Tensor  # (Q,) int cache rows
     kv: Tensor  # (Q, D)
     index_k: Tensor  # (Q, d) bf16 or fp32, quantised on the way in
+
+
+SCORE_ROW_ALIGN = 16  # elements: rows start on 64-byte boundaries
+
+
+def score_rows(num_q: int, length: int, device: torch.device | str) -> Tensor:
+    """(num_q, length) fp32, uninitialised, each row starting SCORE_ROW_ALIGN elements after
+    the last: Triton specialises a row stride divisible by 16, so the select's loads of a row
+    can be 16-byte vectors whatever the context length (33,863 is odd)."""
+    stride = -(-length // SCORE_ROW_ALIGN) * SCORE_ROW_ALIGN
+    return torch.empty(num_q, stride, dtype=torch.float32, device=device)[:, :length]

@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from kernels.attention.formats import score_rows
 from kernels.moe.compiled import launch, recording
 from kernels.moe.routing import dot_options, sm_count
 
@@ -131,7 +132,7 @@ def indexer_scores_triton(
     block_d = max(16, triton.next_power_of_2(dim))
     q_tiles = triton.cdiv(num_q, block_q)
     keys_per_program = keys_per_program_for(length, block_l, q_tiles, q_idx.device)
-    scores = torch.empty(num_q, length, dtype=torch.float32, device=q_idx.device)
+    scores = score_rows(num_q, length, q_idx.device)
     precision, upcast = dot_options(q_idx.dtype)
     rows = block_q * heads_p
     grid = (q_tiles, triton.cdiv(length, keys_per_program))

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.attention.formats import NewTokens, QuantizedKeys
+from kernels.attention.formats import NewTokens, QuantizedKeys, score_rows
 from kernels.attention.indexer import DECODE_QUERIES, keys_per_program_for
 from kernels.attention.select import SELECT_CHUNK, FirstRound, high_byte_histogram
 from kernels.dense.w8a8 import pow2_scale, quantize_activations, round_to_e4m3
@@ -313,7 +313,7 @@ def indexer_scores_fp8(
         if histogram is not None and window < 1:
             raise ValueError("new tokens are scored after the select's first round, so they "
                              "must be in the window: window >= 1.")  # fmt: skip
-    scores = torch.empty(num_q, length, dtype=torch.float32, device=q_idx.device)
+    scores = score_rows(num_q, length, q_idx.device)
     upcast = dot_options(torch.bfloat16)[1]
     kv_dim = new.kv.shape[1] if new is not None else 1
     new_args = (new.index_k, new.kv, new.rows, new.kv_cache) if new is not None else (scores,) * 4

@@ -8,15 +8,24 @@ dozen torch ops around it. One program owns a query row and never sorts it:
 
 1. Each score becomes an int32 key that orders like the float (negative floats have their
    magnitude bits flipped), so a radix select on integers is a select on scores.
-2. `rounds` passes build a 256-bin histogram of one byte of the keys, high byte first, among
-   the keys that share the bytes chosen so far, and keep the byte holding the k-th largest.
-3. A last pass writes every position whose chosen bytes beat that prefix, then positions equal
-   to it in position order until k are written (ties broken by position, as a stable select).
+2. `rounds` passes build a histogram of one digit of the keys (a byte by default), high digit
+   first, among the keys that share the digits chosen so far, and keep the digit holding the
+   k-th largest.
+3. A last pass writes every position whose chosen digits beat that prefix, then positions
+   equal to it in position order until k are written (ties broken by position, as a stable
+   select).
 
-Two rounds (the default) fix the cut's top 16 bits: sign, exponent and 7 mantissa bits, the
-precision of bf16, so a pick falls at most 2**-7 of the cut below the exact fp32 cut, inside
-the 1% the workbench's selection check allows (`rounds=4` is exact). Each pass reads the row
-once; at 46K keys a row is 184 KB, which stays in L2 between passes.
+Two rounds of bytes (the default) fix the cut's top 16 bits: sign, exponent and 7 mantissa
+bits, the precision of bf16, so a pick falls at most 2**-7 of the cut below the exact fp32
+cut, inside the 1% the workbench's selection check allows (`rounds=4` is exact). Each pass
+reads the row once; at 46K keys a row is 184 KB.
+
+The passes are bound by instructions, not memory: in ncu a 4096-row prefill chunk at 46K
+context issued on 59% of cycles with DRAM at 12% (raw/logs/h200-ncu-select-prefill-46K-*.txt),
+and `tl.histogram` is most of a pass (a warp vote per digit bit per key). Narrower digits
+did not pay for their extra passes (4 bits: 2.57 ms, 6 bits: 2.52, 8 bits: 2.73 at 8
+warps); one warp a row over 512-key blocks did best, 2.36 ms
+(raw/logs/h200-tune-attention-20261201T0616.csv).
 
 Two other designs measured slower on the H200 (raw/logs/h200-tune-attention.csv, a 46K decode
 row and a 4096-row prefill chunk): 2048 equal buckets over each row's score range, 372 us and
@@ -118,19 +127,27 @@ def _select_kernel(
     else:
         prefix = tl.zeros((), tl.int32)  # the chosen high digits of the cut, signed
         need = tl.full((), TOPK, tl.int32)  # picks still to place at or below the prefix
+        matched = candidates  # keys that share the prefix: this round's to count
+        lanes = tl.cdiv(candidates, BLOCK) * BLOCK
+        bins = tl.arange(0, RADIX)
         for r in tl.static_range(ROUNDS):
             low_bit = 32 - DIGIT * (r + 1)  # constexpr: r is unrolled
             counts = tl.zeros((RADIX,), tl.int32)
+            # Lanes outside the count fall in bin 0 (past the candidates, -inf's keys are the
+            # lowest) and come out of it once a round, not once a block: a block's count of
+            # them was a reduction across the program's warps.
             for j0 in range(0, candidates, BLOCK):
-                j = j0 + lane
-                ok = j < candidates
-                keys = _ordered_keys(tl.load(row + j, mask=ok, other=float("-inf")))
+                ok = j0 + lane < candidates
+                keys = _ordered_keys(tl.load(row + j0 + lane, mask=ok, other=float("-inf")))
                 if r == 0:  # the top digit holds the sign: shifted arithmetically, then offset
-                    counts += _masked_histogram((keys >> low_bit) + RADIX // 2, ok, RADIX)
+                    counts += tl.histogram((keys >> low_bit) + RADIX // 2, RADIX)
                 else:
                     match = ok & ((keys >> (low_bit + DIGIT)) == prefix)
-                    counts += _masked_histogram((keys >> low_bit) & (RADIX - 1), match, RADIX)
+                    counts += tl.histogram(tl.where(match, (keys >> low_bit) & (RADIX - 1), 0),
+                                           RADIX)  # fmt: skip
+            counts -= tl.where(bins == 0, lanes - matched, 0)
             chosen, need = _choose(counts, need, RADIX)
+            matched = tl.sum(tl.where(bins == chosen, counts, 0), axis=0)
             prefix = chosen - RADIX // 2 if r == 0 else prefix * RADIX + chosen
         written = tl.zeros((), tl.int32)
         ties = tl.zeros((), tl.int32)
@@ -365,8 +382,8 @@ def select_positions_triton(
     split: int | None = None,
     shift: Tensor | None = None,
     rounds: int | None = None,
-    block: int = 2048,
-    num_warps: int = 8,
+    block: int = 512,
+    num_warps: int = 1,
     digit_bits: int = 8,
 ) -> Tensor:
     """Key positions each query attends to, (Q, topk + window) int64 with -1 for unused slots,

@@ -34,61 +34,14 @@ def _sparse_attention_kernel(
     DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
-    query = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    split = tl.program_id(2)
-    h_ok = h < heads
-    d = tl.arange(0, BLOCK_D)
-    d_ok = d < DIM
-    q = tl.load(q_ptr + query * stride_qq + h[:, None] * stride_qh + d[None, :],
-                mask=h_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
-    if UPCAST:
-        q = q.to(tl.float32)
-    m = tl.full((BLOCK_H,), float("-inf"), tl.float32)  # running max, log2 units
-    l = tl.zeros((BLOCK_H,), tl.float32)  # noqa: E741 (the softmax denominator, as in papers)
-    acc = tl.zeros((BLOCK_H, BLOCK_D), tl.float32)
-    lo = split * per_split
-    hi = tl.minimum(lo + per_split, n_sel)
-    for n0 in range(lo, hi, BLOCK_N):
-        n = n0 + tl.arange(0, BLOCK_N)
-        idx = tl.load(index_ptr + query * stride_iq + n, mask=n < hi, other=-1)
-        valid = idx >= 0
-        kv = tl.load(kv_ptr + idx.to(tl.int64)[:, None] * stride_kv + d[None, :],
-                     mask=valid[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
-        if UPCAST:
-            kv = kv.to(tl.float32)
-        s = tl.dot(q, tl.trans(kv), input_precision=PRECISION) * scale_log2
-        s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1))
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # all masked so far: any finite
-        alpha = tl.exp2(m - m_ref)
-        p = tl.exp2(s - m_ref[:, None])
-        l = l * alpha + tl.sum(p, axis=1)  # noqa: E741
-        acc = acc * alpha[:, None] + tl.dot(p.to(kv.dtype), kv, input_precision=PRECISION)
-        m = m_new
-    if SPLIT:
-        row = (split * Q + query) * heads + h  # part (splits, Q, heads, D), stats (..., 2)
-        tl.store(part_ptr + row[:, None] * DIM + d[None, :], acc,
-                 mask=h_ok[:, None] & d_ok[None, :])  # fmt: skip
-        tl.store(stats_ptr + row * 2, m, mask=h_ok)
-        tl.store(stats_ptr + row * 2 + 1, l, mask=h_ok)
-    else:
-        out = acc / tl.where(l > 0, l, 1.0)[:, None]  # no valid slot: acc is 0, so is out
-        tl.store(out_ptr + query * stride_oq + h[:, None] * stride_oh + d[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=h_ok[:, None] & d_ok[None, :])  # fmt: skip
+    """One (query, head block, split): scores.T = kv @ q.T and out.T = kv.T @ p.T, transposed
+    so the gathered rows (BLOCK_N, then D) are the MMA's M side and the heads its N side.
 
-
-@triton.jit
-def _sparse_attention_t_kernel(
-    q_ptr, kv_ptr, index_ptr, out_ptr, part_ptr, stats_ptr, Q, heads, n_sel, per_split,
-    scale_log2, stride_qq, stride_qh, stride_kv, stride_iq, stride_oq, stride_oh,
-    DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
-    """`_sparse_attention_kernel` transposed: scores.T = kv @ q.T and out.T = kv.T @ p.T, so
-    the gathered rows (BLOCK_N, then D) are the MMA's M side and the heads its N side. With
-    32 heads a rank, heads as M (the plain form) is below Hopper's 64-row wgmma and compiles
-    to mma.sync; transposed it compiles to wgmma (PTX checked with Triton 3.6)."""
+    With 32 heads a rank, heads as the M side (q @ kv.T) is below Hopper's 64-row wgmma and
+    compiled to mma.sync (PTX, Triton 3.6); transposed it compiles to wgmma. On the H200 a
+    4096-query chunk at 46K context took 1.18 ms against 1.54 for the untransposed kernel at
+    its defaults, and a decode query 10.7 us against 11.3 (one run,
+    raw/logs/h200-tune-attention-20261201T0616.csv)."""
     query = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     split = tl.program_id(2)
@@ -201,19 +154,20 @@ def sparse_attention_triton(
     index: Tensor,
     scale: float | None = None,
     block_h: int | None = None,
-    block_n: int = 64,
+    block_n: int = 32,
     splits: int | None = None,
-    num_warps: int | None = None,
+    num_warps: int = 4,
     num_stages: int = 2,
-    transposed: bool = False,
 ) -> Tensor:
     """Attention of each query over the kv rows named by `index` (-1 = unused), (Q, heads, D),
     as `reference.sparse_attention` defines it (scale defaults to D**-0.5). Index values must
     be -1 or rows of kv (not checked: that would read the index back, a sync).
 
-    `splits` of the selected slots default to `default_splits`; `num_warps` to 8 from head
-    dimension 256 up, where a (block_h, D) fp32 accumulator alone takes 64 registers a thread
-    at 4 warps. `block_h` defaults to 32 heads where queries fill the GPU (each gathered row
+    `splits` of the selected slots default to `default_splits`. 32 rows a step and 4 warps:
+    on the H200 a 4096-query chunk at 46K context took 1.18 ms so, 1.26 at 8 warps and 1.27
+    at 64 rows a step (raw/logs/h200-tune-attention-20261201T0616.csv); the (D, block_h)
+    fp32 accumulator then takes 128 registers a thread at D=512, without spills. `block_h`
+    defaults to 32 heads where queries fill the GPU (each gathered row
     then serves twice the heads: 1.39 ms against 2.24 at 16 for a 4096-query chunk at 46K
     context on the H200, raw/logs/h200-tune-attention.csv) and to 16 for decode, where 32
     spilled and took 32 us against 18."""
@@ -235,11 +189,9 @@ def sparse_attention_triton(
         stats = torch.empty(splits, num_q, heads, 2, dtype=torch.float32, device=q.device)
     precision, upcast = dot_options(q.dtype)
     block_d = max(16, triton.next_power_of_2(dim))
-    num_warps = num_warps or (8 if block_d >= 256 else 4)
     with recording():
-        kernel = _sparse_attention_t_kernel if transposed else _sparse_attention_kernel
         launch(
-            kernel, (num_q, head_blocks, splits), q, kv, index, out, part,
+            _sparse_attention_kernel, (num_q, head_blocks, splits), q, kv, index, out, part,
             stats, num_q, heads, n_sel, per_split, scale * LOG2E, q.stride(0), q.stride(1),
             kv.stride(0), index.stride(0), out.stride(0), out.stride(1), DIM=dim,
             BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_D=block_d, SPLIT=splits > 1,

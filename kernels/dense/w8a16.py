@@ -2,16 +2,17 @@
 come (what Marlin W8A16 does), fp32 accumulation.
 
 Two orientations, chosen by the tiles' `swap_ab`:
-- swapped (from 17 rows up): the kernel computes y.T = W @ x.T, as Marlin and Machete do. The
+- swapped (prefill, from 129 rows): the kernel computes y.T = W @ x.T, as Marlin and Machete do. The
   weight tile is the MMA's first operand, which Hopper's wgmma reads from registers, so the
   dequantised weights go from the load into the tensor cores without a trip through shared
   memory, and one accumulator runs through every MMA: the FP8 values and their power-of-two
   scale multiply exactly in fp32 and convert to the activation dtype exactly. On the H200 this
   took a 4096-token layer from 4.7 to 3.0 ms (scripts/tune_dense.py).
-- direct (decode sizes): x @ W.T with each sub-tile's fp32 product scaled before it joins the
-  accumulator: 16 token rows make that rescaling cheap. On the H200 a layer at M=4 took
-  0.132 ms this way and 0.158 ms swapped at its best tiles (two runs, not one:
-  raw/bench-dense-*T154120 and raw/logs/h200-tune-dense.csv; tune_dense.py now times both).
+- direct (up to 128 rows): x @ W.T with each sub-tile's fp32 product scaled before it joins
+  the accumulator: 16 or 32 token rows make that rescaling cheap. On the H200 a layer at M=4
+  took 0.132 ms this way and 0.158 ms swapped at its best tiles (two runs, not one:
+  raw/bench-dense-*T154120 and raw/logs/h200-tune-dense.csv; tune_dense.py now times both),
+  and with the bit conversion 0.080 against 0.091 at M=32 and 0.111 against 0.134 at M=64.
 Each K tile is cut into sub-tiles of one scale block; decode sizes split K until about two
 programs sit on every SM (see `tiles.split_plan`). Up to 32 token rows a tile, the weights
 become bf16 by bit manipulation (`kernels.dequant`), with 2**120 folded into the scale: on the
@@ -42,12 +43,14 @@ from kernels.moe.routing import dot_options
 # block_m: tokens per tile, block_n: weight rows per tile (the MMA's N and M sides when swapped).
 default_tiles = TilesByM(
     decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4),
-    middle=GemmTiles(block_m=32, block_n=64, block_k=128, num_warps=4, num_stages=4,
-                     swap_ab=True),
+    # 17-128 rows, direct: on the H200 (raw/logs/h200-tune-dense-20261201T0600.csv) a layer
+    # took 0.080 ms at M=32 against 0.091 swapped, and 0.111 against 0.134 at M=64.
+    middle=GemmTiles(block_m=32, block_n=64, block_k=128, num_warps=4, num_stages=3),
     prefill=GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3,
                       swap_ab=True),
-    # On the H200 (raw/logs/h200-tune-dense-graphs.csv) the middle tiles took 0.220 ms a layer
-    # at M=128 against 0.248 for the prefill tiles, but 0.554 against 0.349 at M=256.
+    # On the H200 (raw/logs/h200-tune-dense-graphs.csv) 32-row tiles (swapped, then) took
+    # 0.220 ms a layer at M=128 against 0.248 for the prefill tiles, but 0.554 against 0.349
+    # at M=256.
     middle_up_to=128,
 )  # fmt: skip
 
