@@ -16,6 +16,7 @@ from kernels.attention import (
     sparse_attention,
     sparse_attention_triton,
 )
+from kernels.attention.select import default_row_programs
 
 
 def randn(*shape, seed=0, dtype=torch.float32, device="cpu"):
@@ -454,3 +455,10 @@ def test_the_indexer_scores_its_new_token_as_if_it_had_been_written_first(device
                                   new_k.repeat(2, 1))  # fmt: skip
         indexer_scores_fp8(q_idx.repeat(2, 1, 1), weights.repeat(2, 1), keys, pos.repeat(2),
                            block_q=1, new=two)  # fmt: skip
+
+
+def test_one_program_select_gives_a_row_one_warp_only_when_rows_fill_the_gpu():
+    # Off the GPU the plan assumes a few SMs: a decode row keeps 8 warps, a prefill chunk one.
+    cpu = torch.device("cpu")
+    assert default_row_programs(1, cpu) == (8, 2048)
+    assert default_row_programs(4096, cpu) == (1, 512)

@@ -51,6 +51,7 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.moe.compiled import launch, recording
+from kernels.moe.routing import sm_count
 from kernels.zeroed import kept_zeros
 
 BINS = 256
@@ -61,6 +62,8 @@ DIGITS = (4, 5, 6, 8)  # bits a round of the one-program select may fix
 # (raw/logs/h200-tune-attention.csv); with the picks' sums in one pass, 31.8 us at 512
 # against 35.8 at 1024 and 136 at 256 (raw/logs/h200-tune-attention-20261201.csv).
 SELECT_CHUNK = 512
+ROWS_PER_SM_FOR_ONE_WARP = 4  # one-program select: one warp a row from this many rows an SM
+OFF_GPU_SMS = 4
 CHUNK_ROWS = 32  # chunk histograms the picks sum per step
 
 
@@ -374,6 +377,17 @@ def select_after_first_round(
     return out
 
 
+def default_row_programs(rows: int, device: torch.device) -> tuple[int, int]:
+    """(warps, keys a step) of the one-program select: one warp over 512 keys where rows fill
+    the GPU several times over (a prefill chunk: 2.36 ms against 2.73 at 8 warps over 2048
+    for 4096 rows at 46K context on the H200), 8 warps over 2048 where a few rows would each
+    leave one warp to walk a whole row (one decode row at 46K: 0.49 ms against 0.14;
+    raw/logs/h200-tune-attention-20261201T0616.csv and raw/bench-attention-*T062248)."""
+    if rows >= ROWS_PER_SM_FOR_ONE_WARP * (sm_count(device) or OFF_GPU_SMS):
+        return 1, 512
+    return 8, 2048
+
+
 def select_positions_triton(
     scores: Tensor,
     query_pos: Tensor,
@@ -382,14 +396,15 @@ def select_positions_triton(
     split: int | None = None,
     shift: Tensor | None = None,
     rounds: int | None = None,
-    block: int = 512,
-    num_warps: int = 1,
+    block: int | None = None,
+    num_warps: int | None = None,
     digit_bits: int = 8,
 ) -> Tensor:
     """Key positions each query attends to, (Q, topk + window) int64 with -1 for unused slots,
     as `reference.select_positions` defines them (the top-k part in position order, not best
     first; its cut exact to the top `rounds` x `digit_bits` bits of the score: `rounds`
-    defaults to the fewest that fix 16).
+    defaults to the fewest that fix 16). `num_warps` and `block` default by the row count
+    (`default_row_programs`).
 
     With `shift` (Q,) int64, positions from `split` on come back as cache rows `position +
     shift[q]`. Scores must be fp32 with contiguous rows."""
@@ -413,6 +428,8 @@ def select_positions_triton(
     if num_q == 0:
         return out
     pos = query_pos.to(torch.int64)
+    warps, keys = default_row_programs(num_q, scores.device)
+    num_warps, block = num_warps or warps, block or keys
     with recording():
         launch(
             _select_kernel, (num_q,), scores, pos, pos if shift is None else shift, out, length,
