@@ -16,7 +16,9 @@ from kernels.dense.w8a16 import linear_w8a16
 # On the H200 (graph replays, one run: raw/bench-dense-*T043838) a layer took 0.091 ms in
 # W8A16 and 0.121 in W8A8 at M=32, 0.135 and 0.148 at M=64, 0.219 and 0.150 at M=128: W8A8
 # wins between 64 and 128 rows. (Before W8A16's bit conversion it won from 64: 0.148 against
-# 0.135, raw/logs/h200-tune-dense-graphs.csv.) The seed's DENSE_HYBRID_M was 128.
+# 0.135, raw/logs/h200-tune-dense-graphs.csv.) With W8A16's direct 32-row middle tiles it
+# still does: 0.111 against 0.148 at M=64, 0.177 against 0.150 at 128
+# (raw/logs/h200-bench-dense-peers-m1-128-partial-*.txt). The seed's DENSE_HYBRID_M was 128.
 DEFAULT_HYBRID_M = 64
 ENV = "DENSE_HYBRID_M"
 
