@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 
 import kernels.attention as attention
+from kernels.attention.select_sampled import select_positions_sampled
 from workbench.capture.bench_attention import selection_ok
 from workbench.capture.bench_rows import call_with_facts, compile_facts, time_call
 from workbench.presets import get_preset
@@ -32,6 +33,8 @@ INDEXER = [{}, {"block_l": 64}, {"num_warps": 4}, {"block_q": 4, "block_l": 64},
 SELECT = [{}, {"num_warps": 8, "block": 2048}, {"num_warps": 2, "block": 1024},
           {"num_warps": 1, "block": 256}, {"rounds": 4}, {"digit_bits": 4},
           {"digit_bits": 6}]  # fmt: skip
+SELECT_SAMPLED = [{}, {"stride": 8}, {"stride": 32}, {"num_warps": 2, "block": 1024},
+                  {"cap": 4096}]  # fmt: skip
 INDEXER_SELECT = [{}, {"chunk": 256}, {"chunk": 1024}, {"chunk": 256, "num_warps": 8},
                   {"num_warps": 8}]  # fmt: skip
 ATTEND = [{}, {"block_n": 64}, {"num_warps": 8}, {"block_n": 64, "num_warps": 8},
@@ -52,6 +55,10 @@ def cases(p: Problem, window: int, topk: int) -> list[tuple[str, list[dict], obj
                        **options)  # fmt: skip
         return call, lambda out: 0.0 if selection_ok(out, p, window) else float("inf")
 
+    def select_sampled(options: dict):
+        call = partial(select_positions_sampled, p.scores_ref, p.pos, topk, window, **options)
+        return call, lambda out: 0.0 if selection_ok(out, p, window) else float("inf")
+
     def attend(options: dict):
         call = partial(attention.sparse_attention_triton, p.q, p.kv, p.index, **options)
         return call, lambda out: relative_error(out, p.out_ref)
@@ -62,6 +69,7 @@ def cases(p: Problem, window: int, topk: int) -> list[tuple[str, list[dict], obj
         return call, lambda out: 0.0 if selection_ok(out, p, window) else float("inf")
 
     return [("indexer_fp8", INDEXER, indexer), ("select", SELECT, select),
+            ("select_sampled", SELECT_SAMPLED, select_sampled),
             ("indexer_select", INDEXER_SELECT, indexer_select),
             ("sparse_attention", ATTEND, attend)]  # fmt: skip
 

@@ -17,6 +17,7 @@ from kernels.attention import (
     sparse_attention_triton,
 )
 from kernels.attention.select import default_row_programs
+from kernels.attention.select_sampled import select_positions_sampled
 
 
 def randn(*shape, seed=0, dtype=torch.float32, device="cpu"):
@@ -462,3 +463,37 @@ def test_one_program_select_gives_a_row_one_warp_only_when_rows_fill_the_gpu():
     cpu = torch.device("cpu")
     assert default_row_programs(1, cpu) == (8, 2048)
     assert default_row_programs(4096, cpu) == (1, 512)
+
+
+@pytest.mark.parametrize("case", ["sampled", "all kept", "sample misleads", "ties", "shifted"])
+def test_sampled_select_picks_what_the_radix_select_picks(case, device):
+    # Small enough for the interpreter: topk 16 out of up to 1,392 candidates, every 4th
+    # candidate sampled, 128 kept at most; every path of the kernel against the radix select.
+    # "sampled": the last two rows keep 34 and 70 scores (counted in torch); "sample
+    # misleads": they would keep all, more than the cap, and fall back to the whole row.
+    length, topk, window = 1400, 16, 8
+    scores = randn(5, length, seed=7).to(device)
+    pos = torch.tensor([3, 20, 60, 900, 1399], device=device)  # up to topk, under cap, above
+    split = shift = None
+    if case == "all kept":  # 23 to 63 candidates: no sample, every one kept
+        pos = torch.tensor([30, 40, 50, 60, 70], device=device)
+    elif case == "sample misleads":  # the sample sees only the lowest scores: too many kept
+        scores[:, ::4] = -10.0
+    elif case == "ties":
+        scores = tied_scores(5, length).to(device)
+    elif case == "shifted":
+        split, shift = 700, torch.tensor([0, 5, 10, 15, 20], device=device)
+    expected = select_positions_triton(scores, pos, topk, window, split, shift)
+    out = select_positions_sampled(scores, pos, topk, window, split, shift, stride=4, cap=128)
+    assert torch.equal(out, expected)
+
+
+def test_sampled_select_bad_input(device):
+    scores = randn(3, 40, device=device)
+    pos = torch.arange(3, device=device)
+    with pytest.raises(ValueError, match="stride >= 2"):
+        select_positions_sampled(scores, pos, 4, 2, stride=1)
+    with pytest.raises(ValueError, match="cap >= topk"):
+        select_positions_sampled(scores, pos, 8, 2, cap=4)
+    with pytest.raises(ValueError, match="fp32 scores"):
+        select_positions_sampled(scores.double(), pos, 4, 2)

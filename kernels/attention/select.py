@@ -68,7 +68,7 @@ CHUNK_ROWS = 32  # chunk histograms the picks sum per step
 
 
 @triton.jit
-def _ordered_keys(scores):
+def ordered_keys(scores):
     """int32 keys with the order of the fp32 scores (-inf lowest)."""
     bits = scores.to(tl.int32, bitcast=True)
     return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
@@ -85,7 +85,7 @@ def _masked_histogram(digit, match, RADIX: tl.constexpr):
 @triton.jit
 def high_byte_histogram(scores, match):
     """The first round of the radix select: a histogram of the scores' signed high byte."""
-    return _masked_histogram((_ordered_keys(scores) >> 24) + 128, match, 256)
+    return _masked_histogram((ordered_keys(scores) >> 24) + 128, match, 256)
 
 
 @triton.jit
@@ -110,58 +110,84 @@ def _select_kernel(
     TOPK: tl.constexpr, WINDOW: tl.constexpr, WINDOW_P: tl.constexpr, BLOCK: tl.constexpr,
     ROUNDS: tl.constexpr, DIGIT: tl.constexpr, SHIFTED: tl.constexpr,
 ):  # fmt: skip
-    RADIX: tl.constexpr = 1 << DIGIT
     query = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + query)
     shift = tl.load(shift_ptr + query) if SHIFTED else 0
     row = scores_ptr + query * stride_sq
     out = out_ptr + query * stride_oq
-
-    _write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED)
-    lane = tl.arange(0, BLOCK)
-    # Candidates are positions [0, candidates). Names differ between the branches below: the
-    # compiler types a name once across both.
+    write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED)
+    # Candidates are positions [0, candidates).
     candidates = tl.minimum(tl.maximum(pos - WINDOW + 1, 0), length).to(tl.int32)
-    if candidates <= TOPK:  # every candidate is picked, the rest of the slots unused
-        for s0 in range(0, TOPK, BLOCK):
-            slots = s0 + lane
-            picked = tl.where(slots < candidates, _to_rows(slots, split, shift, SHIFTED), -1)
-            tl.store(out + slots, picked, mask=slots < TOPK)
+    if candidates <= TOPK:
+        pick_everything(out, candidates, split, shift, TOPK, BLOCK, SHIFTED)
     else:
-        prefix = tl.zeros((), tl.int32)  # the chosen high digits of the cut, signed
-        need = tl.full((), TOPK, tl.int32)  # picks still to place at or below the prefix
-        matched = candidates  # keys that share the prefix: this round's to count
-        lanes = tl.cdiv(candidates, BLOCK) * BLOCK
-        bins = tl.arange(0, RADIX)
-        for r in tl.static_range(ROUNDS):
-            low_bit = 32 - DIGIT * (r + 1)  # constexpr: r is unrolled
-            counts = tl.zeros((RADIX,), tl.int32)
-            # Lanes outside the count fall in bin 0 (past the candidates, -inf's keys are the
-            # lowest) and come out of it once a round, not once a block: a block's count of
-            # them was a reduction across the program's warps.
-            for j0 in range(0, candidates, BLOCK):
-                ok = j0 + lane < candidates
-                keys = _ordered_keys(tl.load(row + j0 + lane, mask=ok, other=float("-inf")))
-                if r == 0:  # the top digit holds the sign: shifted arithmetically, then offset
-                    counts += tl.histogram((keys >> low_bit) + RADIX // 2, RADIX)
-                else:
-                    match = ok & ((keys >> (low_bit + DIGIT)) == prefix)
-                    counts += tl.histogram(tl.where(match, (keys >> low_bit) & (RADIX - 1), 0),
-                                           RADIX)  # fmt: skip
-            counts -= tl.where(bins == 0, lanes - matched, 0)
-            chosen, need = _choose(counts, need, RADIX)
-            matched = tl.sum(tl.where(bins == chosen, counts, 0), axis=0)
-            prefix = chosen - RADIX // 2 if r == 0 else prefix * RADIX + chosen
-        written = tl.zeros((), tl.int32)
-        ties = tl.zeros((), tl.int32)
-        for j0 in range(0, candidates, BLOCK):
-            written, ties = _write_picks(out, row, j0 + lane, candidates, prefix, need, written,
-                                         ties, split, shift, 32 - DIGIT * ROUNDS,
-                                         SHIFTED)  # fmt: skip
+        select_row(out, row, candidates, split, shift, TOPK, BLOCK, ROUNDS, DIGIT, SHIFTED)
 
 
 @triton.jit
-def _write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED):
+def pick_everything(out, candidates, split, shift, TOPK, BLOCK: tl.constexpr, SHIFTED):
+    """Every candidate picked (no more than TOPK of them), the rest of the slots unused."""
+    lane = tl.arange(0, BLOCK)
+    for s0 in range(0, TOPK, BLOCK):
+        slots = s0 + lane
+        picked = tl.where(slots < candidates, _to_rows(slots, split, shift, SHIFTED), -1)
+        tl.store(out + slots, picked, mask=slots < TOPK)
+
+
+@triton.jit
+def radix_cut(src, count, need, STEP: tl.constexpr, ROUNDS: tl.constexpr, DIGIT: tl.constexpr,
+              BLOCK: tl.constexpr):  # fmt: skip
+    """(prefix, need): the top ROUNDS x DIGIT bits of the `need`-th largest of the scores
+    src[0], src[STEP], ..., src[(count - 1) * STEP] as a signed prefix of its key, and how
+    many keys with that prefix the picks take."""
+    RADIX: tl.constexpr = 1 << DIGIT
+    lane = tl.arange(0, BLOCK)
+    bins = tl.arange(0, RADIX)
+    prefix = tl.zeros((), tl.int32)  # the chosen high digits of the cut, signed
+    matched = count  # keys that share the prefix: this round's to count
+    lanes = tl.cdiv(count, BLOCK) * BLOCK
+    for r in tl.static_range(ROUNDS):
+        low_bit = 32 - DIGIT * (r + 1)  # constexpr: r is unrolled
+        counts = tl.zeros((RADIX,), tl.int32)
+        # Lanes outside the count fall in bin 0 (past the count, -inf's keys are the lowest)
+        # and come out of it once a round, not once a block: a block's count of them was a
+        # reduction across the program's warps.
+        for i0 in range(0, count, BLOCK):
+            ok = i0 + lane < count
+            keys = ordered_keys(tl.load(src + (i0 + lane) * STEP, mask=ok,
+                                         other=float("-inf")))  # fmt: skip
+            if r == 0:  # the top digit holds the sign: shifted arithmetically, then offset
+                counts += tl.histogram((keys >> low_bit) + RADIX // 2, RADIX)
+            else:
+                match = ok & ((keys >> (low_bit + DIGIT)) == prefix)
+                counts += tl.histogram(tl.where(match, (keys >> low_bit) & (RADIX - 1), 0),
+                                       RADIX)  # fmt: skip
+        counts -= tl.where(bins == 0, lanes - matched, 0)
+        chosen, need = _choose(counts, need, RADIX)
+        matched = tl.sum(tl.where(bins == chosen, counts, 0), axis=0)
+        prefix = chosen - RADIX // 2 if r == 0 else prefix * RADIX + chosen
+    return prefix, need
+
+
+@triton.jit
+def select_row(out, row, candidates, split, shift, TOPK, BLOCK: tl.constexpr,
+               ROUNDS: tl.constexpr, DIGIT: tl.constexpr, SHIFTED):  # fmt: skip
+    """The radix select over row[0:candidates] (more than TOPK): its picks, in position
+    order, from slot 0 of `out`."""
+    prefix, need = radix_cut(row, candidates, TOPK, 1, ROUNDS, DIGIT, BLOCK)
+    lane = tl.arange(0, BLOCK)
+    written = tl.zeros((), tl.int32)
+    ties = tl.zeros((), tl.int32)
+    for j0 in range(0, candidates, BLOCK):
+        j = j0 + lane
+        ok = j < candidates
+        written, ties = write_picks(out, tl.load(row + j, mask=ok, other=float("-inf")), j, ok,
+                                    prefix, need, written, ties, split, shift,
+                                    32 - DIGIT * ROUNDS, SHIFTED)  # fmt: skip
+
+
+@triton.jit
+def write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED):
     """The window columns: pos, pos-1, ..., pos-WINDOW+1, inside [0, length)."""
     back = tl.arange(0, WINDOW_P)
     recent = pos - back
@@ -171,19 +197,18 @@ def _write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTE
 
 
 @triton.jit
-def _write_picks(out, row, j, candidates, prefix, need, written, ties, split, shift, CUT_BIT,
-                 SHIFTED):  # fmt: skip
-    """Write positions `j` whose key's bits from CUT_BIT up beat `prefix`, and those equal to
-    it while fewer than `need` equal ones came before (`ties` of them), from slot `written`
-    on, in position order; return the new `written` and `ties`."""
-    ok = j < candidates
-    top = _ordered_keys(tl.load(row + j, mask=ok, other=float("-inf"))) >> CUT_BIT
+def write_picks(out, scores, positions, ok, prefix, need, written, ties, split, shift, CUT_BIT,
+                SHIFTED):  # fmt: skip
+    """Write the `positions` (where `ok`) whose score's key beats `prefix` in its bits from
+    CUT_BIT up, and those equal to it while fewer than `need` equal ones came before (`ties`
+    of them), from slot `written` on, in order; return the new `written` and `ties`."""
+    top = ordered_keys(scores) >> CUT_BIT
     above = ok & (top > prefix)
     equal = ok & (top == prefix)
     tie_rank = ties + tl.cumsum(equal.to(tl.int32), axis=0)
     take = above | (equal & (tie_rank <= need))
     slot = written + tl.cumsum(take.to(tl.int32), axis=0) - 1
-    tl.store(out + slot, _to_rows(j, split, shift, SHIFTED), mask=take)
+    tl.store(out + slot, _to_rows(positions, split, shift, SHIFTED), mask=take)
     return written + tl.sum(take.to(tl.int32), axis=0), ties + tl.sum(equal.to(tl.int32), axis=0)
 
 
@@ -228,7 +253,7 @@ def _second_round_kernel(
     chosen0, _ = _choose(tl.load(totals_ptr + query * 256 + bins), TOPK, 256)
     j = chunk * BLOCK + tl.arange(0, BLOCK)
     ok = j < candidates
-    keys = _ordered_keys(tl.load(scores_ptr + query * stride_sq + j, mask=ok,
+    keys = ordered_keys(tl.load(scores_ptr + query * stride_sq + j, mask=ok,
                                  other=float("-inf")))  # fmt: skip
     counts = _masked_histogram((keys >> 16) & 255, ok & ((keys >> 24) == chosen0 - 128), 256)
     tl.store(second_ptr + query * chunks * 256 + chunk * 256 + bins, counts)
@@ -252,7 +277,7 @@ def _chunk_picks_kernel(
     row = scores_ptr + query * stride_sq
     out = out_ptr + query * stride_oq
     if chunk == 0:
-        _write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED)
+        write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED)
         tl.store(totals_ptr + query * 256 + tl.arange(0, 256), tl.zeros((256,), tl.int32))
     candidates = tl.minimum(tl.maximum(pos - WINDOW + 1, 0), length).to(tl.int32)
     j = chunk * BLOCK + tl.arange(0, BLOCK)
@@ -272,8 +297,10 @@ def _chunk_picks_kernel(
             tl.where(bins > chosen1, second_before, 0), axis=0
         )
         equal = tl.sum(tl.where(bins == chosen1, second_before, 0), axis=0)
-        _write_picks(out, row, j, candidates, (chosen0 - 128) * 256 + chosen1, need,
-                     above + tl.minimum(equal, need), equal, split, shift, 16, SHIFTED)  # fmt: skip
+        ok = j < candidates
+        write_picks(out, tl.load(row + j, mask=ok, other=float("-inf")), j, ok,
+                    (chosen0 - 128) * 256 + chosen1, need, above + tl.minimum(equal, need),
+                    equal, split, shift, 16, SHIFTED)  # fmt: skip
 
 
 def _check_layout(query_pos: Tensor, split: int | None, shift: Tensor | None) -> None:
@@ -377,6 +404,36 @@ def select_after_first_round(
     return out
 
 
+def check_select(
+    scores: Tensor,
+    query_pos: Tensor,
+    topk: int,
+    window: int,
+    split: int | None,
+    shift: Tensor | None,
+    rounds: int | None,
+    digit_bits: int,
+) -> int:
+    """The rounds a one-program select runs (None: the fewest that fix 16 bits), after a
+    clear error for any input it cannot take."""
+    if scores.dim() != 2 or query_pos.shape != (scores.shape[0],):
+        raise ValueError(
+            f"select_positions expects scores (Q, L) and query_pos (Q,), got "
+            f"{tuple(scores.shape)} and {tuple(query_pos.shape)}"
+        )
+    if scores.dtype != torch.float32 or scores.stride(1) != 1:
+        raise ValueError("select_positions_triton needs fp32 scores with contiguous rows.")
+    rounds = -(-16 // digit_bits) if rounds is None else rounds
+    if topk < 1 or window < 0 or digit_bits not in DIGITS or not 1 <= rounds * digit_bits <= 32:
+        raise ValueError(
+            f"need topk >= 1, window >= 0, digit_bits in {DIGITS} and 1 <= rounds x digit_bits "
+            f"<= 32 (the key's bits); got topk={topk}, window={window}, rounds={rounds}, "
+            f"digit_bits={digit_bits}"
+        )
+    _check_layout(query_pos, split, shift)
+    return rounds
+
+
 def default_row_programs(rows: int, device: torch.device) -> tuple[int, int]:
     """(warps, keys a step) of the one-program select: one warp over 512 keys where rows fill
     the GPU several times over (a prefill chunk: 2.36 ms against 2.73 at 8 warps over 2048
@@ -408,21 +465,7 @@ def select_positions_triton(
 
     With `shift` (Q,) int64, positions from `split` on come back as cache rows `position +
     shift[q]`. Scores must be fp32 with contiguous rows."""
-    if scores.dim() != 2 or query_pos.shape != (scores.shape[0],):
-        raise ValueError(
-            f"select_positions expects scores (Q, L) and query_pos (Q,), got "
-            f"{tuple(scores.shape)} and {tuple(query_pos.shape)}"
-        )
-    if scores.dtype != torch.float32 or scores.stride(1) != 1:
-        raise ValueError("select_positions_triton needs fp32 scores with contiguous rows.")
-    rounds = -(-16 // digit_bits) if rounds is None else rounds
-    if topk < 1 or window < 0 or digit_bits not in DIGITS or not 1 <= rounds * digit_bits <= 32:
-        raise ValueError(
-            f"need topk >= 1, window >= 0, digit_bits in {DIGITS} and 1 <= rounds x digit_bits "
-            f"<= 32 (the key's bits); got topk={topk}, window={window}, rounds={rounds}, "
-            f"digit_bits={digit_bits}"
-        )
-    _check_layout(query_pos, split, shift)
+    rounds = check_select(scores, query_pos, topk, window, split, shift, rounds, digit_bits)
     num_q, length = scores.shape
     out = torch.empty(num_q, topk + window, dtype=torch.int64, device=scores.device)
     if num_q == 0:

@@ -1,0 +1,149 @@
+"""The one-program top-k select with a sampled threshold: one full pass over a row instead of
+three, the same picks in the same slots as `select.select_positions_triton`.
+
+The radix select reads a row three times (two histogram rounds, then the picks) and is bound
+by instructions, not memory (`select`'s docstring): `tl.histogram` votes once per digit bit
+per key. Here a program first runs that radix select on a sample of its row (every STRIDE-th
+candidate), for a rank a margin above topk / STRIDE, and keeps that key's 16-bit prefix as a
+floor. One pass over the row then copies every candidate whose prefix reaches the floor, in
+position order, into a per-row buffer of CAP slots (a compare and a prefix sum a key, no
+histogram), and the radix select runs on those few hundred kept scores.
+
+The picks are exactly the full row's: when at least topk candidates are kept, the top-k cut
+is among them, and so is every key that shares its prefix (the floor is a prefix, not a
+score), so the cut, its ties and their position order are the ones the full select finds.
+When the sample misleads (fewer than topk kept, or more than CAP: long runs of equal scores,
+or scores periodic in STRIDE), the program falls back to the radix select over the whole
+row, so the result never depends on the sample, only the time does.
+
+The rank's margin: the sample holds about topk / STRIDE of the row's top-k, a hypergeometric
+count with a standard deviation below sqrt(topk / STRIDE); four of them above it keep topk
+with room (at topk 512 and stride 16: rank 59 of the sample, about 950 of the row kept,
+against CAP 2048). Not yet timed on a GPU: `scripts/tune_attention.py` has it in its grid.
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from kernels.attention.select import (
+    check_select,
+    default_row_programs,
+    ordered_keys,
+    pick_everything,
+    radix_cut,
+    select_row,
+    write_picks,
+    write_window,
+)
+from kernels.moe.compiled import launch, recording
+
+SAMPLE_STRIDE = 16
+
+
+@triton.jit
+def _sampled_select_kernel(
+    scores_ptr, pos_ptr, shift_ptr, out_ptr, kept_scores_ptr, kept_pos_ptr, length, split,
+    stride_sq, stride_oq, stride_kq,
+    TOPK: tl.constexpr, WINDOW: tl.constexpr, WINDOW_P: tl.constexpr, BLOCK: tl.constexpr,
+    ROUNDS: tl.constexpr, DIGIT: tl.constexpr, SHIFTED: tl.constexpr, STRIDE: tl.constexpr,
+    SAMPLE_RANK: tl.constexpr, CAP: tl.constexpr,
+):  # fmt: skip
+    CUT_BIT: tl.constexpr = 32 - DIGIT * ROUNDS
+    KEEP_ALL: tl.constexpr = -(1 << (31 - CUT_BIT))  # the lowest prefix a key can have
+    query = tl.program_id(0).to(tl.int64)
+    pos = tl.load(pos_ptr + query)
+    shift = tl.load(shift_ptr + query) if SHIFTED else 0
+    row = scores_ptr + query * stride_sq
+    out = out_ptr + query * stride_oq
+    write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED)
+    candidates = tl.minimum(tl.maximum(pos - WINDOW + 1, 0), length).to(tl.int32)
+    if candidates <= TOPK:
+        pick_everything(out, candidates, split, shift, TOPK, BLOCK, SHIFTED)
+    else:
+        kept_scores = kept_scores_ptr + query * stride_kq
+        kept_pos = kept_pos_ptr + query * stride_kq
+        samples = candidates // STRIDE
+        floor = tl.full((), KEEP_ALL, tl.int32)
+        if (candidates > CAP) & (samples >= SAMPLE_RANK):
+            floor, _ = radix_cut(row, samples, SAMPLE_RANK, STRIDE, ROUNDS, DIGIT, BLOCK)
+        lane = tl.arange(0, BLOCK)
+        kept = tl.zeros((), tl.int32)
+        for j0 in range(0, candidates, BLOCK):
+            j = j0 + lane
+            ok = j < candidates
+            scores = tl.load(row + j, mask=ok, other=float("-inf"))
+            take = ok & ((ordered_keys(scores) >> CUT_BIT) >= floor)
+            slot = kept + tl.cumsum(take.to(tl.int32), axis=0) - 1
+            room = take & (slot < CAP)
+            tl.store(kept_scores + slot, scores, mask=room)
+            tl.store(kept_pos + slot, j, mask=room)
+            kept += tl.sum(take.to(tl.int32), axis=0)
+        tl.debug_barrier()  # the kept rows, written by any thread, are read by any
+        if (kept >= TOPK) & (kept <= CAP):
+            prefix, need = radix_cut(kept_scores, kept, TOPK, 1, ROUNDS, DIGIT, BLOCK)
+            written = tl.zeros((), tl.int32)
+            ties = tl.zeros((), tl.int32)
+            for i0 in range(0, kept, BLOCK):
+                i = i0 + lane
+                held = i < kept
+                written, ties = write_picks(
+                    out, tl.load(kept_scores + i, mask=held, other=float("-inf")),
+                    tl.load(kept_pos + i, mask=held, other=0), held, prefix, need, written,
+                    ties, split, shift, CUT_BIT, SHIFTED,
+                )  # fmt: skip
+        else:  # the sample misled: the whole row
+            select_row(out, row, candidates, split, shift, TOPK, BLOCK, ROUNDS, DIGIT, SHIFTED)
+
+
+def sample_rank(topk: int, stride: int) -> int:
+    """The sample's rank whose key prefix is the floor: topk / stride and four standard
+    deviations of the sample's share of the top-k above it (module docstring)."""
+    mean = topk / stride
+    return math.ceil(mean + 4 * math.sqrt(mean)) + 4
+
+
+def select_positions_sampled(
+    scores: Tensor,
+    query_pos: Tensor,
+    topk: int,
+    window: int,
+    split: int | None = None,
+    shift: Tensor | None = None,
+    stride: int = SAMPLE_STRIDE,
+    cap: int | None = None,
+    rounds: int | None = None,
+    block: int | None = None,
+    num_warps: int | None = None,
+    digit_bits: int = 8,
+) -> Tensor:
+    """`select_positions_triton(...)`'s result, slot for slot, from one full pass over each
+    row after a select on every `stride`-th candidate (module docstring). `cap` kept scores a
+    row (default: the power of two at or above 4 x topk) cost 8 bytes each of scratch."""
+    rounds = check_select(scores, query_pos, topk, window, split, shift, rounds, digit_bits)
+    cap = cap or triton.next_power_of_2(4 * topk)
+    if not isinstance(stride, int) or stride < 2 or cap < topk:
+        raise ValueError(f"need an integer stride >= 2 and cap >= topk={topk}; got "
+                         f"stride={stride!r}, cap={cap}.")  # fmt: skip
+    num_q, length = scores.shape
+    out = torch.empty(num_q, topk + window, dtype=torch.int64, device=scores.device)
+    if num_q == 0:
+        return out
+    pos = query_pos.to(torch.int64)
+    kept_scores = torch.empty(num_q, cap, dtype=torch.float32, device=scores.device)
+    kept_pos = torch.empty(num_q, cap, dtype=torch.int32, device=scores.device)
+    warps, keys = default_row_programs(num_q, scores.device)
+    num_warps, block = num_warps or warps, block or keys
+    with recording():
+        launch(
+            _sampled_select_kernel, (num_q,), scores, pos, pos if shift is None else shift,
+            out, kept_scores, kept_pos, length, length if split is None else split,
+            scores.stride(0), out.stride(0), kept_scores.stride(0), TOPK=topk, WINDOW=window,
+            WINDOW_P=triton.next_power_of_2(max(window, 1)), BLOCK=block, ROUNDS=rounds,
+            DIGIT=digit_bits, SHIFTED=shift is not None, STRIDE=stride,
+            SAMPLE_RANK=sample_rank(topk, stride), CAP=cap, num_warps=num_warps,
+        )  # fmt: skip
+    return out
