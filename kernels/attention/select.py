@@ -110,18 +110,28 @@ def _select_kernel(
     TOPK: tl.constexpr, WINDOW: tl.constexpr, WINDOW_P: tl.constexpr, BLOCK: tl.constexpr,
     ROUNDS: tl.constexpr, DIGIT: tl.constexpr, SHIFTED: tl.constexpr,
 ):  # fmt: skip
+    row, out, shift, candidates = begin_row(scores_ptr, pos_ptr, shift_ptr, out_ptr, length,
+                                            split, stride_sq, stride_oq, TOPK, WINDOW,
+                                            WINDOW_P, SHIFTED)  # fmt: skip
+    if candidates <= TOPK:
+        pick_everything(out, candidates, split, shift, TOPK, BLOCK, SHIFTED)
+    else:
+        select_row(out, row, candidates, split, shift, TOPK, BLOCK, ROUNDS, DIGIT, SHIFTED)
+
+
+@triton.jit
+def begin_row(scores_ptr, pos_ptr, shift_ptr, out_ptr, length, split, stride_sq, stride_oq,
+              TOPK, WINDOW, WINDOW_P, SHIFTED: tl.constexpr):  # fmt: skip
+    """(scores row, output row, shift, candidates) of this program's query, one program a
+    row, with its window columns written; the candidates are positions [0, candidates)."""
     query = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + query)
     shift = tl.load(shift_ptr + query) if SHIFTED else 0
     row = scores_ptr + query * stride_sq
     out = out_ptr + query * stride_oq
     write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED)
-    # Candidates are positions [0, candidates).
     candidates = tl.minimum(tl.maximum(pos - WINDOW + 1, 0), length).to(tl.int32)
-    if candidates <= TOPK:
-        pick_everything(out, candidates, split, shift, TOPK, BLOCK, SHIFTED)
-    else:
-        select_row(out, row, candidates, split, shift, TOPK, BLOCK, ROUNDS, DIGIT, SHIFTED)
+    return row, out, shift, candidates
 
 
 @triton.jit

@@ -30,6 +30,7 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.attention.select import (
+    begin_row,
     check_select,
     default_row_programs,
     ordered_keys,
@@ -37,7 +38,6 @@ from kernels.attention.select import (
     radix_cut,
     select_row,
     write_picks,
-    write_window,
 )
 from kernels.moe.compiled import launch, recording
 
@@ -54,16 +54,13 @@ def _sampled_select_kernel(
 ):  # fmt: skip
     CUT_BIT: tl.constexpr = 32 - DIGIT * ROUNDS
     KEEP_ALL: tl.constexpr = -(1 << (31 - CUT_BIT))  # the lowest prefix a key can have
-    query = tl.program_id(0).to(tl.int64)
-    pos = tl.load(pos_ptr + query)
-    shift = tl.load(shift_ptr + query) if SHIFTED else 0
-    row = scores_ptr + query * stride_sq
-    out = out_ptr + query * stride_oq
-    write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED)
-    candidates = tl.minimum(tl.maximum(pos - WINDOW + 1, 0), length).to(tl.int32)
+    row, out, shift, candidates = begin_row(scores_ptr, pos_ptr, shift_ptr, out_ptr, length,
+                                            split, stride_sq, stride_oq, TOPK, WINDOW,
+                                            WINDOW_P, SHIFTED)  # fmt: skip
     if candidates <= TOPK:
         pick_everything(out, candidates, split, shift, TOPK, BLOCK, SHIFTED)
     else:
+        query = tl.program_id(0).to(tl.int64)
         kept_scores = kept_scores_ptr + query * stride_kq
         kept_pos = kept_pos_ptr + query * stride_kq
         samples = candidates // STRIDE
