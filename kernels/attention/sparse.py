@@ -38,10 +38,11 @@ def _sparse_attention_kernel(
     so the gathered rows (BLOCK_N, then D) are the MMA's M side and the heads its N side.
 
     With 32 heads a rank, heads as the M side (q @ kv.T) is below Hopper's 64-row wgmma and
-    compiled to mma.sync (PTX, Triton 3.6); transposed it compiles to wgmma. On the H200 a
-    4096-query chunk at 46K context took 1.18 ms against 1.54 for the untransposed kernel at
-    its defaults, and a decode query 10.7 us against 11.3 (one run,
-    raw/logs/h200-tune-attention-20261201T0616.csv)."""
+    both products compiled to mma.sync (PTX, Triton 3.6); transposed, the output product (D =
+    512 rows) compiles to wgmma, and so does the score product from 64 rows a step (at the
+    default 32 it stays on mma.sync). On the H200 a 4096-query chunk at 46K context took 1.18
+    ms against 1.54 for the untransposed kernel at its defaults, and a decode query 10.7 us
+    against 11.3 (one run, raw/logs/h200-tune-attention-20261201T0616.csv)."""
     query = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     split = tl.program_id(2)
