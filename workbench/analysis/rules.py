@@ -100,11 +100,11 @@ KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("workbench dense GEMM", r"^_(w8a16|w8a8|w8a8_tma|quantize_rows)_kernel$", DENSE,
      "kernels/dense: W8A16 and W8A8 GEMMs and the W8A8 activation quantizer"),
     ("workbench sparse attention",
-     r"^_(sparse_attention|sparse_combine|indexer|indexer_fp8|select|second_round|chunk_picks"
-     r"|write_cache)_kernel$",
+     r"^_(sparse_attention|sparse_combine|indexer|indexer_fp8|select|sampled_select"
+     r"|second_round|chunk_picks|write_cache)_kernel$",
      SPARSE_ATTENTION, "kernels/attention: sparse attention, its split-KV merge, the bf16 and "
-     "FP8 indexers, the top-k select (one program a row, or chunked: second round and picks) "
-     "and the FP8 cache write"),
+     "FP8 indexers, the top-k select (one program a row, plain or from a sampled threshold, or "
+     "chunked: second round and picks) and the FP8 cache write"),
     ("workbench glue", r"^_(rms_norm|silu_mul)_kernel$", OTHER,
      "kernels/glue: RMSNorm with its residual add, and SiLU-and-multiply, one launch each"),
     # TorchInductor: templates are GEMMs, the fused pointwise/reduction kernels are glue.
