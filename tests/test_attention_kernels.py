@@ -497,3 +497,18 @@ def test_sampled_select_bad_input(device):
         select_positions_sampled(scores, pos, 8, 2, cap=4)
     with pytest.raises(ValueError, match="fp32 scores"):
         select_positions_sampled(scores.double(), pos, 4, 2)
+
+
+@pytest.mark.parametrize(
+    ("seed", "topk", "stride", "cap"),
+    [(0, 16, 4, 128), (1, 16, 64, 128), (2, 32, 8, 128), (3, 16, 4, 16), (4, 8, 2, 64)],
+)
+def test_sampled_select_matches_on_random_rows(seed, topk, stride, cap, device):
+    # Sample smaller than its rank (stride 64: the floor keeps all, more than the cap), a cap
+    # equal to topk, a stride of 2: the picks stay the radix select's, slot for slot.
+    gen = torch.Generator().manual_seed(seed)
+    scores = (torch.randn(6, 900, generator=gen) * 4).round(decimals=1).to(device)  # ties
+    pos = torch.randint(0, 900, (6,), generator=gen).to(device)
+    expected = select_positions_triton(scores, pos, topk, 8)
+    out = select_positions_sampled(scores, pos, topk, 8, stride=stride, cap=cap)
+    assert torch.equal(out, expected)
