@@ -13,8 +13,16 @@ step's FP8 product leaves the MMA in fp32, is multiplied by its row scales and c
 and is added to the accumulator. A tile no wider than a weight block (BLOCK_N <= 128; tiles
 start at multiples of their width) has one weight scale per K step, so the rescale is one
 multiply-add per accumulator element, not an outer product of scales and two more. With
-`warp_specialize`, Triton splits the loop into a producer (TMA) and consumers (MMA and
-rescale), so one consumer group's rescale overlaps another's MMA.
+`warp_specialize`, Triton is asked to split the loop into a producer (TMA) and consumers (MMA
+and rescale), so that one consumer group's rescale overlaps another's MMA.
+
+Why this kernel trails DeepGEMM (1.01-1.15x cuBLAS bf16 against 1.45-1.64x on the H200,
+raw/bench-dense-*T043838): in its PTX (Triton 3.6, sm_90) every K step's wgmma group is
+committed and then waited for with `wgmma.wait_group 0` before the rescale, also in the
+paired form (two groups, each waited for at 0), so inside a warpgroup the CUDA-core rescale
+never overlaps an MMA; and the PTX with `warp_specialize` is byte for byte the PTX without,
+so that option does nothing on this Triton for sm_90. DeepGEMM keeps one MMA in flight while
+it promotes the previous one.
 """
 
 import torch
