@@ -149,7 +149,7 @@ def test_w8a16_orientations_agree(m, device):
 def test_the_default_split_plan_fills_the_gpu_but_bounds_the_reduction(monkeypatch):
     from kernels.dense import tiles
 
-    monkeypatch.setattr(tiles, "sm_count", lambda device: 132)  # an H200
+    monkeypatch.setattr(tiles, "planned_sms", lambda device: 132)  # an H200
     decode = tiles.GemmTiles(16, 64, 128, 4, 4)
     # index_w (N=64, K=5120) at M=1: one tile, so 40 splits (every K tile) for 264 programs
     assert tiles.split_plan(decode, 1, 64, 5120, torch.device("cpu")) == (40, 128)

@@ -16,10 +16,9 @@ from torch import Tensor
 
 from kernels.attention.formats import score_rows
 from kernels.moe.compiled import launch, recording
-from kernels.moe.routing import dot_options, sm_count
+from kernels.moe.routing import dot_options, planned_sms
 
 DECODE_QUERIES = 4  # at or below: one query per tile, one key block per program
-OFF_GPU_SMS = 4
 
 
 @triton.jit
@@ -78,7 +77,7 @@ def _indexer_kernel(
 def keys_per_program_for(length: int, block_l: int, q_tiles: int, device: torch.device) -> int:
     """Keys one indexer program scores: one key block until there are programs enough for
     four per SM, then a run of up to 16 blocks (a query tile is read once per run)."""
-    sms = sm_count(device) or OFF_GPU_SMS
+    sms = planned_sms(device)
     return max(1, min(16, triton.cdiv(length, block_l) * q_tiles // (4 * sms))) * block_l
 
 

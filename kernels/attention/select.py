@@ -51,7 +51,7 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.moe.compiled import launch, recording
-from kernels.moe.routing import sm_count
+from kernels.moe.routing import planned_sms
 from kernels.zeroed import kept_zeros
 
 BINS = 256
@@ -63,7 +63,6 @@ DIGITS = (4, 5, 6, 8)  # bits a round of the one-program select may fix
 # against 35.8 at 1024 and 136 at 256 (raw/logs/h200-tune-attention-20261201.csv).
 SELECT_CHUNK = 512
 ROWS_PER_SM_FOR_ONE_WARP = 4  # one-program select: one warp a row from this many rows an SM
-OFF_GPU_SMS = 4
 CHUNK_ROWS = 32  # chunk histograms the picks sum per step
 
 
@@ -75,17 +74,17 @@ def ordered_keys(scores):
 
 
 @triton.jit
-def _masked_histogram(digit, match, RADIX: tl.constexpr):
-    """RADIX-bin histogram of `digit` (0..RADIX-1) over the lanes where `match` holds."""
-    bins = tl.arange(0, RADIX)
+def _masked_histogram(digit, match):
+    """256-bin histogram of `digit` (0..255) over the lanes where `match` holds."""
+    bins = tl.arange(0, 256)
     misses = tl.sum((~match).to(tl.int32), axis=0)  # counted in bin 0: taken back out
-    return tl.histogram(tl.where(match, digit, 0), RADIX) - tl.where(bins == 0, misses, 0)
+    return tl.histogram(tl.where(match, digit, 0), 256) - tl.where(bins == 0, misses, 0)
 
 
 @triton.jit
 def high_byte_histogram(scores, match):
     """The first round of the radix select: a histogram of the scores' signed high byte."""
-    return _masked_histogram((ordered_keys(scores) >> 24) + 128, match, 256)
+    return _masked_histogram((ordered_keys(scores) >> 24) + 128, match)
 
 
 @triton.jit
@@ -265,7 +264,7 @@ def _second_round_kernel(
     ok = j < candidates
     keys = ordered_keys(tl.load(scores_ptr + query * stride_sq + j, mask=ok,
                                  other=float("-inf")))  # fmt: skip
-    counts = _masked_histogram((keys >> 16) & 255, ok & ((keys >> 24) == chosen0 - 128), 256)
+    counts = _masked_histogram((keys >> 16) & 255, ok & ((keys >> 24) == chosen0 - 128))
     tl.store(second_ptr + query * chunks * 256 + chunk * 256 + bins, counts)
 
 
@@ -450,7 +449,7 @@ def default_row_programs(rows: int, device: torch.device) -> tuple[int, int]:
     for 4096 rows at 46K context on the H200), 8 warps over 2048 where a few rows would each
     leave one warp to walk a whole row (one decode row at 46K: 0.49 ms against 0.14;
     raw/logs/h200-tune-attention-20261201T0616.csv and raw/bench-attention-*T062248)."""
-    if rows >= ROWS_PER_SM_FOR_ONE_WARP * (sm_count(device) or OFF_GPU_SMS):
+    if rows >= ROWS_PER_SM_FOR_ONE_WARP * planned_sms(device):
         return 1, 512
     return 8, 2048
 
@@ -476,18 +475,40 @@ def select_positions_triton(
     With `shift` (Q,) int64, positions from `split` on come back as cache rows `position +
     shift[q]`. Scores must be fp32 with contiguous rows."""
     rounds = check_select(scores, query_pos, topk, window, split, shift, rounds, digit_bits)
+    out = torch.empty(scores.shape[0], topk + window, dtype=torch.int64, device=scores.device)
+    if len(out):
+        launch_row_select(_select_kernel, scores, query_pos, out, topk, window, split, shift,
+                          rounds, digit_bits, block, num_warps)  # fmt: skip
+    return out
+
+
+def launch_row_select(
+    kernel: triton.JITFunction,
+    scores: Tensor,
+    query_pos: Tensor,
+    out: Tensor,
+    topk: int,
+    window: int,
+    split: int | None,
+    shift: Tensor | None,
+    rounds: int,
+    digit_bits: int,
+    block: int | None,
+    num_warps: int | None,
+    *extra: object,
+    **constants: object,
+) -> None:
+    """Launch a one-program-a-row select `kernel` into `out` with the arguments and constants
+    every such kernel takes (`_select_kernel`'s), then `extra` arguments and `constants`;
+    warps and keys a step default by the row count (`default_row_programs`)."""
     num_q, length = scores.shape
-    out = torch.empty(num_q, topk + window, dtype=torch.int64, device=scores.device)
-    if num_q == 0:
-        return out
     pos = query_pos.to(torch.int64)
     warps, keys = default_row_programs(num_q, scores.device)
-    num_warps, block = num_warps or warps, block or keys
     with recording():
         launch(
-            _select_kernel, (num_q,), scores, pos, pos if shift is None else shift, out, length,
-            length if split is None else split, scores.stride(0), out.stride(0), TOPK=topk,
-            WINDOW=window, WINDOW_P=triton.next_power_of_2(max(window, 1)), BLOCK=block,
-            ROUNDS=rounds, DIGIT=digit_bits, SHIFTED=shift is not None, num_warps=num_warps,
+            kernel, (num_q,), scores, pos, pos if shift is None else shift, out, length,
+            length if split is None else split, scores.stride(0), out.stride(0), *extra,
+            TOPK=topk, WINDOW=window, WINDOW_P=triton.next_power_of_2(max(window, 1)),
+            BLOCK=block or keys, ROUNDS=rounds, DIGIT=digit_bits, SHIFTED=shift is not None,
+            num_warps=num_warps or warps, **constants,
         )  # fmt: skip
-    return out

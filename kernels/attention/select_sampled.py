@@ -32,22 +32,21 @@ from torch import Tensor
 from kernels.attention.select import (
     begin_row,
     check_select,
-    default_row_programs,
+    launch_row_select,
     ordered_keys,
     pick_everything,
     radix_cut,
     select_row,
     write_picks,
 )
-from kernels.moe.compiled import launch, recording
 
 SAMPLE_STRIDE = 16
 
 
 @triton.jit
 def _sampled_select_kernel(
-    scores_ptr, pos_ptr, shift_ptr, out_ptr, kept_scores_ptr, kept_pos_ptr, length, split,
-    stride_sq, stride_oq, stride_kq,
+    scores_ptr, pos_ptr, shift_ptr, out_ptr, length, split, stride_sq, stride_oq,
+    kept_scores_ptr, kept_pos_ptr, stride_kq,
     TOPK: tl.constexpr, WINDOW: tl.constexpr, WINDOW_P: tl.constexpr, BLOCK: tl.constexpr,
     ROUNDS: tl.constexpr, DIGIT: tl.constexpr, SHIFTED: tl.constexpr, STRIDE: tl.constexpr,
     SAMPLE_RANK: tl.constexpr, CAP: tl.constexpr,
@@ -125,22 +124,15 @@ def select_positions_sampled(
     if not isinstance(stride, int) or stride < 2 or cap < topk:
         raise ValueError(f"need an integer stride >= 2 and cap >= topk={topk}; got "
                          f"stride={stride!r}, cap={cap}.")  # fmt: skip
-    num_q, length = scores.shape
+    num_q = scores.shape[0]
     out = torch.empty(num_q, topk + window, dtype=torch.int64, device=scores.device)
     if num_q == 0:
         return out
-    pos = query_pos.to(torch.int64)
     kept_scores = torch.empty(num_q, cap, dtype=torch.float32, device=scores.device)
     kept_pos = torch.empty(num_q, cap, dtype=torch.int32, device=scores.device)
-    warps, keys = default_row_programs(num_q, scores.device)
-    num_warps, block = num_warps or warps, block or keys
-    with recording():
-        launch(
-            _sampled_select_kernel, (num_q,), scores, pos, pos if shift is None else shift,
-            out, kept_scores, kept_pos, length, length if split is None else split,
-            scores.stride(0), out.stride(0), kept_scores.stride(0), TOPK=topk, WINDOW=window,
-            WINDOW_P=triton.next_power_of_2(max(window, 1)), BLOCK=block, ROUNDS=rounds,
-            DIGIT=digit_bits, SHIFTED=shift is not None, STRIDE=stride,
-            SAMPLE_RANK=sample_rank(topk, stride), CAP=cap, num_warps=num_warps,
-        )  # fmt: skip
+    launch_row_select(
+        _sampled_select_kernel, scores, query_pos, out, topk, window, split, shift, rounds,
+        digit_bits, block, num_warps, kept_scores, kept_pos, kept_scores.stride(0),
+        STRIDE=stride, SAMPLE_RANK=sample_rank(topk, stride), CAP=cap,
+    )  # fmt: skip
     return out

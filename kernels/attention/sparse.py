@@ -21,10 +21,9 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.moe.compiled import launch, recording
-from kernels.moe.routing import dot_options, sm_count
+from kernels.moe.routing import dot_options, planned_sms
 
 LOG2E = 1 / math.log(2)  # the kernel works in powers of two: exp(x) = exp2(x * LOG2E)
-OFF_GPU_SMS = 4
 
 
 @triton.jit
@@ -143,7 +142,7 @@ def default_splits(queries: int, head_blocks: int, n_blocks: int, device: torch.
     in 10 splits took 11.3 us on the H200 against 14.5 in 5 of two blocks each,
     raw/logs/h200-tune-attention.csv)."""
     programs = queries * head_blocks
-    sms = sm_count(device) or OFF_GPU_SMS
+    sms = planned_sms(device)
     if programs >= 2 * sms:
         return 1
     return max(1, min(n_blocks, triton.cdiv(2 * sms, programs)))
@@ -176,7 +175,7 @@ def sparse_attention_triton(
     (num_q, heads, dim), n_sel = q.shape, index.shape[1]
     scale = dim**-0.5 if scale is None else scale
     if block_h is None:
-        sms = sm_count(q.device) or OFF_GPU_SMS
+        sms = planned_sms(q.device)
         block_h = 32 if num_q * triton.cdiv(heads, 32) >= 2 * sms else 16
     block_h = min(block_h, max(16, triton.next_power_of_2(heads)))
     head_blocks, n_blocks = triton.cdiv(heads, block_h), triton.cdiv(n_sel, block_n)

@@ -16,13 +16,12 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.moe.routing import sm_count
+from kernels.moe.routing import planned_sms
 from kernels.tiling import check_block_sizes
 from kernels.zeroed import kept_zeros
 
 WARPS = (1, 2, 4, 8, 16)
 GROUP_M = 8  # row tiles per group in the program order (L2 reuse of weight tiles at large M)
-OFF_GPU_SMS = 4  # what the split-K plan assumes under the interpreter: a few programs
 LOCKS = 4096  # arrival counters kept per device; split GEMMs have fewer tiles than 2 per SM
 REDUCE_BYTES = 512 * 1024  # most fp32 partial sums the last split of a tile adds (default plan)
 _locks: dict[torch.device, Tensor] = {}
@@ -96,7 +95,7 @@ def split_plan(tiles: GemmTiles, m: int, n: int, k: int, device: torch.device) -
     want = tiles.split_k
     if want is None:
         programs = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
-        want = triton.cdiv(2 * (sm_count(device) or OFF_GPU_SMS), programs)
+        want = triton.cdiv(2 * planned_sms(device), programs)
         want = min(want, max(1, REDUCE_BYTES // (4 * tiles.block_m * tiles.block_n)))
     per_split = triton.cdiv(k_tiles, min(want, k_tiles))
     return triton.cdiv(k_tiles, per_split), per_split * tiles.block_k

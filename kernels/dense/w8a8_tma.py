@@ -34,10 +34,9 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels.dense.formats import DenseWeights
 from kernels.moe.compiled import launch
-from kernels.moe.routing import sm_count
+from kernels.moe.routing import planned_sms
 
 BLOCK = 128  # the only weight block this kernel takes: one scale per K step
-OFF_GPU_SMS = 4  # persistent programs under the interpreter
 
 
 @triton.jit
@@ -141,7 +140,7 @@ def gemm_w8a8_tma(
     w_desc = TensorDescriptor.from_tensor(weights.values, [block_n, BLOCK])
     y_desc = TensorDescriptor.from_tensor(y, [block_m, block_n])
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-    programs = min(tiles, sm_count(values.device) or OFF_GPU_SMS)
+    programs = min(tiles, planned_sms(values.device))
     launch(
         _w8a8_tma_kernel, (programs,), a_desc, w_desc, y_desc, scales, weights.scales, m, n, k,
         scales.stride(1), *weights.scales.stride(), BLOCK_M=block_m, BLOCK_N=block_n,

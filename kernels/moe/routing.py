@@ -142,6 +142,14 @@ def sm_count(device: torch.device) -> int | None:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+OFF_GPU_SMS = 4  # what launch plans assume under the CPU interpreter: a few programs
+
+
+def planned_sms(device: torch.device) -> int:
+    """The SMs a launch plan fills: the device's, or OFF_GPU_SMS under the interpreter."""
+    return sm_count(device) or OFF_GPU_SMS
+
+
 def default_groups(device: torch.device) -> int:
     """Programs per N-tile column: one per 8 SMs on a GPU, a handful under the CPU interpreter."""
     sms = sm_count(device)
