@@ -125,8 +125,9 @@ def test_variants_share_one_interface(device):
     assert set(attention.VARIANTS) == {"torch", "triton", "fp8"}
     triton_variant = attention.VARIANTS["triton"]
     assert triton_variant.indexer_scores is indexer_scores_triton
-    assert triton_variant.select_positions is select_positions_triton
+    assert triton_variant.select_positions is attention.select_positions_sampled
     assert attention.VARIANTS["fp8"].indexer_scores is indexer_scores_fp8
+    assert attention.VARIANTS["fp8"].select_positions is attention.select_positions_sampled
     q, kv, index = sparse_inputs(2, 4, 16, 9, 5, device=device)
     assert torch.equal(triton_variant(q, kv, index), sparse_attention_triton(q, kv, index))
 

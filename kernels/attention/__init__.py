@@ -6,9 +6,11 @@ selection and attention, which the model calls in that order. Called directly, a
 its attention, `variant(q, kv, index, scale=None)`.
 
 - `torch`: the references (torch.topk selection), bf16 keys.
-- `triton`: the bf16 Triton indexer, the Triton radix select and sparse attention.
-- `fp8`: as DeepSeek serves it: keys cached in FP8 with per-key scales, the FP8 indexer with
-  the select's first round in it, the chunked Triton select and sparse attention; five
+- `triton`: the bf16 Triton indexer, the sampled Triton select (`select_sampled`: a radix
+  select on a sample, then on the few candidates that reach its cut) and sparse attention.
+- `fp8`: as DeepSeek serves it: keys cached in FP8 with per-key scales, the FP8 indexer and
+  sparse attention; at decode the indexer takes the select's first round and the select is
+  chunked over many programs, at prefill the sampled select takes a row a program; five
   launches a decode layer, the indexer writing the step's token into the caches
   (`indexer_select`, `choose(new=...)`).
 """
@@ -30,6 +32,7 @@ from kernels.attention.reference import (
     sparse_attention,
 )
 from kernels.attention.select import select_positions_triton
+from kernels.attention.select_sampled import select_positions_sampled
 from kernels.attention.sparse import sparse_attention_triton
 
 
@@ -110,12 +113,12 @@ VARIANTS: dict[str, AttentionVariant] = {
         write_cache_torch, indexer_scores, select_positions, sparse_attention
     ),
     "triton": AttentionVariant(
-        write_cache_torch, indexer_scores_triton, select_positions_triton, sparse_attention_triton
+        write_cache_torch, indexer_scores_triton, select_positions_sampled, sparse_attention_triton
     ),
     "fp8": AttentionVariant(
         write_cache,
         indexer_scores_fp8,
-        select_positions_triton,
+        select_positions_sampled,
         sparse_attention_triton,
         "fp8",
         indexer_select_fp8,
@@ -134,6 +137,7 @@ __all__ = [
     "indexer_select_fp8",
     "quantize_keys",
     "select_positions",
+    "select_positions_sampled",
     "select_positions_triton",
     "sparse_attention",
     "sparse_attention_triton",

@@ -9,7 +9,8 @@ indexer adds to atomically) instead of summing every chunk's histogram: three la
 first of which was already being paid for, and the same picks in the same slots. At decode the
 indexer also writes the step's new token into the caches (`NewTokens`), which took a launch
 of its own. Rows enough to fill the GPU (prefill) keep the indexer and the one-program select,
-which is then one program a row on every SM.
+which is then one program a row on every SM: the sampled select (`select_sampled`), which
+reads a row once instead of three times.
 """
 
 import triton
@@ -18,12 +19,8 @@ from torch import Tensor
 from kernels.attention.formats import NewTokens, QuantizedKeys
 from kernels.attention.indexer import DECODE_QUERIES
 from kernels.attention.indexer_fp8 import indexer_scores_fp8, write_cache
-from kernels.attention.select import (
-    SELECT_CHUNK,
-    FirstRound,
-    select_after_first_round,
-    select_positions_triton,
-)
+from kernels.attention.select import SELECT_CHUNK, FirstRound, select_after_first_round
+from kernels.attention.select_sampled import select_positions_sampled
 
 
 def indexer_select_fp8(
@@ -41,7 +38,7 @@ def indexer_select_fp8(
     new: NewTokens | None = None,
 ) -> Tensor:
     """Key positions each query attends to, (Q, topk + window), from the FP8 indexer's scores:
-    what `select_positions_triton(indexer_scores_fp8(...))` returns, in three launches for a
+    what `select_positions_sampled(indexer_scores_fp8(...))` returns, in three launches for a
     few queries (decode) and two otherwise. `chunk` (positions a select program owns) and
     `num_warps` (the select's) are for tuning. `new` tokens are written to the caches first:
     by the indexer itself for a few queries (one `write_cache` launch fewer a decode layer),
@@ -52,7 +49,7 @@ def indexer_select_fp8(
         if new is not None:
             write_cache(new.kv_cache, keys, new.rows, new.kv, new.index_k)
         scores = indexer_scores_fp8(q_idx, weights, keys, query_pos, length, split, shift)
-        return select_positions_triton(scores, query_pos, topk, window, split, shift)
+        return select_positions_sampled(scores, query_pos, topk, window, split, shift)
     first_round = FirstRound.empty(num_q, triton.cdiv(length, chunk), q_idx.device)
     scores = indexer_scores_fp8(q_idx, weights, keys, query_pos, length, split, shift, block_q=1,
                                 histogram=first_round, window=window, chunk=chunk,
