@@ -52,6 +52,10 @@ W8A8_TMA = [{}, tiles(128, 128, 128, 8, 3), tiles(128, 128, 128, 8, 4) | WS,
             tiles(128, 256, 128, 8, 3), tiles(128, 256, 128, 8, 3) | WS,
             tiles(64, 128, 128, 4, 4), tiles(128, 128, 128, 4, 4), tiles(256, 128, 128, 8, 3),
             tiles(128, 128, 128, 8, 4) | {"tma": False}]  # fmt: skip
+# The Gluon kernel (kernels/dense/w8a8_wgmma.py) against the TMA kernel's default ({}).
+WGMMA = {"wgmma": True}
+W8A8_WGMMA = [{}, tiles(128, 128, 128, 8, 4) | WGMMA, tiles(128, 128, 128, 8, 6) | WGMMA,
+              tiles(128, 128, 128, 8, 3) | WGMMA, tiles(128, 64, 128, 8, 6) | WGMMA]  # fmt: skip
 W8A16_MID = [{}, *MIDDLE[1:], tiles(64, 64, 128, 4, 4) | {"swap_ab": False},
              tiles(64, 64, 128, 4, 4) | {"split_k": 1}, tiles(64, 64, 128, 4, 4) | {"split_k": 4},
              tiles(64, 64, 256, 4, 3), tiles(64, 32, 128, 4, 4), tiles(128, 64, 128, 4, 4),
@@ -69,6 +73,8 @@ W8A8_MID = [{}, tiles(64, 64, 128, 4, 4), tiles(32, 128, 128, 4, 4), tiles(16, 1
             tiles(128, 128, 128, 8, 3) | TMA, tiles(64, 128, 128, 4, 3) | TMA]  # fmt: skip
 # (variant, weight block, M, grid)
 CASES = [
+    ("w8a8", 128, 4096, W8A8_WGMMA),
+    ("w8a8", 128, 16384, W8A8_WGMMA),
     ("w8a8", 128, 4096, W8A8_TMA),
     ("w8a8", 128, 16384, W8A8_TMA[:9]),
     ("w8a8", 128, 64, W8A8_MID),

@@ -323,6 +323,39 @@ def test_the_tma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
     assert relative_error(out, dense.w8a8_reference(x, weights)) < 1e-2
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("m", "n", "k", "options"),
+    [
+        (300, 384, 512, {}),  # M tail in the last tile; three programs' tiles in one ring
+        (1000, 200, 1040, {"num_stages": 3}),  # N and K tails: TMA zero-fills, scales masked
+        (4096, 1024, 4096, {"block_n": 64}),  # several tiles a program, 64-wide tiles
+        (7, 128, 256, {}),  # fewer rows than a warpgroup
+    ],
+)
+def test_the_wgmma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
+    """The Gluon kernel (two warpgroups over one TMA ring that runs across tiles) against the
+    exact W8A8 product. Gluon has no interpreter: this runs under WORKBENCH_GPU_TESTS=1 only;
+    on the CPU, tests/test_dense_wgmma_sass.py checks what it compiles to."""
+    if device.type != "cuda":
+        pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
+    x, weights = make(m, n, k, torch.bfloat16, block=128, seed=m, device=device)
+    out = dense.linear_w8a8(x, weights, wgmma=True, **options)
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    assert relative_error(out, dense.w8a8_reference(x, weights)) < 1e-2
+
+
+def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
+    x, weights = make(80, 256, 128, torch.bfloat16, block=32, device=device)
+    with pytest.raises(ValueError, match="takes 128-wide blocks, got 32"):
+        dense.linear_w8a8(x, weights, wgmma=True)
+    x, weights = make(80, 256, 128, torch.bfloat16, block=128, device=device)
+    with pytest.raises(ValueError, match="a kernel of its own"):
+        dense.linear_w8a8(x, weights, wgmma=True, tma=True)
+    with pytest.raises(ValueError, match="block_n must be 32, 64 or 128"):
+        dense.linear_w8a8(x, weights, wgmma=True, block_n=256)
+
+
 def test_the_tma_kernels_options_are_refused_elsewhere(device):
     x, weights = make(80, 256, 128, torch.bfloat16, block=128, device=device)
     with pytest.raises(ValueError, match="options of the TMA kernel"):

@@ -29,6 +29,7 @@ from kernels.dense.tiles import (
 )
 from kernels.dense.w8a8_tma import BLOCK as TMA_BLOCK
 from kernels.dense.w8a8_tma import gemm_w8a8_tma
+from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma
 from kernels.moe.compiled import launch, recording
 
 default_tiles = TilesByM(
@@ -165,6 +166,7 @@ def linear_w8a8(
     tma: bool | None = None,
     warp_specialize: bool = False,
     paired_k: bool | None = None,
+    wgmma: bool = False,
     **options: int | None,
 ) -> Tensor:
     """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
@@ -175,6 +177,8 @@ def linear_w8a8(
     split. `tma` picks the persistent TMA kernel (`w8a8_tma`; None: for 128-wide blocks from
     TMA_MIN_M rows), where `warp_specialize` splits its loop into producer and consumers and
     `paired_k` takes two K steps an iteration (None: where the tile is one weight block wide).
+    `wgmma` picks the Gluon kernel (`w8a8_wgmma`: two warpgroups, each rescaling while the
+    other's wgmma runs; GPU only, 128-wide blocks, block_n and num_stages apply).
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -182,6 +186,14 @@ def linear_w8a8(
     tiles.check()
     if tiles.swap_ab:
         raise ValueError("swap_ab is a W8A16 option; W8A8 multiplies x @ W.T as it is.")
+    if wgmma:
+        if tma or warp_specialize or paired_k:
+            raise ValueError("wgmma is a kernel of its own: leave tma, warp_specialize and "
+                             "paired_k out.")  # fmt: skip
+        with recording():
+            values, scales = quantize_activations(x, weights.block, outer_major=True)
+            return gemm_w8a8_wgmma(values, scales, weights, x.dtype, tiles.block_n,
+                                   tiles.num_stages)  # fmt: skip
     if tma is None:
         tma = weights.block == TMA_BLOCK and m >= TMA_MIN_M and options.get("split_k") is None
     if paired_k is None:

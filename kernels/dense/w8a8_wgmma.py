@@ -1,0 +1,251 @@
+"""W8A8 dense GEMM for prefill sizes in Gluon: one FP8 wgmma in flight while the last is rescaled.
+
+DeepSeek's 128x128 weight blocks and 1x128 activation blocks give every 128-wide K step its own
+scales, so the step's FP8 product must leave the tensor cores in fp32, be multiplied by its
+row and weight scales and be added to the accumulator ("promote and rescale"). Written in
+Triton, that loop compiles (Triton 3.6, sm_90) to `wgmma.wait_group 0` before each rescale:
+the tensor cores idle while the CUDA cores rescale, and the kernel in `w8a8_tma.py` runs at
+1.0-1.15x cuBLAS bf16 where DeepGEMM runs at 1.45-1.64x. Gluon, Triton's lower-level dialect,
+lets the kernel say what DeepGEMM does in CUDA: issue step k's wgmma asynchronously, wait
+until at most one group is outstanding (`warpgroup_mma_wait(1)`: step k-1's product is then
+complete), and rescale step k-1 while step k runs. `tests/test_dense_wgmma_ptx.py` compiles
+this kernel for sm_90 on the CPU and checks the PTX keeps one group in flight.
+
+Loads are TMA copies into a ring of STAGES shared-memory slots, each with an mbarrier the copy
+completes; the copy for step k + STAGES - 1 is issued once step k - 1's wgmma (the slot's last
+reader) is known complete. Programs are persistent, one per SM, and walk their output tiles in
+grouped order; the ring runs across tile boundaries (step j of a program is K step j % k_steps
+of its (j // k_steps)-th tile), so the next tile's loads overlap this tile's last MMAs and its
+store. Gluon has no interpreter: the CPU tests check the compiled PTX and the host-side
+checks, and the GPU tests compare results with `w8a8_reference`.
+"""
+
+import torch
+import triton
+from torch import Tensor
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_init,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from kernels.dense.formats import DenseWeights
+from kernels.moe.compiled import launch
+from kernels.moe.routing import planned_sms
+
+BLOCK = 128  # the weight block, and the K step: one activation and one weight scale a step
+ROWS = 128  # a tile's rows: two warpgroups of wgmma's 64
+GROUP = gl.constexpr(8)  # row tiles walked together (grouped order)
+
+
+@gluon.jit
+def _tile_of(tile, tiles_m, tiles_n):
+    """(pid_m, pid_n) of a tile index walked in groups of GROUP row tiles, so programs running
+    at the same time share weight columns in L2."""
+    per_group = GROUP * tiles_n
+    first_m = (tile // per_group) * GROUP
+    rows_in_group = gl.minimum(tiles_m - first_m, GROUP)
+    return first_m + (tile % per_group) % rows_in_group, (tile % per_group) // rows_in_group
+
+
+@gluon.jit
+def _issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, k_steps, tiles_m, tiles_n):
+    """Start the TMA copies of this program's `step` (if it has one) into its ring slot."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    STAGES: gl.constexpr = a_ring.type.shape[0]
+    tile = gl.program_id(0) + (step // k_steps) * gl.num_programs(0)
+    pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
+    off_k = (step % k_steps) * BLOCK_K
+    slot = step % STAGES
+    inside = step < total
+    bar = ready.index(slot)
+    mbarrier.expect(bar, a_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=inside)
+    tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M, off_k], bar, a_ring.index(slot),
+                                    pred=inside)  # fmt: skip
+    tma.async_copy_global_to_shared(w_desc, [pid_n * BLOCK_N, off_k], bar, w_ring.index(slot),
+                                    pred=inside)  # fmt: skip
+
+
+@gluon.jit
+def _coords(step, k_steps, tiles_m, tiles_n):
+    """(pid_m, pid_n, k_step) of this program's `step`: its (step // k_steps)-th tile."""
+    tile = gl.program_id(0) + (step // k_steps) * gl.num_programs(0)
+    pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
+    return pid_m, pid_n, step % k_steps
+
+
+@gluon.jit
+def _scales(sa_ptr, sw_ptr, rows, block_n, k_step, ok, M, stride_sak, stride_swn, stride_swk):
+    """The K step's row scales times its weight scale: a tile lies in one weight block (its
+    width divides the block's), so one weight scale covers it."""
+    sa = gl.load(sa_ptr + k_step * stride_sak + rows, mask=(rows < M) & ok, other=0.0)
+    sw = gl.load(sw_ptr + block_n * stride_swn + k_step * stride_swk, mask=ok, other=0.0)
+    return sa * sw
+
+
+@gluon.jit
+def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N,
+              k_steps, total, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_ym,
+              WARPGROUP: gl.constexpr):  # fmt: skip
+    """Rows [64 WARPGROUP, 64 WARPGROUP + 64) of every tile this program owns.
+
+    Per step: wait for the slot's copy, issue the wgmma, load the next step's scales while it
+    runs, wait for it, release the slot, and fold the product into the accumulator with the
+    scales loaded a step before (an L2 round trip a step, otherwise exposed). Warpgroup 0
+    also refills the slot used LAG steps before, once both warpgroups have released it, so it
+    rarely waits for the other. The two warpgroups share no barrier besides the ring's, so one
+    rescales while the other's wgmma holds the tensor cores: the overlap a single warpgroup
+    cannot get, because ptxas serialises its wgmmas when any instruction reads an accumulator
+    while one is in flight (ptxas info C7514).
+    """
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    ROWS: gl.constexpr = 64  # wgmma's M: one warpgroup's rows
+    STAGES: gl.constexpr = a_ring.type.shape[0]
+    LAG: gl.constexpr = 2  # steps between a slot's use and its refill
+    layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32]
+    )
+    row_offsets = WARPGROUP * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+    col_offsets = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+    acc = gl.zeros((ROWS, BLOCK_N), gl.float32, layout)
+    product = warpgroup_mma_init(gl.zeros((ROWS, BLOCK_N), gl.float32, layout))
+    pid_m, pid_n, k_step = _coords(0, k_steps, tiles_m, tiles_n)
+    scale = _scales(sa_ptr, sw_ptr, pid_m * BLOCK_M + row_offsets, pid_n * BLOCK_N // BLOCK_K,
+                    k_step, total > 0, M, stride_sak, stride_swn, stride_swk)  # fmt: skip
+    for step in range(total):
+        slot = step % STAGES
+        mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
+        a_rows = a_ring.index(slot).slice(WARPGROUP * ROWS, ROWS, dim=0)
+        product = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product,
+                                use_acc=False, is_async=True)  # fmt: skip
+        next_m, next_n, next_k = _coords(step + 1, k_steps, tiles_m, tiles_n)
+        next_scale = _scales(sa_ptr, sw_ptr, next_m * BLOCK_M + row_offsets,
+                             next_n * BLOCK_N // BLOCK_K, next_k, step + 1 < total, M,
+                             stride_sak, stride_swn, stride_swk)  # fmt: skip
+        done = warpgroup_mma_wait(num_outstanding=0, deps=(product,))
+        mbarrier.arrive(empty.index(slot), count=1)
+        if WARPGROUP == 0 and step >= LAG:
+            used = step - LAG
+            mbarrier.wait(empty.index(used % STAGES), (used // STAGES) & 1)
+            _issue_load(a_desc, w_desc, a_ring, w_ring, ready, used + STAGES, total, k_steps,
+                        tiles_m, tiles_n)  # fmt: skip
+        acc += done * scale[:, None]
+        if k_step == k_steps - 1:  # the tile's last step: write this warpgroup's rows
+            rows = pid_m * BLOCK_M + row_offsets
+            cols = pid_n * BLOCK_N + col_offsets
+            mask = (rows < M)[:, None] & (cols < N)[None, :]
+            gl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :],
+                     acc.to(y_ptr.dtype.element_ty), mask=mask)  # fmt: skip
+            acc = gl.zeros_like(acc)
+        pid_m, pid_n, k_step, scale = next_m, next_n, next_k, next_scale
+
+
+@gluon.jit
+def _w8a8_wgmma_kernel(
+    a_desc, w_desc, sa_ptr, sw_ptr, y_ptr, M, N, K, stride_sak, stride_swn, stride_swk,
+    stride_ym, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+):  # fmt: skip
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    gl.static_assert(BLOCK_M == 128, "two consumer warpgroups of wgmma's 64 rows")
+    a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+    w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for first in gl.static_range(STAGES):
+        mbarrier.init(ready.index(first), count=1)
+        mbarrier.init(empty.index(first), count=2)  # one arrival a warpgroup
+    fence_async_shared()  # the initialised barriers, visible to TMA (the async proxy)
+
+    tiles_m = gl.cdiv(M, BLOCK_M)
+    tiles_n = gl.cdiv(N, BLOCK_N)
+    k_steps = gl.cdiv(K, BLOCK_K)
+    total = gl.cdiv(tiles_m * tiles_n - gl.program_id(0), gl.num_programs(0)) * k_steps
+    for first in gl.static_range(STAGES):
+        _issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, total, k_steps, tiles_m,
+                    tiles_n)  # fmt: skip
+    args = (a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N, k_steps,
+            total, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_ym)  # fmt: skip
+    gl.warp_specialize([(_top_rows, args), (_bottom_rows, args)], [4], [CONSUMER_REGS])
+
+
+@gluon.jit
+def _top_rows(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N, k_steps,
+              total, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_ym):  # fmt: skip
+    """Warpgroup 0 (the default partition): the tile's first 64 rows, and the ring's refills."""
+    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N,
+              k_steps, total, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_ym,
+              0)  # fmt: skip
+
+
+@gluon.jit
+def _bottom_rows(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N,
+                 k_steps, total, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+                 stride_ym):  # fmt: skip
+    """Warpgroup 1 (the worker partition): the tile's last 64 rows."""
+    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N,
+              k_steps, total, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_ym,
+              1)  # fmt: skip
+
+
+def descriptor(tensor: Tensor, block_shape: list[int]) -> TensorDescriptor:
+    """A host TMA descriptor of a 2-D row-major tensor with the swizzle wgmma reads."""
+    dtype = {torch.float8_e4m3fn: gl.float8e4nv, torch.bfloat16: gl.bfloat16,
+             torch.float32: gl.float32}[tensor.dtype]  # fmt: skip
+    layout = gl.NVMMASharedLayout.get_default_for(block_shape, dtype)
+    return TensorDescriptor.from_tensor(tensor, block_shape, layout)
+
+
+def gemm_w8a8_wgmma(
+    values: Tensor,
+    scales: Tensor,
+    weights: DenseWeights,
+    out_dtype: torch.dtype,
+    block_n: int = 128,
+    num_stages: int = 4,
+    consumer_regs: int = 232,
+) -> Tensor:
+    """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
+    (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks.
+
+    Tiles are 128 rows (two warpgroups of 64) by `block_n` columns, inside one weight block,
+    so a K step takes one weight scale; `consumer_regs` is the register budget
+    Triton asks for each warpgroup (setmaxnreg)."""
+    if weights.block != BLOCK:
+        raise ValueError(
+            f"the wgmma W8A8 kernel takes {BLOCK}-wide blocks, got {weights.block}; quantise "
+            f"with DenseWeights.quantize(w, 'fp8', {BLOCK}) or use the split-K kernel."
+        )
+    (m, k), n = values.shape, weights.out_features
+    if k % 16 or n % 8:
+        raise ValueError(f"TMA needs K % 16 == 0 and N % 8 == 0 (16-byte rows), got K={k}, N={n}.")
+    if scales.stride(0) != 1:
+        raise ValueError("activation scales must be token-fastest: quantise with outer_major.")
+    if block_n not in (32, 64, 128):
+        raise ValueError(f"block_n must be 32, 64 or 128 (a power of two no wider than a "
+                         f"weight block; wider, a warpgroup's two fp32 tiles overflow its "
+                         f"registers), got {block_n}.")  # fmt: skip
+    if num_stages < 3:
+        raise ValueError(f"num_stages must be at least 3 (a slot is refilled two steps after "
+                         f"its use), got {num_stages}.")  # fmt: skip
+    y = torch.empty(m, n, dtype=out_dtype, device=values.device)
+    tiles = triton.cdiv(m, ROWS) * triton.cdiv(n, block_n)
+    programs = min(tiles, planned_sms(values.device))
+    launch(
+        _w8a8_wgmma_kernel, (programs,), descriptor(values, [ROWS, BLOCK]),
+        descriptor(weights.values, [block_n, BLOCK]), scales, weights.scales, y, m, n, k,
+        scales.stride(1), *weights.scales.stride(), y.stride(0), STAGES=num_stages,
+        CONSUMER_REGS=consumer_regs, num_warps=4,
+    )  # fmt: skip
+    return y

@@ -1,0 +1,97 @@
+"""What the Gluon W8A8 kernel (kernels/dense/w8a8_wgmma.py) compiles to for sm_90, without a GPU.
+
+    python scripts/dense_wgmma_sass.py [--block-n 128] [--stages 4]
+
+Prints the registers and spilled bytes ptxas reports, any "Potential Performance Loss" note
+it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
+C7512: too few registers), and, from the SASS, how many FP8 wgmma instructions (QGMMA) the
+kernel holds and how many waits for them (WARPGROUP.DEPBAR). The kernel's design rests on
+these: each warpgroup's four QGMMAs of a K step are one group with one wait, and ptxas
+serialises nothing. A developer's tool, like moe_compile_facts.py; the GPU answers the
+question of speed (scripts/tune_dense.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+
+import torch
+import triton
+from moe_compile_facts import ptxas_facts
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.runtime.jit import mangle_type
+
+from kernels.dense import w8a8_wgmma
+
+SHAPE = (4096, 2048, 7168)  # (M, N, K): any shape whose rows are 16-byte aligned
+
+
+def compile_kernel(block_n: int, stages: int, consumer_regs: int):
+    """The kernel compiled for sm_90 with host TMA descriptors typed as a launch types them."""
+    m, n, k = SHAPE
+    descriptors = {
+        "a_desc": w8a8_wgmma.descriptor(torch.empty(m, k, dtype=torch.float8_e4m3fn),
+                                        [w8a8_wgmma.ROWS, w8a8_wgmma.BLOCK]),
+        "w_desc": w8a8_wgmma.descriptor(torch.empty(n, k, dtype=torch.float8_e4m3fn),
+                                        [block_n, w8a8_wgmma.BLOCK]),
+    }  # fmt: skip
+    constants = {"STAGES": stages, "CONSUMER_REGS": consumer_regs}
+    kernel = w8a8_wgmma._w8a8_wgmma_kernel
+    signature, constexprs, attrs = {}, {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        if name in descriptors:
+            signature[name] = mangle_type(descriptors[name])
+            continue
+        if name in constants:
+            signature[name], constexprs[(i,)] = "constexpr", constants[name]
+            continue
+        signature[name] = {"y_ptr": "*bf16"}.get(name, "*fp32" if name.endswith("_ptr") else "i32")
+        attrs[(i,)] = [["tt.divisibility", 16]]
+    source = GluonASTSource(kernel, signature, constexprs, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+
+
+def sass_facts(compiled) -> dict[str, int | list[str]]:
+    """ptxas's performance notes, and the QGMMA and WARPGROUP.DEPBAR counts of the SASS."""
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with tempfile.TemporaryDirectory() as folder:
+        ptx, cubin = os.path.join(folder, "k.ptx"), os.path.join(folder, "k.cubin")
+        with open(ptx, "w") as f:
+            f.write(compiled.asm["ptx"])
+        report = subprocess.run([f"{tools}/ptxas", "-arch=sm_90a", "-v", ptx, "-o", cubin],
+                                capture_output=True, text=True, check=True).stderr  # fmt: skip
+        sass = subprocess.run([f"{tools}/nvdisasm", "-c", cubin], capture_output=True,
+                              text=True, check=True).stdout  # fmt: skip
+    return {
+        "notes": re.findall(r"\((C75\d\d)\) Potential Performance Loss", report),
+        "qgmma": len(re.findall(r"\bQGMMA\.", sass)),
+        "depbar": len(re.findall(r"WARPGROUP\.DEPBAR", sass)),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--block-n", type=int, choices=(32, 64, 128), default=128)
+    parser.add_argument("--stages", type=int, default=4)
+    parser.add_argument("--consumer-regs", type=int, default=232)
+    args = parser.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        parser.error("TRITON_INTERPRET=1 is set; unset it to compile the kernel.")
+    compiled = compile_kernel(args.block_n, args.stages, args.consumer_regs)
+    registers, spills = ptxas_facts(compiled)
+    facts = sass_facts(compiled)
+    print(f"Triton {triton.__version__}, sm_90, 128 x {args.block_n} tiles, {args.stages} stages")
+    print(f"registers: {registers}")
+    print(f"spilled bytes: {spills}")
+    print(f"ptxas notes: {' '.join(facts['notes']) or 'none'}")
+    print(f"QGMMA: {facts['qgmma']}")
+    print(f"WARPGROUP.DEPBAR: {facts['depbar']}")
+
+
+if __name__ == "__main__":
+    main()

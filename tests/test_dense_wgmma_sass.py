@@ -1,0 +1,38 @@
+"""scripts/dense_wgmma_sass.py compiles the Gluon W8A8 kernel for sm_90 on the CPU (Triton's
+bundled ptxas and nvdisasm) and reads what its design rests on off the SASS. Gluon has no
+interpreter, so this is the CPU's check of the kernel; tests/test_dense_kernels.py runs it on
+a GPU. Its own process: the tests import the kernels under the interpreter."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str, interpret: bool = False) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    return subprocess.run([sys.executable, "scripts/dense_wgmma_sass.py", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+@pytest.mark.parametrize(("block_n", "stages"), [(128, 4), (64, 6)])
+def test_each_warpgroup_waits_once_a_step_and_nothing_is_serialised(block_n, stages):
+    done = run("--block-n", str(block_n), "--stages", str(stages))
+    assert done.returncode == 0, done.stderr
+    facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+    assert facts["spilled bytes"] == "0"
+    assert facts["ptxas notes"] == "none"  # no C7514 / C7512: ptxas kept the wgmmas async
+    # two warpgroups, each a K step's four m64nNk32 FP8 wgmmas as one group with one wait
+    assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == ("8", "2")
+
+
+def test_bad_settings_and_the_interpreter_are_refused():
+    assert run("--block-n", "256").returncode == 2
+    done = run(interpret=True)
+    assert done.returncode == 2 and "unset it" in done.stderr
