@@ -55,31 +55,19 @@ def _tile_of(tile, tiles_m, tiles_n):
 
 
 @gluon.jit
-def _issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, k_steps, tiles_m, tiles_n):
-    """Start the TMA copies of this program's `step` (if it has one) into its ring slot."""
-    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+def _issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, pid_m, pid_n, k_step):
+    """Start the TMA copies of this program's `step` (if it has one: step < total), K step
+    `k_step` of tile (pid_m, pid_n), into its ring slot."""
     STAGES: gl.constexpr = a_ring.type.shape[0]
-    tile = gl.program_id(0) + (step // k_steps) * gl.num_programs(0)
-    pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
-    off_k = (step % k_steps) * BLOCK_K
     slot = step % STAGES
     inside = step < total
     bar = ready.index(slot)
     mbarrier.expect(bar, a_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=inside)
-    tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M, off_k], bar, a_ring.index(slot),
-                                    pred=inside)  # fmt: skip
-    tma.async_copy_global_to_shared(w_desc, [pid_n * BLOCK_N, off_k], bar, w_ring.index(slot),
-                                    pred=inside)  # fmt: skip
-
-
-@gluon.jit
-def _coords(step, k_steps, tiles_m, tiles_n):
-    """(pid_m, pid_n, k_step) of this program's `step`: its (step // k_steps)-th tile."""
-    tile = gl.program_id(0) + (step // k_steps) * gl.num_programs(0)
-    pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
-    return pid_m, pid_n, step % k_steps
+    off_k = k_step * a_desc.block_type.shape[1]
+    tma.async_copy_global_to_shared(a_desc, [pid_m * a_desc.block_type.shape[0], off_k], bar,
+                                    a_ring.index(slot), pred=inside)  # fmt: skip
+    tma.async_copy_global_to_shared(w_desc, [pid_n * w_desc.block_type.shape[0], off_k], bar,
+                                    w_ring.index(slot), pred=inside)  # fmt: skip
 
 
 @gluon.jit
@@ -93,18 +81,19 @@ def _scales(sa_ptr, sw_ptr, rows, block_n, k_step, ok, M, stride_sak, stride_swn
 
 @gluon.jit
 def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N,
-              k_steps, total, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_ym,
-              WARPGROUP: gl.constexpr):  # fmt: skip
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+              stride_ym, WARPGROUP: gl.constexpr):  # fmt: skip
     """Rows [64 WARPGROUP, 64 WARPGROUP + 64) of every tile this program owns.
 
-    Per step: wait for the slot's copy, issue the wgmma, load the next step's scales while it
-    runs, wait for it, release the slot, and fold the product into the accumulator with the
-    scales loaded a step before (an L2 round trip a step, otherwise exposed). Warpgroup 0
+    Per K step: wait for the slot's copy, issue the wgmma, load the next step's scales while
+    it runs, wait for it, release the slot, and fold the product into the accumulator with
+    the scales loaded a step before (an L2 round trip a step, otherwise exposed). Warpgroup 0
     also refills the slot used LAG steps before, once both warpgroups have released it, so it
-    rarely waits for the other. The two warpgroups share no barrier besides the ring's, so one
-    rescales while the other's wgmma holds the tensor cores: the overlap a single warpgroup
-    cannot get, because ptxas serialises its wgmmas when any instruction reads an accumulator
-    while one is in flight (ptxas info C7514).
+    rarely waits for the other; the refill's tile and K step advance as a cursor, so a step
+    does no division. The two warpgroups share no barrier besides the ring's, so one rescales
+    while the other's wgmma holds the tensor cores: the overlap a single warpgroup cannot get,
+    because ptxas serialises its wgmmas when any instruction reads an accumulator while one is
+    in flight (ptxas info C7514).
     """
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -117,37 +106,51 @@ def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_pt
     )
     row_offsets = WARPGROUP * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
     col_offsets = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
-    acc = gl.zeros((ROWS, BLOCK_N), gl.float32, layout)
     product = warpgroup_mma_init(gl.zeros((ROWS, BLOCK_N), gl.float32, layout))
-    pid_m, pid_n, k_step = _coords(0, k_steps, tiles_m, tiles_n)
-    scale = _scales(sa_ptr, sw_ptr, pid_m * BLOCK_M + row_offsets, pid_n * BLOCK_N // BLOCK_K,
-                    k_step, total > 0, M, stride_sak, stride_swn, stride_swk)  # fmt: skip
-    for step in range(total):
-        slot = step % STAGES
-        mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
-        a_rows = a_ring.index(slot).slice(WARPGROUP * ROWS, ROWS, dim=0)
-        product = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product,
-                                use_acc=False, is_async=True)  # fmt: skip
-        next_m, next_n, next_k = _coords(step + 1, k_steps, tiles_m, tiles_n)
-        next_scale = _scales(sa_ptr, sw_ptr, next_m * BLOCK_M + row_offsets,
-                             next_n * BLOCK_N // BLOCK_K, next_k, step + 1 < total, M,
-                             stride_sak, stride_swn, stride_swk)  # fmt: skip
-        done = warpgroup_mma_wait(num_outstanding=0, deps=(product,))
-        mbarrier.arrive(empty.index(slot), count=1)
-        if WARPGROUP == 0 and step >= LAG:
-            used = step - LAG
-            mbarrier.wait(empty.index(used % STAGES), (used // STAGES) & 1)
-            _issue_load(a_desc, w_desc, a_ring, w_ring, ready, used + STAGES, total, k_steps,
-                        tiles_m, tiles_n)  # fmt: skip
-        acc += done * scale[:, None]
-        if k_step == k_steps - 1:  # the tile's last step: write this warpgroup's rows
-            rows = pid_m * BLOCK_M + row_offsets
-            cols = pid_n * BLOCK_N + col_offsets
-            mask = (rows < M)[:, None] & (cols < N)[None, :]
-            gl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :],
-                     acc.to(y_ptr.dtype.element_ty), mask=mask)  # fmt: skip
-            acc = gl.zeros_like(acc)
-        pid_m, pid_n, k_step, scale = next_m, next_n, next_k, next_scale
+    total = my_tiles * k_steps
+    step = 0
+    # The refill cursor: the step STAGES (the prologue loaded 0 .. STAGES - 1), as a tile and K.
+    load_tile = STAGES // k_steps
+    load_k = STAGES % k_steps
+    load_m, load_n = _tile_of(gl.program_id(0) + load_tile * gl.num_programs(0), tiles_m,
+                              tiles_n)  # fmt: skip
+    for t in range(my_tiles):
+        pid_m, pid_n = _tile_of(gl.program_id(0) + t * gl.num_programs(0), tiles_m, tiles_n)
+        rows = pid_m * BLOCK_M + row_offsets
+        weight_block = pid_n * BLOCK_N // BLOCK_K
+        scale = _scales(sa_ptr, sw_ptr, rows, weight_block, 0, True, M, stride_sak, stride_swn,
+                        stride_swk)  # fmt: skip
+        acc = gl.zeros((ROWS, BLOCK_N), gl.float32, layout)
+        for k_step in range(k_steps):
+            slot = step % STAGES
+            mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
+            a_rows = a_ring.index(slot).slice(WARPGROUP * ROWS, ROWS, dim=0)
+            product = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product,
+                                    use_acc=False, is_async=True)  # fmt: skip
+            next_scale = _scales(sa_ptr, sw_ptr, rows, weight_block, k_step + 1,
+                                 k_step + 1 < k_steps, M, stride_sak, stride_swn,
+                                 stride_swk)  # fmt: skip
+            done = warpgroup_mma_wait(num_outstanding=0, deps=(product,))
+            mbarrier.arrive(empty.index(slot), count=1)
+            if WARPGROUP == 0 and step >= LAG:
+                used = step - LAG
+                mbarrier.wait(empty.index(used % STAGES), (used // STAGES) & 1)
+                _issue_load(a_desc, w_desc, a_ring, w_ring, ready, used + STAGES, total,
+                            load_m, load_n, load_k)  # fmt: skip
+                load_k += 1
+                if load_k == k_steps:
+                    load_k = 0
+                    load_tile += 1
+                    load_m, load_n = _tile_of(
+                        gl.program_id(0) + load_tile * gl.num_programs(0), tiles_m, tiles_n
+                    )
+            acc += done * scale[:, None]
+            scale = next_scale
+            step += 1
+        cols = pid_n * BLOCK_N + col_offsets
+        mask = (rows < M)[:, None] & (cols < N)[None, :]
+        gl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :],
+                 acc.to(y_ptr.dtype.element_ty), mask=mask)  # fmt: skip
 
 
 @gluon.jit
@@ -171,32 +174,35 @@ def _w8a8_wgmma_kernel(
     tiles_m = gl.cdiv(M, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)
     k_steps = gl.cdiv(K, BLOCK_K)
-    total = gl.cdiv(tiles_m * tiles_n - gl.program_id(0), gl.num_programs(0)) * k_steps
+    my_tiles = gl.cdiv(tiles_m * tiles_n - gl.program_id(0), gl.num_programs(0))
     for first in gl.static_range(STAGES):
-        _issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, total, k_steps, tiles_m,
-                    tiles_n)  # fmt: skip
+        tile = gl.program_id(0) + (first // k_steps) * gl.num_programs(0)
+        pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
+        _issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_tiles * k_steps, pid_m,
+                    pid_n, first % k_steps)  # fmt: skip
     args = (a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N, k_steps,
-            total, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_ym)  # fmt: skip
+            my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_ym)  # fmt: skip
     gl.warp_specialize([(_top_rows, args), (_bottom_rows, args)], [4], [CONSUMER_REGS])
 
 
 @gluon.jit
 def _top_rows(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N, k_steps,
-              total, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_ym):  # fmt: skip
+              my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+              stride_ym):  # fmt: skip
     """Warpgroup 0 (the default partition): the tile's first 64 rows, and the ring's refills."""
     _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N,
-              k_steps, total, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_ym,
-              0)  # fmt: skip
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+              stride_ym, 0)  # fmt: skip
 
 
 @gluon.jit
 def _bottom_rows(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N,
-                 k_steps, total, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+                 k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
                  stride_ym):  # fmt: skip
     """Warpgroup 1 (the worker partition): the tile's last 64 rows."""
     _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N,
-              k_steps, total, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_ym,
-              1)  # fmt: skip
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+              stride_ym, 1)  # fmt: skip
 
 
 def descriptor(tensor: Tensor, block_shape: list[int]) -> TensorDescriptor:
