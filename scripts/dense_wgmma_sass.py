@@ -39,6 +39,8 @@ def compile_kernel(block_n: int, stages: int, consumer_regs: int):
                                         [w8a8_wgmma.ROWS, w8a8_wgmma.BLOCK]),
         "w_desc": w8a8_wgmma.descriptor(torch.empty(n, k, dtype=torch.float8_e4m3fn),
                                         [block_n, w8a8_wgmma.BLOCK]),
+        "y_desc": w8a8_wgmma.descriptor(torch.empty(m, n, dtype=torch.bfloat16),
+                                        [w8a8_wgmma.ROWS // 2, block_n]),
     }  # fmt: skip
     constants = {"STAGES": stages, "CONSUMER_REGS": consumer_regs}
     kernel = w8a8_wgmma._w8a8_wgmma_kernel
@@ -50,7 +52,7 @@ def compile_kernel(block_n: int, stages: int, consumer_regs: int):
         if name in constants:
             signature[name], constexprs[(i,)] = "constexpr", constants[name]
             continue
-        signature[name] = {"y_ptr": "*bf16"}.get(name, "*fp32" if name.endswith("_ptr") else "i32")
+        signature[name] = "*fp32" if name.endswith("_ptr") else "i32"
         attrs[(i,)] = [["tt.divisibility", 16]]
     source = GluonASTSource(kernel, signature, constexprs, attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})

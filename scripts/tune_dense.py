@@ -54,8 +54,8 @@ W8A8_TMA = [{}, tiles(128, 128, 128, 8, 3), tiles(128, 128, 128, 8, 4) | WS,
             tiles(128, 128, 128, 8, 4) | {"tma": False}]  # fmt: skip
 # The Gluon kernel (kernels/dense/w8a8_wgmma.py) against the TMA kernel's default ({}).
 WGMMA = {"wgmma": True}
-W8A8_WGMMA = [{}, tiles(128, 128, 128, 8, 4) | WGMMA, tiles(128, 128, 128, 8, 6) | WGMMA,
-              tiles(128, 128, 128, 8, 3) | WGMMA, tiles(128, 64, 128, 8, 6) | WGMMA]  # fmt: skip
+W8A8_WGMMA = [{}, WGMMA, tiles(128, 128, 128, 8, 5) | WGMMA, tiles(128, 128, 128, 8, 4) | WGMMA,
+              tiles(128, 64, 128, 8, 6) | WGMMA]  # fmt: skip
 W8A16_MID = [{}, *MIDDLE[1:], tiles(64, 64, 128, 4, 4) | {"swap_ab": False},
              tiles(64, 64, 128, 4, 4) | {"split_k": 1}, tiles(64, 64, 128, 4, 4) | {"split_k": 4},
              tiles(64, 64, 256, 4, 3), tiles(64, 32, 128, 4, 4), tiles(128, 64, 128, 4, 4),

@@ -29,6 +29,7 @@ from kernels.dense.tiles import (
 )
 from kernels.dense.w8a8_tma import BLOCK as TMA_BLOCK
 from kernels.dense.w8a8_tma import gemm_w8a8_tma
+from kernels.dense.w8a8_wgmma import STAGES as WGMMA_STAGES
 from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma
 from kernels.moe.compiled import launch, recording
 
@@ -178,7 +179,8 @@ def linear_w8a8(
     TMA_MIN_M rows), where `warp_specialize` splits its loop into producer and consumers and
     `paired_k` takes two K steps an iteration (None: where the tile is one weight block wide).
     `wgmma` picks the Gluon kernel (`w8a8_wgmma`: two warpgroups, each rescaling while the
-    other's wgmma runs; GPU only, 128-wide blocks, block_n and num_stages apply).
+    other's wgmma runs; GPU only, 128-wide blocks, block_n and num_stages apply, the latter
+    by default the kernel's own).
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -192,8 +194,8 @@ def linear_w8a8(
                              "paired_k out.")  # fmt: skip
         with recording():
             values, scales = quantize_activations(x, weights.block, outer_major=True)
-            return gemm_w8a8_wgmma(values, scales, weights, x.dtype, tiles.block_n,
-                                   tiles.num_stages)  # fmt: skip
+            stages = options.get("num_stages") or WGMMA_STAGES
+            return gemm_w8a8_wgmma(values, scales, weights, x.dtype, tiles.block_n, stages)
     if tma is None:
         tma = weights.block == TMA_BLOCK and m >= TMA_MIN_M and options.get("split_k") is None
     if paired_k is None:

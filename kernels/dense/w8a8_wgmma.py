@@ -42,6 +42,10 @@ from kernels.moe.routing import planned_sms
 BLOCK = 128  # the weight block, and the K step: one activation and one weight scale a step
 ROWS = 128  # a tile's rows: two warpgroups of wgmma's 64
 GROUP = gl.constexpr(8)  # row tiles walked together (grouped order)
+# Ring slots: a slot is refilled two steps after its use, so STAGES - 2 steps load ahead. On the
+# H200 at M=4096 (raw/logs/h200-tune-dense-wgmma-*.csv) 3 stages ran 1.7x slower than 6, which
+# with the two staging buffers fills shared memory (6 x 32 + 2 x 16 KB).
+STAGES = 6
 
 
 @gluon.jit
@@ -80,9 +84,9 @@ def _scales(sa_ptr, sw_ptr, rows, block_n, k_step, ok, M, stride_sak, stride_swn
 
 
 @gluon.jit
-def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N,
+def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
               k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-              stride_ym, WARPGROUP: gl.constexpr):  # fmt: skip
+              WARPGROUP: gl.constexpr):  # fmt: skip
     """Rows [64 WARPGROUP, 64 WARPGROUP + 64) of every tile this program owns.
 
     Per K step: wait for the slot's copy, issue the wgmma, load the next step's scales while
@@ -93,7 +97,8 @@ def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_pt
     does no division. The two warpgroups share no barrier besides the ring's, so one rescales
     while the other's wgmma holds the tensor cores: the overlap a single warpgroup cannot get,
     because ptxas serialises its wgmmas when any instruction reads an accumulator while one is
-    in flight (ptxas info C7514).
+    in flight (ptxas info C7514). A finished tile leaves through this warpgroup's staging
+    buffer by a TMA store, which clips rows and columns past the output's edge.
     """
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -105,7 +110,7 @@ def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_pt
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32]
     )
     row_offsets = WARPGROUP * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
-    col_offsets = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+    y_buf = y_bufs.index(WARPGROUP)
     product = warpgroup_mma_init(gl.zeros((ROWS, BLOCK_N), gl.float32, layout))
     total = my_tiles * k_steps
     step = 0
@@ -147,16 +152,19 @@ def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_pt
             acc += done * scale[:, None]
             scale = next_scale
             step += 1
-        cols = pid_n * BLOCK_N + col_offsets
-        mask = (rows < M)[:, None] & (cols < N)[None, :]
-        gl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :],
-                 acc.to(y_ptr.dtype.element_ty), mask=mask)  # fmt: skip
+        tma.store_wait(pendings=0)  # the last tile's store has read the buffer
+        y_buf.store(acc.to(y_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(
+            y_desc, [pid_m * BLOCK_M + WARPGROUP * ROWS, pid_n * BLOCK_N], y_buf
+        )
+    tma.store_wait(pendings=0)
 
 
 @gluon.jit
 def _w8a8_wgmma_kernel(
-    a_desc, w_desc, sa_ptr, sw_ptr, y_ptr, M, N, K, stride_sak, stride_swn, stride_swk,
-    stride_ym, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    a_desc, w_desc, y_desc, sa_ptr, sw_ptr, M, N, K, stride_sak, stride_swn, stride_swk,
+    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -164,6 +172,8 @@ def _w8a8_wgmma_kernel(
     gl.static_assert(BLOCK_M == 128, "two consumer warpgroups of wgmma's 64 rows")
     a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
     w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
+    y_bufs = gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape,
+                                       y_desc.layout)  # one a warpgroup  # fmt: skip
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for first in gl.static_range(STAGES):
@@ -180,29 +190,29 @@ def _w8a8_wgmma_kernel(
         pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
         _issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_tiles * k_steps, pid_m,
                     pid_n, first % k_steps)  # fmt: skip
-    args = (a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N, k_steps,
-            my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_ym)  # fmt: skip
+    args = (a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
+            k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk)  # fmt: skip
     gl.warp_specialize([(_top_rows, args), (_bottom_rows, args)], [4], [CONSUMER_REGS])
 
 
 @gluon.jit
-def _top_rows(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N, k_steps,
-              my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-              stride_ym):  # fmt: skip
+def _top_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
+              stride_swk):  # fmt: skip
     """Warpgroup 0 (the default partition): the tile's first 64 rows, and the ring's refills."""
-    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N,
+    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
               k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-              stride_ym, 0)  # fmt: skip
+              0)  # fmt: skip
 
 
 @gluon.jit
-def _bottom_rows(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N,
-                 k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-                 stride_ym):  # fmt: skip
+def _bottom_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr,
+                 M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
+                 stride_swk):  # fmt: skip
     """Warpgroup 1 (the worker partition): the tile's last 64 rows."""
-    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, sa_ptr, sw_ptr, y_ptr, M, N,
+    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
               k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-              stride_ym, 1)  # fmt: skip
+              1)  # fmt: skip
 
 
 def descriptor(tensor: Tensor, block_shape: list[int]) -> TensorDescriptor:
@@ -219,7 +229,7 @@ def gemm_w8a8_wgmma(
     weights: DenseWeights,
     out_dtype: torch.dtype,
     block_n: int = 128,
-    num_stages: int = 4,
+    num_stages: int = STAGES,
     consumer_regs: int = 232,
 ) -> Tensor:
     """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
@@ -250,8 +260,9 @@ def gemm_w8a8_wgmma(
     programs = min(tiles, planned_sms(values.device))
     launch(
         _w8a8_wgmma_kernel, (programs,), descriptor(values, [ROWS, BLOCK]),
-        descriptor(weights.values, [block_n, BLOCK]), scales, weights.scales, y, m, n, k,
-        scales.stride(1), *weights.scales.stride(), y.stride(0), STAGES=num_stages,
+        descriptor(weights.values, [block_n, BLOCK]), descriptor(y, [ROWS // 2, block_n]),
+        scales, weights.scales, m, n, k, scales.stride(1), *weights.scales.stride(),
+        STAGES=num_stages,
         CONSUMER_REGS=consumer_regs, num_warps=4,
     )  # fmt: skip
     return y
