@@ -47,6 +47,7 @@ KERNELS = [
     ("_w8a16_kernel", "Dense GEMM", "workbench dense GEMM"),
     ("_w8a8_kernel", "Dense GEMM", "workbench dense GEMM"),
     ("_w8a8_tma_kernel", "Dense GEMM", "workbench dense GEMM"),
+    ("_w8a8_wgmma_kernel", "Dense GEMM", "workbench dense GEMM"),
     ("_rms_norm_kernel", "Other", "workbench glue"),
     ("_silu_mul_kernel", "Other", "workbench glue"),
     ("_quantize_rows_kernel", "Dense GEMM", "workbench dense GEMM"),

@@ -167,7 +167,7 @@ def linear_w8a8(
     tma: bool | None = None,
     warp_specialize: bool = False,
     paired_k: bool | None = None,
-    wgmma: bool = False,
+    wgmma: bool | None = None,
     **options: int | None,
 ) -> Tensor:
     """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
@@ -180,7 +180,8 @@ def linear_w8a8(
     `paired_k` takes two K steps an iteration (None: where the tile is one weight block wide).
     `wgmma` picks the Gluon kernel (`w8a8_wgmma`: two warpgroups, each rescaling while the
     other's wgmma runs; GPU only, 128-wide blocks, block_n and num_stages apply, the latter
-    by default the kernel's own).
+    by default the kernel's own). None: on a GPU where the TMA kernel would run and none of
+    its options is given, as it ran 4-8% faster there (raw/logs/h200-tune-dense-wgmma-*.csv).
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -188,8 +189,12 @@ def linear_w8a8(
     tiles.check()
     if tiles.swap_ab:
         raise ValueError("swap_ab is a W8A16 option; W8A8 multiplies x @ W.T as it is.")
+    tma_options = tma is not None or warp_specialize or paired_k is not None
+    if wgmma is None:
+        wgmma = (x.is_cuda and not tma_options and weights.block == TMA_BLOCK and m >= TMA_MIN_M
+                 and options.get("split_k") is None)  # fmt: skip
     if wgmma:
-        if tma or warp_specialize or paired_k:
+        if tma_options:
             raise ValueError("wgmma is a kernel of its own: leave tma, warp_specialize and "
                              "paired_k out.")  # fmt: skip
         with recording():

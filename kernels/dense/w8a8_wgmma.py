@@ -1,24 +1,35 @@
-"""W8A8 dense GEMM for prefill sizes in Gluon: one FP8 wgmma in flight while the last is rescaled.
+"""W8A8 dense GEMM for prefill sizes in Gluon: one warpgroup rescales while the other multiplies.
 
 DeepSeek's 128x128 weight blocks and 1x128 activation blocks give every 128-wide K step its own
 scales, so the step's FP8 product must leave the tensor cores in fp32, be multiplied by its
-row and weight scales and be added to the accumulator ("promote and rescale"). Written in
-Triton, that loop compiles (Triton 3.6, sm_90) to `wgmma.wait_group 0` before each rescale:
-the tensor cores idle while the CUDA cores rescale, and the kernel in `w8a8_tma.py` runs at
-1.0-1.15x cuBLAS bf16 where DeepGEMM runs at 1.45-1.64x. Gluon, Triton's lower-level dialect,
-lets the kernel say what DeepGEMM does in CUDA: issue step k's wgmma asynchronously, wait
-until at most one group is outstanding (`warpgroup_mma_wait(1)`: step k-1's product is then
-complete), and rescale step k-1 while step k runs. `tests/test_dense_wgmma_ptx.py` compiles
-this kernel for sm_90 on the CPU and checks the PTX keeps one group in flight.
+row and weight scales and be added to the accumulator ("promote and rescale"). The Triton
+kernel (`w8a8_tma.py`) compiles (Triton 3.6, sm_90) to `wgmma.wait_group 0` before each
+rescale with both warpgroups in step, so the tensor cores idle while the CUDA cores rescale.
 
-Loads are TMA copies into a ring of STAGES shared-memory slots, each with an mbarrier the copy
-completes; the copy for step k + STAGES - 1 is issued once step k - 1's wgmma (the slot's last
-reader) is known complete. Programs are persistent, one per SM, and walk their output tiles in
-grouped order; the ring runs across tile boundaries (step j of a program is K step j % k_steps
-of its (j // k_steps)-th tile), so the next tile's loads overlap this tile's last MMAs and its
-store. Gluon has no interpreter: the CPU tests check the compiled PTX and the host-side
-checks, and the GPU tests compare results with `w8a8_reference`.
-"""
+What was tried, compiled for sm_90 and read off the SASS (scripts/dense_wgmma_sass.py):
+- One warpgroup keeping step k's wgmma in flight while it rescales step k-1
+  (`warpgroup_mma_wait(1)`): ptxas then serialises every wgmma (info C7514: an accumulator
+  register read while a wgmma is in flight), whichever registers are read. CUTLASS's and
+  DeepGEMM's FP8 mainloops also wait for 0 before promoting; their overlap is between
+  warpgroups.
+- So here, as there, two consumer warpgroups of 64 rows each (`gl.warp_specialize`), which
+  share nothing but the TMA ring's mbarriers: while one rescales, the other's wgmma holds the
+  tensor cores. A third, producer warpgroup would cap every warp's registers (168) below what
+  two 64 x 128 fp32 tiles need, so warpgroup 0 refills the ring.
+
+Loads are TMA copies into a ring of STAGES slots, each with a `ready` barrier the copy
+completes and an `empty` barrier both warpgroups arrive at once their wgmma has read it.
+Programs are persistent, one per SM, walk their output tiles in grouped order, and the ring
+runs across tile boundaries, so the next tile's loads overlap this tile's last steps and its
+store (through a staging buffer per warpgroup, by TMA). On the H200 it runs a layer's
+projections 4-8% faster than the Triton kernel (raw/logs/h200-tune-dense-wgmma-a68971d-*.csv:
+1.003 against 1.043 ms at M=4096, 3.86 against 4.17 at 16384), and is the GPU's W8A8 kernel
+from `w8a8.TMA_MIN_M` rows. DeepGEMM, at 1.4x cuBLAS bf16 in the same bench, still leads:
+it multicasts each tile across a 2-CTA cluster (half the L2 reads of one operand), which
+Triton 3.6's Gluon cannot express for TMA loads.
+
+Gluon has no interpreter: the CPU tests check the compiled SASS and the host-side checks, and
+the GPU tests (WORKBENCH_GPU_TESTS=1) compare results with `w8a8_reference`."""
 
 import torch
 import triton
@@ -43,9 +54,10 @@ BLOCK = 128  # the weight block, and the K step: one activation and one weight s
 ROWS = 128  # a tile's rows: two warpgroups of wgmma's 64
 GROUP = gl.constexpr(8)  # row tiles walked together (grouped order)
 # Ring slots: a slot is refilled two steps after its use, so STAGES - 2 steps load ahead. On the
-# H200 at M=4096 (raw/logs/h200-tune-dense-wgmma-*.csv) 3 stages ran 1.7x slower than 6, which
-# with the two staging buffers fills shared memory (6 x 32 + 2 x 16 KB).
-STAGES = 6
+# H200, 3 stages ran 1.7x slower than 6 (raw/logs/h200-tune-dense-wgmma-2678c54-*.csv), and 5
+# ran as fast as 6 at M=4096 and 4% faster at 16384 (h200-tune-dense-wgmma-a68971d-*.csv):
+# 5 x 32 KB of ring, and 2 x 16 KB of staging buffers.
+STAGES = 5
 
 
 @gluon.jit
@@ -199,7 +211,7 @@ def _w8a8_wgmma_kernel(
 def _top_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
               k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
               stride_swk):  # fmt: skip
-    """Warpgroup 0 (the default partition): the tile's first 64 rows, and the ring's refills."""
+    """Warpgroup 0 (the default partition): the tiles' first 64 rows, and the ring's refills."""
     _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
               k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
               0)  # fmt: skip

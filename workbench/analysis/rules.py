@@ -97,8 +97,9 @@ KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
      r"^_(counts|offsets_serial|offsets_parallel|permute|block_experts|combine|router_topk)"
      r"_kernel$", MOE, "kernels/moe routing: expert counts, offsets, permutation and the "
      "weighted combine; the router's fused top-k and softmax (kernels/glue)"),
-    ("workbench dense GEMM", r"^_(w8a16|w8a8|w8a8_tma|quantize_rows)_kernel$", DENSE,
-     "kernels/dense: W8A16 and W8A8 GEMMs and the W8A8 activation quantizer"),
+    ("workbench dense GEMM", r"^_(w8a16|w8a8|w8a8_tma|w8a8_wgmma|quantize_rows)_kernel$",
+     DENSE, "kernels/dense: W8A16 and W8A8 GEMMs (Triton and Gluon) and the W8A8 activation "
+     "quantizer"),
     ("workbench sparse attention",
      r"^_(sparse_attention|sparse_combine|indexer|indexer_fp8|select|sampled_select"
      r"|second_round|chunk_picks|write_cache)_kernel$",
