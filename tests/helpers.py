@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,17 @@ CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "test-artifacts"  # ignored by git; CI keeps it as the test artifacts
 ARTIFACT_DIRS = ("raw", "ncu")
+
+
+def run_compile_script(script: str, *args: str, interpret: bool = False):
+    """Run scripts/<script> in its own process, compiling for sm_90 (TRITON_INTERPRET unset)
+    unless `interpret`: the tests import the kernels under the interpreter, which compiles
+    nothing."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    return subprocess.run([sys.executable, f"scripts/{script}", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
 def committed_artifacts() -> list[Path]:

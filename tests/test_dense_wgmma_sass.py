@@ -3,22 +3,12 @@ bundled ptxas and nvdisasm) and reads what its design rests on off the SASS. Glu
 interpreter, so this is the CPU's check of the kernel; tests/test_dense_kernels.py runs it on
 a GPU. Its own process: the tests import the kernels under the interpreter."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from helpers import run_compile_script
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-def run(*args: str, interpret: bool = False) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
-    return subprocess.run([sys.executable, "scripts/dense_wgmma_sass.py", *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+def run(*args: str, interpret: bool = False):
+    return run_compile_script("dense_wgmma_sass.py", *args, interpret=interpret)
 
 
 @pytest.mark.parametrize(("block_n", "stages"), [(128, 4), (64, 6)])

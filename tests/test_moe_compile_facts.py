@@ -2,22 +2,12 @@
 bundled ptxas) and reads registers and spills off ptxas's report. It runs in its own process:
 the tests import the kernels under the interpreter, which compiles nothing."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from helpers import run_compile_script
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-def run(*args: str, interpret: bool = False) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
-    return subprocess.run([sys.executable, "scripts/moe_compile_facts.py", *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+def run(*args: str, interpret: bool = False):
+    return run_compile_script("moe_compile_facts.py", *args, interpret=interpret)
 
 
 @pytest.mark.parametrize("fmt", ["int4", "fp8"])  # both assemble kernels.dequant's PTX

@@ -104,6 +104,21 @@ def _w8a8_tma_kernel(
         y_desc.store([off_m, off_n], acc.to(y_desc.dtype))
 
 
+def check_tma_inputs(kernel: str, scales: Tensor, weights: DenseWeights) -> None:
+    """What both prefill W8A8 kernels (this one and the Gluon `w8a8_wgmma`) need: 128-wide
+    weight blocks (one scale a K step), rows TMA can address, token-fastest activation scales."""
+    if weights.block != BLOCK:
+        raise ValueError(
+            f"the {kernel} W8A8 kernel takes {BLOCK}-wide blocks, got {weights.block}; quantise "
+            f"with DenseWeights.quantize(w, 'fp8', {BLOCK}) or use the split-K kernel."
+        )
+    k, n = weights.in_features, weights.out_features
+    if k % 16 or n % 8:
+        raise ValueError(f"TMA needs K % 16 == 0 and N % 8 == 0 (16-byte rows), got K={k}, N={n}.")
+    if scales.stride(0) != 1:
+        raise ValueError("activation scales must be token-fastest: quantise with outer_major.")
+
+
 def gemm_w8a8_tma(
     values: Tensor,
     scales: Tensor,
@@ -122,16 +137,8 @@ def gemm_w8a8_tma(
 
     `paired_k` takes two K steps an iteration (tiles up to 128 wide), so the compiler may
     rescale one step's product while the tensor cores make the next."""
-    if weights.block != BLOCK:
-        raise ValueError(
-            f"the TMA W8A8 kernel takes {BLOCK}-wide blocks, got {weights.block}; quantise with "
-            f"DenseWeights.quantize(w, 'fp8', {BLOCK}) or use the split-K kernel."
-        )
+    check_tma_inputs("TMA", scales, weights)
     (m, k), n = values.shape, weights.out_features
-    if k % 16 or n % 8:
-        raise ValueError(f"TMA needs K % 16 == 0 and N % 8 == 0 (16-byte rows), got K={k}, N={n}.")
-    if scales.stride(0) != 1:
-        raise ValueError("activation scales must be token-fastest: quantise with outer_major.")
     if paired_k and block_n > BLOCK:
         raise ValueError(f"paired_k takes tiles up to {BLOCK} wide (one weight scale), got "
                          f"block_n={block_n}.")  # fmt: skip

@@ -47,10 +47,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from kernels.dense.formats import DenseWeights
+from kernels.dense.w8a8_tma import BLOCK, check_tma_inputs
 from kernels.moe.compiled import launch
 from kernels.moe.routing import planned_sms
 
-BLOCK = 128  # the weight block, and the K step: one activation and one weight scale a step
 ROWS = 128  # a tile's rows: two warpgroups of wgmma's 64
 GROUP = gl.constexpr(8)  # row tiles walked together (grouped order)
 # Ring slots: a slot is refilled two steps after its use, so STAGES - 2 steps load ahead. On the
@@ -253,16 +253,8 @@ def gemm_w8a8_wgmma(
     Tiles are 128 rows (two warpgroups of 64) by `block_n` columns, inside one weight block,
     so a K step takes one weight scale; `consumer_regs` is the register budget
     Triton asks for each warpgroup (setmaxnreg)."""
-    if weights.block != BLOCK:
-        raise ValueError(
-            f"the wgmma W8A8 kernel takes {BLOCK}-wide blocks, got {weights.block}; quantise "
-            f"with DenseWeights.quantize(w, 'fp8', {BLOCK}) or use the split-K kernel."
-        )
+    check_tma_inputs("wgmma", scales, weights)
     (m, k), n = values.shape, weights.out_features
-    if k % 16 or n % 8:
-        raise ValueError(f"TMA needs K % 16 == 0 and N % 8 == 0 (16-byte rows), got K={k}, N={n}.")
-    if scales.stride(0) != 1:
-        raise ValueError("activation scales must be token-fastest: quantise with outer_major.")
     if block_n not in (32, 64, 128):
         raise ValueError(f"block_n must be 32, 64 or 128 (a power of two no wider than a "
                          f"weight block; wider, a warpgroup's two fp32 tiles overflow its "
