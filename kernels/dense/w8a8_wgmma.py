@@ -74,8 +74,8 @@ def _tile_of(tile, tiles_m, tiles_n):
 def _issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, pid_m, pid_n, k_step):
     """Start the TMA copies of this program's `step` (if it has one: step < total), K step
     `k_step` of tile (pid_m, pid_n), into its ring slot."""
-    STAGES: gl.constexpr = a_ring.type.shape[0]
-    slot = step % STAGES
+    SLOTS: gl.constexpr = a_ring.type.shape[0]
+    slot = step % SLOTS
     inside = step < total
     bar = ready.index(slot)
     mbarrier.expect(bar, a_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=inside)
@@ -118,20 +118,20 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    ROWS: gl.constexpr = 64  # wgmma's M: one warpgroup's rows
-    STAGES: gl.constexpr = a_ring.type.shape[0]
+    WG_ROWS: gl.constexpr = 64  # wgmma's M: one warpgroup's rows
+    SLOTS: gl.constexpr = a_ring.type.shape[0]
     LAG: gl.constexpr = 2  # steps between a slot's use and its refill
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32]
     )
-    row_offsets = WARPGROUP * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+    row_offsets = WARPGROUP * WG_ROWS + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, layout))
     y_buf = y_bufs.index(WARPGROUP)
-    product = warpgroup_mma_init(gl.zeros((ROWS, BLOCK_N), gl.float32, layout))
+    product = warpgroup_mma_init(gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout))
     total = my_tiles * k_steps
     step = 0
-    # The refill cursor: the step STAGES (the prologue loaded 0 .. STAGES - 1), as a tile and K.
-    load_tile = STAGES // k_steps
-    load_k = STAGES % k_steps
+    # The refill cursor: step SLOTS (the prologue loaded 0 .. SLOTS - 1), as a tile and K step.
+    load_tile = SLOTS // k_steps
+    load_k = SLOTS % k_steps
     load_m, load_n = _tile_of(gl.program_id(0) + load_tile * gl.num_programs(0), tiles_m,
                               tiles_n)  # fmt: skip
     for t in range(my_tiles):
@@ -140,11 +140,11 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
         weight_block = pid_n * BLOCK_N // BLOCK_K
         sa, sw = _scales(sa_ptr, sw_ptr, rows, weight_block, 0, True, M, stride_sak, stride_swn,
                          stride_swk)  # fmt: skip
-        acc = gl.zeros((ROWS, BLOCK_N), gl.float32, layout)
+        acc = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)
         for k_step in range(k_steps):
-            slot = step % STAGES
-            mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
-            a_rows = a_ring.index(slot).slice(WARPGROUP * ROWS, ROWS, dim=0)
+            slot = step % SLOTS
+            mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
+            a_rows = a_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0)
             product = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product,
                                     use_acc=False, is_async=True)  # fmt: skip
             next_sa, next_sw = _scales(sa_ptr, sw_ptr, rows, weight_block, k_step + 1,
@@ -154,8 +154,8 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
             mbarrier.arrive(empty.index(slot), count=1)
             if WARPGROUP == 0 and step >= LAG:
                 used = step - LAG
-                mbarrier.wait(empty.index(used % STAGES), (used // STAGES) & 1)
-                _issue_load(a_desc, w_desc, a_ring, w_ring, ready, used + STAGES, total,
+                mbarrier.wait(empty.index(used % SLOTS), (used // SLOTS) & 1)
+                _issue_load(a_desc, w_desc, a_ring, w_ring, ready, used + SLOTS, total,
                             load_m, load_n, load_k)  # fmt: skip
                 load_k += 1
                 if load_k == k_steps:
@@ -171,7 +171,7 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
         y_buf.store(acc.to(y_desc.dtype))
         fence_async_shared()
         tma.async_copy_shared_to_global(
-            y_desc, [pid_m * BLOCK_M + WARPGROUP * ROWS, pid_n * BLOCK_N], y_buf
+            y_desc, [pid_m * BLOCK_M + WARPGROUP * WG_ROWS, pid_n * BLOCK_N], y_buf
         )
     tma.store_wait(pendings=0)
 
