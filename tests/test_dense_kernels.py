@@ -350,8 +350,10 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
     with pytest.raises(ValueError, match="takes 128-wide blocks, got 32"):
         dense.linear_w8a8(x, weights, wgmma=True)
     x, weights = make(80, 256, 128, torch.bfloat16, block=128, device=device)
-    with pytest.raises(ValueError, match="a kernel of its own"):
+    with pytest.raises(ValueError, match="leave out \\[\\] and the TMA kernel's options"):
         dense.linear_w8a8(x, weights, wgmma=True, tma=True)
+    with pytest.raises(ValueError, match=r"leave out \['block_m', 'num_warps'\]"):
+        dense.linear_w8a8(x, weights, wgmma=True, block_m=64, num_warps=4)
     with pytest.raises(ValueError, match="block_n must be 32, 64 or 128"):
         dense.linear_w8a8(x, weights, wgmma=True, block_n=256)
 
@@ -374,6 +376,10 @@ def test_the_tma_kernel_takes_only_128_blocks_and_is_picked_for_them(monkeypatch
     prefill_kernel = "w8a8_wgmma_kernel" if device.type == "cuda" else "w8a8_tma_kernel"
     assert list(dense.last_facts()) == ["quantize_rows_kernel", prefill_kernel]
     dense.linear_w8a8(*make(80, 64, 128, torch.bfloat16, block=128, device=device), tma=True)
+    assert list(dense.last_facts()) == ["quantize_rows_kernel", "w8a8_tma_kernel"]
+    # tiles the Gluon kernel cannot take (it fixes 128 rows on 8 warps) keep the TMA kernel
+    x, weights = make(80, 64, 128, torch.bfloat16, block=128, device=device)
+    dense.linear_w8a8(x, weights, block_m=64, num_warps=4)
     assert list(dense.last_facts()) == ["quantize_rows_kernel", "w8a8_tma_kernel"]
     dense.linear_w8a8(*make(79, 64, 128, torch.bfloat16, block=128, device=device))
     assert list(dense.last_facts()) == ["quantize_rows_kernel", "w8a8_kernel"]

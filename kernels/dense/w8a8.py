@@ -50,6 +50,10 @@ QUANT_ROWS = 32  # token rows per program of the activation quantiser
 # tiles took 0.211 ms a layer against 0.291 for the split-K kernel's (raw/logs/
 # h200-tune-dense-graphs.csv); below, the middle tiles split K to fill the SMs.
 TMA_MIN_M = 257
+# What the Gluon kernel's tiles are, whatever is asked: 128 rows in two warpgroups of 4 warps,
+# one weight block a K step; and it never splits K. Options asking otherwise pick the Triton
+# kernels instead (the tile grids of scripts/tune_dense.py keep their meaning).
+WGMMA_FIXED = {"block_m": 128, "block_k": 128, "num_warps": 8, "split_k": None}
 
 
 @triton.jit
@@ -180,8 +184,9 @@ def linear_w8a8(
     `paired_k` takes two K steps an iteration (None: where the tile is one weight block wide).
     `wgmma` picks the Gluon kernel (`w8a8_wgmma`: two warpgroups, each rescaling while the
     other's wgmma runs; GPU only, 128-wide blocks, block_n and num_stages apply, the latter
-    by default the kernel's own). None: on a GPU where the TMA kernel would run and none of
-    its options is given, as it ran 4-8% faster there (raw/logs/h200-tune-dense-wgmma-*.csv).
+    by default the kernel's own). None: on a GPU where the TMA kernel would run, unless the
+    options ask for what it fixes (WGMMA_FIXED) or for the TMA kernel's own, as it ran 4-8%
+    faster there (raw/logs/h200-tune-dense-wgmma-*.csv).
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -190,13 +195,18 @@ def linear_w8a8(
     if tiles.swap_ab:
         raise ValueError("swap_ab is a W8A16 option; W8A8 multiplies x @ W.T as it is.")
     tma_options = tma is not None or warp_specialize or paired_k is not None
+    foreign = {key: value for key, value in options.items()
+               if value is not None and WGMMA_FIXED.get(key, value) != value}  # fmt: skip
     if wgmma is None:
-        wgmma = (x.is_cuda and not tma_options and weights.block == TMA_BLOCK and m >= TMA_MIN_M
-                 and options.get("split_k") is None)  # fmt: skip
+        wgmma = (x.is_cuda and not tma_options and not foreign and weights.block == TMA_BLOCK
+                 and m >= TMA_MIN_M)  # fmt: skip
     if wgmma:
-        if tma_options:
-            raise ValueError("wgmma is a kernel of its own: leave tma, warp_specialize and "
-                             "paired_k out.")  # fmt: skip
+        if tma_options or foreign:
+            raise ValueError(
+                f"the wgmma kernel takes block_n and num_stages only ({WGMMA_FIXED} are fixed; "
+                f"no tma, warp_specialize, paired_k): leave out {sorted(foreign)} and the TMA "
+                "kernel's options, or pass wgmma=False."
+            )
         with recording():
             values, scales = quantize_activations(x, weights.block, outer_major=True)
             stages = options.get("num_stages") or WGMMA_STAGES
