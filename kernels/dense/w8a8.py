@@ -30,7 +30,7 @@ from kernels.dense.tiles import (
 from kernels.dense.w8a8_tma import BLOCK as TMA_BLOCK
 from kernels.dense.w8a8_tma import gemm_w8a8_tma
 from kernels.dense.w8a8_wgmma import STAGES as WGMMA_STAGES
-from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma
+from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma, supported
 from kernels.moe.compiled import launch, recording
 
 default_tiles = TilesByM(
@@ -183,8 +183,8 @@ def linear_w8a8(
     TMA_MIN_M rows), where `warp_specialize` splits its loop into producer and consumers and
     `paired_k` takes two K steps an iteration (None: where the tile is one weight block wide).
     `wgmma` picks the Gluon kernel (`w8a8_wgmma`: two warpgroups, each rescaling while the
-    other's wgmma runs; GPU only, 128-wide blocks, block_n and num_stages apply, the latter
-    by default the kernel's own). None: on a GPU where the TMA kernel would run, unless the
+    other's wgmma runs; sm_90 GPUs only, 128-wide blocks, block_n and num_stages apply, the latter
+    by default the kernel's own). None: on an sm_90 GPU where the TMA kernel would run, unless the
     options ask for what it fixes (WGMMA_FIXED) or for the TMA kernel's own, as it ran 4-8%
     faster there (raw/logs/h200-tune-dense-wgmma-*.csv).
     """
@@ -198,8 +198,8 @@ def linear_w8a8(
     foreign = {key: value for key, value in options.items()
                if value is not None and WGMMA_FIXED.get(key, value) != value}  # fmt: skip
     if wgmma is None:
-        wgmma = (x.is_cuda and not tma_options and not foreign and weights.block == TMA_BLOCK
-                 and m >= TMA_MIN_M)  # fmt: skip
+        wgmma = (not tma_options and not foreign and weights.block == TMA_BLOCK
+                 and m >= TMA_MIN_M and supported(x.device))  # fmt: skip
     if wgmma:
         if tma_options or foreign:
             raise ValueError(

@@ -230,6 +230,12 @@ def _bottom_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, s
               1)  # fmt: skip
 
 
+def supported(device: torch.device) -> bool:
+    """Whether this kernel runs on `device`: wgmma exists on sm_90 only (Hopper; Blackwell's
+    tensor cores take tcgen05 instead, Ampere's mma.sync), and Gluon has no interpreter."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+
+
 def descriptor(tensor: Tensor, block_shape: list[int]) -> TensorDescriptor:
     """A host TMA descriptor of a 2-D row-major tensor with the swizzle wgmma reads."""
     dtype = {torch.float8_e4m3fn: gl.float8e4nv, torch.bfloat16: gl.bfloat16,
@@ -262,6 +268,12 @@ def gemm_w8a8_wgmma(
     if num_stages < 3:
         raise ValueError(f"num_stages must be at least 3 (a slot is refilled two steps after "
                          f"its use), got {num_stages}.")  # fmt: skip
+    if not supported(values.device):
+        found = str(values.device)
+        if values.is_cuda:
+            found += f" of compute capability {torch.cuda.get_device_capability(values.device)}"
+        raise ValueError(f"the wgmma W8A8 kernel needs an sm_90 (Hopper) GPU, got {found}; "
+                         "leave wgmma unset to take the Triton kernels.")  # fmt: skip
     y = torch.empty(m, n, dtype=out_dtype, device=values.device)
     tiles = triton.cdiv(m, ROWS) * triton.cdiv(n, block_n)
     programs = min(tiles, planned_sms(values.device))
