@@ -194,12 +194,13 @@ def linear_w8a8(
     tiles.check()
     if tiles.swap_ab:
         raise ValueError("swap_ab is a W8A16 option; W8A8 multiplies x @ W.T as it is.")
+    # a prefill size the persistent kernels take: 128-wide blocks, enough rows, K not split
+    prefill = weights.block == TMA_BLOCK and m >= TMA_MIN_M and options.get("split_k") is None
     tma_options = tma is not None or warp_specialize or paired_k is not None
     foreign = {key: value for key, value in options.items()
                if value is not None and WGMMA_FIXED.get(key, value) != value}  # fmt: skip
     if wgmma is None:
-        wgmma = (not tma_options and not foreign and weights.block == TMA_BLOCK
-                 and m >= TMA_MIN_M and supported(x.device))  # fmt: skip
+        wgmma = prefill and not tma_options and not foreign and supported(x.device)
     if wgmma:
         if tma_options or foreign:
             raise ValueError(
@@ -212,7 +213,7 @@ def linear_w8a8(
             stages = options.get("num_stages") or WGMMA_STAGES
             return gemm_w8a8_wgmma(values, scales, weights, x.dtype, tiles.block_n, stages)
     if tma is None:
-        tma = weights.block == TMA_BLOCK and m >= TMA_MIN_M and options.get("split_k") is None
+        tma = prefill
     if paired_k is None:
         paired_k = tma and tiles.block_n <= TMA_BLOCK
     if (warp_specialize or paired_k) and not tma:

@@ -22,8 +22,10 @@ stages) every K step's wgmma group is
 committed and then waited for with `wgmma.wait_group 0` before the rescale, also in the
 paired form (two groups, each waited for at 0), so inside a warpgroup the CUDA-core rescale
 never overlaps an MMA; and the PTX with `warp_specialize` is byte for byte the PTX without,
-so that option does nothing on this Triton for sm_90. DeepGEMM keeps one MMA in flight while
-it promotes the previous one.
+so that option does nothing on this Triton for sm_90. DeepGEMM also waits before promoting,
+but its two math warpgroups run out of step, so one promotes while the other multiplies. On
+sm_90 GPUs `w8a8_wgmma` (Gluon, built that way) takes this kernel's place; this one serves the
+interpreter, other GPUs and the options only it has.
 """
 
 import torch

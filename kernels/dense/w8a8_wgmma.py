@@ -224,7 +224,7 @@ def _top_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
 def _bottom_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr,
                  M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
                  stride_swk):  # fmt: skip
-    """Warpgroup 1 (the worker partition): the tile's last 64 rows."""
+    """Warpgroup 1 (the worker partition): the tiles' last 64 rows."""
     _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
               k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
               1)  # fmt: skip
