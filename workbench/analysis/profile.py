@@ -33,23 +33,38 @@ SEED_VARIANTS = ("stock", "multirow", "flat")  # the seed study's profile column
 
 # Where a profile's wall time goes, in order (run.json's `phases`, seconds; a phase that did not
 # run is absent): importing torch and the capture modules (when profile() did), building the
-# weights, warming up (the GPU's warm-up run and CUDA graph capture), drawing the inputs and
-# the decode state, the profiled region, stopping the profiler and exporting the trace,
-# parsing and attributing it, making the stored tables, and writing the run directory.
-TIMED_PHASES = ("import", "build", "warm-up", "inputs", "profiled", "export", "parse", "tables",
-                "write")  # fmt: skip
+# weights, the GPU's warm-up run (Triton compiles or loads its kernels here), drawing the inputs
+# and the decode state, capturing the decode step's CUDA graph and learning its kernel
+# signature, the profiled region, stopping the profiler and exporting the trace, parsing and
+# attributing it, making the stored tables, and writing the run directory. run.json's
+# `compiles` says how much of it was Triton compiling (`capture.compile_log`).
+TIMED_PHASES = ("import", "build", "warm-up", "inputs", "graphs", "profiled", "export", "parse",
+                "tables", "write")  # fmt: skip
 
 
 def phases_line(meta: Mapping) -> str | None:
-    """`phases: build 12.3 s, warm-up 8.1 s, ... (wall 52.0 s)` from run.json; None for a run
-    written before its phases were timed."""
+    """`phases: build 12.3 s, warm-up 8.1 s, ... (wall 52.0 s); compiled 87 Triton kernels in
+    24.1 s` from run.json; None for a run written before its phases were timed."""
     phases = meta.get("phases")
     if not phases:
         return None
     order = [p for p in TIMED_PHASES if p in phases] + sorted(set(phases) - set(TIMED_PHASES))
     spent = ", ".join(f"{name} {phases[name]:.1f} s" for name in order)
     wall = meta.get("wall_s")
-    return f"phases: {spent}" + (f" (wall {wall:.1f} s)" if wall is not None else "")
+    line = f"phases: {spent}" + (f" (wall {wall:.1f} s)" if wall is not None else "")
+    compiles = meta.get("compiles")
+    if compiles and (compiles["compiled"] or compiles["loaded"]):
+        line += f"; {compiles_line(compiles)}"
+    return line
+
+
+def compiles_line(summary: dict) -> str:
+    """run.json's `compiles` in words: `compiled 87 Triton kernels in 24.1 s, loaded 3 from
+    the cache in 0.1 s`."""
+    line = f"compiled {summary['compiled']} Triton kernels in {summary['compile_s']:.1f} s"
+    if summary["loaded"]:
+        line += f", loaded {summary['loaded']} from the cache in {summary['load_s']:.1f} s"
+    return line
 
 
 def profile_tables(kernels: pd.DataFrame) -> dict[str, pd.DataFrame]:

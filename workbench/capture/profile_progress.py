@@ -26,8 +26,8 @@ def timed(phases: dict[str, float], name: str) -> Iterator[None]:
 
 class Progress:
     """The profile's one bar, over the layers profiled; its description names the phase the
-    work is in (`building`, `warming up`, `prefill chunk i/n`, `decode step i/n`, `exporting
-    trace`, `parsing`). Disabled, it prints nothing."""
+    work is in (`building`, `warming up`, `capturing the decode graph`, `prefill chunk i/n`,
+    `decode step i/n`, `exporting trace`, `parsing`). Disabled, it prints nothing."""
 
     def __init__(self, spec: ProfileSpec, enabled: bool) -> None:
         plan = spec.plan

@@ -31,6 +31,7 @@ from workbench.analysis.profile import SUMMARY, TIMED_PHASES, ProfileResult, pro
 from workbench.analysis.profile_store import stored_answers
 from workbench.analysis.trace import kernel_table, read_chrome_trace
 from workbench.artifacts import read_meta, run_stamp, write_run
+from workbench.capture.compile_log import compile_log
 from workbench.capture.cuda_graphs import capture_decode_graph, learn_signature
 from workbench.capture.debris import TEMP_PREFIX, owned_prefix, remove_leftovers
 from workbench.capture.environment import describe
@@ -210,6 +211,7 @@ class RankCapture:
     peak_gpu_memory_gib: float | None
     kernels_run: dict
     phases: dict = field(default_factory=dict)  # seconds per phase (TIMED_PHASES)
+    compiles: dict = field(default_factory=dict)  # Triton's compiles (`compile_log`)
 
 
 def capture_rank(
@@ -226,72 +228,73 @@ def capture_rank(
     plan = spec.plan
     bar = progress if isinstance(progress, Progress) else Progress(spec, progress)
     phases: dict[str, float] = {}
-    try:
-        dense_peer, moe_peer = PEERS.get(spec.dense), PEERS.get(spec.moe)
-        bar.phase("building")
-        with timed(phases, "build"):
-            model = SyntheticModel(
-                spec.model_preset(),
-                moe="stock" if moe_peer else spec.moe,
-                dense=PEER_DENSE_BASE if dense_peer else spec.dense,
-                attention=spec.attention,
-                moe_format=spec.moe_format,  # bf16 with a peer (resolve refuses the others)
-                routing=spec.routing,
-                seed=spec.seed,
-                device=device,
-                shard=shard,
-                hybrid_m=spec.hybrid_m,
-            )
-            if dense_peer:
-                use_dense_peer(model, dense_peer.name, dense_peer.prepare)
-            if moe_peer:
-                use_moe_peer(model, moe_peer.name, moe_peer.prepare_moe)
-        if device.type == "cuda":
-            bar.phase("warming up")
-            with timed(phases, "warm-up"):
-                warmup = plan.warmup()
-                model.run(warmup, model.inputs(warmup))
-                torch.cuda.synchronize(device)
-        bar.phase("preparing inputs")
-        with timed(phases, "inputs"):
-            inputs = model.inputs(plan)
-            state = model.new_state(plan)
-        replay, signature = None, None
-        if spec.cuda_graphs:
-            bar.phase("warming up")
-            with timed(phases, "warm-up"):
-                graph = capture_decode_graph(model, state)
-                signature = learn_signature(model, state)
-                replay = graph.replay
-        ran: dict[str, float] = {}
-
-        def profiled() -> object:
-            if shard.group is not None:  # ranks start their profilers apart: line them up
-                if device.type == "cuda":
+    with compile_log() as compiles:
+        try:
+            dense_peer, moe_peer = PEERS.get(spec.dense), PEERS.get(spec.moe)
+            bar.phase("building")
+            with timed(phases, "build"):
+                model = SyntheticModel(
+                    spec.model_preset(),
+                    moe="stock" if moe_peer else spec.moe,
+                    dense=PEER_DENSE_BASE if dense_peer else spec.dense,
+                    attention=spec.attention,
+                    moe_format=spec.moe_format,  # bf16 with a peer (resolve refuses the others)
+                    routing=spec.routing,
+                    seed=spec.seed,
+                    device=device,
+                    shard=shard,
+                    hybrid_m=spec.hybrid_m,
+                )
+                if dense_peer:
+                    use_dense_peer(model, dense_peer.name, dense_peer.prepare)
+                if moe_peer:
+                    use_moe_peer(model, moe_peer.name, moe_peer.prepare_moe)
+            if device.type == "cuda":
+                bar.phase("warming up")
+                with timed(phases, "warm-up"):
+                    warmup = plan.warmup()
+                    model.run(warmup, model.inputs(warmup))
                     torch.cuda.synchronize(device)
-                dist.barrier(group=shard.group)
-            bar.phase(bar.position())
-            tokens = model.run(plan, inputs, bar.tick, state, replay)
-            ran["until"] = time.perf_counter()
-            bar.phase("exporting trace")
-            return tokens
+            bar.phase("preparing inputs")
+            with timed(phases, "inputs"):
+                inputs = model.inputs(plan)
+                state = model.new_state(plan)
+            replay, signature = None, None
+            if spec.cuda_graphs:
+                bar.phase("capturing the decode graph")
+                with timed(phases, "graphs"):
+                    graph = capture_decode_graph(model, state)
+                    signature = learn_signature(model, state)
+                    replay = graph.replay
+            ran: dict[str, float] = {}
 
-        started = time.perf_counter()
-        tokens = trace_to_file(profiled, trace)
-        phases["profiled"] = ran["until"] - started  # with the profiler's start and barrier
-        phases["export"] = time.perf_counter() - ran["until"]
-    except torch.OutOfMemoryError:
-        free, _ = torch.cuda.mem_get_info(device)
-        raise out_of_memory_error(
-            spec.model_preset(),
-            plan.prompt_tokens,
-            plan.prefill_chunk,
-            free + torch.cuda.memory_reserved(device),
-            plan.streams,
-        ) from None
-    finally:
-        if bar is not progress:
-            bar.close()
+            def profiled() -> object:
+                if shard.group is not None:  # ranks start their profilers apart: line them up
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    dist.barrier(group=shard.group)
+                bar.phase(bar.position())
+                tokens = model.run(plan, inputs, bar.tick, state, replay)
+                ran["until"] = time.perf_counter()
+                bar.phase("exporting trace")
+                return tokens
+
+            started = time.perf_counter()
+            tokens = trace_to_file(profiled, trace)
+            phases["profiled"] = ran["until"] - started  # with the profiler's start and barrier
+            phases["export"] = time.perf_counter() - ran["until"]
+        except torch.OutOfMemoryError:
+            free, _ = torch.cuda.mem_get_info(device)
+            raise out_of_memory_error(
+                spec.model_preset(),
+                plan.prompt_tokens,
+                plan.prefill_chunk,
+                free + torch.cuda.memory_reserved(device),
+                plan.streams,
+            ) from None
+        finally:
+            if bar is not progress:
+                bar.close()
     on_gpu = device.type == "cuda"
     return RankCapture(
         trace=trace,
@@ -306,6 +309,7 @@ def capture_rank(
         else None,
         kernels_run=model.kernels_run,
         phases=phases,
+        compiles=compiles.summary(),
     )
 
 
@@ -437,5 +441,6 @@ def run_profile(
             "profiled_s": round(capture.profiled_s, 3),
             "peak_gpu_memory_gib": capture.peak_gpu_memory_gib,
             "phases": phases,
+            "compiles": capture.compiles,
         }
         return write_profile(spec, out, kernels, extra, meta, kept, begun)

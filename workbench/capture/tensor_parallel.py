@@ -218,5 +218,6 @@ def _write(spec: ProfileSpec, out, folder: Path, begun: float, profiled_s: float
         "profiled_s": round(profiled_s, 3),
         "peak_gpu_memory_gib": [c.peak_gpu_memory_gib for c in captures],
         "phases": phases,
+        "compiles": captures[0].compiles,
     }
     return write_profile(spec, out, kernels, extra, meta, None, begun)
