@@ -33,3 +33,20 @@ def test_graphed_profile_matches_every_replayed_kernel_by_position(tmp_path):
     decode = run.decode()
     for category in ("MoE", "Dense GEMM", "Sparse attention"):
         assert decode.loc[category, "mean_ms"] > 0
+
+
+def test_an_empty_triton_cache_is_filled_in_parallel_before_the_warm_up(tmp_path, monkeypatch):
+    from workbench.capture.precompile import WORKERS_VARIABLE
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setenv(WORKERS_VARIABLE, "4")
+    run = workbench.profile(1024, 3, layers=2, out=tmp_path / "raw", progress=False,
+                            cuda_graphs=True)  # fmt: skip
+    compiles = run.meta["compiles"]
+    ahead = compiles["precompile"]
+    assert ahead["workers"] == 4 and ahead["failed"] == []
+    assert ahead["compiled"] == ahead["needed"] > 0  # the cache was empty: every one compiled
+    # the warm-up, the graph capture and the profile loaded them; the main process compiled
+    # only what ran before the dry run (the weights' quantisers)
+    assert not {k["kernel"] for k in compiles["by_kernel"]} & set(ahead["kernels"])
+    assert compiles["loaded"] >= ahead["compiled"]

@@ -33,13 +33,14 @@ SEED_VARIANTS = ("stock", "multirow", "flat")  # the seed study's profile column
 
 # Where a profile's wall time goes, in order (run.json's `phases`, seconds; a phase that did not
 # run is absent): importing torch and the capture modules (when profile() did), building the
-# weights, the GPU's warm-up run (Triton compiles or loads its kernels here), drawing the inputs
-# and the decode state, capturing the decode step's CUDA graph and learning its kernel
-# signature, the profiled region, stopping the profiler and exporting the trace, parsing and
-# attributing it, making the stored tables, and writing the run directory. run.json's
+# weights, drawing the inputs and the decode state, on a GPU compiling the Triton kernels the
+# warm-up will need in parallel processes (`capture.precompile`), the warm-up run (Triton
+# loads or compiles its kernels here), capturing the decode step's CUDA graph and learning its
+# kernel signature, the profiled region, stopping the profiler and exporting the trace, parsing
+# and attributing it, making the stored tables, and writing the run directory. run.json's
 # `compiles` says how much of it was Triton compiling (`capture.compile_log`).
-TIMED_PHASES = ("import", "build", "warm-up", "inputs", "graphs", "profiled", "export", "parse",
-                "tables", "write")  # fmt: skip
+TIMED_PHASES = ("import", "build", "inputs", "precompile", "warm-up", "graphs", "profiled",
+                "export", "parse", "tables", "write")  # fmt: skip
 
 
 def phases_line(meta: Mapping) -> str | None:
@@ -59,9 +60,16 @@ def phases_line(meta: Mapping) -> str | None:
 
 
 def compiles_line(summary: dict) -> str:
-    """run.json's `compiles` in words: `compiled 87 Triton kernels in 24.1 s, loaded 3 from
-    the cache in 0.1 s`."""
-    line = f"compiled {summary['compiled']} Triton kernels in {summary['compile_s']:.1f} s"
+    """run.json's `compiles` in words: `compiled 37 Triton kernels in 12 processes in 4.2 s;
+    compiled 0 Triton kernels in 0.0 s, loaded 37 from the cache in 0.4 s`."""
+    line = ""
+    ahead = summary.get("precompile")
+    if ahead and "error" in ahead:
+        line = f"the parallel compile failed ({ahead['error']}); "
+    elif ahead and ahead["compiled"]:
+        line = (f"compiled {ahead['compiled']} Triton kernels in {ahead['workers']} processes in "
+                f"{ahead['s']:.1f} s; ")  # fmt: skip
+    line += f"compiled {summary['compiled']} Triton kernels in {summary['compile_s']:.1f} s"
     if summary["loaded"]:
         line += f", loaded {summary['loaded']} from the cache in {summary['load_s']:.1f} s"
     return line

@@ -36,6 +36,7 @@ from workbench.capture.cuda_graphs import capture_decode_graph, learn_signature
 from workbench.capture.debris import TEMP_PREFIX, owned_prefix, remove_leftovers
 from workbench.capture.environment import describe
 from workbench.capture.memory import available_host_bytes, estimate_bytes, out_of_memory_error
+from workbench.capture.precompile import precompile, start_workers, worker_count
 from workbench.capture.profile_progress import Progress, timed
 from workbench.capture.profile_settings import (
     PEER_DENSE_BASE,
@@ -228,6 +229,8 @@ def capture_rank(
     plan = spec.plan
     bar = progress if isinstance(progress, Progress) else Progress(spec, progress)
     phases: dict[str, float] = {}
+    workers = worker_count() if device.type == "cuda" else 0
+    pool, precompiled = start_workers(workers), {}  # importing while the model is built
     with compile_log() as compiles:
         try:
             dense_peer, moe_peer = PEERS.get(spec.dense), PEERS.get(spec.moe)
@@ -249,16 +252,28 @@ def capture_rank(
                     use_dense_peer(model, dense_peer.name, dense_peer.prepare)
                 if moe_peer:
                     use_moe_peer(model, moe_peer.name, moe_peer.prepare_moe)
-            if device.type == "cuda":
-                bar.phase("warming up")
-                with timed(phases, "warm-up"):
-                    warmup = plan.warmup()
-                    model.run(warmup, model.inputs(warmup))
-                    torch.cuda.synchronize(device)
             bar.phase("preparing inputs")
             with timed(phases, "inputs"):
                 inputs = model.inputs(plan)
                 state = model.new_state(plan)
+            if device.type == "cuda":
+                warmup = plan.warmup()
+                warmup_inputs = model.inputs(warmup)
+                if pool is not None:
+
+                    @torch.inference_mode()
+                    def dry_run() -> None:
+                        model.run(warmup, warmup_inputs)
+                        model.decode_step(state)  # the profiled context's decode specialisations
+                        torch.cuda.synchronize(device)
+
+                    bar.phase(f"compiling kernels in {workers} processes")
+                    with timed(phases, "precompile"):
+                        precompiled = precompile(dry_run, pool, workers)
+                bar.phase("warming up")
+                with timed(phases, "warm-up"):
+                    model.run(warmup, warmup_inputs)
+                    torch.cuda.synchronize(device)
             replay, signature = None, None
             if spec.cuda_graphs:
                 bar.phase("capturing the decode graph")
@@ -293,6 +308,8 @@ def capture_rank(
                 plan.streams,
             ) from None
         finally:
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
             if bar is not progress:
                 bar.close()
     on_gpu = device.type == "cuda"
@@ -309,7 +326,7 @@ def capture_rank(
         else None,
         kernels_run=model.kernels_run,
         phases=phases,
-        compiles=compiles.summary(),
+        compiles={**compiles.summary(), **precompiled},
     )
 
 

@@ -1,0 +1,98 @@
+"""The parallel compile before a GPU profile's warm-up (`capture.precompile`): a launch's
+specialisation, recorded as Triton serialises it, compiles on the CPU for sm_90 into the
+on-disk cache under the very key the launch looks up, so the warm-up only loads it. The whole
+path on the GPU: tests/test_cuda_graphs_gpu.py."""
+
+import inspect
+import json
+
+import pytest
+import triton
+import triton.language as tl
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.runtime.jit import JITFunction, JitFunctionInfo, serialize_specialization_data
+
+from workbench.capture import precompile
+from workbench.capture.precompile import Launch, collect_launches, in_disk_cache, source_of
+
+SM90 = GPUTarget("cuda", 90, 32)
+
+
+def _scale(x_ptr, n, FACTOR: tl.constexpr):
+    offs = tl.arange(0, 128)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) * FACTOR, mask=mask)
+
+
+# Built directly (the tests run under TRITON_INTERPRET, where @triton.jit compiles nothing),
+# under the function's own name, so that the launch's module and name find it.
+_scale = JITFunction(_scale)
+
+
+def scale_launch(factor: int, num_warps: int = 4) -> Launch:
+    """The launch as Triton's compile hook hands it over: serialised by Triton itself."""
+    signature = {"x_ptr": "*fp32", "n": "i32", "FACTOR": "constexpr"}
+    options = triton.compiler.make_backend(SM90).parse_options({"num_warps": num_warps})
+    fields = ("_scale", signature, {(2,): factor}, {(0,): [["tt.divisibility", 16]]}, options,
+              "key")  # fmt: skip
+    if "target" in inspect.signature(serialize_specialization_data).parameters:  # Triton 3.7
+        fields += (SM90,)
+    data = serialize_specialization_data(*fields)
+    return Launch(__name__, "_scale", data)
+
+
+def test_a_launch_compiles_into_the_cache_entry_its_lookup_finds(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    launch = scale_launch(3)
+    assert not in_disk_cache(launch, SM90)
+    source, options = source_of(launch, SM90)
+    assert (source.constants, source.attrs) == ({(2,): 3}, {(0,): [["tt.divisibility", 16]]})
+    assert options.num_warps == 4
+    triton.compile(source, target=SM90, options=options.__dict__)
+    assert in_disk_cache(launch, SM90)
+    assert not in_disk_cache(scale_launch(3, num_warps=8), SM90)  # options are in the key
+    assert not in_disk_cache(scale_launch(4), SM90)  # so are the constexprs
+
+
+def test_a_launch_that_names_nothing_is_never_taken_as_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    launch = scale_launch(3)
+    assert not in_disk_cache(Launch(__name__, "_missing", launch.specialization), SM90)
+    broken = json.loads(launch.specialization) | {"signature": None}
+    assert not in_disk_cache(Launch(__name__, "_scale", json.dumps(broken)), SM90)
+
+
+def test_the_dry_run_records_each_specialisation_once_and_vetoes_its_compile(monkeypatch):
+    monkeypatch.setattr(knobs.runtime, "jit_cache_hook", None)
+    answers = []
+
+    def asked(key: str, launch: Launch) -> None:
+        """What JITFunction._do_compile asks the hook before a compile."""
+        answers.append(knobs.runtime.jit_cache_hook(
+            key=key, repr="_scale[...]", fn=JitFunctionInfo(__name__, "_scale", _scale),
+            compile={"key": key, "specialization_data": launch.specialization},
+            is_manual_warmup=False, already_compiled=False,
+        ))  # fmt: skip
+
+    def dry_run() -> None:
+        for _ in range(3):  # the same launch in every layer, one other in the last
+            asked("k3", scale_launch(3))
+        asked("k4", scale_launch(4))
+
+    launches = collect_launches(dry_run)
+    assert launches == [scale_launch(3), scale_launch(4)]
+    assert answers == [True] * 4  # each one vetoed: nothing compiled, nothing launched
+    assert knobs.runtime.jit_cache_hook is None  # restored
+
+
+def test_the_worker_count_follows_the_variable(monkeypatch):
+    monkeypatch.setenv(precompile.WORKERS_VARIABLE, "0")
+    assert precompile.worker_count() == 0 and precompile.start_workers(0) is None
+    monkeypatch.setenv(precompile.WORKERS_VARIABLE, "3")
+    assert precompile.worker_count() == 3
+    monkeypatch.delenv(precompile.WORKERS_VARIABLE)
+    assert 1 <= precompile.worker_count() <= precompile.MAX_WORKERS
+    monkeypatch.setenv(precompile.WORKERS_VARIABLE, "many")
+    with pytest.raises(ValueError):
+        precompile.worker_count()

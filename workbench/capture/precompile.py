@@ -1,0 +1,218 @@
+"""Compile a GPU profile's Triton kernels in parallel, before its warm-up launches them.
+
+A launch whose kernel is not in memory compiles it then and there, and waits: a warm-up on an
+empty Triton cache compiles some forty kernels one after the other (about 23 s of the default
+profile's 51 s on the H200 box, with their C launchers). Triton's compiler holds the GIL, so
+threads do not overlap it; processes do. Three steps:
+
+1. `collect_launches`: run the warm-up's Python once with Triton's `jit_cache_hook`, which is
+   asked before each compile and may veto it; the hook records the launch's specialisation
+   (Triton's own serialised form, as `JITFunction.preload` reads it) and vetoes, so nothing is
+   compiled or launched. torch ops still run, on whatever the skipped kernels left in their
+   outputs: the pass only carries shapes forward, which suits a model whose shapes and routing
+   never depend on a kernel's output (`SyntheticModel` draws its routing up front).
+2. `missing`: keep the launches whose binaries are not in the on-disk cache yet.
+3. `compile_missing`: compile those in spawned worker processes (the parent holds a CUDA
+   context, which a fork must not inherit), each writing binary and launcher into the shared
+   cache. The warm-up then only loads them.
+
+Nothing here can change a result: a launch that is missed, or fails to compile in a worker, is
+compiled by the warm-up as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+
+WORKERS_VARIABLE = "WORKBENCH_PRECOMPILE_WORKERS"  # 0 turns the parallel compile off
+MAX_WORKERS = 16
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel specialisation a run needs: the kernel by module and name, and Triton's
+    serialised specialisation data (signature, constexprs, attributes, options)."""
+
+    module: str
+    name: str
+    specialization: str
+
+
+def worker_count() -> int:
+    """$WORKBENCH_PRECOMPILE_WORKERS, else one fewer than the CPUs (at most MAX_WORKERS)."""
+    given = os.environ.get(WORKERS_VARIABLE)
+    if given is not None:
+        return max(0, int(given))
+    return max(1, min(MAX_WORKERS, (os.cpu_count() or 2) - 1))
+
+
+def start_workers(count: int) -> ProcessPoolExecutor | None:
+    """A pool of `count` spawned processes, already importing Triton and torch while the
+    caller builds its model (None for 0)."""
+    if count < 1:
+        return None
+    pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"))
+    for _ in range(count):
+        pool.submit(_ready)
+    return pool
+
+
+def _ready() -> None:
+    """A worker's first task: the imports every compile needs."""
+    import torch  # noqa: F401  (the kernel modules import it)
+    import triton  # noqa: F401
+
+
+def collect_launches(run: Callable[[], object]) -> list[Launch]:
+    """Every distinct specialisation `run()` would compile, with no Triton kernel launched."""
+    from triton import knobs
+
+    seen: dict[tuple[str, str, str], Launch] = {}
+
+    def veto(*, key, fn, compile, **_) -> bool:
+        seen.setdefault(
+            (fn.module, fn.name, str(key)),
+            Launch(fn.module, fn.name, compile["specialization_data"]),
+        )
+        return True  # no compile: the launch returns without running
+
+    previous = knobs.runtime.jit_cache_hook
+    knobs.runtime.jit_cache_hook = veto
+    try:
+        run()
+    finally:
+        knobs.runtime.jit_cache_hook = previous
+    return list(seen.values())
+
+
+def kernel_of(launch: Launch):
+    """The JITFunction a launch names (module attribute by qualified name)."""
+    found = importlib.import_module(launch.module)
+    for part in launch.name.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def source_of(launch: Launch, target):
+    """(Triton's source object, parsed options) for the launch, read as `JITFunction.preload`
+    reads the serialised specialisation, so the cache key is the launch's own."""
+    import triton.language as tl
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import convert_to_tuple_if_list
+
+    kernel, data = kernel_of(launch), json.loads(launch.specialization)
+
+    def constant(value):
+        if tl.dtype.is_dtype(value):
+            return tl.dtype(value)
+        if isinstance(value, dict) and "constexpr" in value:
+            return tl.constexpr(value["constexpr"])
+        if isinstance(value, dict) and "jit_function" in value:  # Triton 3.7's form
+            module, name = value["jit_function"].split(":")
+            return kernel_of(Launch(module, name, ""))
+        return value
+
+    constexprs = {
+        tuple(k): constant(v) for k, v in zip(data["constant_keys"], data["constant_vals"])
+    }
+    attrs = {tuple(k): v for k, v in zip(data["attrs_keys"], data["attrs_vals"])}
+    signature = {k: convert_to_tuple_if_list(v) for k, v in data["signature"].items()}
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in data["options"].items()}
+    if kernel.is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource as source_type
+    else:
+        source_type = ASTSource
+    source = source_type(kernel, signature, constexprs, attrs)
+    return source, make_backend(target).parse_options(options)
+
+
+def in_disk_cache(launch: Launch, target) -> bool:
+    """Whether `triton.compile` would load this launch's binary from the on-disk cache: its
+    own lookup (cache key, then the metadata file). False when in doubt."""
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+    from triton.compiler import make_backend
+    from triton.runtime.cache import get_cache_key, get_cache_manager
+
+    try:
+        source, options = source_of(launch, target)
+        backend = make_backend(target)
+        options = backend.parse_options(dict(options.__dict__, **source.parse_options()))
+        key = get_cache_key(source, backend, options, env_vars=get_cache_invalidating_env_vars())
+        manager = get_cache_manager(hashlib.sha256(key.encode("utf-8")).hexdigest())
+        return bool(manager.get_group(f"{source.name[:150]}.json"))
+    except Exception:  # noqa: BLE001  (any doubt: compile it)
+        return False
+
+
+def compile_launch(launch: Launch, target) -> None:
+    """Compile one launch into the on-disk cache, with its C launcher (a worker's task)."""
+    import triton
+
+    source, options = source_of(launch, target)
+    compiled = triton.compile(source, target=target, options=options.__dict__)
+    if target.backend == "cuda":
+        from triton.backends.nvidia.driver import CudaLauncher
+
+        CudaLauncher(compiled.src, compiled.metadata)  # builds and caches the launcher
+
+
+@dataclass(frozen=True)
+class Precompiled:
+    """What the parallel compile did, for run.json's `compiles`."""
+
+    needed: int  # distinct specialisations the warm-up launches
+    compiled: int  # of those, compiled by the workers
+    kernels: tuple[str, ...]  # the kernels compiled, by name
+    failed: tuple[str, ...]  # kernels a worker could not compile (the warm-up will)
+    workers: int
+    seconds: float
+
+    def summary(self) -> dict:
+        return {"precompile": {"needed": self.needed, "compiled": self.compiled,
+                               "kernels": list(self.kernels), "failed": list(self.failed),
+                               "workers": self.workers, "s": round(self.seconds, 3)}}  # fmt: skip
+
+
+def compile_missing(
+    pool: ProcessPoolExecutor, workers: int, launches: list[Launch], target
+) -> Precompiled:
+    """Compile the launches not yet in the disk cache on `pool` (of `workers` processes), and
+    wait for them."""
+    started = time.perf_counter()
+    todo = [launch for launch in launches if not in_disk_cache(launch, target)]
+    futures: dict[Future, Launch] = {
+        pool.submit(compile_launch, launch, target): launch for launch in todo
+    }
+    wait(futures)
+    done = [futures[f].name for f in futures if f.exception() is None]
+    failed = {futures[f].name for f in futures if f.exception() is not None}
+    return Precompiled(len(launches), len(done), tuple(sorted(set(done))), tuple(sorted(failed)),
+                       workers, time.perf_counter() - started)  # fmt: skip
+
+
+def precompile(dry_run: Callable[[], object], pool: ProcessPoolExecutor, workers: int) -> dict:
+    """Collect `dry_run()`'s launches, compile the missing ones on `pool`, then close it:
+    run.json's `compiles` entry. A failure is recorded, not raised (the warm-up compiles),
+    except running out of memory, which the profile reports as such."""
+    import torch
+    from triton.runtime.driver import driver
+
+    try:
+        launches = collect_launches(dry_run)
+        return compile_missing(
+            pool, workers, launches, driver.active.get_current_target()
+        ).summary()
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as err:  # noqa: BLE001  (only time is at stake)
+        return {"precompile": {"error": f"{type(err).__name__}: {err}"}}
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
