@@ -33,7 +33,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 
 WORKERS_VARIABLE = "WORKBENCH_PRECOMPILE_WORKERS"  # 0 turns the parallel compile off
-MAX_WORKERS = 16
+MAX_WORKERS = 8  # more only crowd the CPUs the profile itself is building on
 
 
 @dataclass(frozen=True)

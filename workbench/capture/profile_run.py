@@ -19,6 +19,8 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -215,6 +217,19 @@ class RankCapture:
     compiles: dict = field(default_factory=dict)  # Triton's compiles (`compile_log`)
 
 
+@contextmanager
+def first_layers(model: SyntheticModel, count: int) -> Iterator[None]:
+    """Run only the model's first `count` layers inside the block: enough for a dry run to see
+    every kernel specialisation, since every layer has the same shapes and the layers cycle
+    through `count` weight sets (a launch it misses is compiled by the warm-up)."""
+    kept = model.layers
+    model.layers = min(kept, count)
+    try:
+        yield
+    finally:
+        model.layers = kept
+
+
 def capture_rank(
     spec: ProfileSpec,
     shard: Shard,
@@ -263,8 +278,9 @@ def capture_rank(
 
                     @torch.inference_mode()
                     def dry_run() -> None:
-                        model.run(warmup, warmup_inputs)
-                        model.decode_step(state)  # the profiled context's decode specialisations
+                        with first_layers(model, len(model.weights)):
+                            model.run(warmup, warmup_inputs)
+                            model.decode_step(state)  # the profiled context's decode shapes
                         torch.cuda.synchronize(device)
 
                     bar.phase(f"compiling kernels in {workers} processes")
