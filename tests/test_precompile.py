@@ -5,6 +5,9 @@ path on the GPU: tests/test_cuda_graphs_gpu.py."""
 
 import inspect
 import json
+import os
+import sys
+from pathlib import Path
 
 import pytest
 import triton
@@ -17,6 +20,7 @@ from workbench.capture import precompile
 from workbench.capture.precompile import Launch, collect_launches, in_disk_cache, source_of
 
 SM90 = GPUTarget("cuda", 90, 32)
+TESTS = Path(__file__).parent
 
 
 def _scale(x_ptr, n, FACTOR: tl.constexpr):
@@ -84,6 +88,26 @@ def test_the_dry_run_records_each_specialisation_once_and_vetoes_its_compile(mon
     assert launches == [scale_launch(3), scale_launch(4)]
     assert answers == [True] * 4  # each one vetoed: nothing compiled, nothing launched
     assert knobs.runtime.jit_cache_hook is None  # restored
+
+
+def test_workers_compile_what_the_cache_lacks_and_report_what_they_cannot(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    # the workers import the launches' module, this one, by name
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), *sys.path]))
+    nowhere = Launch(__name__, "_missing", scale_launch(3).specialization)
+    workers = precompile.start_workers(2)
+    try:
+        done = precompile.compile_missing(workers, [scale_launch(3), scale_launch(4), nowhere],
+                                          SM90)  # fmt: skip
+        again = precompile.compile_missing(workers, [scale_launch(3)], SM90)
+    finally:
+        workers.close()
+    assert (done.needed, done.compiled, done.kernels, done.failed) == (3, 2, ("_scale",),
+                                                                       ("_missing",))  # fmt: skip
+    assert in_disk_cache(scale_launch(3), SM90) and in_disk_cache(scale_launch(4), SM90)
+    assert (again.needed, again.compiled) == (1, 0)  # cached now: not sent to a worker
+    assert all(process.poll() is not None for process in workers.processes)  # ended
+    assert done.summary()["precompile"]["workers"] == 2
 
 
 def test_the_worker_count_follows_the_variable(monkeypatch):

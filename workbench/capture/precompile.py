@@ -12,9 +12,9 @@ threads do not overlap it; processes do. Three steps:
    outputs: the pass only carries shapes forward, which suits a model whose shapes and routing
    never depend on a kernel's output (`SyntheticModel` draws its routing up front).
 2. `missing`: keep the launches whose binaries are not in the on-disk cache yet.
-3. `compile_missing`: compile those in spawned worker processes (the parent holds a CUDA
-   context, which a fork must not inherit), each writing binary and launcher into the shared
-   cache. The warm-up then only loads them.
+3. `compile_missing`: compile those in worker processes (`Workers`; started fresh, since the
+   parent holds a CUDA context a fork must not inherit), each writing binary and launcher into
+   the shared cache. The warm-up then only loads them.
 
 Nothing here can change a result: a launch that is missed, or fails to compile in a worker, is
 compiled by the warm-up as before.
@@ -22,15 +22,17 @@ compiled by the warm-up as before.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
-import multiprocessing
 import os
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 WORKERS_VARIABLE = "WORKBENCH_PRECOMPILE_WORKERS"  # 0 turns the parallel compile off
 MAX_WORKERS = 8  # more only crowd the CPUs the profile itself is building on
@@ -54,21 +56,85 @@ def worker_count() -> int:
     return max(1, min(MAX_WORKERS, (os.cpu_count() or 2) - 1))
 
 
-def start_workers(count: int) -> ProcessPoolExecutor | None:
-    """A pool of `count` spawned processes, already importing Triton and torch while the
-    caller builds its model (None for 0)."""
-    if count < 1:
-        return None
-    pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"))
-    for _ in range(count):
-        pool.submit(_ready)
-    return pool
+class Workers:
+    """`count` worker processes (`python -m workbench.capture.precompile`), started at once so
+    that they import Triton and torch while the caller builds its model, each compiling one
+    launch at a time from its stdin. Plain subprocesses rather than multiprocessing's spawn,
+    which re-runs the caller's main script in every child: a notebook is safe either way, a
+    script without an `if __name__ == "__main__"` guard is not."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.processes = [
+            subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            for _ in range(count)
+        ]  # fmt: skip
+
+    def compile(self, launches: list[Launch], target) -> dict[Launch, str | None]:
+        """Each launch's error (None when it compiled), the launches shared out as workers
+        finish; a worker that exits fails the launch it held and takes no more."""
+        queue, errors, lock = list(reversed(launches)), {}, threading.Lock()
+        where = [target.backend, target.arch, target.warp_size]
+
+        def serve(process: subprocess.Popen) -> None:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    launch = queue.pop()
+                try:
+                    process.stdin.write(json.dumps({"launch": asdict(launch), "target": where}))
+                    process.stdin.write("\n")
+                    process.stdin.flush()
+                    answer = process.stdout.readline()
+                except OSError as err:
+                    answer = json.dumps({"error": f"the worker is gone ({err})"})
+                errors[launch] = json.loads(answer)["error"] if answer else "the worker exited"
+                if not answer:
+                    return
+
+        threads = [threading.Thread(target=serve, args=(p,)) for p in self.processes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return errors
+
+    def close(self) -> None:
+        """End the workers (closing stdin ends their loop); kill any that lingers."""
+        for process in self.processes:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+        for process in self.processes:
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
 
-def _ready() -> None:
-    """A worker's first task: the imports every compile needs."""
-    import torch  # noqa: F401  (the kernel modules import it)
-    import triton  # noqa: F401
+def start_workers(count: int) -> Workers | None:
+    """`count` workers, importing while the caller builds (None for 0)."""
+    return Workers(count) if count > 0 else None
+
+
+def serve() -> None:
+    """A worker's loop: one JSON task a line in, one JSON answer a line out."""
+    import torch  # noqa: F401  (the kernel modules import it: once, before the first task)
+    from triton.backends.compiler import GPUTarget
+
+    # Answers go to a copy of stdout; stdout itself (Python's and the C libraries') to stderr.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    for line in sys.stdin:
+        task = json.loads(line)
+        try:
+            compile_launch(Launch(**task["launch"]), GPUTarget(*task["target"]))
+            error = None
+        except Exception as err:  # noqa: BLE001  (reported; the warm-up compiles it)
+            error = f"{type(err).__name__}: {err}"
+        answers.write(json.dumps({"error": error}) + "\n")
+        answers.flush()
 
 
 def collect_launches(run: Callable[[], object]) -> list[Launch]:
@@ -161,7 +227,10 @@ def compile_launch(launch: Launch, target) -> None:
     if target.backend == "cuda":
         from triton.backends.nvidia.driver import CudaLauncher
 
-        CudaLauncher(compiled.src, compiled.metadata)  # builds and caches the launcher
+        # Built into the cache too; where it cannot be (no CUDA driver here), the first launch
+        # builds it, as it would have anyway.
+        with contextlib.suppress(Exception):
+            CudaLauncher(compiled.src, compiled.metadata)
 
 
 @dataclass(frozen=True)
@@ -181,25 +250,19 @@ class Precompiled:
                                "workers": self.workers, "s": round(self.seconds, 3)}}  # fmt: skip
 
 
-def compile_missing(
-    pool: ProcessPoolExecutor, workers: int, launches: list[Launch], target
-) -> Precompiled:
-    """Compile the launches not yet in the disk cache on `pool` (of `workers` processes), and
-    wait for them."""
+def compile_missing(workers: Workers, launches: list[Launch], target) -> Precompiled:
+    """Compile the launches not yet in the disk cache on `workers`, and wait for them."""
     started = time.perf_counter()
     todo = [launch for launch in launches if not in_disk_cache(launch, target)]
-    futures: dict[Future, Launch] = {
-        pool.submit(compile_launch, launch, target): launch for launch in todo
-    }
-    wait(futures)
-    done = [futures[f].name for f in futures if f.exception() is None]
-    failed = {futures[f].name for f in futures if f.exception() is not None}
+    errors = workers.compile(todo, target)
+    done = [launch.name for launch in todo if errors.get(launch, "not run") is None]
+    failed = {launch.name for launch in todo if errors.get(launch, "not run") is not None}
     return Precompiled(len(launches), len(done), tuple(sorted(set(done))), tuple(sorted(failed)),
-                       workers, time.perf_counter() - started)  # fmt: skip
+                       workers.count, time.perf_counter() - started)  # fmt: skip
 
 
-def precompile(dry_run: Callable[[], object], pool: ProcessPoolExecutor, workers: int) -> dict:
-    """Collect `dry_run()`'s launches, compile the missing ones on `pool`, then close it:
+def precompile(dry_run: Callable[[], object], workers: Workers) -> dict:
+    """Collect `dry_run()`'s launches, compile the missing ones on `workers`, then end them:
     run.json's `compiles` entry. A failure is recorded, not raised (the warm-up compiles),
     except running out of memory, which the profile reports as such."""
     import torch
@@ -207,12 +270,15 @@ def precompile(dry_run: Callable[[], object], pool: ProcessPoolExecutor, workers
 
     try:
         launches = collect_launches(dry_run)
-        return compile_missing(
-            pool, workers, launches, driver.active.get_current_target()
-        ).summary()
+        target = driver.active.get_current_target()
+        return compile_missing(workers, launches, target).summary()
     except torch.OutOfMemoryError:
         raise
     except Exception as err:  # noqa: BLE001  (only time is at stake)
         return {"precompile": {"error": f"{type(err).__name__}: {err}"}}
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        workers.close()
+
+
+if __name__ == "__main__":
+    serve()

@@ -244,8 +244,8 @@ def capture_rank(
     plan = spec.plan
     bar = progress if isinstance(progress, Progress) else Progress(spec, progress)
     phases: dict[str, float] = {}
-    workers = worker_count() if device.type == "cuda" else 0
-    pool, precompiled = start_workers(workers), {}  # importing while the model is built
+    # Started first: they import Triton and torch while the model is built.
+    workers, precompiled = start_workers(worker_count() if device.type == "cuda" else 0), {}
     with compile_log() as compiles:
         try:
             dense_peer, moe_peer = PEERS.get(spec.dense), PEERS.get(spec.moe)
@@ -274,18 +274,18 @@ def capture_rank(
             if device.type == "cuda":
                 warmup = plan.warmup()
                 warmup_inputs = model.inputs(warmup)
-                if pool is not None:
+                if workers is not None:
 
                     @torch.inference_mode()
                     def dry_run() -> None:
                         with first_layers(model, len(model.weights)):
-                            model.run(warmup, warmup_inputs)
+                            model.run(warmup, model.inputs(warmup))
                             model.decode_step(state)  # the profiled context's decode shapes
                         torch.cuda.synchronize(device)
 
-                    bar.phase(f"compiling kernels in {workers} processes")
+                    bar.phase(f"compiling kernels in {workers.count} processes")
                     with timed(phases, "precompile"):
-                        precompiled = precompile(dry_run, pool, workers)
+                        precompiled = precompile(dry_run, workers)
                 bar.phase("warming up")
                 with timed(phases, "warm-up"):
                     model.run(warmup, warmup_inputs)
@@ -324,8 +324,8 @@ def capture_rank(
                 plan.streams,
             ) from None
         finally:
-            if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+            if workers is not None:
+                workers.close()
             if bar is not progress:
                 bar.close()
     on_gpu = device.type == "cuda"
