@@ -1,6 +1,11 @@
 """CUDA-graph decode on the GPU: a replay computes what the eager step computes, and a graphed
 profile attributes every replayed kernel by position. Run with WORKBENCH_GPU_TESTS=1."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -35,14 +40,19 @@ def test_graphed_profile_matches_every_replayed_kernel_by_position(tmp_path):
         assert decode.loc[category, "mean_ms"] > 0
 
 
-def test_an_empty_triton_cache_is_filled_in_parallel_before_the_warm_up(tmp_path, monkeypatch):
+def test_an_empty_triton_cache_is_filled_in_parallel_before_the_warm_up(tmp_path):
     from workbench.capture.precompile import WORKERS_VARIABLE
 
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    monkeypatch.setenv(WORKERS_VARIABLE, "4")
-    run = workbench.profile(1024, 3, layers=2, out=tmp_path / "raw", progress=False,
-                            cuda_graphs=True)  # fmt: skip
-    compiles = run.meta["compiles"]
+    code = (
+        "import json, workbench\n"
+        f"r = workbench.profile(1024, 3, layers=2, out={str(tmp_path / 'raw')!r}, "
+        "progress=False, cuda_graphs=True)\n"
+        "print(json.dumps(r.meta['compiles']))\n"
+    )  # a fresh process: no kernel in memory yet, an empty cache on disk
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton"), WORKERS_VARIABLE: "4"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          check=True)  # fmt: skip
+    compiles = json.loads(done.stdout.strip().splitlines()[-1])
     ahead = compiles["precompile"]
     assert ahead["workers"] == 4 and ahead["failed"] == []
     assert ahead["compiled"] == ahead["needed"] > 0  # the cache was empty: every one compiled

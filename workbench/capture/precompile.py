@@ -102,15 +102,13 @@ class Workers:
         return errors
 
     def close(self) -> None:
-        """End the workers (closing stdin ends their loop); kill any that lingers."""
+        """End the workers at once: every task given has been answered, and a worker still
+        importing (a warm cache gave it none) need not finish."""
         for process in self.processes:
+            process.kill()
             with contextlib.suppress(OSError):
                 process.stdin.close()
-        for process in self.processes:
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            process.wait()
 
 
 def start_workers(count: int) -> Workers | None:
