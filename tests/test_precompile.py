@@ -43,7 +43,7 @@ def scale_launch(factor: int, num_warps: int = 4) -> Launch:
     if "target" in inspect.signature(serialize_specialization_data).parameters:  # Triton 3.7
         fields += (SM90,)
     data = serialize_specialization_data(*fields)
-    return Launch(__name__, "_scale", data)
+    return Launch(__name__, "_scale", data, _scale.cache_key)
 
 
 def test_a_launch_compiles_into_the_cache_entry_its_lookup_finds(tmp_path, monkeypatch):
@@ -57,6 +57,20 @@ def test_a_launch_compiles_into_the_cache_entry_its_lookup_finds(tmp_path, monke
     assert in_disk_cache(launch, SM90)
     assert not in_disk_cache(scale_launch(3, num_warps=8), SM90)  # options are in the key
     assert not in_disk_cache(scale_launch(4), SM90)  # so are the constexprs
+
+
+def test_the_launch_carries_the_source_hash_its_process_computed(tmp_path, monkeypatch):
+    """Triton's hash of a kernel can depend on the order a process hashed its kernels in; the
+    workers use the profile's, so that their cache entries are the ones its launches find."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_scale, "hash", _scale.cache_key)  # restored after the test
+    launch = scale_launch(3)
+    source, options = source_of(launch, SM90)
+    triton.compile(source, target=SM90, options=options.__dict__)
+    assert in_disk_cache(launch, SM90)
+    elsewhere = Launch(launch.module, launch.name, launch.specialization, "0" * 64)
+    assert not in_disk_cache(elsewhere, SM90)  # another hash: another cache entry
+    assert _scale.cache_key == "0" * 64  # source_of set the launch's hash on the kernel
 
 
 def test_a_launch_that_names_nothing_is_never_taken_as_cached(tmp_path, monkeypatch):

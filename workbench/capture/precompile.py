@@ -46,6 +46,7 @@ class Launch:
     module: str
     name: str
     specialization: str
+    cache_key: str = ""  # the kernel's source hash as this process computed it (see source_of)
 
 
 def worker_count() -> int:
@@ -144,7 +145,7 @@ def collect_launches(run: Callable[[], object]) -> list[Launch]:
     def veto(*, key, fn, compile, **_) -> bool:
         seen.setdefault(
             (fn.module, fn.name, str(key)),
-            Launch(fn.module, fn.name, compile["specialization_data"]),
+            Launch(fn.module, fn.name, compile["specialization_data"], fn.jit_function.cache_key),
         )
         return True  # no compile: the launch returns without running
 
@@ -167,12 +168,19 @@ def kernel_of(launch: Launch):
 
 def source_of(launch: Launch, target):
     """(Triton's source object, parsed options) for the launch, read as `JITFunction.preload`
-    reads the serialised specialisation, so the cache key is the launch's own."""
+    reads the serialised specialisation, so the cache key is the launch's own.
+
+    The kernel's source hash is taken from the launch, not recomputed: Triton folds the global
+    values a kernel's callees use into a caller's hash only once those callees have been
+    hashed, so the hash of a kernel that shares helpers with others depends on the order a
+    process first hashed them, and a worker's order is not the profile's."""
     import triton.language as tl
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import convert_to_tuple_if_list
 
     kernel, data = kernel_of(launch), json.loads(launch.specialization)
+    if launch.cache_key:
+        kernel.hash = launch.cache_key
 
     def constant(value):
         if tl.dtype.is_dtype(value):
