@@ -236,8 +236,8 @@ class _MarkedModel(SyntheticModel):
         self.marks: dict[str, Callable[[], AbstractContextManager]] = {}
 
     @contextmanager
-    def step_scope(self, name: str) -> Iterator[None]:
-        with super().step_scope(name), self.marks.get(name, nullcontext)():
+    def step_scope(self, name: str, sync: bool = True) -> Iterator[None]:
+        with super().step_scope(name, sync), self.marks.get(name, nullcontext)():
             yield
 
 
