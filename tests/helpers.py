@@ -395,7 +395,7 @@ def assert_stored_answers_are_computed(path: Path, lazy_only: bool = True) -> No
     computed = profile_answers(ProfileResult(lazy.meta, lazy.kernels, lazy.path))
     if "graph_wait_us" not in lazy.meta[SUMMARY]["caption"]:
         # Stored before the caption counted the wait before a step's graph: the rest agrees.
-        wait = re.compile(r"; of the gaps, a median [\d.]+ ms a step is the wait .*? copies")
+        wait = re.compile(r"; of the gaps, a median [\d.]+ (?:ms|us) a step is the wait .*? copies")
         for key in ("caption", "text"):
             computed[key] = wait.sub("", computed[key])
     assert stored.keys() == computed.keys()

@@ -237,9 +237,10 @@ class ProfileResult:
         else:
             how = "eager launches"
         wait = facts.get("graph_wait_us", 0.0)
-        if wait:  # most of a graphed step's gaps, and host time, not kernel time
-            how += (f"; of the gaps, a median {wait / 1e3:.2f} ms a step is the wait for the "
-                    "graph's first kernel after the step's input copies")  # fmt: skip
+        if wait:  # host time, not kernel time: most of the gaps when steps wait to launch
+            said = f"{wait / 1e3:.2f} ms" if wait >= 100 else f"{wait:.0f} us"
+            how += (f"; of the gaps, a median {said} a step is the wait for the graph's first "
+                    "kernel after the step's input copies")  # fmt: skip
         return f"{facts['steps']} steps, {how}"
 
     def by_phase(self, phase: str, rank: int | None = None) -> pd.DataFrame:

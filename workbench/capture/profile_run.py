@@ -356,7 +356,15 @@ def attributed_kernels(capture: RankCapture, origin_us: float | None = None):
 
 def notes(spec: ProfileSpec, kernels_run: dict) -> list[str]:
     if spec.device.startswith("cuda"):
-        return [f"GPU run: times are summed GPU kernel time on {torch.cuda.get_device_name(0)}."]
+        said = [f"GPU run: times are summed GPU kernel time on {torch.cuda.get_device_name(0)}."]
+        if spec.cuda_graphs:
+            said.append(
+                "Decode: each step's CUDA graph is launched before the host waits for the "
+                "previous step's token, as an overlap scheduler does, so the gaps are the GPU's "
+                "idle time inside the steps, not the host's graph launches (runs before commit "
+                "2231800 waited for each step first)."
+            )
+        return said
     return [
         f"CPU run (no GPU found): preset '{spec.preset}'; Triton kernels replaced by their torch "
         f"references ({', '.join(f'{k}={v}' for k, v in kernels_run.items())}), computing in "

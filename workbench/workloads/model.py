@@ -437,8 +437,8 @@ class SyntheticModel:
         for step in range(plan.decode_tokens):
             # Replaying graphs, the host launches a step before it waits for the previous
             # one's token, as a server's overlap scheduler does: a synchronous loop leaves the
-            # GPU idle for every graph launch, about 1.2 ms a step under the profiler against
-            # 0.03 ms without it on the H200 (docs/design.md). Eager steps stay synchronous,
+            # GPU idle for every graph launch, 1.0 to 1.9 ms a step under the profiler against
+            # 0.05 to 0.75 ms without it on the H200 (docs/design.md). Eager steps stay synchronous,
             # so that an eager profile still shows what launching costs.
             with self.step_scope(f"wb.decode#{step}", sync=replay is None):
                 with record_function("other"):
