@@ -1,8 +1,8 @@
 """Compile a GPU profile's Triton kernels in parallel, before its warm-up launches them.
 
 A launch whose kernel is not in memory compiles it then and there, and waits: a warm-up on an
-empty Triton cache compiles some forty kernels one after the other (about 23 s of the default
-profile's 51 s on the H200 box, with their C launchers). Triton's compiler holds the GIL, so
+empty Triton cache compiles some forty kernels one after the other (a 30 s warm-up in the
+default profile's 49 s on the H200, with their C launchers; docs/design.md). Triton's compiler holds the GIL, so
 threads do not overlap it; processes do. Three steps:
 
 1. `collect_launches`: run the warm-up's Python once with Triton's `jit_cache_hook`, which is
