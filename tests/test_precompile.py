@@ -1,7 +1,7 @@
 """The parallel compile before a GPU profile's warm-up (`capture.precompile`): a launch's
-specialisation, recorded as Triton serialises it, compiles on the CPU for sm_90 into the
-on-disk cache under the very key the launch looks up, so the warm-up only loads it. The whole
-path on the GPU: tests/test_cuda_graphs_gpu.py."""
+specialisation, recorded as Triton serialises it, compiles on the CPU for sm_90 (in worker
+processes) into the on-disk cache under the very key the launch looks up, so the warm-up only
+loads it. The whole path on the GPU: tests/test_cuda_graphs_gpu.py."""
 
 import inspect
 import json
@@ -46,6 +46,19 @@ def scale_launch(factor: int, num_warps: int = 4) -> Launch:
     return Launch(__name__, "_scale", data, _scale.cache_key)
 
 
+def compile_in_a_worker(launches: list[Launch], monkeypatch) -> precompile.Precompiled:
+    """Compile on one worker process: the tests run kernels under the interpreter, which
+    patches triton.language for the whole process, so nothing compiles in this one."""
+    # the worker imports the launches' module, this one, by name
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), *sys.path]))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    workers = precompile.start_workers(1)
+    try:
+        return precompile.compile_missing(workers, launches, SM90)
+    finally:
+        workers.close()
+
+
 def test_a_launch_compiles_into_the_cache_entry_its_lookup_finds(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     launch = scale_launch(3)
@@ -53,7 +66,7 @@ def test_a_launch_compiles_into_the_cache_entry_its_lookup_finds(tmp_path, monke
     source, options = source_of(launch, SM90)
     assert (source.constants, source.attrs) == ({(2,): 3}, {(0,): [["tt.divisibility", 16]]})
     assert options.num_warps == 4
-    triton.compile(source, target=SM90, options=options.__dict__)
+    assert compile_in_a_worker([launch], monkeypatch).compiled == 1
     assert in_disk_cache(launch, SM90)
     assert not in_disk_cache(scale_launch(3, num_warps=8), SM90)  # options are in the key
     assert not in_disk_cache(scale_launch(4), SM90)  # so are the constexprs
@@ -65,12 +78,12 @@ def test_the_launch_carries_the_source_hash_its_process_computed(tmp_path, monke
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(_scale, "hash", _scale.cache_key)  # restored after the test
     launch = scale_launch(3)
-    source, options = source_of(launch, SM90)
-    triton.compile(source, target=SM90, options=options.__dict__)
-    assert in_disk_cache(launch, SM90)
     elsewhere = Launch(launch.module, launch.name, launch.specialization, "0" * 64)
-    assert not in_disk_cache(elsewhere, SM90)  # another hash: another cache entry
+    assert compile_in_a_worker([elsewhere], monkeypatch).compiled == 1
+    assert in_disk_cache(elsewhere, SM90)  # the worker compiled it under the launch's hash
     assert _scale.cache_key == "0" * 64  # source_of set the launch's hash on the kernel
+    _scale.hash = launch.cache_key
+    assert not in_disk_cache(launch, SM90)  # the kernel's own hash: another cache entry
 
 
 def test_a_launch_that_names_nothing_is_never_taken_as_cached(tmp_path, monkeypatch):
@@ -108,6 +121,7 @@ def test_workers_compile_what_the_cache_lacks_and_report_what_they_cannot(tmp_pa
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     # the workers import the launches' module, this one, by name
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), *sys.path]))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     nowhere = Launch(__name__, "_missing", scale_launch(3).specialization)
     workers = precompile.start_workers(2)
     try:
