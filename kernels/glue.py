@@ -1,5 +1,5 @@
-"""Fused glue: RMSNorm (with the residual add before it), SiLU-and-multiply and the router's
-top-k with its softmax, one launch each.
+"""Fused glue: RMSNorm (with the residual add before it), SiLU-and-multiply, the router's
+top-k with its softmax, and RoPE on every query and key head of a layer, one launch each.
 
 Serving engines fuse the elementwise work between GEMMs because, at decode sizes, each torch op
 is a launch of a few microseconds that moves almost nothing: the torch `rms_norm` reference is
@@ -12,12 +12,15 @@ router's top-k (`kernels.moe.router_topk`: a cast, torch.topk's two kernels, a s
 index cast, five launches) is one program per token that keeps its experts' logits in registers.
 """
 
+import math
+
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
 from kernels.moe.compiled import launch
+from kernels.rope import ROPE_THETA
 
 SILU_BLOCK = 1024  # columns of the SiLU-and-multiply per program
 
@@ -141,3 +144,75 @@ def router_topk_fused(logits: Tensor, top_k: int) -> tuple[Tensor, Tensor]:
         BLOCK=block, num_warps=max(1, min(8, block // 256)),
     )  # fmt: skip
     return ids, weights
+
+
+@triton.jit
+def _rotate(base_ptr, heads, head_stride, cos, sin, HEADS_P: tl.constexpr, HALF: tl.constexpr):
+    """Turn the rotary halves at base_ptr + h * head_stride (h < heads) by (cos, sin)."""
+    h = tl.arange(0, HEADS_P)[:, None]
+    first = base_ptr + h * head_stride + tl.arange(0, HALF)[None, :]
+    mask = (h < heads) & (tl.arange(0, HALF)[None, :] < HALF)
+    x1 = tl.load(first, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(first + HALF, mask=mask, other=0.0).to(tl.float32)
+    out = base_ptr.dtype.element_ty
+    tl.store(first, (x1 * cos - x2 * sin).to(out), mask=mask)
+    tl.store(first + HALF, (x2 * cos + x1 * sin).to(out), mask=mask)
+
+
+@triton.jit
+def _rope_kernel(
+    q_ptr, kv_ptr, ik_ptr, pos_ptr, first_pos, stride_q, stride_kv, stride_ik, q_heads,
+    index_heads, neg_log2_theta_per_dim,
+    HEAD: tl.constexpr, IDX: tl.constexpr, ROPE: tl.constexpr, Q_HEADS_P: tl.constexpr,
+    I_HEADS_P: tl.constexpr, POSITIONS: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    pos = tl.load(pos_ptr + row) if POSITIONS else first_pos + row
+    pos = pos.to(tl.float32)
+    HALF: tl.constexpr = ROPE // 2
+    i = tl.arange(0, HALF)[None, :].to(tl.float32)
+    angle = pos * tl.exp2(i * neg_log2_theta_per_dim)  # as kernels.rope.rope_angles rounds it
+    cos, sin = tl.cos(angle), tl.sin(angle)
+    q_row = q_ptr + row * stride_q
+    _rotate(q_row + HEAD - ROPE, q_heads, HEAD, cos, sin, Q_HEADS_P, HALF)
+    _rotate(q_row + q_heads * HEAD + IDX - ROPE, index_heads, IDX, cos, sin, I_HEADS_P, HALF)
+    _rotate(kv_ptr + row * stride_kv + HEAD - ROPE, 1, 0, cos, sin, 1, HALF)
+    _rotate(ik_ptr + row * stride_ik + IDX - ROPE, 1, 0, cos, sin, 1, HALF)
+
+
+def rope_fused(
+    q_all: Tensor, heads: tuple[int, int], kv: Tensor, index_k: Tensor,
+    positions: Tensor | int, rope_dim: int, theta: float = ROPE_THETA,
+) -> None:  # fmt: skip
+    """`kernels.rope.rope_` on every head attention reads, in place, in one launch: the query
+    heads and the indexer's query heads, side by side in each row of `q_all` (the query
+    up-projection's output, `heads` = (query heads, indexer heads) of kv's and index_k's
+    widths), the latent key `kv` (T, head dim) and the indexer key `index_k` (T, index dim).
+    `positions`: the tokens' positions, (T,) integers on the device, or the first of T
+    consecutive ones (a prefill chunk)."""
+    rows, head, idx = kv.shape[0], kv.shape[-1], index_k.shape[-1]
+    q_heads, index_heads = heads
+    if q_all.shape != (rows, q_heads * head + index_heads * idx) or index_k.shape[0] != rows:
+        raise ValueError(
+            f"q_all {tuple(q_all.shape)}, kv {tuple(kv.shape)} and index_k "
+            f"{tuple(index_k.shape)} do not hold {heads} heads of T rows; pass the projections "
+            "of one batch of tokens."
+        )
+    if rope_dim % 2 or not 2 <= rope_dim <= min(head, idx):
+        raise ValueError(f"rope_dim={rope_dim} must be even and at most the head widths "
+                         f"({head}, {idx}).")  # fmt: skip
+    if any(t.stride(-1) != 1 for t in (q_all, kv, index_k)):
+        raise ValueError("q_all, kv and index_k need unit stride in their last dimension; "
+                         "pass the GEMMs' outputs or views of whole columns.")  # fmt: skip
+    on_device = isinstance(positions, Tensor)
+    if on_device and positions.shape != (rows,):
+        raise ValueError(f"positions {tuple(positions.shape)} do not match the {rows} rows.")
+    if rows == 0:
+        return
+    launch(
+        _rope_kernel, (rows,), q_all, kv, index_k, positions if on_device else q_all,
+        0 if on_device else positions, q_all.stride(0), kv.stride(0), index_k.stride(0),
+        q_heads, index_heads, -2.0 * math.log2(theta) / rope_dim, HEAD=head, IDX=idx,
+        ROPE=rope_dim, Q_HEADS_P=triton.next_power_of_2(q_heads),
+        I_HEADS_P=triton.next_power_of_2(index_heads), POSITIONS=on_device,
+    )  # fmt: skip

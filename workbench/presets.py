@@ -115,6 +115,12 @@ class RankShapes:
     index_topk: int
     window: int
 
+    @property
+    def rope_dim(self) -> int:
+        """The rotary part of each query and key head (`kernels.rope`): DeepSeek rotates 64
+        dims of the latent and of each indexer head; a smaller preset half its index dim."""
+        return min(64, self.index_dim // 2, self.head_dim // 2)
+
     def weight_bytes_per_layer(self, element_bytes: int = 2) -> int:
         """Bytes of one layer's weights (all projections, experts and shared expert)."""
         h, heads, d = self.hidden, self.q_heads, self.head_dim

@@ -2,8 +2,8 @@
 
 A launch whose kernel is not in memory compiles it then and there, and waits: a warm-up on an
 empty Triton cache compiles some forty kernels one after the other (a 30 s warm-up in the
-default profile's 49 s on the H200, with their C launchers; docs/design.md). Triton's compiler holds the GIL, so
-threads do not overlap it; processes do. Three steps:
+default profile's 49 s on the H200, with their C launchers; docs/design.md). Triton's compiler
+holds the GIL, so threads do not overlap it; processes do. Three steps:
 
 1. `collect_launches`: run the warm-up's Python once with Triton's `jit_cache_hook`, which is
    asked before each compile and may veto it; the hook records the launch's specialisation

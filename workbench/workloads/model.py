@@ -32,8 +32,9 @@ from torch.profiler import record_function
 import kernels.attention as attention_kernels
 import kernels.dense as dense_kernels
 import kernels.moe as moe_kernels
-from kernels.glue import rms_norm_fused, router_topk_fused, silu_mul_fused
+from kernels.glue import rms_norm_fused, rope_fused, router_topk_fused, silu_mul_fused
 from kernels.norm import rms_norm
+from kernels.rope import rope_
 from workbench.errors import WorkbenchError
 from workbench.presets import Preset, draw_routing
 from workbench.workloads.model_backends import quantize_experts
@@ -215,21 +216,28 @@ class SyntheticModel:
 
     # ---- one layer ----------------------------------------------------------------------
     def _attention_block(
-        self, xn: torch.Tensor, w: LayerWeights, attend_to: Callable
+        self,
+        xn: torch.Tensor,
+        w: LayerWeights,
+        attend_to: Callable,
+        positions: torch.Tensor | int,
     ) -> torch.Tensor:
         """The attention block of the normalised hidden states `xn` (the norm is fused with
-        the previous layer's residual add, in `_layer`)."""
+        the previous layer's residual add, in `_layer`) of the tokens at `positions` (a
+        device tensor, or the first of consecutive ones)."""
         s = self.shapes
         with record_function("dense"):
             q_low, kv, index_k, index_w = self.linear(xn, w.qkv_a).split(qkv_a_split(s), 1)
         with record_function("other"):
             q_low = self.norm(q_low, w.q_norm)
         with record_function("dense"):
-            q, index_q = self.linear(q_low, w.q_up).split(q_up_split(s), 1)
-            q = q.view(-1, s.q_heads, s.head_dim)
-            index_q = index_q.view(-1, s.index_heads, s.index_dim)
+            q_all = self.linear(q_low, w.q_up)
         with record_function("other"):
             kv = self.norm(kv, w.kv_norm)
+            self.rope(q_all, kv, index_k, positions)
+        q, index_q = q_all.split(q_up_split(s), 1)
+        q = q.view(-1, s.q_heads, s.head_dim)
+        index_q = index_q.view(-1, s.index_heads, s.index_dim)
         out = attend_to(q, kv, index_q, index_k, index_w)
         with record_function("dense"):
             groups = out.view(-1, s.o_groups, (s.q_heads // s.o_groups) * s.head_dim)
@@ -269,6 +277,7 @@ class SyntheticModel:
         pending: torch.Tensor | None,
         attend_to: Callable,
         routing: tuple[torch.Tensor, torch.Tensor],
+        positions: torch.Tensor | int,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer `i` on the residual stream `x` plus `pending`, the previous layer's FFN output
         (None for the first layer). Returns (the residual stream, this layer's FFN output): the
@@ -277,7 +286,7 @@ class SyntheticModel:
         with record_function(f"wb.layer#{i}"):
             with record_function("other"):
                 x, xn = self.add_norm(x, pending, w.attn_norm)
-            attn = self._attention_block(xn, w, attend_to)
+            attn = self._attention_block(xn, w, attend_to, positions)
             with record_function("other"):
                 x, xn = self.add_norm(x, attn, w.ffn_norm)
             return x, self._ffn_block(xn, w, routing)
@@ -309,6 +318,29 @@ class SyntheticModel:
         if self.fused_glue:
             return router_topk_fused(logits, top_k)
         return moe_kernels.router_topk(logits, top_k)
+
+    def rope(
+        self,
+        q_all: torch.Tensor,
+        kv: torch.Tensor,
+        index_k: torch.Tensor,
+        positions: torch.Tensor | int,
+    ) -> None:
+        """RoPE in place on the query and indexer-query heads (`q_all`, the up-projection's
+        output), the latent key and the indexer key: one launch fused."""
+        s = self.shapes
+        if self.fused_glue:
+            heads = (s.q_heads, s.index_heads)
+            rope_fused(q_all, heads, kv, index_k, positions, s.rope_dim)
+            return
+        rows = q_all.shape[0]
+        if not isinstance(positions, torch.Tensor):
+            positions = torch.arange(positions, positions + rows, device=q_all.device)
+        q, index_q = q_all.split(q_up_split(s), 1)
+        for x in (q.view(rows, s.q_heads, s.head_dim), kv.view(rows, 1, s.head_dim),
+                  index_q.view(rows, s.index_heads, s.index_dim),
+                  index_k.view(rows, 1, s.index_dim)):  # fmt: skip
+            rope_(x, positions, s.rope_dim)
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         if self.fused_glue:
@@ -392,7 +424,7 @@ class SyntheticModel:
                         ids, weights = inputs["prefill_routing"][i]
                         routing = (ids[start : start + size], weights[start : start + size])
                     attend_to = self._prefill_attention(state.cache, i, start, size)
-                    x, pending = self._layer(i, x, pending, attend_to, routing)
+                    x, pending = self._layer(i, x, pending, attend_to, routing, start)
                     tick(1)
                 if start + size == plan.prompt_tokens:
                     with record_function("other"):
@@ -408,7 +440,7 @@ class SyntheticModel:
             attend_to = self._decode_attention(state, i)
             with record_function("other"):
                 routing = (state.ids[i], state.weights[i])
-            x, pending = self._layer(i, x, pending, attend_to, routing)
+            x, pending = self._layer(i, x, pending, attend_to, routing, state.pos)
         with record_function("other"):
             x, xn = self.add_norm(x, pending, self.final_norm)
         tokens = self._lm_head(xn)

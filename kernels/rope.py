@@ -1,0 +1,35 @@
+"""Rotary position embedding (RoPE), torch reference: the rotary part of each query and key
+head turned by angles that grow with the token's position, so that a query-key product depends
+on their distance.
+
+As DeepSeek's attention applies it: only the last `rope_dim` dims of a head rotate (64 of the
+latent's 512, 64 of an indexer head's 128), in halves (the GPT-NeoX layout: dim i pairs with
+dim i + rope_dim / 2) by angles pos * theta^(-2i / rope_dim). Computed in fp32 and stored in
+the tensor's own dtype, in place, as serving engines apply it between the projections and the
+attention.
+"""
+
+import math
+
+import torch
+from torch import Tensor
+
+ROPE_THETA = 10000.0
+
+
+def rope_angles(positions: Tensor, rope_dim: int, theta: float = ROPE_THETA) -> Tensor:
+    """The angles (rows, rope_dim / 2), fp32, of the tokens at `positions` (rows,)."""
+    half = torch.arange(rope_dim // 2, dtype=torch.float32, device=positions.device)
+    inv_freq = torch.exp2(half * (-2.0 * math.log2(theta) / rope_dim))
+    return positions.to(torch.float32)[:, None] * inv_freq
+
+
+def rope_(x: Tensor, positions: Tensor, rope_dim: int, theta: float = ROPE_THETA) -> Tensor:
+    """Rotate the last `rope_dim` dims of every head of x (rows, heads, dim) in place, each
+    row by its token's position (`positions`, (rows,)); returns x."""
+    angles = rope_angles(positions, rope_dim, theta)[:, None, :]
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    part = x[..., x.shape[-1] - rope_dim :]
+    first, second = part.float().chunk(2, dim=-1)
+    part.copy_(torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1))
+    return x
