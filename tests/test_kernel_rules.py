@@ -50,6 +50,7 @@ KERNELS = [
     ("_w8a8_wgmma_kernel", "Dense GEMM", "workbench dense GEMM"),
     ("_rms_norm_kernel", "Other", "workbench glue"),
     ("_silu_mul_kernel", "Other", "workbench glue"),
+    ("_rope_kernel", "Other", "workbench glue"),
     ("_quantize_rows_kernel", "Dense GEMM", "workbench dense GEMM"),
     ("_sparse_attention_kernel", "Sparse attention", "workbench sparse attention"),
     ("_indexer_kernel", "Sparse attention", "workbench sparse attention"),

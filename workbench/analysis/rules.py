@@ -106,8 +106,9 @@ KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
      SPARSE_ATTENTION, "kernels/attention: sparse attention, its split-KV merge, the bf16 and "
      "FP8 indexers, the top-k select (one program a row, plain or from a sampled threshold, or "
      "chunked: second round and picks) and the FP8 cache write"),
-    ("workbench glue", r"^_(rms_norm|silu_mul)_kernel$", OTHER,
-     "kernels/glue: RMSNorm with its residual add, and SiLU-and-multiply, one launch each"),
+    ("workbench glue", r"^_(rms_norm|silu_mul|rope)_kernel$", OTHER,
+     "kernels/glue: RMSNorm with its residual add, SiLU-and-multiply, and RoPE on a layer's "
+     "query and key heads, one launch each"),
     # TorchInductor: templates are GEMMs, the fused pointwise/reduction kernels are glue.
     ("inductor template GEMM", r"^triton_tem_", DENSE,
      "torch.compile max-autotune GEMM templates (flex attention templates are named alike)"),

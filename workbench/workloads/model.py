@@ -235,9 +235,9 @@ class SyntheticModel:
         with record_function("other"):
             kv = self.norm(kv, w.kv_norm)
             self.rope(q_all, kv, index_k, positions)
-        q, index_q = q_all.split(q_up_split(s), 1)
-        q = q.view(-1, s.q_heads, s.head_dim)
-        index_q = index_q.view(-1, s.index_heads, s.index_dim)
+            q, index_q = q_all.split(q_up_split(s), 1)
+            q = q.view(-1, s.q_heads, s.head_dim)
+            index_q = index_q.view(-1, s.index_heads, s.index_dim)
         out = attend_to(q, kv, index_q, index_k, index_w)
         with record_function("dense"):
             groups = out.view(-1, s.o_groups, (s.q_heads // s.o_groups) * s.head_dim)
