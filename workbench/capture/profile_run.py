@@ -244,11 +244,14 @@ def capture_rank(
     plan = spec.plan
     bar = progress if isinstance(progress, Progress) else Progress(spec, progress)
     phases: dict[str, float] = {}
-    # Started first: they import Triton and torch while the model is built.
-    workers, precompiled = start_workers(worker_count() if device.type == "cuda" else 0), {}
+    dense_peer, moe_peer = PEERS.get(spec.dense), PEERS.get(spec.moe)
+    # Started first: they import Triton and torch while the model is built. Not with a peer:
+    # the dry run would feed its third-party kernels what the skipped kernels left, and a
+    # peer's kernel may index memory with it.
+    ahead = device.type == "cuda" and not (dense_peer or moe_peer)
+    workers, precompiled = start_workers(worker_count() if ahead else 0), {}
     with compile_log() as compiles:
         try:
-            dense_peer, moe_peer = PEERS.get(spec.dense), PEERS.get(spec.moe)
             bar.phase("building")
             with timed(phases, "build"):
                 model = SyntheticModel(
