@@ -151,7 +151,7 @@ def _rotate(base_ptr, heads, head_stride, cos, sin, HEADS_P: tl.constexpr, HALF:
     """Turn the rotary halves at base_ptr + h * head_stride (h < heads) by (cos, sin)."""
     h = tl.arange(0, HEADS_P)[:, None]
     first = base_ptr + h * head_stride + tl.arange(0, HALF)[None, :]
-    mask = (h < heads) & (tl.arange(0, HALF)[None, :] < HALF)
+    mask = h < heads  # broadcast over the HALF columns
     x1 = tl.load(first, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(first + HALF, mask=mask, other=0.0).to(tl.float32)
     out = base_ptr.dtype.element_ty
@@ -171,7 +171,7 @@ def _rope_kernel(
     pos = pos.to(tl.float32)
     HALF: tl.constexpr = ROPE // 2
     i = tl.arange(0, HALF)[None, :].to(tl.float32)
-    angle = pos * tl.exp2(i * neg_log2_theta_per_dim)  # as kernels.rope.rope_angles rounds it
+    angle = pos * tl.exp2(i * neg_log2_theta_per_dim)  # kernels.rope.rope_angles (ex2.approx)
     cos, sin = tl.cos(angle), tl.sin(angle)
     q_row = q_ptr + row * stride_q
     _rotate(q_row + HEAD - ROPE, q_heads, HEAD, cos, sin, Q_HEADS_P, HALF)
@@ -198,8 +198,8 @@ def rope_fused(
             f"{tuple(index_k.shape)} do not hold {heads} heads of T rows; pass the projections "
             "of one batch of tokens."
         )
-    if rope_dim % 2 or not 2 <= rope_dim <= min(head, idx):
-        raise ValueError(f"rope_dim={rope_dim} must be even and at most the head widths "
+    if rope_dim & (rope_dim - 1) or not 2 <= rope_dim <= min(head, idx):
+        raise ValueError(f"rope_dim={rope_dim} must be a power of two from 2 to the head widths "
                          f"({head}, {idx}).")  # fmt: skip
     if any(t.stride(-1) != 1 for t in (q_all, kv, index_k)):
         raise ValueError("q_all, kv and index_k need unit stride in their last dimension; "

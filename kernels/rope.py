@@ -2,11 +2,12 @@
 head turned by angles that grow with the token's position, so that a query-key product depends
 on their distance.
 
-As DeepSeek's attention applies it: only the last `rope_dim` dims of a head rotate (64 of the
-latent's 512, 64 of an indexer head's 128), in halves (the GPT-NeoX layout: dim i pairs with
-dim i + rope_dim / 2) by angles pos * theta^(-2i / rope_dim). Computed in fp32 and stored in
-the tensor's own dtype, in place, as serving engines apply it between the projections and the
-attention.
+DeepSeek's attention rotates 64 dims of each query and key head (of the latent's and of each
+indexer head's); the synthetic model's heads hold them as their last `rope_dim` dims (DeepSeek
+keeps the latent's apart from its 512), rotated in halves (the GPT-NeoX layout: dim i pairs
+with dim i + rope_dim / 2; DeepSeek pairs neighbours, at the same cost) by angles
+pos * theta^(-2i / rope_dim). Computed in fp32 and stored in the tensor's own dtype, in place,
+as serving engines apply it between the projections and the attention.
 """
 
 import math

@@ -138,8 +138,9 @@ def test_bad_shapes_name_the_problem():
     q_all, kv, index_k = torch.randn(3, 2 * 32 + 16), torch.randn(3, 32), torch.randn(3, 16)
     with pytest.raises(ValueError, match="do not hold \\(2, 2\\) heads of T rows"):
         rope_fused(q_all, (2, 2), kv, index_k, 0, 8)
-    with pytest.raises(ValueError, match="rope_dim=7 must be even"):
-        rope_fused(q_all, (2, 1), kv, index_k, 0, 7)
+    for odd in (7, 12):  # HALF is a tile width: a power of two
+        with pytest.raises(ValueError, match=f"rope_dim={odd} must be a power of two"):
+            rope_fused(q_all, (2, 1), kv, index_k, 0, odd)
     with pytest.raises(ValueError, match="positions \\(2,\\) do not match the 3 rows"):
         rope_fused(q_all, (2, 1), kv, index_k, torch.zeros(2, dtype=torch.int64), 8)
     with pytest.raises(ValueError, match="unit stride"):

@@ -6,10 +6,12 @@ loads it. The whole path on the GPU: tests/test_cuda_graphs_gpu.py."""
 import inspect
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 import triton
 import triton.language as tl
 from triton import knobs
@@ -18,6 +20,7 @@ from triton.runtime.jit import JITFunction, JitFunctionInfo, serialize_specializ
 
 from workbench.capture import precompile
 from workbench.capture.precompile import Launch, collect_launches, in_disk_cache, source_of
+from workbench.errors import WorkbenchError
 
 SM90 = GPUTarget("cuda", 90, 32)
 TESTS = Path(__file__).parent
@@ -117,6 +120,31 @@ def test_the_dry_run_records_each_specialisation_once_and_vetoes_its_compile(mon
     assert knobs.runtime.jit_cache_hook is None  # restored
 
 
+def test_in_the_dry_run_every_launch_is_a_warm_up_that_launches_nothing(monkeypatch):
+    """A kernel compiled earlier in the process is found in memory, never asks the hook, and
+    would run on what a skipped kernel left: the dry run makes its launch a warm-up call."""
+    asked = []
+
+    def run(self, *args, grid, warmup, **kwargs):
+        asked.append(warmup)
+
+    monkeypatch.setattr(JITFunction, "run", run)
+    collect_launches(lambda: _scale[(1,)](None, 8, FACTOR=2))
+    assert asked == [True]
+    _scale[(1,)](None, 8, FACTOR=2)
+    assert asked == [True, False]  # after the dry run, launches launch again
+
+
+def test_first_layers_puts_the_layer_count_back_even_after_an_error():
+    from workbench.capture.profile_run import first_layers
+
+    model = type("Model", (), {"layers": 40})()
+    with pytest.raises(RuntimeError), first_layers(model, 3):
+        assert model.layers == 3
+        raise RuntimeError("the dry run failed")
+    assert model.layers == 40
+
+
 def test_workers_compile_what_the_cache_lacks_and_report_what_they_cannot(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     # the workers import the launches' module, this one, by name
@@ -128,23 +156,65 @@ def test_workers_compile_what_the_cache_lacks_and_report_what_they_cannot(tmp_pa
         done = precompile.compile_missing(workers, [scale_launch(3), scale_launch(4), nowhere],
                                           SM90)  # fmt: skip
         again = precompile.compile_missing(workers, [scale_launch(3)], SM90)
+        assert all(process.poll() is None for process in workers.processes)  # still serving
     finally:
         workers.close()
-    assert (done.needed, done.compiled, done.kernels, done.failed) == (3, 2, ("_scale",),
-                                                                       ("_missing",))  # fmt: skip
+    assert (done.needed, done.compiled, done.kernels) == (3, 2, ("_scale",))
+    assert list(done.failed) == ["_missing"] and "_missing" in done.failed["_missing"]  # why
     assert in_disk_cache(scale_launch(3), SM90) and in_disk_cache(scale_launch(4), SM90)
     assert (again.needed, again.compiled) == (1, 0)  # cached now: not sent to a worker
     assert all(process.poll() is not None for process in workers.processes)  # ended
     assert done.summary()["precompile"]["workers"] == 2
 
 
+def test_a_worker_that_dies_or_hangs_fails_its_launch_with_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))  # cannot even start
+    assert precompile.start_workers(2) is None  # no workers: the warm-up compiles
+    monkeypatch.undo()
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(precompile, "TASK_TIMEOUT_S", 1)
+    workers = precompile.start_workers(1)
+    try:
+        workers.processes[0].kill()  # gone before its first task
+        gone = precompile.compile_missing(workers, [scale_launch(3)], SM90)
+    finally:
+        workers.close()
+    assert gone.compiled == 0 and "the worker exited" in gone.failed["_scale"]
+    workers = precompile.start_workers(1)
+    try:
+        os.kill(workers.processes[0].pid, signal.SIGSTOP)  # hangs: the watchdog kills it
+        hung = precompile.compile_missing(workers, [scale_launch(3)], SM90)
+    finally:
+        workers.close()
+    assert "status -9" in hung.failed["_scale"]
+
+
+def test_a_failed_dry_run_is_recorded_and_out_of_memory_still_raised(monkeypatch):
+    def broken() -> None:
+        raise RuntimeError("a shape the model did not expect")
+
+    closed = []
+    workers = type("Workers", (), {"close": lambda self: closed.append(True)})()
+    assert precompile.precompile(broken, workers) == {
+        "precompile": {"error": "RuntimeError: a shape the model did not expect"}
+    }
+
+    def no_memory() -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        precompile.precompile(no_memory, workers)
+    assert closed == [True, True]  # the workers end either way
+
+
 def test_the_worker_count_follows_the_variable(monkeypatch):
     monkeypatch.setenv(precompile.WORKERS_VARIABLE, "0")
     assert precompile.worker_count() == 0 and precompile.start_workers(0) is None
     monkeypatch.setenv(precompile.WORKERS_VARIABLE, "3")
-    assert precompile.worker_count() == 3
+    assert precompile.worker_count() == 3 and precompile.worker_count(ranks=2) == 2
     monkeypatch.delenv(precompile.WORKERS_VARIABLE)
     assert 1 <= precompile.worker_count() <= precompile.MAX_WORKERS
     monkeypatch.setenv(precompile.WORKERS_VARIABLE, "many")
-    with pytest.raises(ValueError):
+    with pytest.raises(WorkbenchError, match="WORKBENCH_PRECOMPILE_WORKERS='many' is not a"):
         precompile.worker_count()

@@ -3,8 +3,10 @@
 On an empty Triton cache a GPU profile spends most of its warm-up compiling; on a warm one it
 only loads binaries from disk. The warm-up's wall time alone cannot tell the two apart, nor
 say which kernels cost the most to compile (the ones to precompile or to specialise less).
-Triton calls a compilation listener once per `triton.compile`, with the time of each stage
-and whether the binary came from its on-disk cache; this module collects those calls.
+Triton calls a compilation listener once per `triton.compile` (one kernel specialisation),
+with the time of each stage and whether the binary came from its on-disk cache; this module
+collects those calls. The C launcher Triton builds for a kernel at its first launch is not in
+them, so a cold run's `compile_s` is less than its compiling costs.
 """
 
 from __future__ import annotations

@@ -249,7 +249,8 @@ def capture_rank(
     # the dry run would feed its third-party kernels what the skipped kernels left, and a
     # peer's kernel may index memory with it.
     ahead = device.type == "cuda" and not (dense_peer or moe_peer)
-    workers, precompiled = start_workers(worker_count() if ahead else 0), {}
+    ranks = dist.get_world_size(shard.group) if shard.group is not None else 1
+    workers, precompiled = start_workers(worker_count(ranks) if ahead else 0), {}
     with compile_log() as compiles:
         try:
             bar.phase("building")

@@ -485,7 +485,7 @@ class SyntheticModel:
                     tokens.append(state.tokens.clone())
             if replay is not None:
                 done = torch.cuda.Event()
-                done.record()
+                done.record(torch.cuda.current_stream(self.device))
                 if sampled is not None:
                     sampled.synchronize()  # the previous step's token, while this one runs
                 sampled = done
