@@ -54,7 +54,7 @@ def test_an_empty_triton_cache_is_filled_in_parallel_before_the_warm_up(tmp_path
                           check=True)  # fmt: skip
     compiles = json.loads(done.stdout.strip().splitlines()[-1])
     ahead = compiles["precompile"]
-    assert ahead["workers"] == 4 and ahead["failed"] == []
+    assert ahead["workers"] == 4 and ahead["failed"] == {}
     assert ahead["compiled"] == ahead["needed"] > 0  # the cache was empty: every one compiled
     # the warm-up, the graph capture and the profile loaded them; the main process compiled
     # only what ran before the dry run (the weights' quantisers)
