@@ -75,6 +75,10 @@ def test_the_phases_line_says_how_much_was_compiling():
         "(wall 40.0 s); compiled 37 Triton kernels in 8 processes in 7.8 s; compiled 87 "
         "Triton kernels in 24.1 s, loaded 3 from the cache in 0.1 s"
     )
+    failed = {"_w8a16_kernel": "RuntimeError: ptxas"}
+    meta["compiles"]["precompile"] = {"compiled": 36, "workers": 8, "s": 7.81, "failed": failed}
+    line = phases_line(meta)
+    assert "in 8 processes in 7.8 s (_w8a16_kernel failed there); compiled 87" in line
     meta["compiles"]["precompile"] = {"error": "RuntimeError: no"}
     assert "; the parallel compile failed (RuntimeError: no); compiled 87" in phases_line(meta)
     meta["compiles"] = {"compiled": 0, "compile_s": 0.0, "loaded": 0, "load_s": 0.0,

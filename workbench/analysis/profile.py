@@ -66,9 +66,11 @@ def compiles_line(summary: dict) -> str:
     ahead = summary.get("precompile")
     if ahead and "error" in ahead:
         line = f"the parallel compile failed ({ahead['error']}); "
-    elif ahead and ahead["compiled"]:
+    elif ahead and (ahead["compiled"] or ahead.get("failed")):
         line = (f"compiled {ahead['compiled']} Triton kernels in {ahead['workers']} processes in "
                 f"{ahead['s']:.1f} s; ")  # fmt: skip
+        if ahead.get("failed"):  # the warm-up compiled these; run.json says why they failed
+            line = line[:-2] + f" ({', '.join(ahead['failed'])} failed there); "
     line += f"compiled {summary['compiled']} Triton kernels in {summary['compile_s']:.1f} s"
     if summary["loaded"]:
         line += f", loaded {summary['loaded']} from the cache in {summary['load_s']:.1f} s"
