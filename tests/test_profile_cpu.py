@@ -162,3 +162,17 @@ def test_peers_take_over_a_category_of_the_model():
     assert torch.equal(out, moe_reference(x, ids, route, experts))
     masters = moe_reference(x, ids, route, gate_up, down)
     assert (out - masters).norm() / masters.norm() < 0.1  # E4M3 of the tiny model's masters
+
+
+def test_the_page_says_where_the_profiles_own_time_went(run, tmp_path):
+    from workbench.analysis.profile import TIMED_PHASES, phases_table
+
+    table = phases_table(run.meta)
+    assert list(table.index) == [p for p in TIMED_PHASES if p in run.meta["phases"]]  # as run
+    assert table["share_pct"].sum() == pytest.approx(
+        100 * sum(run.meta["phases"].values()) / run.meta["wall_s"]
+    )
+    text = run.to_html(tmp_path / "p.html").read_text()
+    assert "Where the profile&#x27;s own time went" in text or "Where the profile's own" in text
+    assert f"wall {run.meta['wall_s']:.1f} s" in text
+    assert phases_table({"params": {}}) is None  # a run from before phases were timed

@@ -59,6 +59,20 @@ def phases_line(meta: Mapping) -> str | None:
     return line
 
 
+def phases_table(meta: Mapping) -> pd.DataFrame | None:
+    """Where the profile's own wall time went: seconds and share of the wall time per phase,
+    in order; None for a run written before its phases were timed."""
+    phases = meta.get("phases")
+    if not phases:
+        return None
+    order = [p for p in TIMED_PHASES if p in phases] + sorted(set(phases) - set(TIMED_PHASES))
+    seconds = pd.Series({name: float(phases[name]) for name in order}, name="seconds")
+    wall = meta.get("wall_s") or float(seconds.sum())
+    table = pd.DataFrame({"seconds": seconds, "share_pct": 100 * seconds / wall})
+    table.index.name = "phase"
+    return table
+
+
 def compiles_line(summary: dict) -> str:
     """run.json's `compiles` in words: `compiled 37 Triton kernels in 12 processes in 4.2 s;
     compiled 0 Triton kernels in 0.0 s, loaded 37 from the cache in 0.4 s`."""

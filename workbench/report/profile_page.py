@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from workbench.analysis import tables
-from workbench.analysis.profile import Comparison, ProfileResult
+from workbench.analysis.profile import Comparison, ProfileResult, compiles_line, phases_table
 from workbench.report.figures import category_bars, step_timeline
 from workbench.report.html import HtmlPage
 
@@ -52,8 +54,26 @@ def write_profile_page(result: ProfileResult, path: str | Path) -> Path:
             result.rank_skew(), "waiting: for the last rank to arrive; transfer: the rest", 3
         )
     page.heading("How categories were decided").table(result.attribution())
+    _own_time(page, result.meta)
     page.heading("Metadata").metadata(result.meta)
     return page.write(path)
+
+
+def _own_time(page: HtmlPage, meta: dict) -> None:
+    """The profile's own wall time by phase, and what Triton compiled (run.json's `phases`
+    and `compiles`), when the run recorded them."""
+    phases = phases_table(meta)
+    if phases is None:
+        return
+    compiles = meta.get("compiles") or {}
+    caption = f"wall {meta['wall_s']:.1f} s" if meta.get("wall_s") else "seconds"
+    if compiles.get("compiled") or compiles.get("loaded") or compiles.get("precompile"):
+        caption += f"; {compiles_line(compiles)}"
+    page.heading("Where the profile's own time went").table(phases, caption, digits=1)
+    by_kernel = compiles.get("by_kernel")
+    if by_kernel:
+        table = pd.DataFrame(by_kernel).set_index("kernel").rename(columns={"s": "seconds"})
+        page.table(table.head(12), "Triton compiles in this process, slowest first", digits=2)
 
 
 def write_comparison_page(comparison: Comparison, path: str | Path) -> Path:
