@@ -34,3 +34,19 @@ def rope_(x: Tensor, positions: Tensor, rope_dim: int, theta: float = ROPE_THETA
     first, second = part.float().chunk(2, dim=-1)
     part.copy_(torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1))
     return x
+
+
+def rope_heads_(
+    q_all: Tensor, heads: tuple[int, int], kv: Tensor, index_k: Tensor,
+    positions: Tensor | int, rope_dim: int, theta: float = ROPE_THETA,
+) -> None:  # fmt: skip
+    """`kernels.glue.rope_fused`'s reference, argument for argument: `rope_` on the query and
+    indexer-query heads side by side in each row of `q_all`, the latent key `kv` and the
+    indexer key `index_k`, in place; `positions` a tensor or the first of consecutive ones."""
+    rows, head, idx = kv.shape[0], kv.shape[-1], index_k.shape[-1]
+    if not isinstance(positions, Tensor):
+        positions = torch.arange(positions, positions + rows, device=q_all.device)
+    q, index_q = q_all.split([heads[0] * head, heads[1] * idx], 1)
+    for x in (q.view(rows, heads[0], head), kv.view(rows, 1, head),
+              index_q.view(rows, heads[1], idx), index_k.view(rows, 1, idx)):  # fmt: skip
+        rope_(x, positions, rope_dim, theta)

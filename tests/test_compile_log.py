@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from workbench.analysis.profile import phases_line
+from workbench.analysis.phases import phases_line
 
 COMPILES = """
 import json, sys

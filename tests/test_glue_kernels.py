@@ -12,7 +12,7 @@ from helpers import relative_error
 from kernels.glue import rms_norm_fused, rope_fused, router_topk_fused, silu_mul_fused
 from kernels.moe import router_topk
 from kernels.norm import rms_norm
-from kernels.rope import rope_
+from kernels.rope import rope_, rope_heads_
 
 
 def _dtype(device: torch.device) -> torch.dtype:
@@ -98,6 +98,10 @@ def test_rope_turns_every_heads_rotary_part_as_the_reference_does(
     for x in (q.view(rows, heads[0], head), iq.view(rows, heads[1], idx), want_kv[:, None],
               want_wide[:, None, 20 : 20 + idx]):  # fmt: skip
         rope_(x, ref_positions, rope_dim)
+    q_ref, kv_ref, wide_ref = q_all.clone(), kv.clone(), wide.clone()
+    rope_heads_(q_ref, heads, kv_ref, wide_ref[:, 20 : 20 + idx], positions, rope_dim)
+    for got, want in ((q_ref, want_q), (kv_ref, want_kv), (wide_ref, want_wide)):
+        assert torch.equal(got, want)  # the reference with rope_fused's arguments
     rope_fused(q_all, heads, kv, index_k, positions, rope_dim)
     bound = 1e-2 if device.type == "cuda" else 1e-5
     for got, want in ((q_all, want_q), (kv, want_kv), (wide, want_wide)):

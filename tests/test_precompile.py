@@ -136,7 +136,7 @@ def test_in_the_dry_run_every_launch_is_a_warm_up_that_launches_nothing(monkeypa
 
 
 def test_first_layers_puts_the_layer_count_back_even_after_an_error():
-    from workbench.capture.profile_run import first_layers
+    from workbench.capture.rank_capture import first_layers
 
     model = type("Model", (), {"layers": 40})()
     with pytest.raises(RuntimeError), first_layers(model, 3):

@@ -165,7 +165,7 @@ def test_peers_take_over_a_category_of_the_model():
 
 
 def test_the_page_says_where_the_profiles_own_time_went(run, tmp_path):
-    from workbench.analysis.profile import TIMED_PHASES, phases_table
+    from workbench.analysis.phases import TIMED_PHASES, phases_table
 
     table = phases_table(run.meta)
     assert list(table.index) == [p for p in TIMED_PHASES if p in run.meta["phases"]]  # as run

@@ -9,7 +9,8 @@ import torch
 
 import workbench
 from kernels.moe import MoeWeights, moe_reference
-from workbench.analysis.profile import TIMED_PHASES, phases_line, profile_label
+from workbench.analysis.phases import TIMED_PHASES, phases_line
+from workbench.analysis.profile import profile_label
 from workbench.capture.experiments import measure_profile
 from workbench.capture.profile_progress import Progress
 from workbench.capture.profile_run import resolve

@@ -27,13 +27,8 @@ from workbench.analysis.profile import ProfileResult
 from workbench.analysis.skew import skew_table
 from workbench.analysis.trace import read_chrome_trace
 from workbench.capture.debris import TEMP_PREFIX, owned_prefix, remove_leftovers
-from workbench.capture.profile_run import (
-    ProfileSpec,
-    attributed_kernels,
-    capture_rank,
-    notes,
-    write_profile,
-)
+from workbench.capture.profile_run import ProfileSpec, notes, write_profile
+from workbench.capture.rank_capture import attributed_kernels, capture_rank
 from workbench.errors import WorkbenchError
 from workbench.workloads.model import Shard
 

@@ -58,7 +58,7 @@ def profile(args) -> None:
     )  # fmt: skip
     if result is None:  # a rank other than 0 under torchrun: rank 0 reports
         return
-    from workbench.analysis.profile import phases_line
+    from workbench.analysis.phases import phases_line
 
     print(result.text())
     phases = phases_line(result.meta)

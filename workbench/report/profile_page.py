@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.analysis import tables
-from workbench.analysis.profile import Comparison, ProfileResult, compiles_line, phases_table
+from workbench.analysis.phases import compiles_line, phases_table
+from workbench.analysis.profile import Comparison, ProfileResult
 from workbench.report.figures import category_bars, step_timeline
 from workbench.report.html import HtmlPage
 

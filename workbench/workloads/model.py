@@ -32,11 +32,9 @@ from torch.profiler import record_function
 import kernels.attention as attention_kernels
 import kernels.dense as dense_kernels
 import kernels.moe as moe_kernels
-from kernels.glue import rms_norm_fused, rope_fused, router_topk_fused, silu_mul_fused
-from kernels.norm import rms_norm
-from kernels.rope import rope_
 from workbench.errors import WorkbenchError
 from workbench.presets import Preset, draw_routing
+from workbench.workloads.glue_ops import Glue
 from workbench.workloads.model_backends import quantize_experts
 from workbench.workloads.model_state import Cache, DecodeState, Plan
 from workbench.workloads.model_weights import (
@@ -112,6 +110,7 @@ class SyntheticModel:
             )
         self.moe_format = moe_format
         self.on_gpu = self.device.type == "cuda"
+        self.glue = Glue(fused=self.on_gpu)  # as a server runs it; torch references on the CPU
         if interpret and not self.on_gpu and not _interpreting():
             raise WorkbenchError(
                 "interpret=True runs the Triton kernels on the CPU, which needs TRITON_INTERPRET=1 "
@@ -229,12 +228,12 @@ class SyntheticModel:
         with record_function("dense"):
             q_low, kv, index_k, index_w = self.linear(xn, w.qkv_a).split(qkv_a_split(s), 1)
         with record_function("other"):
-            q_low = self.norm(q_low, w.q_norm)
+            q_low = self.glue.norm(q_low, w.q_norm)
         with record_function("dense"):
             q_all = self.linear(q_low, w.q_up)
         with record_function("other"):
-            kv = self.norm(kv, w.kv_norm)
-            self.rope(q_all, kv, index_k, positions)
+            kv = self.glue.norm(kv, w.kv_norm)
+            self.glue.rope(q_all, (s.q_heads, s.index_heads), kv, index_k, positions, s.rope_dim)
             q, index_q = q_all.split(q_up_split(s), 1)
             q = q.view(-1, s.q_heads, s.head_dim)
             index_q = index_q.view(-1, s.index_heads, s.index_dim)
@@ -260,11 +259,11 @@ class SyntheticModel:
         residual add before it, in `_layer`)."""
         with record_function("moe"):
             logits = torch.matmul(xn, w.router.T)
-            self.router_topk(logits, self.shapes.top_k)  # run for its cost only
+            self.glue.router_topk(logits, self.shapes.top_k)  # run for its cost only
             routed = self.moe_fn(xn, routing[0], routing[1], w.experts_gate_up, w.experts_down)
         with record_function("dense"):
             shared = moe_kernels.shared_expert(
-                xn, w.shared_gate_up, w.shared_down, linear=self.linear, act=self.silu_mul
+                xn, w.shared_gate_up, w.shared_down, linear=self.linear, act=self.glue.silu_mul
             )
         with record_function("other"):
             partial = routed + shared
@@ -285,67 +284,11 @@ class SyntheticModel:
         w = self.weights[i % len(self.weights)]
         with record_function(f"wb.layer#{i}"):
             with record_function("other"):
-                x, xn = self.add_norm(x, pending, w.attn_norm)
+                x, xn = self.glue.add_norm(x, pending, w.attn_norm)
             attn = self._attention_block(xn, w, attend_to, positions)
             with record_function("other"):
-                x, xn = self.add_norm(x, attn, w.ffn_norm)
+                x, xn = self.glue.add_norm(x, attn, w.ffn_norm)
             return x, self._ffn_block(xn, w, routing)
-
-    # ---- glue: fused Triton kernels where the variants run as kernels, else torch --------
-    @property
-    def fused_glue(self) -> bool:
-        """Whether the glue runs as the fused kernels (`kernels.glue`): on the GPU, as a server
-        runs it; the CPU stand-in keeps the torch references (the kernels' own interpreter
-        tests check them against those)."""
-        return self.on_gpu
-
-    def norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return rms_norm_fused(x, weight) if self.fused_glue else rms_norm(x, weight)
-
-    def add_norm(
-        self, x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x + residual, its RMSNorm): one launch fused, two ops in torch. Without a
-        residual, (x, its RMSNorm)."""
-        if residual is None:
-            return x, self.norm(x, weight)
-        if self.fused_glue:
-            return rms_norm_fused(x, weight, residual=residual)
-        summed = x + residual
-        return summed, rms_norm(summed, weight)
-
-    def router_topk(self, logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.fused_glue:
-            return router_topk_fused(logits, top_k)
-        return moe_kernels.router_topk(logits, top_k)
-
-    def rope(
-        self,
-        q_all: torch.Tensor,
-        kv: torch.Tensor,
-        index_k: torch.Tensor,
-        positions: torch.Tensor | int,
-    ) -> None:
-        """RoPE in place on the query and indexer-query heads (`q_all`, the up-projection's
-        output), the latent key and the indexer key: one launch fused."""
-        s = self.shapes
-        if self.fused_glue:
-            heads = (s.q_heads, s.index_heads)
-            rope_fused(q_all, heads, kv, index_k, positions, s.rope_dim)
-            return
-        rows = q_all.shape[0]
-        if not isinstance(positions, torch.Tensor):
-            positions = torch.arange(positions, positions + rows, device=q_all.device)
-        q, index_q = q_all.split(q_up_split(s), 1)
-        for x in (q.view(rows, s.q_heads, s.head_dim), kv.view(rows, 1, s.head_dim),
-                  index_q.view(rows, s.index_heads, s.index_dim),
-                  index_k.view(rows, 1, s.index_dim)):  # fmt: skip
-            rope_(x, positions, s.rope_dim)
-
-    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
-        if self.fused_glue:
-            return silu_mul_fused(gate_up)
-        return moe_kernels.silu_mul_reference(gate_up)
 
     def _lm_head(self, xn: torch.Tensor) -> torch.Tensor:
         """The greedy next token of the final-normed hidden states `xn`."""
@@ -428,7 +371,7 @@ class SyntheticModel:
                     tick(1)
                 if start + size == plan.prompt_tokens:
                     with record_function("other"):
-                        _, last = self.add_norm(x[-1:], pending[-1:], self.final_norm)
+                        _, last = self.glue.add_norm(x[-1:], pending[-1:], self.final_norm)
                     self._lm_head(last)
 
     def decode_step(self, state: DecodeState) -> None:
@@ -442,7 +385,7 @@ class SyntheticModel:
                 routing = (state.ids[i], state.weights[i])
             x, pending = self._layer(i, x, pending, attend_to, routing, state.pos)
         with record_function("other"):
-            x, xn = self.add_norm(x, pending, self.final_norm)
+            x, xn = self.glue.add_norm(x, pending, self.final_norm)
         tokens = self._lm_head(xn)
         with record_function("other"):
             state.tokens.copy_(tokens)
