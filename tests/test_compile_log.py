@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from workbench.analysis.phases import phases_line
+from workbench.analysis.phases import bytecode_hint, phases_line
 
 COMPILES = """
 import json, sys
@@ -84,3 +84,23 @@ def test_the_phases_line_says_how_much_was_compiling():
     meta["compiles"] = {"compiled": 0, "compile_s": 0.0, "loaded": 0, "load_s": 0.0,
                         "by_kernel": []}  # fmt: skip
     assert phases_line(meta).endswith("(wall 40.0 s)")  # a CPU run compiles nothing
+
+
+def test_a_run_that_compiled_torch_from_source_says_how_to_cache_it():
+    meta = {"environment": {"bytecode": {"written": False, "torch_cached": False}}}
+    hint = bytecode_hint(meta)
+    assert "PYTHONDONTWRITEBYTECODE is set" in hint and "python -m compileall" in hint
+    # cached, or writable (the first import writes the cache), or a run that did not record it
+    meta["environment"]["bytecode"] = {"written": False, "torch_cached": True}
+    assert bytecode_hint(meta) is None
+    meta["environment"]["bytecode"] = {"written": True, "torch_cached": False}
+    assert bytecode_hint(meta) is None
+    assert bytecode_hint({"environment": {}}) is None
+
+
+def test_the_environment_records_whether_torch_loads_from_bytecode():
+    from workbench.capture.environment import describe
+
+    bytecode = describe()["bytecode"]
+    assert bytecode["written"] is not sys.dont_write_bytecode
+    assert isinstance(bytecode["torch_cached"], bool)

@@ -35,6 +35,21 @@ def phases_line(meta: Mapping) -> str | None:
     return line
 
 
+def bytecode_hint(meta: Mapping) -> str | None:
+    """What to do when the run's Python compiled torch's modules from source (run.json's
+    `environment.bytecode`, `capture.environment`): nothing caches them, so every profile pays
+    it again in its import and graph phases. None when they were cached or could be."""
+    bytecode = meta.get("environment", {}).get("bytecode")
+    if not bytecode or bytecode["torch_cached"] or bytecode["written"]:
+        return None
+    return (
+        "torch's Python modules have no bytecode cache and PYTHONDONTWRITEBYTECODE is set, so "
+        "every process compiles them from source (seconds of the import and graphs phases): "
+        "run `python -m compileall -q -j 0 \"$(python -c 'import sysconfig; "
+        'print(sysconfig.get_paths()["purelib"])\')"` once.'
+    )
+
+
 def phases_table(meta: Mapping) -> pd.DataFrame | None:
     """Where the profile's own wall time went: seconds and share of the wall time per phase,
     in order; None for a run written before its phases were timed."""

@@ -6,10 +6,12 @@ Every artifact carries this, so every figure traces back to the hardware and cod
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import os
 import platform
 import shutil
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -65,6 +67,15 @@ def _version(package: str) -> str | None:
         return None
 
 
+def _bytecode() -> dict:
+    """Whether torch's Python modules load from a bytecode cache. Without one (an install made
+    with --no-compile, and PYTHONDONTWRITEBYTECODE set so none is ever written) every process
+    compiles torch's source again: on the lent H200 that cost 2 s of `import torch` and 5 s
+    more when the profiler and CUDA graphs first import their modules."""
+    cached = importlib.util.cache_from_source(torch.__file__)
+    return {"written": not sys.dont_write_bytecode, "torch_cached": Path(cached).exists()}
+
+
 def describe() -> dict:
     """The environment of this process, for `run.json`."""
     return {
@@ -74,6 +85,7 @@ def describe() -> dict:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "python": platform.python_version(),
+        "bytecode": _bytecode(),
         "platform": platform.platform(),
         "workbench": _version("moe-workbench"),
         "git": _git(),

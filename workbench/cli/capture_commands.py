@@ -58,12 +58,15 @@ def profile(args) -> None:
     )  # fmt: skip
     if result is None:  # a rank other than 0 under torchrun: rank 0 reports
         return
-    from workbench.analysis.phases import phases_line
+    from workbench.analysis.phases import bytecode_hint, phases_line
 
     print(result.text())
     phases = phases_line(result.meta)
     if phases:
         print(f"\n{phases}")
+    hint = bytecode_hint(result.meta)
+    if hint:
+        print(hint)
     print(f"\nwall time {result.meta['wall_s']:.1f} s; artifacts in {result.path}")
     if args.html:
         print(f"report: {result.to_html(args.html)}")

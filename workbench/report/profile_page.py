@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.analysis import tables
-from workbench.analysis.phases import compiles_line, phases_table
+from workbench.analysis.phases import bytecode_hint, compiles_line, phases_table
 from workbench.analysis.profile import Comparison, ProfileResult
 from workbench.report.figures import category_bars, step_timeline
 from workbench.report.html import HtmlPage
@@ -70,6 +70,9 @@ def _own_time(page: HtmlPage, meta: dict) -> None:
     caption = f"wall {meta['wall_s']:.1f} s" if meta.get("wall_s") else "seconds"
     if compiles.get("compiled") or compiles.get("loaded") or compiles.get("precompile"):
         caption += f"; {compiles_line(compiles)}"
+    hint = bytecode_hint(meta)
+    if hint:
+        caption += f". {hint}"
     page.heading("Where the profile's own time went").table(phases, caption, digits=1)
     by_kernel = compiles.get("by_kernel")
     if by_kernel:
