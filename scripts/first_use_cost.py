@@ -5,9 +5,10 @@
 Times, in this process: `import torch`, the CUDA context, capturing a one-kernel CUDA graph, and
 a one-kernel torch.profiler session with CUDA activities, in the order given, then the first
 of them again. Prints one line. It is the measurement behind run.json's `environment.bytecode`
-(`workbench.capture.environment`): on the lent H200 the first profiler session took 6 s, of
-which 5 s was Python compiling the torch modules it imports (torch was installed without
-bytecode there and PYTHONDONTWRITEBYTECODE is set), and 1.1 s once they were compiled.
+(`workbench.capture.environment`): on the lent H200 the first profiler session took 4.3 to
+6.2 s while Python compiled the torch modules it imports (torch was installed without bytecode
+there and PYTHONDONTWRITEBYTECODE is set), and 1.0 to 1.1 s once they were compiled
+(raw/logs/h200-first-use-cost-20261201T1357.txt).
 Run it with CUDA_MODULE_LOADING=EAGER to see what loading every kernel up front costs instead.
 A developer's tool, like graph_launch_cost.py.
 """

@@ -70,7 +70,7 @@ def _version(package: str) -> str | None:
 def _bytecode() -> dict:
     """Whether torch's Python modules load from a bytecode cache. Without one (an install made
     with --no-compile, and PYTHONDONTWRITEBYTECODE set so none is ever written) every process
-    compiles torch's source again: on the lent H200 that cost 2 s of `import torch` and 5 s
+    compiles torch's source again: on the lent H200 that cost 3 s of `import torch` and 4 s
     more when the profiler and CUDA graphs first import their modules."""
     cached = importlib.util.cache_from_source(torch.__file__)
     return {"written": not sys.dont_write_bytecode, "torch_cached": Path(cached).exists()}
