@@ -266,6 +266,21 @@ def test_fp8_indexer_matches_its_reference(queries, block_q, device):
     assert 1e-3 < relative_error(out[torch.isfinite(fp32)], fp32[torch.isfinite(fp32)]) < 0.1
 
 
+@pytest.mark.parametrize("block_l", [16, 64])
+def test_fp8_indexer_skips_key_blocks_after_a_tiles_last_query(block_l, device):
+    # Early tiles end their scored loop before their program's keys do, and write the rest as
+    # -inf in a second loop without reading keys (the scored loop has no branch, so Triton
+    # pipelines it); later tiles score every block, masked per query.
+    q_idx, weights, k_idx = indexer_inputs(12, 4, 32, 90, device=device)
+    keys = attention.quantize_keys(k_idx)
+    pos = torch.tensor([0, 1, 2, 3, 4, 40, 41, 42, 60, 61, 88, 89], device=device)
+    for block_q in (1, 4):
+        out = indexer_scores_fp8(q_idx, weights, keys, pos, block_q=block_q, block_l=block_l)
+        ref = attention.reference.indexer_scores_fp8(q_idx, weights, keys, pos)
+        assert torch.isinf(out[0, 1:]).all() and (out[0, 1:] < 0).all()
+        assert_scores_match(out, ref, 1e-2)
+
+
 @pytest.mark.parametrize("variant", ["triton", "fp8"])
 def test_indexers_score_a_streams_own_tail(variant, device):
     # Prompt 200, tails of 20, two streams at step 5: the scores over virtual positions equal

@@ -163,33 +163,41 @@ def _indexer_fp8_kernel(
     if HISTOGRAM:  # one query a tile: the select's first round over this program's keys
         candidates = tl.minimum(tl.maximum(tl.load(pos_ptr + q0) - window + 1, 0), V)
         counts = tl.zeros((256,), tl.int32)
-    for l0 in range(start, tl.minimum(start + keys_per_program, V), BLOCK_L):
+    end = tl.minimum(start + keys_per_program, V)
+    # Key blocks up to the tile's last query, then the causal rest: two loops, since a branch
+    # in the loop body keeps Triton from pipelining the key loads with the MMA (compiled for
+    # sm_90 with one loop and a branch: no asynchronous copy, every wgmma waited for).
+    scored_end = tl.minimum(end, last + 1)
+    for l0 in range(start, scored_end, BLOCK_L):
         keys = l0 + tl.arange(0, BLOCK_L)
         key_ok = keys < V
-        out_ptrs = out_ptr + queries[None, :] * stride_oq + keys[:, None]
-        out_mask = key_ok[:, None] & query_ok[None, :]
-        if l0 <= last:
-            rows = keys.to(tl.int64)
-            if SHIFTED:
-                rows = tl.where(keys >= split, rows + shift, rows)
-            k8 = tl.load(k_ptr + rows[:, None] * stride_kl + d[None, :],
-                         mask=key_ok[:, None] & (d < DIM)[None, :], other=0.0)  # fmt: skip
-            k_scale = tl.load(ks_ptr + rows, mask=key_ok, other=0.0)
-            dots = tl.dot(k8, tl.trans(q8))  # (BLOCK_L, N) fp32, FP8 wgmma
-            relu = tl.maximum(dots, 0.0)
-            if UPCAST:  # the interpreter's bf16 tl.dot multiplies bit patterns
-                scores = tl.dot(relu, head_sum, input_precision="ieee")
-            else:
-                scores = tl.dot(relu.to(tl.bfloat16), head_sum)
-            scores = scores * k_scale[:, None]
-            if CAUSAL:
-                scores = tl.where(keys[:, None] <= pos[None, :], scores, float("-inf"))
-            tl.store(out_ptrs, scores, mask=out_mask)
-            if HISTOGRAM:
-                mine = tl.sum(tl.where(col[None, :] == 0, scores, 0.0), axis=1)
-                counts += high_byte_histogram(mine, keys < candidates)
+        rows = keys.to(tl.int64)
+        if SHIFTED:
+            rows = tl.where(keys >= split, rows + shift, rows)
+        k8 = tl.load(k_ptr + rows[:, None] * stride_kl + d[None, :],
+                     mask=key_ok[:, None] & (d < DIM)[None, :], other=0.0)  # fmt: skip
+        k_scale = tl.load(ks_ptr + rows, mask=key_ok, other=0.0)
+        dots = tl.dot(k8, tl.trans(q8))  # (BLOCK_L, N) fp32, FP8 wgmma
+        relu = tl.maximum(dots, 0.0)
+        if UPCAST:  # the interpreter's bf16 tl.dot multiplies bit patterns
+            scores = tl.dot(relu, head_sum, input_precision="ieee")
         else:
-            tl.store(out_ptrs, tl.full((BLOCK_L, COLS), float("-inf"), tl.float32), out_mask)
+            scores = tl.dot(relu.to(tl.bfloat16), head_sum)
+        scores = scores * k_scale[:, None]
+        if CAUSAL:
+            scores = tl.where(keys[:, None] <= pos[None, :], scores, float("-inf"))
+        tl.store(out_ptr + queries[None, :] * stride_oq + keys[:, None], scores,
+                 mask=key_ok[:, None] & query_ok[None, :])  # fmt: skip
+        if HISTOGRAM:
+            mine = tl.sum(tl.where(col[None, :] == 0, scores, 0.0), axis=1)
+            counts += high_byte_histogram(mine, keys < candidates)
+    if CAUSAL:  # blocks wholly after the tile's last query: -inf, nothing read
+        first_unscored = start + tl.cdiv(tl.maximum(scored_end - start, 0), BLOCK_L) * BLOCK_L
+        for l0 in range(first_unscored, end, BLOCK_L):
+            keys = l0 + tl.arange(0, BLOCK_L)
+            tl.store(out_ptr + queries[None, :] * stride_oq + keys[:, None],
+                     tl.full((BLOCK_L, COLS), float("-inf"), tl.float32),
+                     mask=(keys < V)[:, None] & query_ok[None, :])  # fmt: skip
     if HISTOGRAM:
         chunk = q0.to(tl.int64) * tl.num_programs(1) + tl.program_id(1)
         bins = tl.arange(0, 256)
@@ -265,6 +273,7 @@ def indexer_scores_fp8(
     block_q: int | None = None,
     block_l: int = 128,
     num_warps: int | None = None,
+    num_stages: int = 2,
     histogram: FirstRound | None = None,
     window: int = 0,
     chunk: int = SELECT_CHUNK,
@@ -333,6 +342,7 @@ def indexer_scores_fp8(
             CAUSAL=query_pos is not None, SHIFTED=shift is not None, UPCAST=upcast,
             HISTOGRAM=histogram is not None, NEW=new is not None, KV_DIM=kv_dim,
             KV_P=triton.next_power_of_2(kv_dim),
-            num_warps=num_warps or (8 if rows * block_l >= 128 * 128 else 4), num_stages=2,
+            num_warps=num_warps or (8 if rows * block_l >= 128 * 128 else 4),
+            num_stages=num_stages,
         )  # fmt: skip
     return scores
