@@ -268,9 +268,8 @@ def test_fp8_indexer_matches_its_reference(queries, block_q, device):
 
 @pytest.mark.parametrize("block_l", [16, 64])
 def test_fp8_indexer_skips_key_blocks_after_a_tiles_last_query(block_l, device):
-    # Early tiles end their scored loop before their program's keys do, and write the rest as
-    # -inf in a second loop without reading keys (the scored loop has no branch, so Triton
-    # pipelines it); later tiles score every block, masked per query.
+    # Early tiles write the key blocks after their last query as -inf without reading them;
+    # later tiles score every block, masked per query.
     q_idx, weights, k_idx = indexer_inputs(12, 4, 32, 90, device=device)
     keys = attention.quantize_keys(k_idx)
     pos = torch.tensor([0, 1, 2, 3, 4, 40, 41, 42, 60, 61, 88, 89], device=device)
