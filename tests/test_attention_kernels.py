@@ -332,7 +332,7 @@ def test_select_and_fp8_indexer_bad_input(device):
                            shift=torch.zeros(3, dtype=torch.int64, device=device))  # fmt: skip
     from dataclasses import replace
 
-    from kernels.attention.select import FirstRound
+    from kernels.attention.select_chunked import FirstRound
 
     first_round = torch.zeros(3, 1, 256, dtype=torch.int32, device=device)
     pos = torch.arange(7, 10, device=device)
@@ -362,7 +362,7 @@ def test_chunked_decode_select_writes_what_the_one_program_select_writes(
     scores = indexer_scores_fp8(q_idx, weights, keys, pos)
     assert torch.equal(fused, select_positions_triton(scores, pos, topk, window))
     # The running totals are zero again, so the next select (a replay) starts clean.
-    from kernels.attention.select import row_totals
+    from kernels.attention.select_chunked import row_totals
 
     assert not row_totals(len(positions), torch.device(device)).any()
     again = attention.indexer_select_fp8(q_idx, weights, keys, pos, length, topk, window)
@@ -370,7 +370,7 @@ def test_chunked_decode_select_writes_what_the_one_program_select_writes(
 
 
 def test_chunked_select_breaks_ties_across_chunks_in_position_order(device):
-    from kernels.attention.select import SELECT_CHUNK, FirstRound, select_after_first_round
+    from kernels.attention.select_chunked import SELECT_CHUNK, FirstRound, select_after_first_round
 
     length, topk, window = 2200, 40, 8
     scores = (randn(1, length, seed=9, device=device) * 2).round() / 2  # a handful of values
@@ -390,7 +390,7 @@ def test_chunked_select_breaks_ties_across_chunks_in_position_order(device):
 
 
 def test_chunked_select_bad_input(device):
-    from kernels.attention.select import FirstRound, select_after_first_round
+    from kernels.attention.select_chunked import FirstRound, select_after_first_round
 
     scores = randn(2, 1000, device=device)
     pos = torch.tensor([999, 999], device=device)

@@ -30,7 +30,8 @@ from torch import Tensor
 
 from kernels.attention.formats import NewTokens, QuantizedKeys, score_rows
 from kernels.attention.indexer import DECODE_QUERIES, keys_per_program_for
-from kernels.attention.select import SELECT_CHUNK, FirstRound, high_byte_histogram
+from kernels.attention.select import high_byte_histogram
+from kernels.attention.select_chunked import SELECT_CHUNK, FirstRound
 from kernels.dense.w8a8 import pow2_scale, quantize_activations, round_to_e4m3
 from kernels.moe.compiled import launch, recording
 from kernels.moe.routing import dot_options
@@ -279,11 +280,11 @@ def indexer_scores_fp8(
     them. Causal when `query_pos` is given; `length` defaults to the keys held; with `split`
     and `shift` (Q,), positions from `split` on read rows `shift[q]` further on.
 
-    With `histogram` (a `select.FirstRound` of (Q, cdiv(length, chunk), 256) chunks) and
+    With `histogram` (a `select_chunked.FirstRound` of (Q, cdiv(length, chunk), 256) chunks) and
     `window`, one query a tile, each program scores `chunk` keys (a multiple of `block_l`) and
     also writes the first round of the top-k select over them (`select.high_byte_histogram`
     of the scores of the positions before the query's window) and adds it to the row's
-    total, which `select.select_after_first_round` goes on from.
+    total, which `select_chunked.select_after_first_round` goes on from.
 
     With `new` (one query a tile, causal), the kernel is also the step's cache write: query
     q's new token is written at cache row new.rows[q], which must hold position
