@@ -15,7 +15,7 @@ blocks after a tile's last query are not multiplied and score -inf. That test st
 the key loop, which keeps Triton from pipelining the loop's loads; a version with two loops
 (the scored blocks, then the -inf rest) was pipelined but took 149 registers instead of 100 and
 ran a 4096-query prefill chunk at 46K context in 7.0 ms against 4.7, 5.0 at its best stages and
-warps (H200, raw/logs/h200-tune-attention-pipelined-indexer-20261201T1420.csv): here occupancy
+warps (H200, raw/logs/h200-tune-attention-pipelined-indexer-20261201T1406.csv): here occupancy
 hides the loads better than asynchronous copies do.
 
 Decode caches are laid out as the prompt, then each stream's tail; with `split` and `shift`, a
