@@ -280,6 +280,34 @@ def test_fp8_indexer_skips_key_blocks_after_a_tiles_last_query(block_l, device):
         assert_scores_match(out, ref, 1e-2)
 
 
+@pytest.mark.parametrize("block_q", [1, 2])
+def test_fp8_indexer_sums_heads_on_the_cores_as_the_mma_does(block_q, device):
+    # An odd query count leaves the last two-query tile half empty; the first query sits at
+    # the start, so most of its key blocks are after it.
+    q_idx, weights, k_idx = indexer_inputs(7, 8, 32, 200, device=device)
+    keys = attention.quantize_keys(k_idx)
+    pos = torch.tensor([0, 150, 151, 170, 180, 198, 199], device=device)
+    for query_pos in (None, pos):
+        ref = attention.reference.indexer_scores_fp8(q_idx, weights, keys, query_pos)
+        by = {how: indexer_scores_fp8(q_idx, weights, keys, query_pos, block_q=block_q,
+                                      block_l=32, head_sum=how)
+              for how in ("mma", "cores")}  # fmt: skip
+        for out in by.values():
+            assert_scores_match(out, ref, 1e-2)
+        # the cores sum in fp32 where the MMA rounds each head's relu to bf16 on a GPU
+        finite = torch.isfinite(ref)
+        assert relative_error(by["cores"][finite], ref[finite]) < 1e-3
+
+
+def test_fp8_indexer_refuses_a_head_sum_it_cannot_do(device):
+    q_idx, weights, k_idx = indexer_inputs(8, 8, 32, 64, device=device)
+    keys = attention.quantize_keys(k_idx)
+    with pytest.raises(ValueError, match="head_sum must be 'mma' or 'cores'"):
+        indexer_scores_fp8(q_idx, weights, keys, block_q=4, head_sum="cores")
+    with pytest.raises(ValueError, match="got 'fma'"):
+        indexer_scores_fp8(q_idx, weights, keys, head_sum="fma")
+
+
 @pytest.mark.parametrize("variant", ["triton", "fp8"])
 def test_indexers_score_a_streams_own_tail(variant, device):
     # Prompt 200, tails of 20, two streams at step 5: the scores over virtual positions equal

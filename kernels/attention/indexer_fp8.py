@@ -213,6 +213,80 @@ def _indexer_fp8_kernel(
         )  # fmt: skip
 
 
+@triton.jit
+def _query_heads(q_ptr, w_ptr, query, Q, stride_qq, stride_qh, stride_wq, stride_wh,
+                 HEADS: tl.constexpr, DIM: tl.constexpr, HEADS_P: tl.constexpr,
+                 DIM_P: tl.constexpr):  # fmt: skip
+    """One query's heads in FP8, each head quantised with its power-of-two scale, and each
+    head's weight times that scale (fp32): the (HEADS_P, DIM_P) operand of its MMA."""
+    h = tl.arange(0, HEADS_P)
+    d = tl.arange(0, DIM_P)
+    ok = (h < HEADS) & (query < Q)
+    qh = tl.load(q_ptr + query * stride_qq + h[:, None] * stride_qh + d[None, :],
+                 mask=ok[:, None] & (d < DIM)[None, :], other=0.0).to(tl.float32)  # fmt: skip
+    scale, inverse = pow2_scale(tl.max(tl.abs(qh), axis=1))
+    weights = tl.load(w_ptr + query * stride_wq + h * stride_wh, mask=ok, other=0.0)
+    return round_to_e4m3(qh * inverse[:, None]).to(tl.float8e4nv), weights.to(tl.float32) * scale
+
+
+@triton.jit
+def _query_scores(k8, k_scale, q8, weights, keys, pos, CAUSAL: tl.constexpr):
+    """One query's scores of a key block: relu(K8 @ q8^T) (BLOCK_L, HEADS_P) from one FP8
+    MMA, its heads summed with their weights in fp32 on the CUDA cores."""
+    dots = tl.dot(k8, tl.trans(q8))
+    scores = tl.sum(tl.maximum(dots, 0.0) * weights[None, :], axis=1) * k_scale
+    if CAUSAL:
+        scores = tl.where(keys <= pos, scores, float("-inf"))
+    return scores
+
+
+@triton.jit
+def _indexer_fp8_rows_kernel(
+    q_ptr, w_ptr, k_ptr, ks_ptr, pos_ptr, out_ptr, Q, V, keys_per_program, stride_qq,
+    stride_qh, stride_wq, stride_wh, stride_kl, stride_oq, HEADS: tl.constexpr,
+    DIM: tl.constexpr, HEADS_P: tl.constexpr, DIM_P: tl.constexpr, BLOCK_Q: tl.constexpr,
+    BLOCK_L: tl.constexpr, CAUSAL: tl.constexpr,
+):  # fmt: skip
+    """`_indexer_fp8_kernel` for one or two queries a tile with the heads summed on the CUDA
+    cores instead of by a second MMA: each query's heads are an MMA's N of their own, and a
+    query's scores of a key block are one contiguous row of the output."""
+    qa = (tl.program_id(0) * BLOCK_Q).to(tl.int64)
+    qb = qa + 1
+    q8a, wa = _query_heads(q_ptr, w_ptr, qa, Q, stride_qq, stride_qh, stride_wq, stride_wh,
+                           HEADS, DIM, HEADS_P, DIM_P)  # fmt: skip
+    pos_a = tl.load(pos_ptr + qa) if CAUSAL else V
+    last = pos_a
+    if BLOCK_Q == 2:
+        q8b, wb = _query_heads(q_ptr, w_ptr, qb, Q, stride_qq, stride_qh, stride_wq, stride_wh,
+                               HEADS, DIM, HEADS_P, DIM_P)  # fmt: skip
+        pos_b = tl.load(pos_ptr + qb, mask=qb < Q, other=-1) if CAUSAL else V
+        last = tl.maximum(pos_a, pos_b)
+    d = tl.arange(0, DIM_P)
+    start = tl.program_id(1) * keys_per_program
+    for l0 in range(start, tl.minimum(start + keys_per_program, V), BLOCK_L):
+        keys = l0 + tl.arange(0, BLOCK_L)
+        key_ok = keys < V
+        if l0 <= last:
+            rows = keys.to(tl.int64)
+            k8 = tl.load(k_ptr + rows[:, None] * stride_kl + d[None, :],
+                         mask=key_ok[:, None] & (d < DIM)[None, :], other=0.0)  # fmt: skip
+            k_scale = tl.load(ks_ptr + rows, mask=key_ok, other=0.0)
+            tl.store(
+                out_ptr + qa * stride_oq + keys,
+                _query_scores(k8, k_scale, q8a, wa, keys, pos_a, CAUSAL),
+                mask=key_ok,
+            )
+            if BLOCK_Q == 2:
+                tl.store(out_ptr + qb * stride_oq + keys,
+                         _query_scores(k8, k_scale, q8b, wb, keys, pos_b, CAUSAL),
+                         mask=key_ok & (qb < Q))  # fmt: skip
+        else:
+            minus_inf = tl.full((BLOCK_L,), float("-inf"), tl.float32)
+            tl.store(out_ptr + qa * stride_oq + keys, minus_inf, mask=key_ok)
+            if BLOCK_Q == 2:
+                tl.store(out_ptr + qb * stride_oq + keys, minus_inf, mask=key_ok & (qb < Q))
+
+
 def _check(q_idx: Tensor, weights: Tensor, keys: QuantizedKeys, query_pos: Tensor | None) -> None:
     if not isinstance(keys, QuantizedKeys):
         raise ValueError("the FP8 indexer reads QuantizedKeys: quantize_keys(k) or write_cache.")
@@ -275,6 +349,7 @@ def indexer_scores_fp8(
     window: int = 0,
     chunk: int = SELECT_CHUNK,
     new: NewTokens | None = None,
+    head_sum: str | None = None,
 ) -> Tensor:
     """Indexer scores (Q, length) fp32 over FP8 keys; `reference.indexer_scores_fp8` defines
     them. Causal when `query_pos` is given; `length` defaults to the keys held; with `split`
@@ -289,7 +364,13 @@ def indexer_scores_fp8(
     With `new` (one query a tile, causal), the kernel is also the step's cache write: query
     q's new token is written at cache row new.rows[q], which must hold position
     query_pos[q] and be read by query q alone (one query, or the decode layout's tails), and
-    scored from registers, so a decode layer needs no `write_cache` launch."""
+    scored from registers, so a decode layer needs no `write_cache` launch.
+
+    `head_sum`: how a query's heads are summed. "mma": every (query, head) pair is a column
+    of one MMA and a second, small MMA sums them (`_indexer_fp8_kernel`, which every layout
+    takes). "cores": each query's heads are an MMA of their own, summed in fp32 on the CUDA
+    cores (`_indexer_fp8_rows_kernel`: one or two queries a tile, without `shift`,
+    `histogram` or `new`), the default where it applies."""
     _check(q_idx, weights, keys, query_pos)
     (num_q, heads, dim), length = q_idx.shape, length or keys.values.shape[0]
     if (split is None) != (shift is None):
@@ -325,6 +406,23 @@ def indexer_scores_fp8(
     new_args = (new.index_k, new.kv, new.rows, new.kv_cache) if new is not None else (scores,) * 4
     rows = block_q * heads_p
     grid = (q_tiles, triton.cdiv(length, keys_per_program))
+    warps = num_warps or (8 if rows * block_l >= 128 * 128 else 4)
+    on_cores = block_q <= 2 and shift is None and histogram is None and new is None
+    if head_sum not in (None, "mma", "cores") or (head_sum == "cores" and not on_cores):
+        raise ValueError(f"head_sum must be 'mma' or 'cores' (one or two queries a tile, no "
+                         f"shift, histogram or new tokens); got {head_sum!r} with "
+                         f"block_q={block_q}.")  # fmt: skip
+    if (head_sum or "cores") == "cores" and on_cores:
+        with recording():
+            launch(
+                _indexer_fp8_rows_kernel, grid, q_idx, weights, keys.values, keys.scales,
+                q_idx if query_pos is None else query_pos, scores, num_q, length,
+                keys_per_program, q_idx.stride(0), q_idx.stride(1), *weights.stride(),
+                keys.values.stride(0), scores.stride(0), HEADS=heads, DIM=dim, HEADS_P=heads_p,
+                DIM_P=dim_p, BLOCK_Q=block_q, BLOCK_L=block_l, CAUSAL=query_pos is not None,
+                num_warps=warps, num_stages=2,
+            )  # fmt: skip
+        return scores
     with recording():
         launch(
             _indexer_fp8_kernel, grid, q_idx, weights, keys.values, keys.scales,
@@ -339,6 +437,6 @@ def indexer_scores_fp8(
             CAUSAL=query_pos is not None, SHIFTED=shift is not None, UPCAST=upcast,
             HISTOGRAM=histogram is not None, NEW=new is not None, KV_DIM=kv_dim,
             KV_P=triton.next_power_of_2(kv_dim),
-            num_warps=num_warps or (8 if rows * block_l >= 128 * 128 else 4), num_stages=2,
+            num_warps=warps, num_stages=2,
         )  # fmt: skip
     return scores

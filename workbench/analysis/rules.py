@@ -101,7 +101,7 @@ KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
      DENSE, "kernels/dense: W8A16 and W8A8 GEMMs (Triton and Gluon) and the W8A8 activation "
      "quantizer"),
     ("workbench sparse attention",
-     r"^_(sparse_attention|sparse_combine|indexer|indexer_fp8|select|sampled_select"
+     r"^_(sparse_attention|sparse_combine|indexer|indexer_fp8|indexer_fp8_rows|select|sampled_select"
      r"|second_round|chunk_picks|write_cache)_kernel$",
      SPARSE_ATTENTION, "kernels/attention: sparse attention, its split-KV merge, the bf16 and "
      "FP8 indexers, the top-k select (one program a row, plain or from a sampled threshold, or "
