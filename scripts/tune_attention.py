@@ -28,8 +28,9 @@ from workbench.workloads.attention import Problem, Scenario
 from workbench.workloads.checks import relative_error
 
 SCENARIOS = (Scenario("decode-46K", 1, 46_000), Scenario("prefill-46K", 4096, 46_000))
-INDEXER = [{}, {"head_sum": "mma"}, {"num_warps": 4}, {"block_l": 64}, {"block_q": 1},
-           {"block_q": 1, "num_warps": 4}, {"head_sum": "mma", "block_q": 1}]  # fmt: skip
+INDEXER = [{}, {"head_sum": "cores"}, {"head_sum": "cores", "num_warps": 8},
+           {"head_sum": "cores", "block_l": 64}, {"head_sum": "cores", "block_q": 1},
+           {"block_q": 1}]  # fmt: skip
 SELECT = [{}, {"num_warps": 8, "block": 2048}, {"num_warps": 2, "block": 1024},
           {"num_warps": 1, "block": 256}, {"rounds": 4}, {"digit_bits": 4},
           {"digit_bits": 6}]  # fmt: skip
