@@ -41,6 +41,7 @@ KERNELS = [
     ("_combine_kernel", "MoE", "workbench MoE routing"),
     ("_sparse_combine_kernel", "Sparse attention", "workbench sparse attention"),
     ("_indexer_fp8_kernel", "Sparse attention", "workbench sparse attention"),
+    ("_indexer_fp8_rows_kernel", "Sparse attention", "workbench sparse attention"),
     ("_select_kernel", "Sparse attention", "workbench sparse attention"),
     ("_write_cache_kernel", "Sparse attention", "workbench sparse attention"),
     ("_block_experts_kernel", "MoE", "workbench MoE routing"),
