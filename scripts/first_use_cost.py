@@ -15,9 +15,11 @@ A developer's tool, like graph_launch_cost.py.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import time
+from pathlib import Path
 
 started = time.perf_counter()
 import torch  # noqa: E402  (its import is what is timed)
@@ -67,7 +69,9 @@ def main() -> None:
     loading = os.environ.get("CUDA_MODULE_LOADING", "default")
     timings = ", ".join(f"{name} {s:.3f} s" for name, s in seconds.items())
     written = not sys.dont_write_bytecode
-    print(f"{order} (CUDA_MODULE_LOADING {loading}, bytecode written {written}): {timings}")
+    cached = Path(importlib.util.cache_from_source(torch.__file__)).exists()
+    print(f"{order} (CUDA_MODULE_LOADING {loading}, bytecode written {written}, torch's cached "
+          f"{cached}): {timings}")  # fmt: skip
 
 
 if __name__ == "__main__":

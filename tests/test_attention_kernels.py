@@ -280,32 +280,62 @@ def test_fp8_indexer_skips_key_blocks_after_a_tiles_last_query(block_l, device):
         assert_scores_match(out, ref, 1e-2)
 
 
-@pytest.mark.parametrize("block_q", [1, 2])
-def test_fp8_indexer_sums_heads_on_the_cores_as_the_mma_does(block_q, device):
+def launched_kernels(monkeypatch) -> list[str]:
+    """The names of the kernels the FP8 indexer launches from now on, in order."""
+    import kernels.attention.indexer_fp8 as module
+
+    names, launch = [], module.launch
+
+    def noting(kernel, *args, **kwargs):
+        names.append(kernel.fn.__name__)
+        return launch(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(module, "launch", noting)
+    return names
+
+
+@pytest.mark.parametrize("block_q", [1, 2, None])
+def test_fp8_indexer_sums_heads_on_the_cores_as_the_mma_does(block_q, device, monkeypatch):
     # An odd query count leaves the last two-query tile half empty; the first query sits at
-    # the start, so most of its key blocks are after it.
-    q_idx, weights, k_idx = indexer_inputs(7, 8, 32, 200, device=device)
+    # the start, so most of its key blocks are after it. 13 queries of 8 heads take 8 a tile
+    # by MMA unless told: the cores take 2.
+    q_idx, weights, k_idx = indexer_inputs(13, 8, 32, 200, device=device)
     keys = attention.quantize_keys(k_idx)
-    pos = torch.tensor([0, 150, 151, 170, 180, 198, 199], device=device)
+    pos = torch.tensor([0, 150, 151, 170, 180, 185, 186, 190, 191, 195, 197, 198, 199],
+                       device=device)  # fmt: skip
+    launched = launched_kernels(monkeypatch)
     for query_pos in (None, pos):
         ref = attention.reference.indexer_scores_fp8(q_idx, weights, keys, query_pos)
-        by = {how: indexer_scores_fp8(q_idx, weights, keys, query_pos, block_q=block_q,
-                                      block_l=32, head_sum=how)
-              for how in ("mma", "cores")}  # fmt: skip
-        for out in by.values():
-            assert_scores_match(out, ref, 1e-2)
+        by = {}
+        for how in ("mma", "cores"):
+            launched.clear()
+            by[how] = indexer_scores_fp8(q_idx, weights, keys, query_pos, block_q=block_q,
+                                         block_l=32, head_sum=how)  # fmt: skip
+            kernel = "_indexer_fp8_rows_kernel" if how == "cores" else "_indexer_fp8_kernel"
+            assert launched == [kernel]
+            assert_scores_match(by[how], ref, 1e-2)
         # the cores sum in fp32 where the MMA rounds each head's relu to bf16 on a GPU
         finite = torch.isfinite(ref)
         assert relative_error(by["cores"][finite], ref[finite]) < 1e-3
+        assert torch.equal(torch.isinf(by["cores"]), torch.isinf(ref))
 
 
 def test_fp8_indexer_refuses_a_head_sum_it_cannot_do(device):
+    from kernels.attention.select_chunked import FirstRound
+
     q_idx, weights, k_idx = indexer_inputs(8, 8, 32, 64, device=device)
     keys = attention.quantize_keys(k_idx)
-    with pytest.raises(ValueError, match="head_sum must be 'mma' or 'cores'"):
-        indexer_scores_fp8(q_idx, weights, keys, block_q=4, head_sum="cores")
+    pos = torch.arange(56, 64, device=device)
     with pytest.raises(ValueError, match="got 'fma'"):
         indexer_scores_fp8(q_idx, weights, keys, head_sum="fma")
+    with pytest.raises(ValueError, match=r"cannot take block_q=4 \(it takes 1 or 2\)"):
+        indexer_scores_fp8(q_idx, weights, keys, block_q=4, head_sum="cores")
+    with pytest.raises(ValueError, match="cannot take shift"):
+        indexer_scores_fp8(q_idx, weights, keys, pos, split=32, head_sum="cores",
+                           shift=torch.zeros(8, dtype=torch.int64, device=device))  # fmt: skip
+    first = FirstRound.of(torch.zeros(8, 1, 256, dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match="cannot take histogram; use head_sum='mma'"):
+        indexer_scores_fp8(q_idx, weights, keys, pos, head_sum="cores", histogram=first)
 
 
 @pytest.mark.parametrize("variant", ["triton", "fp8"])

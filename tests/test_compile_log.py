@@ -89,7 +89,9 @@ def test_the_phases_line_says_how_much_was_compiling():
 def test_a_run_that_compiled_torch_from_source_says_how_to_cache_it():
     meta = {"environment": {"bytecode": {"written": False, "torch_cached": False}}}
     hint = bytecode_hint(meta)
-    assert "PYTHONDONTWRITEBYTECODE is set" in hint and "python -m compileall" in hint
+    assert "PYTHONDONTWRITEBYTECODE" in hint and "`python -m compileall -q -j 0` with" in hint
+    command = "/opt/py/bin/python -m compileall -q -j 0 /opt/site"
+    assert f"run `{command}` once" in bytecode_hint(meta, command)
     # cached, or writable (the first import writes the cache), or a run that did not record it
     meta["environment"]["bytecode"] = {"written": False, "torch_cached": True}
     assert bytecode_hint(meta) is None
@@ -99,8 +101,28 @@ def test_a_run_that_compiled_torch_from_source_says_how_to_cache_it():
 
 
 def test_the_environment_records_whether_torch_loads_from_bytecode():
+    import importlib.util
+    from pathlib import Path
+
+    import torch
+
     from workbench.capture.environment import describe
 
     bytecode = describe()["bytecode"]
     assert bytecode["written"] is not sys.dont_write_bytecode
-    assert isinstance(bytecode["torch_cached"], bool)
+    cached = Path(importlib.util.cache_from_source(torch.__file__))
+    assert bytecode["torch_cached"] is cached.exists()
+
+
+def test_the_command_line_names_this_python_and_the_folder_that_holds_torch():
+    import shlex
+    from pathlib import Path
+
+    import torch
+
+    from workbench.cli.capture_commands import compile_torch_command
+
+    python, *flags, folder = shlex.split(compile_torch_command())
+    assert python == sys.executable and flags == ["-m", "compileall", "-q", "-j", "0"]
+    assert (Path(folder) / "torch" / "__init__.py").exists()
+    assert Path(folder) == Path(torch.__file__).resolve().parents[1]

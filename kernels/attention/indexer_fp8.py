@@ -18,6 +18,10 @@ ran a 4096-query prefill chunk at 46K context in 7.0 ms against 4.7, 5.0 at its 
 warps (H200, raw/logs/h200-tune-attention-pipelined-indexer-20261201T1406.csv): here occupancy
 hides the loads better than asynchronous copies do.
 
+With `head_sum="cores"` a second kernel (`_indexer_fp8_rows_kernel`) gives each query's heads
+an MMA of their own and sums them in fp32 on the CUDA cores instead, for one or two queries a
+tile in the prompt's layout; `indexer_scores_fp8` says what it measured.
+
 Decode caches are laid out as the prompt, then each stream's tail; with `split` and `shift`, a
 query's virtual positions from `split` on read cache rows `shift[q]` further on, so one launch
 scores a stream's prompt and its own tail together (decode tiles hold one query).
@@ -334,6 +338,30 @@ def _check_new(
         raise ValueError("new tokens need kv, index_k and kv_cache contiguous along the last dim.")
 
 
+def _check_head_sum(
+    head_sum: str,
+    block_q: int | None,
+    shift: Tensor | None,
+    histogram: FirstRound | None,
+    new: NewTokens | None,
+) -> None:
+    """A clear error for a head sum the kernels cannot do: the cores' kernel takes one or two
+    queries a tile in the prompt's layout, and neither the select's first round nor new
+    tokens."""
+    if head_sum not in ("mma", "cores"):
+        raise ValueError(f"head_sum must be 'mma' or 'cores'; got {head_sum!r}.")
+    if head_sum != "cores":
+        return
+    blockers = [what for what, present in (
+        (f"block_q={block_q} (it takes 1 or 2)", block_q is not None and block_q > 2),
+        ("shift (the decode layout)", shift is not None),
+        ("histogram", histogram is not None), ("new tokens", new is not None),
+    ) if present]  # fmt: skip
+    if blockers:
+        raise ValueError(f"head_sum='cores' cannot take {', '.join(blockers)}; use "
+                         "head_sum='mma'.")  # fmt: skip
+
+
 def indexer_scores_fp8(
     q_idx: Tensor,
     weights: Tensor,
@@ -383,8 +411,11 @@ def indexer_scores_fp8(
         raise ValueError("indexer_scores_fp8 needs at least one query and one key.")
     heads_p = max(16, triton.next_power_of_2(heads))  # tl.dot wants N >= 16
     dim_p = max(32, triton.next_power_of_2(dim))  # FP8 MMA wants K >= 32
+    _check_head_sum(head_sum, block_q, shift, histogram, new)
     if block_q is None:
         block_q = 1 if num_q <= DECODE_QUERIES or shift is not None else max(1, 128 // heads_p)
+        if head_sum == "cores":  # one or two queries a tile there
+            block_q = min(block_q, 2)
     if shift is not None and block_q != 1:
         raise ValueError("a shifted (decode) layout takes one query per tile: block_q=1.")
     q_tiles = triton.cdiv(num_q, block_q)
@@ -410,12 +441,6 @@ def indexer_scores_fp8(
     new_args = (new.index_k, new.kv, new.rows, new.kv_cache) if new is not None else (scores,) * 4
     rows = block_q * heads_p
     grid = (q_tiles, triton.cdiv(length, keys_per_program))
-    warps = num_warps or (8 if rows * block_l >= 128 * 128 else 4)
-    on_cores = block_q <= 2 and shift is None and histogram is None and new is None
-    if head_sum not in ("mma", "cores") or (head_sum == "cores" and not on_cores):
-        raise ValueError(f"head_sum must be 'mma' or 'cores' (one or two queries a tile, no "
-                         f"shift, histogram or new tokens); got {head_sum!r} with "
-                         f"block_q={block_q}.")  # fmt: skip
     if head_sum == "cores":
         with recording():
             launch(
@@ -427,6 +452,7 @@ def indexer_scores_fp8(
                 num_warps=num_warps or 4, num_stages=2,
             )  # fmt: skip
         return scores
+    warps = num_warps or (8 if rows * block_l >= 128 * 128 else 4)
     with recording():
         launch(
             _indexer_fp8_kernel, grid, q_idx, weights, keys.values, keys.scales,

@@ -35,18 +35,23 @@ def phases_line(meta: Mapping) -> str | None:
     return line
 
 
-def bytecode_hint(meta: Mapping) -> str | None:
+def bytecode_hint(meta: Mapping, command: str | None = None) -> str | None:
     """What to do when the run's Python compiled torch's modules from source (run.json's
     `environment.bytecode`, `capture.environment`): nothing caches them, so every profile pays
-    it again in its import and graph phases. None when they were cached or could be."""
+    it again in its import and graph phases. `command`: the compile to suggest, when the caller
+    knows the interpreter and the folder that holds torch (the CLI, in the process that ran);
+    a page read elsewhere names them in words. None when they were cached or could be."""
     bytecode = meta.get("environment", {}).get("bytecode")
     if not bytecode or bytecode["torch_cached"] or bytecode["written"]:
         return None
+    how = f"`{command}`" if command else (
+        "`python -m compileall -q -j 0` with the Python that ran the profile, on the folder "
+        "that holds torch"
+    )  # fmt: skip
     return (
-        "torch's Python modules have no bytecode cache and PYTHONDONTWRITEBYTECODE is set, so "
-        "every process compiles them from source (seconds of the import and graphs phases): "
-        "run `python -m compileall -q -j 0 \"$(python -c 'import sysconfig; "
-        'print(sysconfig.get_paths()["purelib"])\')"` once.'
+        "torch's Python modules have no bytecode cache and this Python may not write one "
+        "(PYTHONDONTWRITEBYTECODE or -B), so every process compiles them from source (seconds "
+        f"of the import and graphs phases): run {how} once."
     )
 
 

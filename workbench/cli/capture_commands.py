@@ -64,12 +64,23 @@ def profile(args) -> None:
     phases = phases_line(result.meta)
     if phases:
         print(f"\n{phases}")
-    hint = bytecode_hint(result.meta)
-    if hint:
-        print(hint)
+    if bytecode_hint(result.meta):  # torch compiled from source: say how to cache it
+        print(bytecode_hint(result.meta, compile_torch_command()))
     print(f"\nwall time {result.meta['wall_s']:.1f} s; artifacts in {result.path}")
     if args.html:
         print(f"report: {result.to_html(args.html)}")
+
+
+def compile_torch_command() -> str:
+    """The shell command that compiles the bytecode of the folder holding torch, with the
+    Python running now: the one that ran the profile."""
+    import shlex
+    from pathlib import Path
+
+    import torch
+
+    packages = Path(torch.__file__).resolve().parents[1]
+    return f"{shlex.quote(sys.executable)} -m compileall -q -j 0 {shlex.quote(str(packages))}"
 
 
 def add_ncu(sub) -> None:
