@@ -64,8 +64,9 @@ def profile(args) -> None:
     phases = phases_line(result.meta)
     if phases:
         print(f"\n{phases}")
-    if bytecode_hint(result.meta):  # torch compiled from source: say how to cache it
-        print(bytecode_hint(result.meta, compile_torch_command()))
+    hint = bytecode_hint(result.meta, compile_torch_command())
+    if hint:  # torch compiled from source: say how to cache it
+        print(hint)
     print(f"\nwall time {result.meta['wall_s']:.1f} s; artifacts in {result.path}")
     if args.html:
         print(f"report: {result.to_html(args.html)}")
