@@ -50,6 +50,14 @@ def quantize_keys(keys: Tensor) -> QuantizedKeys:
 
 
 @triton.jit
+def _fp8_rows(rows):
+    """(FP8 rows, each row's power-of-two scale) of a (R, D) fp32 block, a row quantised as
+    the indexer's queries are: one scale per (query, head)."""
+    scale, inverse = pow2_scale(tl.max(tl.abs(rows), axis=1))
+    return round_to_e4m3(rows * inverse[:, None]).to(tl.float8e4nv), scale
+
+
+@triton.jit
 def _quantized_key(key_ptr, DIM: tl.constexpr, DIM_P: tl.constexpr):
     """(FP8 key, its power-of-two scale) of the DIM values at key_ptr, as the cache holds
     keys."""
@@ -154,8 +162,7 @@ def _indexer_fp8_kernel(
         q_ptr + n_query[:, None] * stride_qq + n_head[:, None] * stride_qh + d[None, :],
         mask=n_ok[:, None] & (d < DIM)[None, :], other=0.0,
     ).to(tl.float32)  # fmt: skip
-    q_scale, q_inverse = pow2_scale(tl.max(tl.abs(qh), axis=1))
-    q8 = round_to_e4m3(qh * q_inverse[:, None]).to(tl.float8e4nv)
+    q8, q_scale = _fp8_rows(qh)
     w = tl.load(w_ptr + n_query * stride_wq + n_head * stride_wh, mask=n_ok, other=0.0)
     col = tl.arange(0, COLS)
     head_sum = tl.where((n // HEADS_P)[:, None] == col[None, :], (w * q_scale)[:, None], 0.0)
@@ -228,9 +235,9 @@ def _query_heads(q_ptr, w_ptr, query, Q, stride_qq, stride_qh, stride_wq, stride
     ok = (h < HEADS) & (query < Q)
     qh = tl.load(q_ptr + query * stride_qq + h[:, None] * stride_qh + d[None, :],
                  mask=ok[:, None] & (d < DIM)[None, :], other=0.0).to(tl.float32)  # fmt: skip
-    scale, inverse = pow2_scale(tl.max(tl.abs(qh), axis=1))
+    q8, scale = _fp8_rows(qh)
     weights = tl.load(w_ptr + query * stride_wq + h * stride_wh, mask=ok, other=0.0)
-    return round_to_e4m3(qh * inverse[:, None]).to(tl.float8e4nv), weights.to(tl.float32) * scale
+    return q8, weights.to(tl.float32) * scale
 
 
 @triton.jit
