@@ -2,7 +2,7 @@
 dense projections of one `dsv4-flash-tp2` layer, in one process (each setting checked against
 its fp32 reference first), to choose their defaults per M class.
 
-    python scripts/tune_dense.py OUT_DIR [--budget-s 240] [--m 4096 16384]
+    python scripts/tune_dense.py OUT_DIR [--budget-s 240] [--m 4096 16384] [--grid pdl]
 
 Writes OUT_DIR/tune-dense.csv and prints one line per setting as it finishes; cuBLAS bf16 on
 the same layer is timed at every M for scale. A developer's tool for picking defaults, like
@@ -71,6 +71,9 @@ W8A8_MID = [{}, tiles(64, 64, 128, 4, 4), tiles(32, 128, 128, 4, 4), tiles(16, 1
             tiles(64, 128, 128, 4, 4) | {"split_k": 8}, tiles(32, 64, 128, 4, 4),
             tiles(64, 128, 128, 4, 4) | TMA, tiles(64, 64, 128, 4, 4) | TMA,
             tiles(128, 128, 128, 8, 3) | TMA, tiles(64, 128, 128, 4, 3) | TMA]  # fmt: skip
+# Programmatic dependent launch (kernels.pdl) off and on, the rest as the defaults at each M.
+PDL_AB = [{"pdl": False}, {"pdl": None}]
+GRIDS = {"pdl": ("w8a16", 128, PDL_AB)}  # --grid NAME: this grid alone, at every --m
 # (variant, weight block, M, grid)
 CASES = [
     ("w8a8", 128, 4096, W8A8_WGMMA),
@@ -119,13 +122,20 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--budget-s", type=float, default=240.0)
     parser.add_argument("--m", type=int, nargs="*", help="only the cases at these M")
+    parser.add_argument("--grid", choices=sorted(GRIDS), help="only this grid, at every --m")
     args = parser.parse_args()
+    cases = CASES
+    if args.grid:
+        if not args.m:
+            parser.error("--grid needs the sizes to run it at: --m 1 4 16 64")
+        variant, block, grid = GRIDS[args.grid]
+        cases = [(variant, block, m, grid) for m in args.m]
     deadline = time.monotonic() + args.budget_s
     device = torch.device("cuda")
     s = get_preset("dsv4-flash-tp2").rank_shapes()
     layers = {b: Layer(s, 3, b, torch.bfloat16, device, SEED) for b in (32, 128)}
     rows = []
-    for variant, block, m, grid in CASES:
+    for variant, block, m, grid in cases:
         if args.m and m not in args.m:
             continue
         layer = layers[block]

@@ -17,6 +17,7 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.moe.routing import planned_sms
+from kernels.pdl import enabled as pdl_available
 from kernels.tiling import check_block_sizes
 from kernels.zeroed import kept_zeros
 
@@ -30,7 +31,9 @@ _locks: dict[torch.device, Tensor] = {}
 @dataclass(frozen=True)
 class GemmTiles:
     """Launch options of one GEMM. split_k None lets the plan fill the GPU for small M; swap_ab
-    computes y.T = W @ x.T (W8A16 only: see kernels.dense.w8a16)."""
+    computes y.T = W @ x.T (W8A16 only: see kernels.dense.w8a16); pdl launches with
+    programmatic dependent launch (W8A16 only: kernels.pdl): None where the GPU has it, True
+    or an error, False (the default) never."""
 
     block_m: int
     block_n: int
@@ -39,6 +42,7 @@ class GemmTiles:
     num_stages: int
     split_k: int | None = None
     swap_ab: bool = False
+    pdl: bool | None = False
 
     def override(self, **options: object) -> "GemmTiles":
         """These tiles with every option that is not None replaced."""
@@ -53,12 +57,24 @@ class GemmTiles:
             )
         if self.split_k is not None and (not isinstance(self.split_k, int) or self.split_k < 1):
             raise ValueError(f"split_k={self.split_k!r} must be an integer >= 1; 1 means no split.")
+        if self.pdl is not None and not isinstance(self.pdl, bool):
+            raise ValueError(f"pdl={self.pdl!r} must be True, False or None (where available).")
         if not isinstance(self.swap_ab, bool):
             raise ValueError(f"swap_ab={self.swap_ab!r} must be True or False.")
         if self.num_warps not in WARPS:
             raise ValueError(f"num_warps={self.num_warps!r} must be one of {WARPS}.")
         if not isinstance(self.num_stages, int) or self.num_stages < 1:
             raise ValueError(f"num_stages={self.num_stages!r} must be an integer >= 1.")
+
+    def launch_pdl(self, device: torch.device) -> bool:
+        """Whether to launch with PDL on `device`: `pdl`, or where available when None."""
+        available = pdl_available(device)
+        if self.pdl and not available:
+            raise ValueError(
+                f"pdl=True needs a Hopper or newer GPU outside the Triton interpreter; {device} "
+                f"has none. Pass pdl=None to use it where available."
+            )
+        return available if self.pdl is None else self.pdl
 
     def sub_k(self, qblock: int) -> int:
         """K width of one MMA: a K tile is cut into sub-tiles that each lie in one scale block
@@ -122,6 +138,18 @@ def outputs(
         return y, y, y
     part = torch.empty(splits, groups, m, n, dtype=torch.float32, device=device)
     return y, part, kept_zeros(_locks, groups * tiles, device, least_rows=LOCKS)
+
+
+@triton.jit
+def k_in_range(k_sub, offs_k, K, EVEN_K: tl.constexpr):
+    """Which of the columns k_sub + offs_k lie inside K. When K is a whole number of K tiles
+    (EVEN_K) all of them do, and the constant folds away, leaving each load only its row or
+    column mask, which the compiler hoists out of the K loop: the per-element K compare and
+    predicate selects were about a third of the swapped W8A16 mainloop's instructions."""
+    if EVEN_K:
+        return tl.full(offs_k.shape, 1, tl.int1)
+    else:
+        return k_sub + offs_k < K
 
 
 @triton.jit

@@ -18,6 +18,21 @@ programs sit on every SM (see `tiles.split_plan`). Up to 32 token rows a tile, t
 become bf16 by bit manipulation (`kernels.dequant`), with 2**120 folded into the scale: on the
 H200 that took a layer at M=1-16 from 0.072-0.080 ms to 0.059-0.064, 1.21-1.23x cuBLAS bf16
 (raw/bench-dense-*T043838).
+
+Decode tiles launch with PDL (`kernels.pdl`): each program asks L2 for its first two K tiles of
+weights, waits for the grid before, and lets the next grid launch once its main loop is done.
+Letting it launch right after the wait, or prefetching a program's whole K range, made a layer
+slower on the H200 (blocks of the next grid waiting on SMs, L2 filled ahead of use), and so did
+PDL at M=64 (raw/logs/h200-pdl-probe-*.csv).
+
+Between 17 and 256 rows the kernel stays below cuBLAS bf16 (0.5-0.8x at 64-256 rows): on the
+H200 (ncu, the swapped 128x64 tile, a 128-row q_up) a program issues about ten instructions a
+weight value (the FP8 values come out of shared memory two bytes a load, go through fp16 and
+fp32 to bf16, and every cp.async recomputes its predicates), at 1.42 instructions a cycle with
+two blocks an SM (shared memory): latency-bound, neither the tensor pipe nor HBM busy
+(raw/logs/h200-ncu-w8a16-swapped-qup-m128-*.txt, raw/logs/h200-w8a16-swapped-tiles-*.csv). Closing
+it needs the weights laid out at quantisation time for 16-byte loads straight into the MMA's
+register layout, as Marlin does, which Triton's layouts do not express.
 """
 
 from collections.abc import Sequence
@@ -25,12 +40,14 @@ from collections.abc import Sequence
 import triton
 import triton.language as tl
 from torch import Tensor
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kernels.dense.formats import DenseWeights, check_group_inputs, check_linear_inputs
 from kernels.dense.tiles import (
     GROUP_M,
     GemmTiles,
     TilesByM,
+    k_in_range,
     outputs,
     program_tile,
     split_plan,
@@ -39,10 +56,16 @@ from kernels.dense.tiles import (
 from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_bf16
 from kernels.moe.compiled import launch, recording
 from kernels.moe.routing import dot_options
+from kernels.pdl import prefetch_rows_to_l2, prefetchable
 
+# Of each weight row, prefetched before the PDL wait: the pipeline's first two 128-wide K tiles.
+PREFETCH_BYTES = tl.constexpr(256)
 # block_m: tokens per tile, block_n: weight rows per tile (the MMA's N and M sides when swapped).
 default_tiles = TilesByM(
-    decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4),
+    # PDL at decode sizes only: on the H200 it took a layer at M=1 / 4 / 16 from 0.0606 /
+    # 0.0614 / 0.0630 ms to 0.0588 / 0.0604 / 0.0601, and M=64 from 0.1089 to 0.1108
+    # (raw/logs/h200-pdl-probe-*.csv: prefetch and trigger placements measured in one run).
+    decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4, pdl=None),
     # 17-128 rows, direct: on the H200 (raw/logs/h200-tune-dense-20261201T0600.csv) a layer
     # took 0.080 ms at M=32 against 0.091 swapped, and 0.111 against 0.134 at M=64.
     middle=GemmTiles(block_m=32, block_n=64, block_k=128, num_warps=4, num_stages=3),
@@ -60,7 +83,7 @@ def _swapped_mainloop(
     x_ptr, w_ptr, s_ptr, rows, cols, M, N, K, k_lo, k_hi, stride_xm, stride_xk, stride_wn,
     stride_wk, stride_sn, stride_sk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, SUB_K: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr,
+    UPCAST: tl.constexpr, EVEN_K: tl.constexpr,
 ):  # fmt: skip
     """The (BLOCK_M, BLOCK_N) tile of y, computed as y.T = dequantised W @ x.T.
 
@@ -78,7 +101,7 @@ def _swapped_mainloop(
     for k0 in range(k_lo, k_hi, BLOCK_K):
         for j in tl.static_range(BLOCK_K // SUB_K):
             k_sub = k0 + j * SUB_K
-            k_ok = k_sub + offs_k < K
+            k_ok = k_in_range(k_sub, offs_k, K, EVEN_K)
             x_t = tl.load(x_ptrs + j * SUB_K * stride_xk, mask=k_ok[:, None] & row_ok[None, :],
                           other=0.0)  # fmt: skip
             w8 = tl.load(w_ptrs + j * SUB_K * stride_wk, mask=col_ok[:, None] & k_ok[None, :],
@@ -103,7 +126,7 @@ def _direct_mainloop(
     x_ptr, w_ptr, s_ptr, rows, cols, M, N, K, k_lo, k_hi, stride_xm, stride_xk, stride_wn,
     stride_wk, stride_sn, stride_sk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, SUB_K: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr,
+    UPCAST: tl.constexpr, EVEN_K: tl.constexpr,
 ):  # fmt: skip
     """The (BLOCK_M, BLOCK_N) tile of y = x @ W.T, each sub-tile's product scaled in fp32."""
     BITS: tl.constexpr = x_ptr.dtype.element_ty == tl.bfloat16 and not UPCAST
@@ -116,7 +139,7 @@ def _direct_mainloop(
     for k0 in range(k_lo, k_hi, BLOCK_K):
         for j in tl.static_range(BLOCK_K // SUB_K):
             k_sub = k0 + j * SUB_K
-            k_ok = k_sub + offs_k < K
+            k_ok = k_in_range(k_sub, offs_k, K, EVEN_K)
             x = tl.load(x_ptrs + j * SUB_K * stride_xk, mask=row_ok[:, None] & k_ok[None, :],
                         other=0.0)  # fmt: skip
             w8 = tl.load(w_ptrs + j * SUB_K * stride_wk, mask=k_ok[:, None] & col_ok[None, :],
@@ -144,7 +167,8 @@ def _w8a16_kernel(
     stride_xg, stride_wg, stride_sg,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SUB_K: tl.constexpr,
     QBLOCK: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    GROUP: tl.constexpr, SWAP: tl.constexpr,
+    GROUP: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):  # fmt: skip
     # Grid axis 2 is the projection of a group (kernels.dense.grouped): its input columns,
     # weight, scales, output columns, partial sums and arrival counters.
@@ -160,18 +184,25 @@ def _w8a16_kernel(
     cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     k_lo = tl.program_id(1) * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
+    if PDL:  # the first K tiles of this program's weights into L2 while the grid before runs
+        if PREFETCH:
+            nbytes = tl.minimum(k_hi - k_lo, PREFETCH_BYTES)  # one byte a value
+            prefetch_rows_to_l2(w_ptr + cols * stride_wn + k_lo, tl.where(cols < N, nbytes, 0))
+        gdc_wait()  # then x, which the grid before may have written
     if SWAP:
         acc = _swapped_mainloop(
             x_ptr, w_ptr, s_ptr, rows, cols, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
             stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N, BLOCK_K, SUB_K,
-            QBLOCK, PRECISION, UPCAST,
+            QBLOCK, PRECISION, UPCAST, EVEN_K,
         )  # fmt: skip
     else:
         acc = _direct_mainloop(
             x_ptr, w_ptr, s_ptr, rows, cols, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
             stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N, BLOCK_K, SUB_K,
-            QBLOCK, PRECISION, UPCAST,
+            QBLOCK, PRECISION, UPCAST, EVEN_K,
         )  # fmt: skip
+    if PDL:  # the next grid may launch and prefetch while this one stores
+        gdc_launch_dependents()
     store_tile(y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps, SPLIT)
 
 
@@ -205,6 +236,9 @@ def _launch(
     y, part, locks = outputs(m, n, tiles_mn, splits, x.dtype, x.device, groups)
     precision, upcast = dot_options(x.dtype)
     grid = (tiles_mn, splits, groups)
+    pdl = tiles.launch_pdl(x.device)
+    values = weights.values
+    prefetch = pdl and prefetchable(values.data_ptr(), values.stride(0), group_strides[0])
     with recording():
         launch(
             _w8a16_kernel, grid, x, weights.values, weights.scales, y, part, locks, m, n, k,
@@ -213,6 +247,7 @@ def _launch(
             BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
             SUB_K=tiles.sub_k(weights.block), QBLOCK=weights.block, SPLIT=splits > 1,
             PRECISION=precision, UPCAST=upcast, GROUP=GROUP_M, SWAP=tiles.swap_ab,
-            num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+            EVEN_K=k % tiles.block_k == 0, PDL=pdl, PREFETCH=prefetch,
+            num_warps=tiles.num_warps, num_stages=tiles.num_stages, launch_pdl=pdl,
         )  # fmt: skip
     return y

@@ -192,6 +192,8 @@ def linear_w8a8(
     (m, k), n = x.shape, weights.out_features
     tiles = default_tiles(m).override(**options)
     tiles.check()
+    if tiles.pdl:
+        raise ValueError("pdl=True is a W8A16 option: the W8A8 kernels launch without PDL.")
     if tiles.swap_ab:
         raise ValueError("swap_ab is a W8A16 option; W8A8 multiplies x @ W.T as it is.")
     # a prefill size the persistent kernels take: 128-wide blocks, enough rows, K not split

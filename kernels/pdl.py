@@ -1,0 +1,58 @@
+"""Programmatic dependent launch (PDL) for decode-size GEMMs, whose weights do not depend on
+the kernel before them.
+
+A decode layer is a chain of small GEMMs, each a few microseconds of weight streaming, and
+between two of them the GPU idles: the next grid launches only when the last block of the one
+before has finished, then its blocks ramp up their loads. With PDL (Hopper's
+griddepcontrol, `launch_pdl=True`) the next grid launches while the one before still runs;
+its blocks ask L2 for their slice of the weights (one bulk prefetch a weight row), then wait
+(`griddepcontrol.wait`) until the grid before has finished and its writes are visible, and only
+then read their activations. So the weight stream of one GEMM overlaps the tail of the other.
+A block lets the next grid launch once it has passed its own wait, so at most two grids are
+in flight. A kernel launched after one that does not use PDL waits for it to finish, as usual;
+a CUDA graph keeps the early launches (programmatic edges).
+
+The PTX runs on Hopper and newer only; under TRITON_INTERPRET and on older GPUs the kernels
+take `enabled() == False` and launch as before.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+PREFETCH_ALIGN = 16  # cp.async.bulk.prefetch takes 16-byte aligned addresses and sizes
+
+
+def enabled(device: torch.device) -> bool:
+    """Whether kernels on `device` launch with PDL: a Hopper or newer GPU, not the interpreter."""
+    interpreted = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+    if interpreted or device.type != "cuda":
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def prefetchable(*strides_and_offsets: int) -> bool:
+    """Whether weight rows starting at these byte strides and offsets stay 16-byte aligned, as
+    the bulk prefetch needs (a data pointer, the row stride, a group's stride)."""
+    return all(value % PREFETCH_ALIGN == 0 for value in strides_and_offsets)
+
+
+@triton.jit
+def prefetch_rows_to_l2(row_ptrs, nbytes):
+    """Ask L2 for `nbytes` (rounded down to 16) from each of `row_ptrs`: one bulk prefetch a
+    row, nothing where nbytes is 0 (rows past the matrix). Returns a dummy to keep it live."""
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .pred p;
+        setp.gt.s32 p, $2, 0;
+        @p cp.async.bulk.prefetch.L2.global [$1], $2;
+        mov.b32 $0, 0;
+        }""",
+        "=r,l,r",
+        [row_ptrs, nbytes & -16],  # PREFETCH_ALIGN
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )

@@ -1,0 +1,77 @@
+"""Programmatic dependent launch of the W8A16 GEMM (kernels.pdl): off under the interpreter and
+on CPUs, the option's checks, and on the GPU a chain of dependent GEMMs replayed in a CUDA
+graph, each reading what the one before wrote, equal to the same chain launched without PDL."""
+
+import pytest
+import torch
+
+import kernels.dense as dense
+from kernels import pdl
+from kernels.dense import DenseWeights
+from kernels.dense.tiles import GemmTiles
+from kernels.dense.w8a16 import default_tiles as w8a16_tiles
+
+TILES = GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=3)
+
+
+def test_pdl_is_off_under_the_interpreter_and_on_cpus(device):
+    # conftest runs the CPU tests under TRITON_INTERPRET.
+    assert not pdl.enabled(torch.device("cpu"))
+    assert TILES.override(pdl=None).launch_pdl(torch.device("cpu")) is False
+    assert TILES.override(pdl=False).launch_pdl(device) is False
+
+
+def test_asking_for_pdl_where_there_is_none_names_the_fix():
+    with pytest.raises(ValueError, match="pdl=True needs a Hopper or newer GPU.*pdl=None"):
+        TILES.override(pdl=True).launch_pdl(torch.device("cpu"))
+
+
+def test_a_pdl_option_that_is_not_a_bool_is_refused():
+    with pytest.raises(ValueError, match="pdl='yes' must be True, False or None"):
+        TILES.override(pdl="yes").check()
+
+
+@pytest.mark.parametrize(
+    ("values", "aligned"), [((0, 5120, 1024 * 4096), True), ((0, 72), False), ((8, 128), False)]
+)
+def test_prefetch_needs_16_byte_aligned_rows(values, aligned):
+    assert pdl.prefetchable(*values) is aligned
+
+
+def _chain(x, weights, **options):
+    for w in weights:
+        x = dense.linear_w8a16(x, w, **options)
+    return x
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 16, 64])
+def test_dependent_gemms_with_pdl_read_what_the_one_before_wrote(m):
+    # Square layers so each output is the next input; a CUDA graph keeps PDL's early launches.
+    n = 2048
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    weights = [
+        DenseWeights.quantize(torch.randn(n, n, device="cuda", generator=gen) / n**0.5, "fp8", 128)
+        for _ in range(6)
+    ]
+    x = torch.randn(m, n, device="cuda", generator=gen).to(torch.bfloat16)
+    want = _chain(x, weights, pdl=False)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = _chain(x, weights, pdl=True)  # decode and middle tiles both, on Hopper
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(got, want)
+
+
+def test_w8a8_refuses_pdl_rather_than_ignoring_it():
+    x = torch.randn(4, 256)
+    w = DenseWeights.quantize(torch.randn(128, 256), "fp8", 128)
+    with pytest.raises(ValueError, match="pdl=True is a W8A16 option"):
+        dense.linear_w8a8(x, w, pdl=True)
+
+
+def test_decode_tiles_ask_for_pdl_and_wider_tiles_do_not():
+    assert w8a16_tiles(16).pdl is None
+    assert w8a16_tiles(17).pdl is False and w8a16_tiles(4096).pdl is False
