@@ -12,7 +12,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 import workbench
 from workbench import load_trace
 from workbench.analysis.rules import Rule
-from workbench.analysis.trace import kernel_table, read_chrome_trace
+from workbench.analysis.trace import ChromeTrace, kernel_table, read_chrome_trace
 from workbench.errors import ArtifactError, WorkbenchError
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -350,3 +350,38 @@ def test_kernels_without_launch_calls_say_their_categories_rest_on_names(tmp_pat
     assert any("None of the 2 GPU kernels" in n for n in result.meta["notes"])
     assert result.kernels["category"].tolist() == ["MoE", "Other"]
     assert result.by_phase("all").loc["MoE", "kernels"] == 1
+
+
+def test_a_kernel_launched_early_starts_where_the_one_before_it_on_its_stream_ended(tmp_path):
+    """Programmatic dependent launch: kernel b starts 3 us before a ends on stream 7 and waits;
+    c runs on stream 9 meanwhile. b is cut to start at a's end, the cut kept as waited_us, so
+    the stream's time is counted once; other streams and back-to-back kernels are untouched."""
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "a_gemm", "pid": 0, "tid": 7, "ts": 0, "dur": 10,
+         "args": {"stream": 7, "correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "b_gemm", "pid": 0, "tid": 7, "ts": 7, "dur": 8,
+         "args": {"stream": 7, "correlation": 2}},
+        {"ph": "X", "cat": "kernel", "name": "c_other", "pid": 0, "tid": 9, "ts": 8, "dur": 4,
+         "args": {"stream": 9, "correlation": 3}},
+        {"ph": "X", "cat": "kernel", "name": "d_gemm", "pid": 0, "tid": 7, "ts": 15, "dur": 2,
+         "args": {"stream": 7, "correlation": 4}},
+    ]  # fmt: skip
+    path = _write(tmp_path, "pdl.json", json.dumps({"traceEvents": events}).encode())
+    table = load_trace(path).kernels.set_index("name")
+    assert table.loc["b_gemm", ["start_us", "dur_us", "waited_us"]].tolist() == [10, 5, 3]
+    assert table.loc["c_other", ["start_us", "dur_us", "waited_us"]].tolist() == [8, 4, 0]
+    assert table.loc["d_gemm", ["start_us", "dur_us", "waited_us"]].tolist() == [15, 2, 0]
+    assert table.loc[table.index.str.endswith("gemm"), "dur_us"].sum() == 17  # stream 7's busy time
+    notes = load_trace(path).meta["notes"]
+    assert any("1 GPU kernels started before the one ahead" in n and "3.0 us" in n for n in notes)
+
+
+def test_a_kernel_inside_the_one_before_it_keeps_no_time():
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "outer", "pid": 0, "tid": 7, "ts": 0, "dur": 10,
+         "args": {"stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "inner", "pid": 0, "tid": 7, "ts": 2, "dur": 3,
+         "args": {"stream": 7}},
+    ]  # fmt: skip
+    table = kernel_table(ChromeTrace(events, {})).set_index("name")
+    assert table.loc["inner", ["dur_us", "waited_us"]].tolist() == [0, 3]

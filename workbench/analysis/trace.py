@@ -54,6 +54,7 @@ KERNEL_DTYPES: dict[str, str] = {
     "layer": "Int64",
     "start_us": "float64",
     "dur_us": "float64",
+    "waited_us": "float64",
     "kind": "string",
     "stream": "Int64",
     "grid": "string",
@@ -241,7 +242,8 @@ def kernel_table(
         raise ArtifactError(
             "the trace has neither GPU kernels nor CPU ops; was anything run under the profiler?"
         )
-    table = table.sort_values("start_us", kind="stable").reset_index(drop=True)
+    table = _one_at_a_time_per_stream(table.sort_values("start_us", kind="stable"))
+    table = table.reset_index(drop=True)
     table["start_us"] = table["start_us"] - (
         table["start_us"].iloc[0] if origin_us is None else origin_us
     )
@@ -251,9 +253,46 @@ def kernel_table(
     return with_schema(table)
 
 
+def _one_at_a_time_per_stream(table: pd.DataFrame) -> pd.DataFrame:
+    """Each GPU row starts no earlier than the one before it on its stream ended.
+
+    Work on one stream runs in order, except under programmatic dependent launch (PDL, Hopper
+    and newer): a kernel launched early starts while the one before it still runs, prefetches,
+    then waits for it (cuBLAS's split-K reduce does this, and so do the workbench's W8A16
+    decode GEMMs). Its span in the trace then holds that wait, and summing spans would count
+    those microseconds twice. So such a row starts where the one before it ended, and the
+    part cut off is its `waited_us` (0 for every other row; NaN for CPU rows).
+    """
+    gpu = table["stream"].notna() & table["kind"].isin(GPU_CATS)
+    waited = pd.Series(np.where(gpu, 0.0, np.nan), index=table.index)
+    if gpu.any():
+        rows = table[gpu]
+        ends = rows["start_us"] + rows["dur_us"]
+        stream = rows["stream"].astype("int64")
+        before = ends.groupby(stream).cummax().groupby(stream).shift()
+        cut = (before - rows["start_us"]).clip(lower=0).fillna(0.0)
+        cut = np.minimum(cut, rows["dur_us"])
+        waited[gpu] = cut
+        table.loc[gpu, "start_us"] = rows["start_us"] + cut
+        table.loc[gpu, "dur_us"] = rows["dur_us"] - cut
+    return table.assign(waited_us=waited)
+
+
+def early_launch_note(waited: pd.Series) -> str:
+    """What the tables did with kernels that started before the one ahead of them ended."""
+    early = waited[waited > 0]
+    return (
+        f"{len(early)} GPU kernels started before the one ahead of them on their stream had "
+        f"ended (programmatic dependent launch, as cuBLAS's split-K reduce and the workbench's "
+        f"W8A16 decode GEMMs use): each is timed from where the one ahead ended, and the "
+        f"{early.sum():.1f} us they spent waiting is in waited_us, so a stream's time counts "
+        "once."
+    )
+
+
 # Columns added after the first artifacts were written: older tables load with them empty,
 # except `rule`, which `_recorded_rules` fills in where the row shows it.
-LATER_COLUMNS = ("correlation", "rank", "module")
+LATER_COLUMNS = ("correlation", "rank", "module", "waited_us")
 
 
 def _recorded_rules(table: pd.DataFrame) -> np.ndarray:
@@ -322,6 +361,8 @@ def with_schema(table: pd.DataFrame) -> pd.DataFrame:
             columns[col] = pd.array(values, dtype="Int64")
         elif dtype == "string":
             columns[col] = _as_string(table[col]).array
+        elif dtype == "float64":  # NA (a later column in an older table) as NaN
+            columns[col] = pd.to_numeric(table[col]).to_numpy(dtype=float, na_value=np.nan)
         else:
             columns[col] = table[col].astype(dtype).to_numpy()
     # Built from the converted columns: no copy of the whole table first.
@@ -388,6 +429,9 @@ def trace_notes(
                 "(launched before the profiler started, or on an unprofiled thread): their "
                 "categories rest on kernel names alone."
             )
+    waited = kernels["waited_us"].fillna(0.0)
+    if bool((waited > 0).any()):
+        notes.append(early_launch_note(waited))
     under_modules = int(kernels["module"].notna().sum())
     if under_modules:
         notes.append(

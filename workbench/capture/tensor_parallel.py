@@ -202,7 +202,7 @@ def _write(spec: ProfileSpec, out, folder: Path, begun: float, profiled_s: float
     meta = {
         "kernels_run": captures[0].kernels_run,
         "notes": [
-            *notes(spec, captures[0].kernels_run),
+            *notes(spec, captures[0].kernels_run, kernels),
             f"Tensor parallelism {spec.tp}: one process per rank through torch.distributed "
             f"({'NCCL' if spec.device.startswith('cuda') else 'gloo'}); tables by category "
             "are per rank, averaged over the ranks unless a rank is chosen.",
