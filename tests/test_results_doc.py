@@ -143,10 +143,12 @@ def test_benchmark_tables_take_each_configuration_from_the_newest_run(tmp_path: 
     assert "Accuracy against an fp32 GEMM" not in text  # no error columns: no accuracy table
 
 
-def test_dense_tables_come_from_the_newest_run_holding_them(tmp_path: Path) -> None:
-    """A later dense run that skipped the A/B scenarios and timed peers: the backend table still
-    comes from the older run, and a peer that was not installed never hides one that was timed
-    in the same format."""
+def test_dense_tables_come_from_the_newest_whole_run_and_newer_runs_stand_alone(
+    tmp_path: Path,
+) -> None:
+    """A later dense run that skipped the A/B scenarios and timed peers: the backend and layer
+    tables still come from the whole run, and the later run gets a table of its own (its
+    ratios within it), where a peer that was not installed is named, not hidden."""
 
     def row(kernel: str, variant: str, ms: float | None, status: str = "ok", **more) -> dict:
         return {"kernel": kernel, "variant": variant, "scenario": "m=1", "m": 1, "ms": ms,
@@ -167,6 +169,9 @@ def test_dense_tables_come_from_the_newest_run_holding_them(tmp_path: Path) -> N
               {"bench": new})  # fmt: skip
     text = build_markdown(collect([tmp_path]), [tmp_path])
     assert "| w8a16 | 102 |" in text and "bench-dense-old`" in text  # the backend table
-    assert "| 1 | 0.125 | 5.30 |" in text  # the layer from the newer run
-    assert "| 1 | cublas_fp8 | w8a8-block128 | 0.238 | 10.20 |" in text
-    assert "Peers not measured in this run: `deepgemm` (missing-peer)." in text
+    layer = text.index("All dense projections of one TP2-rank layer")
+    assert text.index("| 1 | 0.200 |", layer) < text.index("bench-dense-old`", layer)
+    newer = text.index("A newer run without the A/B table")
+    assert "| M | w8a16 (ms) | cublas fp8 (ms) |" in text[newer:]
+    assert "| 1 | 0.125 | 0.238 |" in text[newer:] and "bench-dense-new`" in text[newer:]
+    assert "Peers not measured in that run: `deepgemm` (missing-peer)." in text

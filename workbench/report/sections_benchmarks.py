@@ -5,7 +5,9 @@ variants at one size, so each table here is pivoted wide (a row per size, a colu
 and measure) with a row's status riding in its time's cell, and the columns a reader does not
 compare (spread, repeats, floors in ms) stay in the artifact. Runs of one kind differ in what
 they cover, so the MoE table takes each configuration from the newest run that measured it
-(`seed_tables.newest_rows`); the dense and attention tables come from the newest run.
+(`seed_tables.newest_rows`). The dense tables come from the newest whole run (with the A/B
+table), and each newer partial run gets a table of its own, so a ratio never mixes runs; the
+attention tables come from the newest run.
 """
 
 from __future__ import annotations
@@ -195,10 +197,34 @@ def _peers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     return table, why
 
 
+def _newer_partial_runs(page: ReportPage, collection: Collection, main: Artifact) -> None:
+    """Each run newer than `main` (they skipped the A/B table: a peer that compiles per shape
+    gets a run of its own at the sizes where it competes), as one table of its own: our
+    backends and the peers it timed, all from that run, so its ratios stay within one run."""
+    later = [item for item in artifacts(collection, "bench-dense") if started(item) > started(main)]
+    for item in sorted(later, key=started):
+        rows = bench_rows(item)
+        timed = rows[(rows["kernel"] != DENSE_AB) & rows["ms"].notna()]
+        if timed.empty:
+            continue
+        ours = timed["kernel"] == DENSE_LAYER
+        named = timed.assign(name=timed["kernel"].where(~ours, timed["variant"]))
+        order = [v for v in DENSE_ORDER if v in set(named["name"])]
+        order += [n for n in named["name"].unique() if n not in order]
+        table = named.pivot_table(index="m", columns="name", values="ms")[order]
+        page.table(table.rename_axis("M").add_suffix(" (ms)"), "A newer run without the A/B "
+                   "table: our backends and the peers it timed, in that run",
+                   sources([item], _ceilings))  # fmt: skip
+        _, untimed = _peers(rows[~rows["kernel"].isin([DENSE_AB, DENSE_LAYER])])
+        if untimed:
+            page.text(f"Peers not measured in that run: {', '.join(untimed)}.")
+
+
 def write_dense(page: ReportPage, collection: Collection, section: Section) -> None:
     """The seed's backend table (tokens per second per scenario), one layer's projections at
-    each M against its roofline floor, the peers at the same M, and each backend's accuracy; each
-    table from the newest run that holds its rows."""
+    each M against its roofline floor, the peers at the same M, and each backend's accuracy,
+    from the newest whole run (the one that holds the A/B table, else the newest); then each
+    newer run on its own."""
     ab_run = newest(collection, "bench-dense", _holds(DENSE_AB))
     if ab_run is not None:
         ab = dense_ab_table(bench_rows(ab_run))
@@ -207,7 +233,7 @@ def write_dense(page: ReportPage, collection: Collection, section: Section) -> N
         ab.columns = [f"{scenario(c)} (tokens/s)" for c in ab.columns]
         page.table(ab, "The seed's backend table: dense GEMMs of all layers, tokens per second",
                    sources([ab_run], _ceilings))  # fmt: skip
-    item = newest(collection, "bench-dense", _holds(DENSE_LAYER))
+    item = ab_run or newest(collection, "bench-dense", _holds(DENSE_LAYER))
     if item is None:
         return
     rows = bench_rows(item)
@@ -229,6 +255,7 @@ def write_dense(page: ReportPage, collection: Collection, section: Section) -> N
     if not best.empty:
         page.table(best.rename_axis("M"), "Our fastest FP8 backend against the fastest FP8 "
                    "peer at each M", where)  # fmt: skip
+    _newer_partial_runs(page, collection, item)
     present = [c for c in ACCURACY if c in layer]
     if not present:
         return
