@@ -19,11 +19,12 @@ become bf16 by bit manipulation (`kernels.dequant`), with 2**120 folded into the
 H200 that took a layer at M=1-16 from 0.072-0.080 ms to 0.059-0.064, 1.21-1.23x cuBLAS bf16
 (raw/bench-dense-*T043838).
 
-Decode tiles launch with PDL (`kernels.pdl`): each program asks L2 for its first two K tiles of
-weights, waits for the grid before, and lets the next grid launch once its main loop is done.
-Letting it launch right after the wait, or prefetching a program's whole K range, made a layer
-slower on the H200 (blocks of the next grid waiting on SMs, L2 filled ahead of use), and so did
-PDL at M=64 (raw/logs/h200-pdl-probe-*.csv).
+With `pdl=None` (or True) the kernel launches with PDL (`kernels.pdl`): each program asks L2
+for its first two K tiles of weights, waits for the grid before, and lets the next grid launch
+once its main loop is done. Letting it launch right after the wait, or prefetching a program's
+whole K range, made a layer slower on the H200 (blocks of the next grid waiting on SMs, L2
+filled ahead of use), and so did PDL at M=64 (raw/logs/h200-pdl-probe-*.csv). It is off by
+default: back-to-back GEMMs gain up to 5%, but the served decode step lost 0.25-0.30 ms.
 
 Between 17 and 256 rows the kernel stays below cuBLAS bf16 (0.5-0.8x at 64-256 rows): on the
 H200 (ncu, the swapped 128x64 tile, a 128-row q_up) a program issues about ten instructions a
@@ -62,10 +63,12 @@ from kernels.pdl import prefetch_rows_to_l2, prefetchable
 PREFETCH_BYTES = tl.constexpr(256)
 # block_m: tokens per tile, block_n: weight rows per tile (the MMA's N and M sides when swapped).
 default_tiles = TilesByM(
-    # PDL at decode sizes only: on the H200 it took a layer at M=1 / 4 / 16 from 0.0606 /
-    # 0.0614 / 0.0630 ms to 0.0588 / 0.0604 / 0.0601, and M=64 from 0.1089 to 0.1108
-    # (raw/logs/h200-pdl-probe-*.csv: prefetch and trigger placements measured in one run).
-    decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4, pdl=None),
+    # PDL stays off by default (pdl=None turns it on): in bench dense it took a layer at
+    # M=16 from 0.0626 to 0.0596 ms (raw/logs/h200-tune-dense-pdl-b49276a-*.csv), but in the
+    # served profile, where the kernel before a W8A16 GEMM is a norm or a torch op, it made a
+    # decode step 0.25-0.30 ms slower against the last profiles without it
+    # (raw/logs/h200-profile-pdl-on-decode-steps-*.csv, raw/logs/pdl-on/).
+    decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4),
     # 17-128 rows, direct: on the H200 (raw/logs/h200-tune-dense-20261201T0600.csv) a layer
     # took 0.080 ms at M=32 against 0.091 swapped, and 0.111 against 0.134 at M=64.
     middle=GemmTiles(block_m=32, block_n=64, block_k=128, num_warps=4, num_stages=3),

@@ -259,7 +259,7 @@ def _one_at_a_time_per_stream(table: pd.DataFrame) -> pd.DataFrame:
     Work on one stream runs in order, except under programmatic dependent launch (PDL, Hopper
     and newer): a kernel launched early starts while the one before it still runs, prefetches,
     then waits for it (cuBLAS's split-K reduce does this, and so do the workbench's W8A16
-    decode GEMMs). Its span in the trace then holds that wait, and summing spans would count
+    GEMMs with pdl on). Its span in the trace then holds that wait, and summing spans would count
     those microseconds twice. So such a row starts where the one before it ended, and the
     part cut off is its `waited_us` (0 for every other row; NaN for CPU rows).
     """
@@ -284,7 +284,7 @@ def early_launch_note(waited: pd.Series) -> str:
     return (
         f"{len(early)} GPU kernels started before the one ahead of them on their stream had "
         f"ended (programmatic dependent launch, as cuBLAS's split-K reduce and the workbench's "
-        f"W8A16 decode GEMMs use): each is timed from where the one ahead ended, and the "
+        f"W8A16 GEMMs with pdl on): each is timed from where the one ahead ended, and the "
         f"{early.sum():.1f} us they spent waiting is in waited_us, so a stream's time counts "
         "once."
     )
