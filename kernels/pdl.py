@@ -14,7 +14,7 @@ launches (programmatic edges).
 
 Measured on the H200, it is an option, not a default: six back-to-back W8A16 GEMMs of a layer
 took up to 5% less time with it, but in the served profile, where a norm or a torch op comes
-before most W8A16 GEMMs, a decode step took 0.25-0.30 ms longer (kernels.dense.w8a16). A trace
+before most W8A16 GEMMs, a decode step took 0.30 ms longer (kernels.dense.w8a16). A trace
 of a PDL kernel shows its wait inside its span; the kernel tables cut it off (`waited_us`).
 
 The PTX runs on Hopper and newer only; under TRITON_INTERPRET and on older GPUs the kernels

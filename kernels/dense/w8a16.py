@@ -24,7 +24,7 @@ for its first two K tiles of weights, waits for the grid before, and lets the ne
 once its main loop is done. Letting it launch right after the wait, or prefetching a program's
 whole K range, made a layer slower on the H200 (blocks of the next grid waiting on SMs, L2
 filled ahead of use), and so did PDL at M=64 (raw/logs/h200-pdl-probe-*.csv). It is off by
-default: back-to-back GEMMs gain up to 5%, but the served decode step lost 0.25-0.30 ms.
+default: back-to-back GEMMs gain up to 5%, but the served decode step lost 0.30 ms.
 
 Between 17 and 256 rows the kernel stays below cuBLAS bf16 (0.5-0.8x at 64-256 rows): on the
 H200 (ncu, the swapped 128x64 tile, a 128-row q_up) a program issues about ten instructions a
@@ -66,8 +66,8 @@ default_tiles = TilesByM(
     # PDL stays off by default (pdl=None turns it on): in bench dense it took a layer at
     # M=16 from 0.0626 to 0.0596 ms (raw/logs/h200-tune-dense-pdl-b49276a-*.csv), but in the
     # served profile, where the kernel before a W8A16 GEMM is a norm or a torch op, it made a
-    # decode step 0.25-0.30 ms slower against the last profiles without it
-    # (raw/logs/h200-profile-pdl-on-decode-steps-*.csv, raw/logs/pdl-on/).
+    # decode step 0.30 ms slower (its dense GEMMs 2.47 -> 2.66 ms) against the last profile
+    # without it (raw/logs/h200-profile-pdl-on-decode-steps-*.csv, raw/logs/pdl-on/).
     decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4),
     # 17-128 rows, direct: on the H200 (raw/logs/h200-tune-dense-20261201T0600.csv) a layer
     # took 0.080 ms at M=32 against 0.091 swapped, and 0.111 against 0.134 at M=64.
