@@ -72,7 +72,9 @@ def _nest(rng: random.Random, start: int, end: int, depth: int, thread: dict, ou
 
 
 def _kernel(rng: random.Random, ts: int, correlation: int) -> dict:
-    args = {"correlation": correlation, "stream": 7, "grid": [rng.randint(1, 9), 1, 1],
+    # A stream each: random launch times would overlap on one stream, which the kernel table
+    # serialises (trace._one_at_a_time_per_stream); this test is about attribution.
+    args = {"correlation": correlation, "stream": correlation, "grid": [rng.randint(1, 9), 1, 1],
             "block": [128, 1, 1], "registers per thread": 32}  # fmt: skip
     return {"ph": "X", "cat": "kernel", "name": rng.choice(KERNELS), "ts": ts, "dur": 2,
             "pid": 0, "tid": 7, "args": args}  # fmt: skip
