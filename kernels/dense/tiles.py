@@ -144,8 +144,8 @@ def outputs(
 def k_in_range(k_sub, offs_k, K, EVEN_K: tl.constexpr):
     """Which of the columns k_sub + offs_k lie inside K. When K is a whole number of K tiles
     (EVEN_K) all of them do, and the constant folds away, leaving each load only its row or
-    column mask, which the compiler hoists out of the K loop: the per-element K compare and
-    predicate selects were about a third of the swapped W8A16 mainloop's instructions."""
+    column mask. Compiled for sm_90 that took about 4% of the lines out of the W8A16 K loops'
+    PTX; it was not timed on its own."""
     if EVEN_K:
         return tl.full(offs_k.shape, 1, tl.int1)
     else:
