@@ -1,14 +1,18 @@
 """The synthetic model with the Triton dense and attention variants, run on the CPU under the
 interpreter (`interpret=True`) at the tiny preset, and how `profile` takes `hybrid_m`."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from helpers import relative_error
 
 import kernels.attention as attention
+import kernels.dense as dense_kernels
 import workbench
 from kernels.dense import DenseWeights
-from workbench.capture.profile_run import resolve
+from workbench.analysis.profile import profile_label
+from workbench.capture.profile_run import resolve, run_name
 from workbench.errors import WorkbenchError
 from workbench.presets import get_preset
 from workbench.workloads.model import Plan, SyntheticModel
@@ -71,11 +75,11 @@ def test_interpret_needs_the_interpreter(monkeypatch):
         SyntheticModel(get_preset("tiny"), dense="w8a16", layers=1, interpret=True)
 
 
-def _resolve(dense, hybrid_m=None):
+def _resolve(dense, hybrid_m=None, dense_pdl=False):
     return resolve(
         64, 2, preset="tiny", moe="stock", dense=dense, attention="triton", routing="uniform",
         streams=1, prefill_chunk=32, seed=0, device="cpu", cuda_graphs=None, tp=None,
-        shape_overrides={}, hybrid_m=hybrid_m,
+        shape_overrides={}, hybrid_m=hybrid_m, dense_pdl=dense_pdl,
     )  # fmt: skip
 
 
@@ -95,6 +99,34 @@ def test_profile_records_the_hybrid_threshold_it_used(monkeypatch):
         _resolve("fp4")
     with pytest.raises(WorkbenchError, match="the peer marlin has no dense adapter"):
         _resolve("marlin")  # a peer the workbench names but cannot run
+
+
+def test_dense_pdl_is_refused_where_no_w8a16_gemm_takes_it():
+    assert _resolve("w8a16").dense_pdl is False
+    assert _resolve("hybrid", dense_pdl=None).dense_pdl is None  # auto: off on this CPU
+    with pytest.raises(WorkbenchError, match="dense_pdl=None applies to the W8A16 GEMMs"):
+        _resolve("w8a8", dense_pdl=None)
+    with pytest.raises(WorkbenchError, match="dense_pdl=True needs a Hopper or newer GPU"):
+        _resolve("w8a16", dense_pdl=True)
+
+
+def test_the_model_hands_dense_pdl_to_the_w8a16_gemms(monkeypatch):
+    seen = []
+    monkeypatch.setitem(
+        dense_kernels.VARIANTS, "w8a16", lambda x, w, **options: seen.append(options) or x
+    )
+    model = SyntheticModel(get_preset("tiny"), dense="w8a16", layers=1, dense_pdl=None,
+                           interpret=True)  # fmt: skip
+    model.linear(torch.zeros(2, 3), None)
+    assert seen == [{"pdl": None}]
+
+
+def test_a_pdl_profile_says_so_in_its_name_and_label():
+    spec = _resolve("w8a16", dense_pdl=None)
+    assert run_name(spec).startswith("profile-tiny-stock-w8a16-pdl-")
+    run_ = SimpleNamespace(meta={"params": {"moe": "stock", "dense": "w8a16", "dense_pdl": None,
+                                            "cuda_graphs": True}, "environment": {}})  # fmt: skip
+    assert "w8a16 dense with PDL" in profile_label(run_)
 
 
 def test_profile_takes_the_new_variants_and_saves_hybrid_m(tmp_path):

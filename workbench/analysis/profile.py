@@ -326,7 +326,8 @@ def profile_label(run: ProfileResult, with_prompt: bool = False) -> str:
     p = run.meta.get("params", {})
     experts = p.get("moe_format", "bf16")
     parts = [f"{p.get('moe', '?')} MoE" + (f" ({experts} experts)" if experts != "bf16" else "")]
-    parts += [f"{p['dense']} dense"] if p.get("dense", "bf16") != "bf16" else []
+    pdl = " with PDL" if p.get("dense_pdl", False) is not False else ""  # kernels.pdl
+    parts += [f"{p['dense']} dense{pdl}"] if p.get("dense", "bf16") != "bf16" else []
     parts += [f"{p['attention']} attention"] if p.get("attention", "torch") != "torch" else []
     parts.append("CUDA graphs" if p.get("cuda_graphs") else "eager")
     if p.get("tp"):

@@ -37,6 +37,7 @@ from workbench.capture.profile_progress import Progress, timed
 from workbench.capture.profile_settings import (
     check_backends,
     check_count,
+    check_dense_pdl,
     check_moe_format,
     device_defaults,
     hybrid_m_for,
@@ -69,6 +70,7 @@ class ProfileSpec:
     shape_overrides: dict = field(default_factory=dict)
     hybrid_m: int | None = None  # dense="hybrid" only: the largest M sent to W8A16
     moe_format: str = "bf16"  # the routed experts' weights: one of kernels.moe.FORMATS
+    dense_pdl: bool | None = False  # W8A16 GEMMs with programmatic dependent launch (kernels.pdl)
 
     @property
     def plan(self) -> Plan:
@@ -97,6 +99,7 @@ def resolve(
     shape_overrides: dict,
     hybrid_m: int | None = None,
     moe_format: str | None = None,
+    dense_pdl: bool | None = False,
 ) -> ProfileSpec:
     """Check everything that can be checked before any work, and fill in the defaults."""
     for name, value in (("prompt_tokens", prompt_tokens), ("decode_tokens", decode_tokens),
@@ -130,6 +133,7 @@ def resolve(
     if routing not in ROUTINGS:
         raise WorkbenchError(f"unknown routing '{routing}'; known: {', '.join(ROUTINGS)}")
     hybrid_m = hybrid_m_for(dense, hybrid_m)
+    check_dense_pdl(dense, dense_pdl, on_gpu)
     check_moe_format(moe, moe_format)
     spec = ProfileSpec(
         prompt_tokens,
@@ -148,6 +152,7 @@ def resolve(
         dict(shape_overrides),
         hybrid_m,
         moe_format,
+        dense_pdl,
     )
     chosen = spec.model_preset()
     chosen.validate()
@@ -216,10 +221,12 @@ def notes(spec: ProfileSpec, kernels_run: dict, kernels: pd.DataFrame) -> list[s
 
 def run_name(spec: ProfileSpec) -> str:
     """The run id before its time stamp, e.g. `profile-tiny-stock-fp8-bf16-graphs-4096t`: the
-    preset, the MoE kernel (and its expert format when not bf16), the dense backend and mode."""
+    preset, the MoE kernel (and its expert format when not bf16), the dense backend (`-pdl`
+    with programmatic dependent launch) and mode."""
     mode = (f"-tp{spec.tp}" if spec.tp else "") + ("-graphs" if spec.cuda_graphs else "")
     moe = spec.moe + (f"-{spec.moe_format}" if spec.moe_format != "bf16" else "")
-    return f"profile-{spec.preset}-{moe}-{spec.dense}{mode}-{spec.prompt_tokens}t"
+    dense = spec.dense + ("-pdl" if spec.dense_pdl is not False else "")
+    return f"profile-{spec.preset}-{moe}-{dense}{mode}-{spec.prompt_tokens}t"
 
 
 def write_profile(

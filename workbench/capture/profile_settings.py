@@ -76,6 +76,22 @@ def check_moe_format(moe: str, moe_format: object) -> None:
         )
 
 
+def check_dense_pdl(dense: str, dense_pdl: bool | None, on_gpu: bool) -> None:
+    """Refuse programmatic dependent launch where no W8A16 GEMM would take it."""
+    if dense_pdl is False:
+        return
+    if dense not in ("w8a16", "hybrid"):
+        raise WorkbenchError(
+            f"dense_pdl={dense_pdl} applies to the W8A16 GEMMs of dense='w8a16' or 'hybrid', "
+            f"not dense='{dense}'; drop it or pick one of those."
+        )
+    if dense_pdl is True and not on_gpu:
+        raise WorkbenchError(
+            "dense_pdl=True needs a Hopper or newer GPU; a CPU run uses the torch references. "
+            "Drop it, or pass dense_pdl=auto to use it where available."
+        )
+
+
 def hybrid_m_for(dense: str, hybrid_m: int | None) -> int | None:
     """The hybrid threshold the run will use (given, else $DENSE_HYBRID_M, else 128), so the
     run's metadata records it; None for the other dense variants, which take none."""

@@ -113,6 +113,7 @@ def capture_rank(
                     device=device,
                     shard=shard,
                     hybrid_m=spec.hybrid_m,
+                    dense_pdl=spec.dense_pdl,
                 )
                 if dense_peer:
                     use_dense_peer(model, dense_peer.name, dense_peer.prepare)

@@ -83,11 +83,14 @@ class SyntheticModel:
         layers: int | None = None,
         shard: Shard | None = None,
         hybrid_m: int | None = None,
+        dense_pdl: bool | None = False,
         interpret: bool = False,
     ):
         """`moe_format`: the routed experts' weights, one of `kernels.moe.FORMATS` (bf16; fp8
         in 128x128 blocks; int4 in groups of 128), quantised once here. `hybrid_m`: the largest
         row count the `hybrid` dense variant sends to W8A16 (None: $DENSE_HYBRID_M, else 128).
+        `dense_pdl`: the W8A16 GEMMs' `pdl` option (kernels.pdl): False, None (where the GPU
+        has it) or True.
         `interpret`: run the chosen Triton variants on the CPU too, under TRITON_INTERPRET=1
         (for tests; slow), instead of their torch references."""
         self.preset = preset
@@ -126,6 +129,8 @@ class SyntheticModel:
         dense_name = self.kernels_run["dense"]
         self.linear = _pick("dense", dense_name, dense_kernels.VARIANTS)
         options = {"hybrid_m": hybrid_m} if dense_name == "hybrid" else {}
+        if dense_name in ("w8a16", "hybrid") and dense_pdl is not False:
+            options["pdl"] = dense_pdl
         if options:
             self.linear = partial(self.linear, **options)
         self.linear_group = dense_kernels.group_linear(dense_name, self.linear, **options)

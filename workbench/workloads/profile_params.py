@@ -71,6 +71,13 @@ PARAMS: tuple[Param, ...] = (
     Param("tp", None, _optional_int, "tensor parallelism: N ranks through torch.distributed"),
     Param("cuda_graphs", None, _optional_bool, "replay decode steps as CUDA graphs (GPU: on)"),
     Param("hybrid_m", None, _optional_int, "dense=hybrid: largest M sent to W8A16 (64)"),
+    Param(
+        "dense_pdl",
+        False,
+        _optional_bool,
+        "dense=w8a16 or hybrid: launch the W8A16 GEMMs with programmatic dependent launch "
+        "(auto: where the GPU has it; off by default: it made the served decode step slower)",
+    ),
 )
 BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 PRESET_FIELDS = frozenset(f.name for f in fields(Preset))
