@@ -21,19 +21,18 @@ The PTX runs on Hopper and newer only; under TRITON_INTERPRET and on older GPUs 
 take `enabled() == False` and launch as before.
 """
 
-import os
-
 import torch
 import triton
 import triton.language as tl
+
+from kernels.moe.compiled import interpreting
 
 PREFETCH_ALIGN = 16  # cp.async.bulk.prefetch takes 16-byte aligned addresses and sizes
 
 
 def enabled(device: torch.device) -> bool:
     """Whether kernels on `device` launch with PDL: a Hopper or newer GPU, not the interpreter."""
-    interpreted = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-    if interpreted or device.type != "cuda":
+    if interpreting() or device.type != "cuda":
         return False
     return torch.cuda.get_device_capability(device)[0] >= 9
 

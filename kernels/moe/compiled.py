@@ -11,10 +11,17 @@ per thread: read it from the thread that made the call, before the next call.
 Under TRITON_INTERPRET there is no compiled kernel; the facts are then all None.
 """
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+
+def interpreting() -> bool:
+    """Whether Triton runs its kernels under the interpreter (TRITON_INTERPRET set): on the
+    CPU, with no compiled kernel, no GPU-only PTX and no compile facts."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,12 @@ s // K, so the sort needs no separate token index. Per-slot outputs are summed o
 slots (and over split-K partials) by combine.
 """
 
-import os
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from kernels.moe.compiled import interpreting
 from kernels.moe.formats import MoeWeights
 
 
@@ -164,5 +164,4 @@ def dot_options(dtype: torch.dtype) -> tuple[str, bool]:
     (triton-lang/triton#11584); upcasting bf16 to fp32 is exact, so results match the tensor cores.
     """
     precision = "ieee" if dtype == torch.float32 else "tf32"
-    interpreted = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-    return precision, interpreted and dtype == torch.bfloat16
+    return precision, interpreting() and dtype == torch.bfloat16

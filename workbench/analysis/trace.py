@@ -278,16 +278,19 @@ def _one_at_a_time_per_stream(table: pd.DataFrame) -> pd.DataFrame:
     return table.assign(waited_us=waited)
 
 
-def early_launch_note(waited: pd.Series) -> str:
-    """What the tables did with kernels that started before the one ahead of them ended."""
-    early = waited[waited > 0]
-    return (
+def early_launch_notes(kernels: pd.DataFrame) -> list[str]:
+    """What the tables did with kernels that started before the one ahead of them ended (none:
+    no note)."""
+    early = kernels["waited_us"][kernels["waited_us"] > 0]
+    if early.empty:
+        return []
+    return [
         f"{len(early)} GPU kernels started before the one ahead of them on their stream had "
         f"ended (programmatic dependent launch, as cuBLAS's split-K reduce and the workbench's "
         f"W8A16 GEMMs with pdl on): each is timed from where the one ahead ended, and the "
         f"{early.sum():.1f} us they spent waiting is in waited_us, so a stream's time counts "
         "once."
-    )
+    ]
 
 
 # Columns added after the first artifacts were written: older tables load with them empty,
@@ -429,9 +432,7 @@ def trace_notes(
                 "(launched before the profiler started, or on an unprofiled thread): their "
                 "categories rest on kernel names alone."
             )
-    waited = kernels["waited_us"].fillna(0.0)
-    if bool((waited > 0).any()):
-        notes.append(early_launch_note(waited))
+    notes += early_launch_notes(kernels)
     under_modules = int(kernels["module"].notna().sum())
     if under_modules:
         notes.append(

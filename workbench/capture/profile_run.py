@@ -28,7 +28,7 @@ import torch
 from workbench.analysis.phases import TIMED_PHASES
 from workbench.analysis.profile import SUMMARY, ProfileResult, profile_tables
 from workbench.analysis.profile_store import stored_answers
-from workbench.analysis.trace import early_launch_note
+from workbench.analysis.trace import early_launch_notes
 from workbench.artifacts import read_meta, run_stamp, write_run
 from workbench.capture.debris import TEMP_PREFIX, owned_prefix, remove_leftovers
 from workbench.capture.environment import describe
@@ -201,9 +201,7 @@ def _check_host_memory(preset: Preset, plan: Plan) -> None:
 def notes(spec: ProfileSpec, kernels_run: dict, kernels: pd.DataFrame) -> list[str]:
     if spec.device.startswith("cuda"):
         said = [f"GPU run: times are summed GPU kernel time on {torch.cuda.get_device_name(0)}."]
-        waited = kernels["waited_us"].fillna(0.0)
-        if bool((waited > 0).any()):
-            said.append(early_launch_note(waited))
+        said += early_launch_notes(kernels)
         if spec.cuda_graphs:
             said.append(
                 "Decode: each step's CUDA graph is launched before the host waits for the "

@@ -197,6 +197,12 @@ def _peers(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     return table, why
 
 
+def _dense_named(rows: pd.DataFrame) -> pd.DataFrame:
+    """bench dense rows with a `name`: our backend (the variant) for the layer rows, else the
+    peer (the kernel)."""
+    return rows.assign(name=rows["kernel"].where(rows["kernel"] != DENSE_LAYER, rows["variant"]))
+
+
 def _newer_partial_runs(page: ReportPage, collection: Collection, main: Artifact) -> None:
     """Each run newer than `main` (they skipped the A/B table: a peer that compiles per shape
     gets a run of its own at the sizes where it competes), as one table of its own: our
@@ -207,8 +213,7 @@ def _newer_partial_runs(page: ReportPage, collection: Collection, main: Artifact
         timed = rows[(rows["kernel"] != DENSE_AB) & rows["ms"].notna()]
         if timed.empty:
             continue
-        ours = timed["kernel"] == DENSE_LAYER
-        named = timed.assign(name=timed["kernel"].where(~ours, timed["variant"]))
+        named = _dense_named(timed)
         order = [v for v in DENSE_ORDER if v in set(named["name"])]
         order += [n for n in named["name"].unique() if n not in order]
         table = named.pivot_table(index="m", columns="name", values="ms")[order]
@@ -250,7 +255,7 @@ def write_dense(page: ReportPage, collection: Collection, section: Section) -> N
     if untimed:
         page.text(f"Peers not measured in this run: {', '.join(untimed)}.")
     fp8 = rows[(rows["kernel"] != DENSE_AB) & ~rows["variant"].isin(["bf16", "w4a16-group128"])]
-    named = fp8.assign(name=fp8["kernel"].where(fp8["kernel"] != DENSE_LAYER, fp8["variant"]))
+    named = _dense_named(fp8)
     best = ours_vs_best_peer(named, ["m"], fp8["kernel"] == DENSE_LAYER)
     if not best.empty:
         page.table(best.rename_axis("M"), "Our fastest FP8 backend against the fastest FP8 "

@@ -32,6 +32,7 @@ from torch.profiler import record_function
 import kernels.attention as attention_kernels
 import kernels.dense as dense_kernels
 import kernels.moe as moe_kernels
+from kernels.moe.compiled import interpreting
 from workbench.errors import WorkbenchError
 from workbench.presets import Preset, draw_routing
 from workbench.workloads.glue_ops import Glue
@@ -51,10 +52,6 @@ __all__ = ["DENSE_WEIGHTS", "DecodeState", "LayerWeights", "Plan", "Shard", "Syn
 
 # Variants that are Triton kernels, so they need a GPU; on the CPU their torch reference runs.
 TORCH_REFERENCE = {"moe": "reference", "dense": "bf16", "attention": "torch"}
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
 def _pick(kind: str, name: str, table: dict) -> Callable:
@@ -114,7 +111,7 @@ class SyntheticModel:
         self.moe_format = moe_format
         self.on_gpu = self.device.type == "cuda"
         self.glue = Glue(fused=self.on_gpu)  # as a server runs it; torch references on the CPU
-        if interpret and not self.on_gpu and not _interpreting():
+        if interpret and not self.on_gpu and not interpreting():
             raise WorkbenchError(
                 "interpret=True runs the Triton kernels on the CPU, which needs TRITON_INTERPRET=1 "
                 "set before triton is imported; set it or use a GPU."
