@@ -28,9 +28,10 @@ from workbench.workloads.attention import Problem, Scenario
 from workbench.workloads.checks import relative_error
 
 SCENARIOS = (Scenario("decode-46K", 1, 46_000), Scenario("prefill-46K", 4096, 46_000))
-INDEXER = [{}, {"head_sum": "cores"}, {"head_sum": "cores", "num_warps": 8},
-           {"head_sum": "cores", "block_l": 64}, {"head_sum": "cores", "block_q": 1},
-           {"block_q": 1}]  # fmt: skip
+INDEXER = [{}, {"tma": True}, {"tma": True, "num_stages": 2}, {"tma": True, "num_stages": 4},
+           {"tma": True, "num_warps": 4, "block_l": 64},
+           {"tma": True, "num_warps": 4, "block_l": 64, "num_stages": 4},
+           {"tma": True, "block_q": 1}, {"head_sum": "cores"}]  # fmt: skip
 SELECT = [{}, {"num_warps": 8, "block": 2048}, {"num_warps": 2, "block": 1024},
           {"num_warps": 1, "block": 256}, {"rounds": 4}, {"digit_bits": 4},
           {"digit_bits": 6}]  # fmt: skip

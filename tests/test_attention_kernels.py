@@ -165,6 +165,9 @@ def test_fp8_indexer_and_select_at_preset_shapes(queries):
     assert all(f.n_spills == 0 for f in last_facts().values()), last_facts()
     ref = attention.reference.indexer_scores_fp8(q_idx, weights, keys, pos)
     assert_scores_match(scores, ref, 1e-2)
+    by_tma = indexer_scores_fp8(q_idx, weights, keys, pos, tma=True)
+    assert all(f.n_spills == 0 for f in last_facts().values()), last_facts()
+    assert_scores_match(by_tma, scores, 1e-6)
     index = select_positions_triton(ref, pos, 512, 128, rounds=4)
     assert all(f.n_spills == 0 for f in last_facts().values()), last_facts()
     assert_same_selection(index, select_positions(ref, pos, 512, 128), topk=512)
@@ -336,6 +339,51 @@ def test_fp8_indexer_refuses_a_head_sum_it_cannot_do(device):
     first = FirstRound.of(torch.zeros(8, 1, 256, dtype=torch.int32, device=device))
     with pytest.raises(ValueError, match="cannot take histogram; use head_sum='mma'"):
         indexer_scores_fp8(q_idx, weights, keys, pos, head_sum="cores", histogram=first)
+
+
+@pytest.mark.parametrize(("block_q", "block_l"), [(1, 16), (4, 32), (None, 64)])
+def test_fp8_indexer_by_tma_writes_what_pointer_loads_write(block_q, block_l, device,
+                                                            monkeypatch):  # fmt: skip
+    # Early queries leave whole key blocks after them (the -inf loop), later ones score
+    # every block; 90 keys leave the last block part empty (TMA reads zeros past the end).
+    q_idx, weights, k_idx = indexer_inputs(12, 4, 32, 90, device=device)
+    keys = attention.quantize_keys(k_idx)
+    pos = torch.tensor([0, 1, 2, 3, 4, 40, 41, 42, 60, 61, 88, 89], device=device)
+    launched = launched_kernels(monkeypatch)
+    for query_pos in (None, pos):
+        by_pointers = indexer_scores_fp8(q_idx, weights, keys, query_pos, block_q=block_q,
+                                         block_l=block_l)  # fmt: skip
+        for tma in (True, None):
+            launched.clear()
+            by_tma = indexer_scores_fp8(q_idx, weights, keys, query_pos, block_q=block_q,
+                                        block_l=block_l, tma=tma)  # fmt: skip
+            assert launched == ["_indexer_fp8_tma_kernel"]
+            assert torch.equal(by_tma, by_pointers)
+
+
+def test_fp8_indexer_refuses_tma_where_it_cannot_copy_by_tma(device, monkeypatch):
+    from kernels.attention.select_chunked import FirstRound
+
+    q_idx, weights, k_idx = indexer_inputs(8, 8, 32, 64, device=device)
+    keys = attention.quantize_keys(k_idx)
+    pos = torch.arange(56, 64, device=device)
+    shift = torch.zeros(8, dtype=torch.int64, device=device)
+    with pytest.raises(ValueError, match=r"tma=True cannot take shift \(the decode layout\)"):
+        indexer_scores_fp8(q_idx, weights, keys, pos, split=32, shift=shift, block_q=1, tma=True)
+    first = FirstRound.of(torch.zeros(8, 1, 256, dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match="cannot take histogram"):
+        indexer_scores_fp8(
+            q_idx, weights, keys, pos, block_q=1, histogram=first, window=4, tma=True
+        )
+    with pytest.raises(ValueError, match="cannot take head_sum='cores'"):
+        indexer_scores_fp8(q_idx, weights, keys, head_sum="cores", tma=True)
+    q_odd, w_odd, k_odd = indexer_inputs(4, 8, 8, 64, device=device)
+    with pytest.raises(ValueError, match="a head dim of 8"):
+        indexer_scores_fp8(q_odd, w_odd, attention.quantize_keys(k_odd), tma=True)
+    # tma=None falls back to pointer loads where TMA cannot copy
+    launched = launched_kernels(monkeypatch)
+    indexer_scores_fp8(q_odd, w_odd, attention.quantize_keys(k_odd), tma=None)
+    assert launched == ["_indexer_fp8_kernel"]
 
 
 @pytest.mark.parametrize("variant", ["triton", "fp8"])

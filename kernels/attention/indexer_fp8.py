@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels.attention.formats import NewTokens, QuantizedKeys, score_rows
 from kernels.attention.indexer import DECODE_QUERIES, keys_per_program_for
@@ -143,16 +144,13 @@ def _new_token(new_key_ptr, new_kv_ptr, rows_ptr, k_ptr, ks_ptr, kv_cache_ptr, q
 
 
 @triton.jit
-def _indexer_fp8_kernel(
-    q_ptr, w_ptr, k_ptr, ks_ptr, pos_ptr, shift_ptr, out_ptr, hist_ptr, totals_ptr, Q, V, split,
-    keys_per_program, window, stride_qq, stride_qh, stride_wq, stride_wh, stride_kl, stride_oq,
-    new_key_ptr, new_kv_ptr, rows_ptr, kv_cache_ptr, stride_nk, stride_nkv, stride_kvc,
-    HEADS: tl.constexpr, DIM: tl.constexpr, HEADS_P: tl.constexpr, DIM_P: tl.constexpr,
-    BLOCK_Q: tl.constexpr, BLOCK_L: tl.constexpr, COLS: tl.constexpr, CAUSAL: tl.constexpr,
-    SHIFTED: tl.constexpr, UPCAST: tl.constexpr, HISTOGRAM: tl.constexpr, NEW: tl.constexpr,
-    KV_DIM: tl.constexpr, KV_P: tl.constexpr,
-):  # fmt: skip
-    q0 = tl.program_id(0) * BLOCK_Q
+def _query_tile(q_ptr, w_ptr, pos_ptr, q0, Q, V, stride_qq, stride_qh, stride_wq, stride_wh,
+                HEADS: tl.constexpr, DIM: tl.constexpr, HEADS_P: tl.constexpr,
+                DIM_P: tl.constexpr, BLOCK_Q: tl.constexpr, COLS: tl.constexpr,
+                CAUSAL: tl.constexpr, UPCAST: tl.constexpr):  # fmt: skip
+    """The query tile from q0 as the MMA's N side: (q8 (N, DIM_P) FP8, each (query, head)
+    pair's weight times its scale (N,), the head-sum operand (N, COLS) holding them in their
+    query's column, the tile's queries (COLS,), which exist, their positions, the last)."""
     n = tl.arange(0, BLOCK_Q * HEADS_P)  # the MMA's N: (query, head) pairs
     n_query = (q0 + n // HEADS_P).to(tl.int64)
     n_head = n % HEADS_P
@@ -165,7 +163,8 @@ def _indexer_fp8_kernel(
     q8, q_scale = _fp8_rows(qh)
     w = tl.load(w_ptr + n_query * stride_wq + n_head * stride_wh, mask=n_ok, other=0.0)
     col = tl.arange(0, COLS)
-    head_sum = tl.where((n // HEADS_P)[:, None] == col[None, :], (w * q_scale)[:, None], 0.0)
+    head_weights = w * q_scale
+    head_sum = tl.where((n // HEADS_P)[:, None] == col[None, :], head_weights[:, None], 0.0)
     if not UPCAST:
         head_sum = head_sum.to(tl.bfloat16)
     queries = (q0 + col).to(tl.int64)
@@ -174,7 +173,46 @@ def _indexer_fp8_kernel(
         pos = tl.load(pos_ptr + queries, mask=query_ok, other=-1)
         last = tl.max(pos, axis=0)
     else:
+        pos = queries  # unused
         last = V
+    return q8, head_weights, head_sum, queries, query_ok, pos, last
+
+
+@triton.jit
+def _tile_scores(k8, k_scale, q8, head_sum, keys, pos, CAUSAL: tl.constexpr,
+                 UPCAST: tl.constexpr):  # fmt: skip
+    """A key block's scores for the query tile, (BLOCK_L, COLS) fp32: the FP8 MMA of keys and
+    (query, head) pairs, its ReLU, the weighted head sum as a second MMA, the key scales, and
+    -inf where a key is after its query."""
+    dots = tl.dot(k8, tl.trans(q8))  # (BLOCK_L, N) fp32, FP8 wgmma
+    relu = tl.maximum(dots, 0.0)
+    if UPCAST:  # the interpreter's bf16 tl.dot multiplies bit patterns
+        scores = tl.dot(relu, head_sum, input_precision="ieee")
+    else:
+        scores = tl.dot(relu.to(tl.bfloat16), head_sum)
+    scores = scores * k_scale[:, None]
+    if CAUSAL:
+        scores = tl.where(keys[:, None] <= pos[None, :], scores, float("-inf"))
+    return scores
+
+
+@triton.jit
+def _indexer_fp8_kernel(
+    q_ptr, w_ptr, k_ptr, ks_ptr, pos_ptr, shift_ptr, out_ptr, hist_ptr, totals_ptr, Q, V, split,
+    keys_per_program, window, stride_qq, stride_qh, stride_wq, stride_wh, stride_kl, stride_oq,
+    new_key_ptr, new_kv_ptr, rows_ptr, kv_cache_ptr, stride_nk, stride_nkv, stride_kvc,
+    HEADS: tl.constexpr, DIM: tl.constexpr, HEADS_P: tl.constexpr, DIM_P: tl.constexpr,
+    BLOCK_Q: tl.constexpr, BLOCK_L: tl.constexpr, COLS: tl.constexpr, CAUSAL: tl.constexpr,
+    SHIFTED: tl.constexpr, UPCAST: tl.constexpr, HISTOGRAM: tl.constexpr, NEW: tl.constexpr,
+    KV_DIM: tl.constexpr, KV_P: tl.constexpr,
+):  # fmt: skip
+    q0 = tl.program_id(0) * BLOCK_Q
+    q8, head_weights, head_sum, queries, query_ok, pos, last = _query_tile(
+        q_ptr, w_ptr, pos_ptr, q0, Q, V, stride_qq, stride_qh, stride_wq, stride_wh, HEADS, DIM,
+        HEADS_P, DIM_P, BLOCK_Q, COLS, CAUSAL, UPCAST,
+    )  # fmt: skip
+    col = tl.arange(0, COLS)
+    d = tl.arange(0, DIM_P)
     shift = tl.load(shift_ptr + q0) if SHIFTED else 0
     start = tl.program_id(1) * keys_per_program
     if HISTOGRAM:  # one query a tile: the select's first round over this program's keys
@@ -192,15 +230,7 @@ def _indexer_fp8_kernel(
             k8 = tl.load(k_ptr + rows[:, None] * stride_kl + d[None, :],
                          mask=key_ok[:, None] & (d < DIM)[None, :], other=0.0)  # fmt: skip
             k_scale = tl.load(ks_ptr + rows, mask=key_ok, other=0.0)
-            dots = tl.dot(k8, tl.trans(q8))  # (BLOCK_L, N) fp32, FP8 wgmma
-            relu = tl.maximum(dots, 0.0)
-            if UPCAST:  # the interpreter's bf16 tl.dot multiplies bit patterns
-                scores = tl.dot(relu, head_sum, input_precision="ieee")
-            else:
-                scores = tl.dot(relu.to(tl.bfloat16), head_sum)
-            scores = scores * k_scale[:, None]
-            if CAUSAL:
-                scores = tl.where(keys[:, None] <= pos[None, :], scores, float("-inf"))
+            scores = _tile_scores(k8, k_scale, q8, head_sum, keys, pos, CAUSAL, UPCAST)
             tl.store(out_ptrs, scores, mask=out_mask)
             if HISTOGRAM:
                 mine = tl.sum(tl.where(col[None, :] == 0, scores, 0.0), axis=1)
@@ -213,7 +243,6 @@ def _indexer_fp8_kernel(
         tl.store(hist_ptr + chunk * 256 + bins, counts)
         tl.atomic_add(totals_ptr + q0.to(tl.int64) * 256 + bins, counts, sem="relaxed")
     if NEW:  # one query a tile (q0): its new token
-        head_weights = w * q_scale
         if not UPCAST:
             head_weights = head_weights.to(tl.bfloat16).to(tl.float32)
         _new_token(
@@ -222,6 +251,41 @@ def _indexer_fp8_kernel(
             tl.load(pos_ptr + q0), stride_nk, stride_nkv, stride_kl, stride_kvc, stride_oq,
             DIM, DIM_P, KV_DIM, KV_P, UPCAST,
         )  # fmt: skip
+
+
+@triton.jit
+def _indexer_fp8_tma_kernel(
+    q_ptr, w_ptr, k_desc, ks_ptr, pos_ptr, out_ptr, Q, V, keys_per_program, stride_qq,
+    stride_qh, stride_wq, stride_wh, stride_oq, HEADS: tl.constexpr, DIM: tl.constexpr,
+    HEADS_P: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_L: tl.constexpr, COLS: tl.constexpr,
+    CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """`_indexer_fp8_kernel` for the prompt's layout, its key blocks copied by TMA: two
+    loops, the key blocks up to the tile's last query (scored, their copies pipelined) and
+    then the rest (-inf, nothing read), so no branch keeps the loads from being pipelined,
+    and the copies need no address registers (the pointer version of two loops took 149)."""
+    q0 = tl.program_id(0) * BLOCK_Q
+    q8, _, head_sum, queries, query_ok, pos, last = _query_tile(
+        q_ptr, w_ptr, pos_ptr, q0, Q, V, stride_qq, stride_qh, stride_wq, stride_wh, HEADS, DIM,
+        HEADS_P, DIM, BLOCK_Q, COLS, CAUSAL, UPCAST,
+    )  # fmt: skip
+    start = tl.program_id(1) * keys_per_program
+    end = tl.minimum(start + keys_per_program, V)
+    scored_end = tl.minimum(end, last + 1).to(tl.int32)  # TMA offsets are 32-bit
+    for l0 in range(start, scored_end, BLOCK_L):
+        keys = l0 + tl.arange(0, BLOCK_L)
+        key_ok = keys < V
+        k_scale = tl.load(ks_ptr + keys, mask=key_ok, other=0.0)
+        scores = _tile_scores(k_desc.load([l0, 0]), k_scale, q8, head_sum, keys, pos, CAUSAL,
+                              UPCAST)  # fmt: skip
+        tl.store(out_ptr + queries[None, :] * stride_oq + keys[:, None], scores,
+                 mask=key_ok[:, None] & query_ok[None, :])  # fmt: skip
+    unscored = start + tl.cdiv(tl.maximum(scored_end - start, 0), BLOCK_L) * BLOCK_L
+    for l0 in range(unscored, end, BLOCK_L):
+        keys = l0 + tl.arange(0, BLOCK_L)
+        tl.store(out_ptr + queries[None, :] * stride_oq + keys[:, None],
+                 tl.full((BLOCK_L, COLS), float("-inf"), tl.float32),
+                 mask=(keys < V)[:, None] & query_ok[None, :])  # fmt: skip
 
 
 @triton.jit
@@ -369,6 +433,31 @@ def _check_head_sum(
                          "head_sum='mma'.")  # fmt: skip
 
 
+def _takes_tma(
+    tma: bool | None,
+    keys: QuantizedKeys,
+    shift: Tensor | None,
+    histogram: FirstRound | None,
+    new: NewTokens | None,
+    head_sum: str,
+) -> bool:
+    """Whether the key blocks come by TMA (`indexer_scores_fp8`'s `tma`), after a clear error
+    where they were asked to and cannot."""
+    if tma is False:
+        return False
+    dim = keys.values.shape[1]
+    blockers = [what for what, present in (
+        ("shift (the decode layout)", shift is not None), ("histogram", histogram is not None),
+        ("new tokens", new is not None), (f"head_sum={head_sum!r}", head_sum != "mma"),
+        (f"a head dim of {dim} (a power of two from 16)", dim < 16 or dim & (dim - 1)),
+        ("keys whose rows are not 16-byte aligned",
+         keys.values.stride(0) % 16 or keys.values.data_ptr() % 16),
+    ) if present]  # fmt: skip
+    if blockers and tma:
+        raise ValueError(f"tma=True cannot take {', '.join(blockers)}; use tma=None or False.")
+    return not blockers
+
+
 def indexer_scores_fp8(
     q_idx: Tensor,
     weights: Tensor,
@@ -385,6 +474,8 @@ def indexer_scores_fp8(
     chunk: int = SELECT_CHUNK,
     new: NewTokens | None = None,
     head_sum: str = "mma",
+    tma: bool | None = False,
+    num_stages: int | None = None,
 ) -> Tensor:
     """Indexer scores (Q, length) fp32 over FP8 keys; `reference.indexer_scores_fp8` defines
     them. Causal when `query_pos` is given; `length` defaults to the keys held; with `split`
@@ -409,7 +500,11 @@ def indexer_scores_fp8(
     chunk at 46K context took 4.82 ms on the cores at 4 warps against 4.83 by MMA, 5.71 at 8
     warps, and its error against the fp32 reference was 1.2e-4 (DeepGEMM's too) instead of
     2.3e-3 (raw/logs/h200-tune-attention-head-sum-20261201T1413.csv). The profiles were
-    measured with "mma", which stays the default until one is measured with "cores"."""
+    measured with "mma", which stays the default until one is measured with "cores".
+
+    `tma`: copy the key blocks by TMA (`_indexer_fp8_tma_kernel`): True, or an error where it
+    cannot (the decode layout, a histogram, new tokens, the cores' head sum, a head dim that
+    is not a power of two of at least 16 bytes); None where it can; False never."""
     _check(q_idx, weights, keys, query_pos)
     (num_q, heads, dim), length = q_idx.shape, length or keys.values.shape[0]
     if (split is None) != (shift is None):
@@ -448,6 +543,7 @@ def indexer_scores_fp8(
     new_args = (new.index_k, new.kv, new.rows, new.kv_cache) if new is not None else (scores,) * 4
     rows = block_q * heads_p
     grid = (q_tiles, triton.cdiv(length, keys_per_program))
+    by_tma = _takes_tma(tma, keys, shift, histogram, new, head_sum)
     if head_sum == "cores":
         with recording():
             launch(
@@ -460,6 +556,18 @@ def indexer_scores_fp8(
             )  # fmt: skip
         return scores
     warps = num_warps or (8 if rows * block_l >= 128 * 128 else 4)
+    if by_tma:
+        with recording():
+            launch(
+                _indexer_fp8_tma_kernel, grid, q_idx, weights,
+                TensorDescriptor.from_tensor(keys.values, [block_l, dim]), keys.scales,
+                q_idx if query_pos is None else query_pos, scores, num_q, length,
+                keys_per_program, q_idx.stride(0), q_idx.stride(1), *weights.stride(),
+                scores.stride(0), HEADS=heads, DIM=dim, HEADS_P=heads_p, BLOCK_Q=block_q,
+                BLOCK_L=block_l, COLS=max(COLUMNS, block_q), CAUSAL=query_pos is not None,
+                UPCAST=upcast, num_warps=warps, num_stages=num_stages or 3,
+            )  # fmt: skip
+        return scores
     with recording():
         launch(
             _indexer_fp8_kernel, grid, q_idx, weights, keys.values, keys.scales,
@@ -474,6 +582,6 @@ def indexer_scores_fp8(
             CAUSAL=query_pos is not None, SHIFTED=shift is not None, UPCAST=upcast,
             HISTOGRAM=histogram is not None, NEW=new is not None, KV_DIM=kv_dim,
             KV_P=triton.next_power_of_2(kv_dim),
-            num_warps=warps, num_stages=2,
+            num_warps=warps, num_stages=num_stages or 2,
         )  # fmt: skip
     return scores
