@@ -52,10 +52,11 @@ SAMPLE_STRIDE = 16
 @triton.jit
 def _sampled_select_kernel(
     scores_ptr, pos_ptr, shift_ptr, out_ptr, length, split, stride_sq, stride_oq,
-    kept_scores_ptr, kept_pos_ptr, stride_kq,
+    kept_scores_ptr, kept_pos_ptr, stride_kq, sample_ptr, stride_sample,
     TOPK: tl.constexpr, WINDOW: tl.constexpr, WINDOW_P: tl.constexpr, BLOCK: tl.constexpr,
     ROUNDS: tl.constexpr, DIGIT: tl.constexpr, SHIFTED: tl.constexpr, STRIDE: tl.constexpr,
-    SAMPLE_RANK: tl.constexpr, CAP: tl.constexpr,
+    SAMPLE_RANK: tl.constexpr, CAP: tl.constexpr, COMPACT: tl.constexpr,
+    FULL_STAGES: tl.constexpr,
 ):  # fmt: skip
     CUT_BIT: tl.constexpr = 32 - DIGIT * ROUNDS
     KEEP_ALL: tl.constexpr = -(1 << (31 - CUT_BIT))  # the lowest prefix a key can have
@@ -70,11 +71,19 @@ def _sampled_select_kernel(
         kept_pos = kept_pos_ptr + query * stride_kq
         samples = candidates // STRIDE
         floor = tl.full((), KEEP_ALL, tl.int32)
-        if (candidates > CAP) & (samples >= SAMPLE_RANK):
-            floor, _ = radix_cut(row, samples, SAMPLE_RANK, STRIDE, ROUNDS, DIGIT, BLOCK)
         lane = tl.arange(0, BLOCK)
+        if (candidates > CAP) & (samples >= SAMPLE_RANK):
+            if COMPACT:
+                sample = sample_ptr + query * stride_sample
+                for i0 in range(0, samples, BLOCK):
+                    i = i0 + lane
+                    tl.store(sample + i, tl.load(row + i * STRIDE, mask=i < samples), mask=i < samples)
+                tl.debug_barrier()
+                floor, _ = radix_cut(sample, samples, SAMPLE_RANK, 1, ROUNDS, DIGIT, BLOCK)
+            else:
+                floor, _ = radix_cut(row, samples, SAMPLE_RANK, STRIDE, ROUNDS, DIGIT, BLOCK)
         kept = tl.zeros((), tl.int32)
-        for j0 in range(0, candidates, BLOCK):
+        for j0 in tl.range(0, candidates, BLOCK, num_stages=FULL_STAGES):
             j = j0 + lane
             ok = j < candidates
             scores = tl.load(row + j, mask=ok, other=float("-inf"))
@@ -121,6 +130,8 @@ def select_positions_sampled(
     block: int | None = None,
     num_warps: int | None = None,
     digit_bits: int = 8,
+    compact: bool = False,
+    full_stages: int = 1,
 ) -> Tensor:
     """`select_positions_triton(...)`'s result, slot for slot, from one full pass over each
     row after a select on every `stride`-th candidate (module docstring). `cap` kept scores a
@@ -136,9 +147,14 @@ def select_positions_sampled(
         return out
     kept_scores = torch.empty(num_q, cap, dtype=torch.float32, device=scores.device)
     kept_pos = torch.empty(num_q, cap, dtype=torch.int32, device=scores.device)
+    sample = kept_scores
+    if compact:
+        sample = torch.empty(num_q, triton.cdiv(scores.shape[1], stride), dtype=torch.float32,
+                             device=scores.device)
     launch_row_select(
         _sampled_select_kernel, scores, query_pos, out, topk, window, split, shift, rounds,
-        digit_bits, block, num_warps, kept_scores, kept_pos, kept_scores.stride(0),
-        STRIDE=stride, SAMPLE_RANK=sample_rank(topk, stride), CAP=cap,
+        digit_bits, block, num_warps, kept_scores, kept_pos, kept_scores.stride(0), sample,
+        sample.stride(0), STRIDE=stride, SAMPLE_RANK=sample_rank(topk, stride), CAP=cap,
+        COMPACT=compact, FULL_STAGES=full_stages,
     )  # fmt: skip
     return out
