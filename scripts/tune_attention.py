@@ -35,10 +35,12 @@ INDEXER = [{}, {"tma": True}, {"tma": True, "num_stages": 2}, {"tma": True, "num
 SELECT = [{}, {"num_warps": 8, "block": 2048}, {"num_warps": 2, "block": 1024},
           {"num_warps": 1, "block": 256}, {"rounds": 4}, {"digit_bits": 4},
           {"digit_bits": 6}]  # fmt: skip
-SELECT_SAMPLED = [{}, {"block": 256}, {"compact": True}, {"compact": True, "block": 256},
-                  {"full_stages": 3}, {"compact": True, "full_stages": 3},
-                  {"compact": True, "block": 256, "full_stages": 3},
-                  {"compact": True, "stride": 8}]  # fmt: skip
+SELECT_SAMPLED = [{}, {"compact": True, "block": 256, "full_stages": 3},
+                  {"compact": True, "block": 256, "full_stages": 4},
+                  {"compact": True, "block": 128, "full_stages": 3},
+                  {"compact": True, "block": 128, "full_stages": 4},
+                  {"compact": True, "block": 512, "num_warps": 2, "full_stages": 3},
+                  {"compact": True, "block": 256, "full_stages": 3, "stride": 32}]  # fmt: skip
 INDEXER_SELECT = [{}, {"chunk": 256}, {"chunk": 1024}, {"chunk": 256, "num_warps": 8},
                   {"num_warps": 8}]  # fmt: skip
 ATTEND = [{}, {"block_n": 64}, {"num_warps": 8}, {"block_n": 64, "num_warps": 8},
