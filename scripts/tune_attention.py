@@ -28,19 +28,12 @@ from workbench.workloads.attention import Problem, Scenario
 from workbench.workloads.checks import relative_error
 
 SCENARIOS = (Scenario("decode-46K", 1, 46_000), Scenario("prefill-46K", 4096, 46_000))
-INDEXER = [{}, {"tma": True}, {"tma": True, "num_stages": 2}, {"tma": True, "num_stages": 4},
-           {"tma": True, "num_warps": 4, "block_l": 64},
-           {"tma": True, "num_warps": 4, "block_l": 64, "num_stages": 4},
-           {"tma": True, "block_q": 1}, {"head_sum": "cores"}]  # fmt: skip
+INDEXER = [{}, {"tma": False}, {"num_stages": 4}, {"head_sum": "cores"}, {"block_q": 1}]
 SELECT = [{}, {"num_warps": 8, "block": 2048}, {"num_warps": 2, "block": 1024},
           {"num_warps": 1, "block": 256}, {"rounds": 4}, {"digit_bits": 4},
           {"digit_bits": 6}]  # fmt: skip
-SELECT_SAMPLED = [{}, {"compact": True, "block": 256, "full_stages": 3},
-                  {"compact": True, "block": 256, "full_stages": 4},
-                  {"compact": True, "block": 128, "full_stages": 3},
-                  {"compact": True, "block": 128, "full_stages": 4},
-                  {"compact": True, "block": 512, "num_warps": 2, "full_stages": 3},
-                  {"compact": True, "block": 256, "full_stages": 3, "stride": 32}]  # fmt: skip
+SELECT_SAMPLED = [{}, {"num_warps": 1, "block": 256}, {"num_warps": 2, "block": 1024},
+                  {"num_warps": 4, "block": 1024}, {"stride": 8}]  # fmt: skip
 INDEXER_SELECT = [{}, {"chunk": 256}, {"chunk": 1024}, {"chunk": 256, "num_warps": 8},
                   {"num_warps": 8}]  # fmt: skip
 ATTEND = [{}, {"block_n": 64}, {"num_warps": 8}, {"block_n": 64, "num_warps": 8},

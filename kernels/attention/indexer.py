@@ -74,11 +74,14 @@ def _indexer_kernel(
             tl.store(out_ptrs, tl.full((BLOCK_Q, BLOCK_L), float("-inf"), tl.float32), out_mask)
 
 
-def keys_per_program_for(length: int, block_l: int, q_tiles: int, device: torch.device) -> int:
+def keys_per_program_for(
+    length: int, block_l: int, q_tiles: int, device: torch.device, most_blocks: int = 16
+) -> int:
     """Keys one indexer program scores: one key block until there are programs enough for
-    four per SM, then a run of up to 16 blocks (a query tile is read once per run)."""
+    four per SM, then a run of up to `most_blocks` blocks (a query tile is read once per
+    run)."""
     sms = planned_sms(device)
-    return max(1, min(16, triton.cdiv(length, block_l) * q_tiles // (4 * sms))) * block_l
+    return max(1, min(most_blocks, triton.cdiv(length, block_l) * q_tiles // (4 * sms))) * block_l
 
 
 def _check(q_idx: Tensor, weights: Tensor, k_idx: Tensor, query_pos: Tensor | None) -> None:

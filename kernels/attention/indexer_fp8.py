@@ -11,12 +11,19 @@ The kernel puts keys on the MMA's M side and (query, head) pairs on N: S = K8 @ 
 wgmma per key block on sm_90, and the weighted head sum is a second, small MMA, relu(S) @ W,
 where W (N, 16) holds each pair's weight in its query's column. A reduction across the rows of
 an MMA accumulator would instead need a trip through shared memory per key block. Causal key
-blocks after a tile's last query are not multiplied and score -inf. That test stays inside
-the key loop, which keeps Triton from pipelining the loop's loads; a version with two loops
-(the scored blocks, then the -inf rest) was pipelined but took 149 registers instead of 100 and
-ran a 4096-query prefill chunk at 46K context in 7.0 ms against 4.7, 5.0 at its best stages and
-warps (H200, raw/logs/h200-tune-attention-pipelined-indexer-20261201T1406.csv): here occupancy
-hides the loads better than asynchronous copies do.
+blocks after a tile's last query are not multiplied and score -inf.
+
+In the prompt's layout the key blocks come by TMA (`_indexer_fp8_tma_kernel`) in two loops:
+the blocks up to a tile's last query, their copies pipelined, then the -inf rest. With
+pointer loads the causal test stays inside one key loop (`_indexer_fp8_kernel`, which every
+layout takes), since two loops of pointer loads were pipelined but took 149 registers instead
+of 100 and ran 7.0 ms against 4.7
+(raw/logs/h200-tune-attention-pipelined-indexer-20261201T1406.csv); a TMA copy needs no
+address registers (124). A program scores a run of up to RUN_BLOCKS key blocks, its query
+tile loaded and quantised once a run. On the H200, a 4096-query prefill chunk at 46K context
+(one run, raw/logs/h200-indexer-tma-runs-20261201T1640.csv): 3.90 ms by TMA in runs of up to
+64 blocks, 4.51 by pointers in such runs, 4.85 by pointers in runs of 16 (the kernel before);
+1.82x its floor, against 2.22x before.
 
 With `head_sum="cores"` a second kernel (`_indexer_fp8_rows_kernel`) gives each query's heads
 an MMA of their own and sums them in fp32 on the CUDA cores instead, for one or two queries a
@@ -42,6 +49,7 @@ from kernels.moe.compiled import launch, recording
 from kernels.moe.routing import dot_options
 
 COLUMNS = 16  # the head-sum MMA's N: at least 16 on the tensor cores
+RUN_BLOCKS = 64  # key blocks a program scores at most: its query tile quantised once a run
 
 
 def quantize_keys(keys: Tensor) -> QuantizedKeys:
@@ -474,7 +482,7 @@ def indexer_scores_fp8(
     chunk: int = SELECT_CHUNK,
     new: NewTokens | None = None,
     head_sum: str = "mma",
-    tma: bool | None = False,
+    tma: bool | None = None,
     num_stages: int | None = None,
 ) -> Tensor:
     """Indexer scores (Q, length) fp32 over FP8 keys; `reference.indexer_scores_fp8` defines
@@ -502,9 +510,10 @@ def indexer_scores_fp8(
     2.3e-3 (raw/logs/h200-tune-attention-head-sum-20261201T1413.csv). The profiles were
     measured with "mma", which stays the default until one is measured with "cores".
 
-    `tma`: copy the key blocks by TMA (`_indexer_fp8_tma_kernel`): True, or an error where it
-    cannot (the decode layout, a histogram, new tokens, the cores' head sum, a head dim that
-    is not a power of two of at least 16 bytes); None where it can; False never."""
+    `tma`: copy the key blocks by TMA (`_indexer_fp8_tma_kernel`, module docstring): None
+    (the default) where it can, True or an error where it cannot (the decode layout, a
+    histogram, new tokens, the cores' head sum, a head dim that is not a power of two of at
+    least 16 bytes), False never. `num_stages` defaults to 3 by TMA, 2 otherwise."""
     _check(q_idx, weights, keys, query_pos)
     (num_q, heads, dim), length = q_idx.shape, length or keys.values.shape[0]
     if (split is None) != (shift is None):
@@ -521,7 +530,7 @@ def indexer_scores_fp8(
     if shift is not None and block_q != 1:
         raise ValueError("a shifted (decode) layout takes one query per tile: block_q=1.")
     q_tiles = triton.cdiv(num_q, block_q)
-    keys_per_program = keys_per_program_for(length, block_l, q_tiles, q_idx.device)
+    keys_per_program = keys_per_program_for(length, block_l, q_tiles, q_idx.device, RUN_BLOCKS)
     if histogram is not None:
         chunks = triton.cdiv(length, chunk)
         if (block_q != 1 or query_pos is None or chunk % block_l

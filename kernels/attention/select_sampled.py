@@ -26,6 +26,15 @@ On the H200 (raw/logs/h200-tune-attention-20261201T1055.csv, one run): 1.30 ms f
 (2.14 at its best setting), and 68 us against 124 us for one decode row. So the `triton`
 variant selects with it, and the `fp8` variant wherever it does not fuse the select's first
 round into its indexer (prefill).
+
+Where that time went (ncu of the same chunk,
+raw/logs/h200-ncu-select-sampled-prefill-46K-20261201T1635.txt): warps waiting on loads (35%
+of stalls) with DRAM 37% busy, moving about three rows' bytes a row, since a sample of every
+16th score touches every 64-byte piece of the row and each of the two radix rounds read it
+again; and the full pass's prefix sum. So the sample is now copied once into a compact
+scratch row that both rounds read, and the full pass keeps three blocks of loads in flight
+(`FULL_PASS_STAGES`, cp.async): 0.95 ms for that chunk at two warps over 512 keys, against
+1.48 in the same run before (one run, raw/logs/h200-tune-select-sampled-20261201T1640.csv).
 """
 
 import math
@@ -36,8 +45,10 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.attention.select import (
+    ROWS_PER_SM_FOR_ONE_WARP,
     begin_row,
     check_select,
+    default_row_programs,
     launch_row_select,
     ordered_keys,
     pick_everything,
@@ -45,8 +56,10 @@ from kernels.attention.select import (
     select_row,
     write_picks,
 )
+from kernels.moe.routing import planned_sms
 
 SAMPLE_STRIDE = 16
+FULL_PASS_STAGES = tl.constexpr(3)  # the full pass's loads in flight (cp.async)
 
 
 @triton.jit
@@ -55,8 +68,7 @@ def _sampled_select_kernel(
     kept_scores_ptr, kept_pos_ptr, stride_kq, sample_ptr, stride_sample,
     TOPK: tl.constexpr, WINDOW: tl.constexpr, WINDOW_P: tl.constexpr, BLOCK: tl.constexpr,
     ROUNDS: tl.constexpr, DIGIT: tl.constexpr, SHIFTED: tl.constexpr, STRIDE: tl.constexpr,
-    SAMPLE_RANK: tl.constexpr, CAP: tl.constexpr, COMPACT: tl.constexpr,
-    FULL_STAGES: tl.constexpr,
+    SAMPLE_RANK: tl.constexpr, CAP: tl.constexpr,
 ):  # fmt: skip
     CUT_BIT: tl.constexpr = 32 - DIGIT * ROUNDS
     KEEP_ALL: tl.constexpr = -(1 << (31 - CUT_BIT))  # the lowest prefix a key can have
@@ -73,17 +85,15 @@ def _sampled_select_kernel(
         floor = tl.full((), KEEP_ALL, tl.int32)
         lane = tl.arange(0, BLOCK)
         if (candidates > CAP) & (samples >= SAMPLE_RANK):
-            if COMPACT:
-                sample = sample_ptr + query * stride_sample
-                for i0 in range(0, samples, BLOCK):
-                    i = i0 + lane
-                    tl.store(sample + i, tl.load(row + i * STRIDE, mask=i < samples), mask=i < samples)
-                tl.debug_barrier()
-                floor, _ = radix_cut(sample, samples, SAMPLE_RANK, 1, ROUNDS, DIGIT, BLOCK)
-            else:
-                floor, _ = radix_cut(row, samples, SAMPLE_RANK, STRIDE, ROUNDS, DIGIT, BLOCK)
+            sample = sample_ptr + query * stride_sample
+            for i0 in range(0, samples, BLOCK):  # one strided read, then contiguous rounds
+                i = i0 + lane
+                tl.store(sample + i, tl.load(row + i * STRIDE, mask=i < samples),
+                         mask=i < samples)  # fmt: skip
+            tl.debug_barrier()  # the sample, written by any thread, is read by any
+            floor, _ = radix_cut(sample, samples, SAMPLE_RANK, 1, ROUNDS, DIGIT, BLOCK)
         kept = tl.zeros((), tl.int32)
-        for j0 in tl.range(0, candidates, BLOCK, num_stages=FULL_STAGES):
+        for j0 in tl.range(0, candidates, BLOCK, num_stages=FULL_PASS_STAGES):
             j = j0 + lane
             ok = j < candidates
             scores = tl.load(row + j, mask=ok, other=float("-inf"))
@@ -110,6 +120,17 @@ def _sampled_select_kernel(
             select_row(out, row, candidates, split, shift, TOPK, BLOCK, ROUNDS, DIGIT, SHIFTED)
 
 
+def sampled_row_programs(rows: int, device: torch.device) -> tuple[int, int]:
+    """(warps, keys a step): two warps over 512 keys where rows fill the GPU several times
+    over (a prefill chunk: 0.95 ms against 1.15 for one warp over 256 keys and 1.48 for one
+    over 512 before the sample was compacted and the full pass pipelined, on the H200, one
+    run: raw/logs/h200-tune-select-sampled-20261201T1640.csv), else the radix select's
+    (`select.default_row_programs`)."""
+    if rows >= ROWS_PER_SM_FOR_ONE_WARP * planned_sms(device):
+        return 2, 512
+    return default_row_programs(rows, device)
+
+
 def sample_rank(topk: int, stride: int) -> int:
     """The sample's rank whose key prefix is the floor: topk / stride and four standard
     deviations of the sample's share of the top-k above it (module docstring)."""
@@ -130,12 +151,12 @@ def select_positions_sampled(
     block: int | None = None,
     num_warps: int | None = None,
     digit_bits: int = 8,
-    compact: bool = False,
-    full_stages: int = 1,
 ) -> Tensor:
     """`select_positions_triton(...)`'s result, slot for slot, from one full pass over each
     row after a select on every `stride`-th candidate (module docstring). `cap` kept scores a
-    row (default: the power of two at or above 4 x topk) cost 8 bytes each of scratch."""
+    row (default: the power of two at or above 4 x topk) cost 8 bytes each of scratch, and
+    the compact sample 4 bytes per `stride` positions. `num_warps` and `block` default by
+    the row count (`sampled_row_programs`)."""
     rounds = check_select(scores, query_pos, topk, window, split, shift, rounds, digit_bits)
     cap = cap or triton.next_power_of_2(4 * topk)
     if not isinstance(stride, int) or stride < 2 or cap < topk:
@@ -147,14 +168,13 @@ def select_positions_sampled(
         return out
     kept_scores = torch.empty(num_q, cap, dtype=torch.float32, device=scores.device)
     kept_pos = torch.empty(num_q, cap, dtype=torch.int32, device=scores.device)
-    sample = kept_scores
-    if compact:
-        sample = torch.empty(num_q, triton.cdiv(scores.shape[1], stride), dtype=torch.float32,
-                             device=scores.device)
+    sample = torch.empty(num_q, triton.cdiv(scores.shape[1], stride), dtype=torch.float32,
+                         device=scores.device)  # fmt: skip
+    warps, keys = sampled_row_programs(num_q, scores.device)
     launch_row_select(
         _sampled_select_kernel, scores, query_pos, out, topk, window, split, shift, rounds,
-        digit_bits, block, num_warps, kept_scores, kept_pos, kept_scores.stride(0), sample,
-        sample.stride(0), STRIDE=stride, SAMPLE_RANK=sample_rank(topk, stride), CAP=cap,
-        COMPACT=compact, FULL_STAGES=full_stages,
+        digit_bits, block or keys, num_warps or warps, kept_scores, kept_pos,
+        kept_scores.stride(0), sample, sample.stride(0), STRIDE=stride,
+        SAMPLE_RANK=sample_rank(topk, stride), CAP=cap,
     )  # fmt: skip
     return out
