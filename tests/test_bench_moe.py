@@ -138,3 +138,17 @@ def test_a_bench_row_times_the_part_it_is_given(tmp_path, monkeypatch):
                  peers=["torch_grouped_mm", "torch_grouped_mm_bare"])  # fmt: skip
     assert list(table["kernel"]) == ["moe", "torch_grouped_mm", "torch_grouped_mm_bare"]
     assert [t.shape for t in timed] == [(3, 64), (3, 64), (3 * 2, 64)]  # the bare: per slot
+
+
+def test_the_w8a8_variant_gets_fp8_rows_only_floored_at_the_fp8_rate(tmp_path):
+    # W8A8 takes whole 128-wide blocks of H and I; the bf16 format has no row for it.
+    shape = SMALL | {"hidden": 128, "expert_intermediate": 128}
+    ceilings = CEILINGS | {"fp8_flops": 2e12}
+    table = _run(tmp_path, tokens=(5,), variants=("flat", "w8a8"), peers=False,
+                 ceilings=ceilings, **shape)  # fmt: skip
+    rows = table.set_index(["variant", "weight_dtype"])
+    assert sorted(rows.index) == [("flat", "bf16"), ("flat", "fp8"), ("w8a8", "fp8")]
+    assert set(table["status"]) == {"ok"}
+    w8a8, flat = rows.loc[("w8a8", "fp8")], rows.loc[("flat", "fp8")]
+    assert w8a8["rel_error"] < tolerance("moe", "w8a8")
+    assert w8a8["floor_ms"] <= flat["floor_ms"]  # the FP8 tensor-core rate, twice bf16's here

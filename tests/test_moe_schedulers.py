@@ -14,6 +14,7 @@ from kernels import moe
 from kernels.moe import (
     FORMATS,
     VARIANTS,
+    W8A8_VARIANTS,
     MoeWeights,
     last_facts,
     moe_flat,
@@ -122,7 +123,7 @@ def test_default_options(device, fn):
     assert relative_error(out, want) < 1e-2
 
 
-@pytest.mark.parametrize("name", [n for n in VARIANTS if n != "reference"])
+@pytest.mark.parametrize("name", [n for n in VARIANTS if n not in {"reference", *W8A8_VARIANTS}])
 def test_legacy_positional_weights(device, name):
     """workbench/model.py calls VARIANTS[name](x, ids, weights, w_gate_up, w_down)."""
     x, ids, topk_weights, weights = make_problem("one-token", "bf16", device, seed=6)
@@ -133,7 +134,7 @@ def test_legacy_positional_weights(device, name):
 
 
 def test_registries():
-    assert set(VARIANTS) == {"stock", "multirow", "flat", "padded", "reference"}
+    assert set(VARIANTS) == {"stock", "multirow", "flat", "padded", "w8a8", "reference"}
     assert VARIANTS["flat"] is moe_flat and VARIANTS["reference"] is moe_reference
     assert FORMATS == ("bf16", "fp8", "int4") and moe.FORMATS is FORMATS
 

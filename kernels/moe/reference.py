@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kernels.dense.reference import linear as dense_linear
+from kernels.dense.reference import quantize_activations_reference
 from kernels.moe.formats import MoeWeights, as_moe_weights
 
 
@@ -61,6 +62,31 @@ def moe_reference(
         # milliseconds per call at any size, which would swamp a CPU profile.
         out.index_put_((tokens,), y * flat_weights.index_select(0, slots)[:, None], accumulate=True)
     return out.to(x.dtype)
+
+
+def moe_w8a8_reference(
+    x: Tensor, topk_ids: Tensor, topk_weights: Tensor, weights: MoeWeights
+) -> Tensor:
+    """W8A8's exact answer, (T, H) in x.dtype: `moe_reference` on the dequantised FP8
+    weights with x, and then each slot's silu(gate) * up, quantised to FP8 per row and
+    weight-block-wide K block (`dense.reference.quantize_activations_reference`) and
+    dequantised, in fp32 throughout."""
+    block = weights.block
+
+    def fp8_rounded(a: Tensor) -> Tensor:
+        values, scales = quantize_activations_reference(a, block)
+        return values.float() * scales.repeat_interleave(block, dim=1)[:, : a.shape[1]]
+
+    w_gate_up, w_down = weights.dequantize()
+    inter = w_gate_up.shape[1] // 2
+    top_k = topk_ids.shape[1]
+    flat_ids = topk_ids.reshape(-1).long()
+    x_q = fp8_rounded(x).index_select(0, torch.arange(flat_ids.numel(), device=x.device) // top_k)
+    gate_up = torch.einsum("sh,snh->sn", x_q, w_gate_up.float().index_select(0, flat_ids))
+    h_q = fp8_rounded(F.silu(gate_up[:, :inter]) * gate_up[:, inter:])
+    y = torch.einsum("si,shi->sh", h_q, w_down.float().index_select(0, flat_ids))
+    y = y * topk_weights.reshape(-1, 1).float()
+    return y.reshape(topk_ids.shape[0], top_k, -1).sum(dim=1).to(x.dtype)
 
 
 def silu_mul_reference(gate_up: Tensor) -> Tensor:

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from kernels.moe import FORMATS, VARIANTS, MoeWeights, last_facts
+from kernels.moe import FORMATS, VARIANTS, W8A8_VARIANTS, MoeWeights, last_facts
 from workbench.capture.bench_peers import PeerRun, prepare_peers, unrun_rows
 from workbench.capture.bench_rows import (
     bench_setup,
@@ -48,7 +48,7 @@ from workbench.workloads.moe import (
 )
 
 TOKENS = (1, 6, 24, 48, 512, 4096, 33863)
-SCHEDULERS = ("stock", "multirow", "flat", "padded")
+SCHEDULERS = ("stock", "multirow", "flat", "padded", "w8a8")
 # torch on the bf16 masters, by what the timed call holds (the rows' `variant`)
 BASELINE_VARIANTS = {
     "torch_grouped_mm": "whole layer: sort, gather, 2 grouped GEMMs, fp32 SiLU, fp32 scatter",
@@ -232,7 +232,8 @@ def bench_moe(
     progress: bool = True,
     **shape_overrides: int,
 ) -> pd.DataFrame:
-    """Benchmark every variant x format and the peers at every token count and routing.
+    """Benchmark every variant x format (the W8A8 variants: FP8 only) and the peers at every
+    token count and routing.
 
     `peers`: names from `default_peers()` (None or True: all of them; False or []: none).
     """
@@ -247,7 +248,10 @@ def bench_moe(
     peer_run = prepare_peers(registered, "moe", partial(_peer_weights, base, weights))
     ctx = (s, ceilings, dev)
     rows = []
-    per_size = len(variants) * len(formats) + len(baselines) * ("bf16" in formats)
+    pairs = [
+        (fmt, v) for fmt in formats for v in variants if v not in W8A8_VARIANTS or fmt == "fp8"
+    ]
+    per_size = len(pairs) + len(baselines) * ("bf16" in formats)
     work = len(routings) * len(tokens) * (per_size + len(registered))
     with tqdm(total=work, desc="bench moe", disable=not progress) as bar:
         for routing in routings:
@@ -257,10 +261,11 @@ def bench_moe(
                 references: dict[int, torch.Tensor] = {}
                 for fmt in formats:
                     expected = references[id(weights[fmt])] = reference(problem, weights[fmt])
-                    for variant in variants:
+                    for variant in [v for f, v in pairs if f == fmt]:
                         call = partial(VARIANTS[variant], *args, weights[fmt])
+                        scheme = "w8a8" if variant in W8A8_VARIANTS else None
                         rows.append(measure("moe", variant, fmt, call, expected, problem, s,
-                                            ceilings, dev))  # fmt: skip
+                                            ceilings, dev, scheme))  # fmt: skip
                         print_row(bar, rows[-1], REPORT_KEYS)
                     if fmt == "bf16":
                         for name in baselines:

@@ -1,0 +1,202 @@
+"""Routed experts in W8A8 for prefill: FP8 activations times FP8 weights on the FP8 tensor cores.
+
+The W*A16 schedulers convert FP8 weights to bf16 in registers and multiply in bf16, so at
+prefill, where the tensor cores are the limit, FP8 weights buy nothing. Here the activations
+are FP8 too, as DeepSeek serves its experts: x is quantised per token and 128-wide K block
+(`dense.w8a8.quantize_activations`, power-of-two scales), every 128-wide K step is one FP8 MMA
+whose products are worth its rows' activation scales times the tile's weight scale; the
+running sum is kept in the current step's units, rescaled before each MMA accumulates into
+it (`_k_step`), where DeepGEMM scales each product and adds it; and the gate/up epilogue
+quantises silu(gate) * up the same way before it is stored: a 128-column output tile is one
+K block of the down projection, so its per-row absmax is known in registers, and h goes to
+memory in FP8 with its scales, half the bytes of bf16 and no quantising pass of its own.
+
+Work is the flat scheduler's (`flat`): the same routing layout (slots sorted by expert, row
+tiles numbered globally), one persistent program per SM walking (row tile, column tile) items,
+without split-K (prefill has rows enough). Gate/up gathers x8[slot // K] and writes h8[slot];
+down reads h8[slot] and writes each slot's weighted row, which `combine` sums per token.
+
+Tiles are 128 columns wide, one weight block, so each K step has one weight scale per tile
+(gate's and up's); the weights must be FP8 in 128 x 128 blocks and H and I multiples of 128.
+"""
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from kernels.dense.w8a8 import pow2_scale, quantize_activations, round_to_e4m3
+from kernels.moe.compiled import launch, recording
+from kernels.moe.flat import CPU_PROGRAMS, _locate
+from kernels.moe.formats import MoeWeights, as_moe_weights
+from kernels.moe.launch import max_row_tiles
+from kernels.moe.routing import MoeShape, sm_count, validate_moe_inputs
+from kernels.moe.routing_kernels import combine, expert_counts, expert_offsets_parallel, permute
+from kernels.moe.tiles import store_down
+
+BLOCK = 128  # the weight block, a tile's width and a K step
+DEFAULT_ROWS = 128
+DEFAULT_WARPS = 8
+DEFAULT_STAGES = 3
+
+
+@triton.jit
+def _k_step(acc, a_ptrs, row_ok, w_ptrs, scale, last_scale):
+    """One 128-wide K step into an accumulator kept in units of the step's scale (each row's
+    activation scale times the tile's weight scale): the running sum is rescaled from the
+    last step's units to this one's and handed to the FP8 MMA as its accumulator, so the
+    product needs no registers of its own (promote-and-rescale would hold a second tile of
+    fp32 products: gate and up at 128 x 128 on 8 warps took 255 registers and spilled)."""
+    a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+    return tl.dot(a, tl.load(w_ptrs), acc * (last_scale / scale)[:, None])
+
+
+@triton.jit
+def _w8a8_gate_up_kernel(
+    x8_ptr, xs_ptr, h8_ptr, hs_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr,
+    tile_offsets_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_se, stride_sn, stride_sk,
+    num_experts, hidden, inter, stride_xt, stride_xst, stride_hr, stride_hsr,
+    TOP_K: tl.constexpr, STEPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """h8[slot, cols], hs[slot, col tile] = FP8 silu(gate) * up of each item's rows and one
+    128-column tile, quantised per row as `quantize_activations` quantises."""
+    col_tiles = inter // BLOCK_K
+    num_items = tl.load(tile_offsets_ptr + num_experts) * col_tiles
+    k = tl.arange(0, BLOCK_K)
+    for item in range(tl.program_id(0), num_items, tl.num_programs(0)):
+        expert, slots, row_ok, col_tile, _ = _locate(
+            item, 1, col_tiles, tile_offsets_ptr, offsets_ptr, counts_ptr, sorted_slots_ptr,
+            num_experts, BLOCK_M, STEPS,
+        )  # fmt: skip
+        tokens = slots // TOP_K
+        cols = col_tile * BLOCK_K + k
+        w_e = w_ptr + expert.to(tl.int64) * stride_we
+        s_e = s_ptr + expert.to(tl.int64) * stride_se
+        a_ptrs = x8_ptr + tokens[:, None] * stride_xt + k[None, :]
+        gate_ptrs = w_e + cols[None, :] * stride_wn + k[:, None]  # (K, N): W's rows as columns
+        up_ptrs = gate_ptrs + inter * stride_wn
+        gate_scales = s_e + col_tile * stride_sn
+        up_scales = gate_scales + (inter // BLOCK_K) * stride_sn
+        gate = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+        up = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+        gate_unit = tl.full((BLOCK_M,), 1.0, tl.float32)  # what one unit of the sum is worth
+        up_unit = gate_unit
+        for step in range(0, hidden // BLOCK_K):
+            a_scales = tl.load(xs_ptr + tokens * stride_xst + step, mask=row_ok, other=1.0)
+            scale = a_scales * tl.load(gate_scales + step * stride_sk)
+            gate = _k_step(gate, a_ptrs, row_ok, gate_ptrs, scale, gate_unit)
+            gate_unit = scale
+            scale = a_scales * tl.load(up_scales + step * stride_sk)
+            up = _k_step(up, a_ptrs, row_ok, up_ptrs, scale, up_unit)
+            up_unit = scale
+            a_ptrs += BLOCK_K
+            gate_ptrs += BLOCK_K
+            up_ptrs += BLOCK_K
+        gate *= gate_unit[:, None]
+        up *= up_unit[:, None]
+        h = gate * tl.sigmoid(gate) * up
+        scale, inverse = pow2_scale(tl.max(tl.abs(h), axis=1))
+        h8 = round_to_e4m3(h * inverse[:, None]).to(tl.float8e4nv)  # the scaling is exact
+        tl.store(h8_ptr + slots[:, None] * stride_hr + cols[None, :], h8, mask=row_ok[:, None])
+        tl.store(hs_ptr + slots * stride_hsr + col_tile, scale, mask=row_ok)
+
+
+@triton.jit
+def _w8a8_down_kernel(
+    h8_ptr, hs_ptr, y_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
+    slot_weights_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_se, stride_sn, stride_sk,
+    num_experts, hidden, inter, stride_hr, stride_hsr, stride_yr,
+    STEPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """y[slot, cols] = routing weight * h8[slot] @ down[cols].T for each item's rows and one
+    128-column tile of H, in fp32 for `combine`."""
+    col_tiles = hidden // BLOCK_K
+    num_items = tl.load(tile_offsets_ptr + num_experts) * col_tiles
+    k = tl.arange(0, BLOCK_K)
+    for item in range(tl.program_id(0), num_items, tl.num_programs(0)):
+        expert, slots, row_ok, col_tile, _ = _locate(
+            item, 1, col_tiles, tile_offsets_ptr, offsets_ptr, counts_ptr, sorted_slots_ptr,
+            num_experts, BLOCK_M, STEPS,
+        )  # fmt: skip
+        cols = col_tile * BLOCK_K + k
+        w_ptrs = (w_ptr + expert.to(tl.int64) * stride_we + cols[None, :] * stride_wn
+                  + k[:, None])  # fmt: skip
+        w_scales = s_ptr + expert.to(tl.int64) * stride_se + col_tile * stride_sn
+        a_ptrs = h8_ptr + slots[:, None] * stride_hr + k[None, :]
+        acc = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+        unit = tl.full((BLOCK_M,), 1.0, tl.float32)
+        for step in range(0, inter // BLOCK_K):
+            scale = tl.load(hs_ptr + slots * stride_hsr + step, mask=row_ok, other=1.0)
+            scale *= tl.load(w_scales + step * stride_sk)
+            acc = _k_step(acc, a_ptrs, row_ok, w_ptrs, scale, unit)
+            unit = scale
+            a_ptrs += BLOCK_K
+            w_ptrs += BLOCK_K
+        acc *= unit[:, None]
+        store_down(y_ptr, slot_weights_ptr, 0, slots, row_ok, cols, cols < hidden, acc, 0,
+                   stride_yr, False)  # fmt: skip
+
+
+def _check(weights: MoeWeights, shape: MoeShape, block_m: int, num_warps: int) -> None:
+    if weights.fmt != "fp8" or weights.block != BLOCK:
+        raise ValueError(f"moe_w8a8 multiplies FP8 experts in {BLOCK}x{BLOCK} blocks; got "
+                         f"{weights.fmt} weights in blocks of {weights.block}: build them with "
+                         f"MoeWeights.quantize(w_gate_up, w_down, 'fp8', {BLOCK}).")  # fmt: skip
+    if shape.hidden % BLOCK or shape.inter % BLOCK:
+        raise ValueError(f"moe_w8a8 takes H and I in whole {BLOCK}-wide blocks; got "
+                         f"H={shape.hidden}, I={shape.inter}. Use the flat scheduler "
+                         "(W8A16) for these shapes.")  # fmt: skip
+    if block_m not in (16, 32, 64, 128, 256) or num_warps not in (4, 8):
+        raise ValueError(f"block_m must be a power of two from 16 to 256 and num_warps 4 or 8; "
+                         f"got block_m={block_m}, num_warps={num_warps}.")  # fmt: skip
+
+
+def moe_w8a8(
+    x: Tensor,
+    topk_ids: Tensor,
+    topk_weights: Tensor,
+    weights: MoeWeights | tuple[Tensor, Tensor] | Tensor,
+    w_down: Tensor | None = None,
+    *,
+    block_m: int = DEFAULT_ROWS,
+    num_warps: int = DEFAULT_WARPS,
+    num_stages: int = DEFAULT_STAGES,
+    num_programs: int | None = None,
+) -> Tensor:
+    """Routed-expert output (T, H) in x.dtype, as `reference.moe_w8a8_reference` defines it
+    (moe_reference with x and h quantised to FP8 per token and 128-wide block). FP8 weights in
+    128 x 128 blocks only. Five launches: x's quantiser, the routing layout (three), gate/up,
+    down, combine; num_programs defaults to the SM count (4 on the CPU)."""
+    with recording():
+        weights = as_moe_weights(weights, w_down)
+        shape = validate_moe_inputs(x, topk_ids, topk_weights, weights)
+        _check(weights, shape, block_m, num_warps)
+        programs = num_programs or sm_count(x.device) or CPU_PROGRAMS
+        slots = shape.tokens * shape.top_k
+        counts = expert_counts(topk_ids, shape.experts)
+        offsets = expert_offsets_parallel(counts)
+        tile_offsets = expert_offsets_parallel(counts, block_m)
+        sorted_slots = permute(topk_ids, offsets)
+        slot_weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
+        row_tiles = max_row_tiles(slots, shape.experts, block_m)
+        x8, xs = quantize_activations(x, BLOCK)
+        h8 = torch.empty(slots, shape.inter, dtype=torch.float8_e4m3fn, device=x.device)
+        hs = torch.empty(slots, shape.inter // BLOCK, dtype=torch.float32, device=x.device)
+        y = torch.empty(slots, shape.hidden, dtype=torch.float32, device=x.device)
+        common = {"STEPS": max(shape.experts - 1, 0).bit_length(), "BLOCK_M": block_m,
+                  "BLOCK_K": BLOCK, "num_warps": num_warps, "num_stages": num_stages}  # fmt: skip
+        gate_up, down = weights.gate_up, weights.down
+        gs, ds = weights.gate_up_scale, weights.down_scale
+        launch(
+            _w8a8_gate_up_kernel, (min(programs, row_tiles * (shape.inter // BLOCK)),), x8, xs,
+            h8, hs, sorted_slots, counts, offsets, tile_offsets, gate_up, gs, gate_up.stride(0),
+            gate_up.stride(1), *gs.stride(), shape.experts, shape.hidden, shape.inter,
+            x8.stride(0), xs.stride(0), h8.stride(0), hs.stride(0), TOP_K=shape.top_k, **common,
+        )  # fmt: skip
+        launch(
+            _w8a8_down_kernel, (min(programs, row_tiles * (shape.hidden // BLOCK)),), h8, hs, y,
+            sorted_slots, counts, offsets, tile_offsets, slot_weights, down, ds, down.stride(0),
+            down.stride(1), *ds.stride(), shape.experts, shape.hidden, shape.inter,
+            h8.stride(0), hs.stride(0), y.stride(0), **common,
+        )  # fmt: skip
+        return combine(y, shape.tokens, shape.top_k, x.dtype)

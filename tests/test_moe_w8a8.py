@@ -1,0 +1,85 @@
+"""The W8A8 MoE path (FP8 activations times FP8 experts) against its torch reference, which
+quantises x and silu(gate) * up the way the kernels do, and against the bf16-activation
+reference within W8A8's bound; at ragged routings (an expert without rows, one expert taking
+every row, one token) and two row-tile heights, and its refusals."""
+
+import pytest
+import torch
+from helpers import relative_error
+
+from kernels.moe import VARIANTS, W8A8_VARIANTS, MoeWeights, moe_reference, moe_w8a8
+from kernels.moe.reference import moe_w8a8_reference
+from workbench.workloads.checks import tolerance
+
+EXPERTS, TOP_K, HIDDEN, INTER = 6, 2, 256, 256  # two 128-wide blocks of H and of I
+
+
+def problem(ids: torch.Tensor, device, seed=0):
+    """(x bf16, ids, routing weights, FP8 experts in 128x128 blocks) for topk_ids `ids`."""
+    gen = torch.Generator().manual_seed(seed)
+    tokens = ids.shape[0]
+    x = torch.randn(tokens, HIDDEN, generator=gen).to(torch.bfloat16)
+    gate_up = torch.randn(EXPERTS, 2 * INTER, HIDDEN, generator=gen) * HIDDEN**-0.5
+    down = torch.randn(EXPERTS, HIDDEN, INTER, generator=gen) * INTER**-0.5
+    route = torch.softmax(torch.randn(tokens, TOP_K, generator=gen), dim=1)
+    weights = MoeWeights.quantize(gate_up.to(torch.bfloat16), down.to(torch.bfloat16), "fp8")
+    moved = MoeWeights("fp8", *(t.to(device) for t in (weights.gate_up, weights.down,
+                       weights.gate_up_scale, weights.down_scale)))  # fmt: skip
+    return x.to(device), ids.to(torch.int32).to(device), route.to(device), moved
+
+
+ROUTINGS = {
+    "uniform": torch.stack(
+        [
+            torch.randperm(EXPERTS, generator=torch.Generator().manual_seed(t))[:TOP_K]
+            for t in range(37)
+        ]
+    ),  # fmt: skip
+    "empty-experts": torch.tensor([[0, 2], [5, 0], [2, 5], [0, 5], [5, 2]]),  # 1, 3, 4: none
+    "one-expert": torch.tensor([[4, 4]] * 40),  # 80 rows: several tiles, one partly filled
+    "one-token": torch.tensor([[3, 1]]),
+}
+
+
+@pytest.mark.parametrize("case", list(ROUTINGS))
+@pytest.mark.parametrize("block_m", [16, 64])
+def test_w8a8_moe_matches_its_reference(case, block_m, device):
+    x, ids, route, weights = problem(ROUTINGS[case], device)
+    out = moe_w8a8(x, ids, route, weights, block_m=block_m, num_warps=4)
+    assert out.dtype == x.dtype and out.shape == x.shape
+    assert relative_error(out, moe_w8a8_reference(x, ids, route, weights)) < 1e-2
+    # against bf16 activations: E4M3's rounding of x and of h, inside the bench's W8A8 bound
+    error = relative_error(out, moe_reference(x, ids, route, weights))
+    assert 1e-2 < error < tolerance("moe", "w8a8")
+
+
+def test_w8a8_is_a_variant_that_takes_fp8_experts_only(device):
+    assert VARIANTS["w8a8"] is moe_w8a8 and set(W8A8_VARIANTS) == {"w8a8"}
+    x, ids, route, weights = problem(ROUTINGS["one-token"], device)
+    bf16 = (weights.gate_up.to(x.dtype), weights.down.to(x.dtype))
+    with pytest.raises(ValueError, match="FP8 experts in 128x128 blocks; got bf16"):
+        moe_w8a8(x, ids, route, bf16)
+    gate_up, down = weights.dequantize()
+    with pytest.raises(ValueError, match="in blocks of 64"):
+        moe_w8a8(x, ids, route, MoeWeights.quantize(gate_up, down, "fp8", 64))
+    odd = MoeWeights.quantize(gate_up[:, :, :192], down[:, :192], "fp8")
+    with pytest.raises(ValueError, match="H=192, I=256"):
+        moe_w8a8(x[:, :192], ids, route, odd)
+    with pytest.raises(ValueError, match="block_m=48"):
+        moe_w8a8(x, ids, route, weights, block_m=48)
+
+
+@pytest.mark.gpu
+def test_w8a8_moe_at_the_preset_shape_compiles_without_spills():
+    # dsv4-flash-tp2 per rank: H 4096, I 1024 (TP2), 6 of 384 experts; a prefill piece
+    from kernels.moe import last_facts
+    from workbench.presets import get_preset
+    from workbench.workloads.moe import expert_masters, moe_problem
+
+    s = get_preset("dsv4-flash-tp2").rank_shapes()
+    base = expert_masters(s, 0, torch.device("cuda"), torch.bfloat16)
+    weights = MoeWeights.quantize(*base, "fp8")
+    p = moe_problem(s, 512, "uniform", 0, torch.device("cuda"), torch.bfloat16)
+    out = moe_w8a8(*p.args(), weights)
+    assert all(f.n_spills == 0 for f in last_facts().values()), last_facts()
+    assert relative_error(out, moe_w8a8_reference(*p.args(), weights)) < 1e-2
