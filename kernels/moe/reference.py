@@ -79,14 +79,20 @@ def moe_w8a8_reference(
 
     w_gate_up, w_down = weights.dequantize()
     inter = w_gate_up.shape[1] // 2
-    top_k = topk_ids.shape[1]
+    num_tokens, top_k = topk_ids.shape
     flat_ids = topk_ids.reshape(-1).long()
-    x_q = fp8_rounded(x).index_select(0, torch.arange(flat_ids.numel(), device=x.device) // top_k)
-    gate_up = torch.einsum("sh,snh->sn", x_q, w_gate_up.float().index_select(0, flat_ids))
-    h_q = fp8_rounded(F.silu(gate_up[:, :inter]) * gate_up[:, inter:])
-    y = torch.einsum("si,shi->sh", h_q, w_down.float().index_select(0, flat_ids))
-    y = y * topk_weights.reshape(-1, 1).float()
-    return y.reshape(topk_ids.shape[0], top_k, -1).sum(dim=1).to(x.dtype)
+    slot_token = torch.arange(num_tokens * top_k, device=x.device) // top_k
+    x_q = fp8_rounded(x)
+    out = torch.zeros(num_tokens, x.shape[1], dtype=torch.float32, device=x.device)
+    for expert in flat_ids.unique().tolist():
+        slots = (flat_ids == expert).nonzero()[:, 0]
+        tokens = slot_token.index_select(0, slots)
+        gate_up = x_q.index_select(0, tokens) @ w_gate_up[expert].float().T
+        h_q = fp8_rounded(F.silu(gate_up[:, :inter]) * gate_up[:, inter:])
+        y = h_q @ w_down[expert].float().T
+        weight = topk_weights.reshape(-1).float().index_select(0, slots)[:, None]
+        out.index_put_((tokens,), y * weight, accumulate=True)
+    return out.to(x.dtype)
 
 
 def silu_mul_reference(gate_up: Tensor) -> Tensor:
