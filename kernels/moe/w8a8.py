@@ -41,14 +41,18 @@ DEFAULT_STAGES = 3
 
 
 @triton.jit
-def _k_step(acc, a_ptrs, row_ok, w_ptrs, scale, last_scale):
-    """One 128-wide K step into an accumulator kept in units of the step's scale (each row's
-    activation scale times the tile's weight scale): the running sum is rescaled from the
-    last step's units to this one's and handed to the FP8 MMA as its accumulator, so the
-    product needs no registers of its own (promote-and-rescale would hold a second tile of
-    fp32 products: gate and up at 128 x 128 on 8 warps took 255 registers and spilled)."""
+def _k_step(acc, unit, a_ptrs, row_ok, w_ptrs, scale, PROMOTE: tl.constexpr):
+    """(acc, what one unit of acc is worth) after one 128-wide K step whose products are
+    worth `scale` (each row's activation scale times the tile's weight scale).
+
+    PROMOTE: the step's product leaves the MMA in fp32 and is scaled and added on the CUDA
+    cores, as DeepGEMM does, so the running sum never passes through the FP8 MMA's narrower
+    accumulator; it costs a second tile of fp32 registers. Otherwise the running sum is
+    rescaled to this step's units and handed to the MMA as its accumulator."""
     a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
-    return tl.dot(a, tl.load(w_ptrs), acc * (last_scale / scale)[:, None])
+    if PROMOTE:
+        return acc + tl.dot(a, tl.load(w_ptrs)) * scale[:, None], unit
+    return tl.dot(a, tl.load(w_ptrs), acc * (unit / scale)[:, None]), scale
 
 
 @triton.jit
@@ -57,6 +61,7 @@ def _w8a8_gate_up_kernel(
     tile_offsets_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_se, stride_sn, stride_sk,
     num_experts, hidden, inter, stride_xt, stride_xst, stride_hr, stride_hsr,
     TOP_K: tl.constexpr, STEPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    PROMOTE: tl.constexpr,
 ):  # fmt: skip
     """h8[slot, cols], hs[slot, col tile] = FP8 silu(gate) * up of each item's rows and one
     128-column tile, quantised per row as `quantize_activations` quantises."""
@@ -83,12 +88,12 @@ def _w8a8_gate_up_kernel(
         up_unit = gate_unit
         for step in range(0, hidden // BLOCK_K):
             a_scales = tl.load(xs_ptr + tokens * stride_xst + step, mask=row_ok, other=1.0)
-            scale = a_scales * tl.load(gate_scales + step * stride_sk)
-            gate = _k_step(gate, a_ptrs, row_ok, gate_ptrs, scale, gate_unit)
-            gate_unit = scale
-            scale = a_scales * tl.load(up_scales + step * stride_sk)
-            up = _k_step(up, a_ptrs, row_ok, up_ptrs, scale, up_unit)
-            up_unit = scale
+            gate, gate_unit = _k_step(gate, gate_unit, a_ptrs, row_ok, gate_ptrs,
+                                      a_scales * tl.load(gate_scales + step * stride_sk),
+                                      PROMOTE)  # fmt: skip
+            up, up_unit = _k_step(up, up_unit, a_ptrs, row_ok, up_ptrs,
+                                  a_scales * tl.load(up_scales + step * stride_sk),
+                                  PROMOTE)  # fmt: skip
             a_ptrs += BLOCK_K
             gate_ptrs += BLOCK_K
             up_ptrs += BLOCK_K
@@ -107,6 +112,7 @@ def _w8a8_down_kernel(
     slot_weights_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_se, stride_sn, stride_sk,
     num_experts, hidden, inter, stride_hr, stride_hsr, stride_yr,
     STEPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    PROMOTE: tl.constexpr,
 ):  # fmt: skip
     """y[slot, cols] = routing weight * h8[slot] @ down[cols].T for each item's rows and one
     128-column tile of H, in fp32 for `combine`."""
@@ -127,9 +133,8 @@ def _w8a8_down_kernel(
         unit = tl.full((BLOCK_M,), 1.0, tl.float32)
         for step in range(0, inter // BLOCK_K):
             scale = tl.load(hs_ptr + slots * stride_hsr + step, mask=row_ok, other=1.0)
-            scale *= tl.load(w_scales + step * stride_sk)
-            acc = _k_step(acc, a_ptrs, row_ok, w_ptrs, scale, unit)
-            unit = scale
+            acc, unit = _k_step(acc, unit, a_ptrs, row_ok, w_ptrs,
+                                scale * tl.load(w_scales + step * stride_sk), PROMOTE)  # fmt: skip
             a_ptrs += BLOCK_K
             w_ptrs += BLOCK_K
         acc *= unit[:, None]
@@ -162,6 +167,7 @@ def moe_w8a8(
     num_warps: int = DEFAULT_WARPS,
     num_stages: int = DEFAULT_STAGES,
     num_programs: int | None = None,
+    promote: bool = False,
 ) -> Tensor:
     """Routed-expert output (T, H) in x.dtype, as `reference.moe_w8a8_reference` defines it
     (moe_reference with x and h quantised to FP8 per token and 128-wide block). FP8 weights in
@@ -184,7 +190,8 @@ def moe_w8a8(
         hs = torch.empty(slots, shape.inter // BLOCK, dtype=torch.float32, device=x.device)
         y = torch.empty(slots, shape.hidden, dtype=torch.float32, device=x.device)
         common = {"STEPS": max(shape.experts - 1, 0).bit_length(), "BLOCK_M": block_m,
-                  "BLOCK_K": BLOCK, "num_warps": num_warps, "num_stages": num_stages}  # fmt: skip
+                  "BLOCK_K": BLOCK, "PROMOTE": promote, "num_warps": num_warps,
+                  "num_stages": num_stages}  # fmt: skip
         gate_up, down = weights.gate_up, weights.down
         gs, ds = weights.gate_up_scale, weights.down_scale
         launch(
