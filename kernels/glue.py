@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.moe.compiled import launch
+from kernels.compiled import launch
 from kernels.rope import ROPE_THETA
 
 SILU_BLOCK = 1024  # columns of the SiLU-and-multiply per program

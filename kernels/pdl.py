@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.moe.compiled import interpreting
+from kernels.compiled import interpreting
 
 PREFETCH_ALIGN = 16  # cp.async.bulk.prefetch takes 16-byte aligned addresses and sizes
 

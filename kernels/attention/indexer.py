@@ -15,7 +15,7 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.attention.formats import score_rows
-from kernels.moe.compiled import launch, recording
+from kernels.compiled import launch, recording
 from kernels.moe.routing import dot_options, planned_sms
 
 DECODE_QUERIES = 4  # at or below: one query per tile, one key block per program

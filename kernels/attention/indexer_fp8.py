@@ -44,8 +44,8 @@ from kernels.attention.formats import NewTokens, QuantizedKeys, score_rows
 from kernels.attention.indexer import DECODE_QUERIES, keys_per_program_for
 from kernels.attention.select import high_byte_histogram
 from kernels.attention.select_chunked import SELECT_CHUNK, FirstRound
-from kernels.dense.w8a8 import pow2_scale, quantize_activations, round_to_e4m3
-from kernels.moe.compiled import launch, recording
+from kernels.compiled import launch, recording
+from kernels.fp8_quant import pow2_scale, quantize_activations, round_to_e4m3
 from kernels.moe.routing import dot_options
 
 COLUMNS = 16  # the head-sum MMA's N: at least 16 on the tensor cores

@@ -48,7 +48,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.moe.compiled import launch, recording
+from kernels.compiled import launch, recording
 from kernels.moe.routing import planned_sms
 
 BINS = 256

@@ -24,7 +24,7 @@ from kernels.attention.select import (
     write_picks,
     write_window,
 )
-from kernels.moe.compiled import launch, recording
+from kernels.compiled import launch, recording
 from kernels.zeroed import kept_zeros
 
 # Positions a program of the chunked (decode) select owns: a decode row's 46K scores are 90

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.moe.compiled import launch, recording
+from kernels.compiled import launch, recording
 from kernels.moe.routing import dot_options, planned_sms
 
 LOG2E = 1 / math.log(2)  # the kernel works in powers of two: exp(x) = exp2(x * LOG2E)

@@ -12,12 +12,13 @@ from collections.abc import Callable
 
 # reference first: kernels.moe (which the Triton variants import) imports it back.
 from kernels.dense.reference import linear, linear_reference, w8a8_reference  # isort: skip
+from kernels.compiled import last_facts
 from kernels.dense.formats import DEFAULT_BLOCK, FORMATS, DenseWeights
 from kernels.dense.grouped import GROUP_VARIANTS, group_linear, one_by_one
 from kernels.dense.hybrid import DEFAULT_HYBRID_M, hybrid_threshold, linear_hybrid
-from kernels.dense.w8a8 import linear_w8a8, quantize_activations
+from kernels.dense.w8a8 import linear_w8a8
 from kernels.dense.w8a16 import linear_w8a16, linear_w8a16_group
-from kernels.moe.compiled import last_facts
+from kernels.fp8_quant import quantize_activations
 
 VARIANTS: dict[str, Callable] = {
     "bf16": linear,

@@ -43,6 +43,7 @@ import triton.language as tl
 from torch import Tensor
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from kernels.compiled import launch, recording
 from kernels.dense.formats import DenseWeights, check_group_inputs, check_linear_inputs
 from kernels.dense.tiles import (
     GROUP_M,
@@ -55,7 +56,6 @@ from kernels.dense.tiles import (
     store_tile,
 )
 from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_bf16
-from kernels.moe.compiled import launch, recording
 from kernels.moe.routing import dot_options
 from kernels.pdl import prefetch_rows_to_l2, prefetchable
 

@@ -34,8 +34,8 @@ import triton.language as tl
 from torch import Tensor
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from kernels.compiled import launch
 from kernels.dense.formats import DenseWeights
-from kernels.moe.compiled import launch
 from kernels.moe.routing import planned_sms
 
 BLOCK = 128  # the only weight block this kernel takes: one scale per K step

@@ -46,9 +46,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from kernels.compiled import launch
 from kernels.dense.formats import DenseWeights
 from kernels.dense.w8a8_tma import BLOCK, check_tma_inputs
-from kernels.moe.compiled import launch
 from kernels.moe.routing import planned_sms
 
 ROWS = 128  # a tile's rows: two warpgroups of wgmma's 64

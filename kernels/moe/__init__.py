@@ -10,7 +10,7 @@ under the interpreter).
 
 from collections.abc import Callable
 
-from kernels.moe.compiled import KernelFacts, last_facts
+from kernels.compiled import KernelFacts, last_facts
 from kernels.moe.flat import moe_flat
 from kernels.moe.formats import FORMATS, MoeWeights
 from kernels.moe.multirow import moe_multirow

@@ -13,7 +13,7 @@ import torch
 import triton
 from torch import Tensor
 
-from kernels.moe.compiled import launch
+from kernels.compiled import launch
 from kernels.moe.formats import MoeWeights, as_moe_weights
 from kernels.moe.routing import MoeShape, dot_options, validate_moe_inputs
 from kernels.moe.routing_kernels import combine

@@ -8,7 +8,7 @@ when they receive fewer (decode).
 
 from torch import Tensor
 
-from kernels.moe.compiled import recording
+from kernels.compiled import recording
 from kernels.moe.formats import MoeWeights
 from kernels.moe.launch import prepare
 from kernels.moe.stock import STOCK_TILES, run_stock

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from kernels.moe.compiled import interpreting
+from kernels.compiled import interpreting
 from kernels.moe.formats import MoeWeights
 
 

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.moe.compiled import launch
+from kernels.compiled import launch
 
 SLOT_BLOCK = 1024  # slots per program in the histogram and the permutation
 

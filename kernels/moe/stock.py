@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.moe.compiled import launch, recording
+from kernels.compiled import launch, recording
 from kernels.moe.formats import MoeWeights
 from kernels.moe.launch import Tiles, prepare, run_pipeline, weight_args
 from kernels.moe.routing import MoeShape, default_groups

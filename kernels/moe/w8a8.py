@@ -3,13 +3,22 @@
 The W*A16 schedulers convert FP8 weights to bf16 in registers and multiply in bf16, so at
 prefill, where the tensor cores are the limit, FP8 weights buy nothing. Here the activations
 are FP8 too, as DeepSeek serves its experts: x is quantised per token and 128-wide K block
-(`dense.w8a8.quantize_activations`, power-of-two scales), every 128-wide K step is one FP8 MMA
-whose products are worth its rows' activation scales times the tile's weight scale; the
-running sum is kept in the current step's units, rescaled before each MMA accumulates into
-it (`_k_step`), where DeepGEMM scales each product and adds it; and the gate/up epilogue
-quantises silu(gate) * up the same way before it is stored: a 128-column output tile is one
-K block of the down projection, so its per-row absmax is known in registers, and h goes to
-memory in FP8 with its scales, half the bytes of bf16 and no quantising pass of its own.
+(`fp8_quant.quantize_activations`, power-of-two scales), every 128-wide K step is one FP8 MMA
+whose fp32 product is scaled by its rows' activation scales and the tile's weight scale on the
+CUDA cores and added to the accumulator (promote and rescale, as DeepGEMM does), and the
+gate/up epilogue quantises silu(gate) * up the same way before it is stored: a 128-column
+output tile is one K block of the down projection, so its per-row absmax is known in
+registers, and h goes to memory in FP8 with its scales, half the bytes of bf16 and no
+quantising pass of its own.
+
+Why promote: Hopper's FP8 MMA adds into its accumulator with fewer bits than fp32. Keeping the
+running sum in the current step's units and handing it to the MMA as its accumulator (rescaled
+before each step) saves the product's registers, but on the H200 at the TP2-rank shape it was
+both less exact, 1.6e-2 from the W8A8 reference at T=4,096 against 4.2e-3, and slower, 16.1 ms
+at T=33,863 against 14.2 (one run, raw/logs/h200-moe-w8a8-tiles-20261201T1656.csv): each
+step's MMA then waits for the last one's sum. The price is registers: gate/up at 128 x 128 on
+8 warps (the defaults) takes 255 and spills 6 bytes, one program an SM; 64-row tiles spill
+nothing but took 16.5-16.7 ms.
 
 Work is the flat scheduler's (`flat`): the same routing layout (slots sorted by expert, row
 tiles numbered globally), one persistent program per SM walking (row tile, column tile) items,
@@ -25,8 +34,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.dense.w8a8 import pow2_scale, quantize_activations, round_to_e4m3
-from kernels.moe.compiled import launch, recording
+from kernels.compiled import launch, recording
+from kernels.fp8_quant import pow2_scale, quantize_activations, round_to_e4m3
 from kernels.moe.flat import CPU_PROGRAMS, _locate
 from kernels.moe.formats import MoeWeights, as_moe_weights
 from kernels.moe.launch import max_row_tiles
@@ -41,18 +50,11 @@ DEFAULT_STAGES = 3
 
 
 @triton.jit
-def _k_step(acc, unit, a_ptrs, row_ok, w_ptrs, scale, PROMOTE: tl.constexpr):
-    """(acc, what one unit of acc is worth) after one 128-wide K step whose products are
-    worth `scale` (each row's activation scale times the tile's weight scale).
-
-    PROMOTE: the step's product leaves the MMA in fp32 and is scaled and added on the CUDA
-    cores, as DeepGEMM does, so the running sum never passes through the FP8 MMA's narrower
-    accumulator; it costs a second tile of fp32 registers. Otherwise the running sum is
-    rescaled to this step's units and handed to the MMA as its accumulator."""
+def _k_step(acc, a_ptrs, row_ok, w_ptrs, scale):
+    """acc + one 128-wide K step's FP8 product, scaled by `scale` (each row's activation scale
+    times the tile's weight scale) on the CUDA cores (module docstring: why not in the MMA)."""
     a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
-    if PROMOTE:
-        return acc + tl.dot(a, tl.load(w_ptrs)) * scale[:, None], unit
-    return tl.dot(a, tl.load(w_ptrs), acc * (unit / scale)[:, None]), scale
+    return acc + tl.dot(a, tl.load(w_ptrs)) * scale[:, None]
 
 
 @triton.jit
@@ -61,7 +63,6 @@ def _w8a8_gate_up_kernel(
     tile_offsets_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_se, stride_sn, stride_sk,
     num_experts, hidden, inter, stride_xt, stride_xst, stride_hr, stride_hsr,
     TOP_K: tl.constexpr, STEPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-    PROMOTE: tl.constexpr,
 ):  # fmt: skip
     """h8[slot, cols], hs[slot, col tile] = FP8 silu(gate) * up of each item's rows and one
     128-column tile, quantised per row as `quantize_activations` quantises."""
@@ -84,21 +85,15 @@ def _w8a8_gate_up_kernel(
         up_scales = gate_scales + (inter // BLOCK_K) * stride_sn
         gate = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
         up = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-        gate_unit = tl.full((BLOCK_M,), 1.0, tl.float32)  # what one unit of the sum is worth
-        up_unit = gate_unit
         for step in range(0, hidden // BLOCK_K):
-            a_scales = tl.load(xs_ptr + tokens * stride_xst + step, mask=row_ok, other=1.0)
-            gate, gate_unit = _k_step(gate, gate_unit, a_ptrs, row_ok, gate_ptrs,
-                                      a_scales * tl.load(gate_scales + step * stride_sk),
-                                      PROMOTE)  # fmt: skip
-            up, up_unit = _k_step(up, up_unit, a_ptrs, row_ok, up_ptrs,
-                                  a_scales * tl.load(up_scales + step * stride_sk),
-                                  PROMOTE)  # fmt: skip
+            a_scales = tl.load(xs_ptr + tokens * stride_xst + step, mask=row_ok, other=0.0)
+            gate = _k_step(gate, a_ptrs, row_ok, gate_ptrs,
+                           a_scales * tl.load(gate_scales + step * stride_sk))  # fmt: skip
+            up = _k_step(up, a_ptrs, row_ok, up_ptrs,
+                         a_scales * tl.load(up_scales + step * stride_sk))  # fmt: skip
             a_ptrs += BLOCK_K
             gate_ptrs += BLOCK_K
             up_ptrs += BLOCK_K
-        gate *= gate_unit[:, None]
-        up *= up_unit[:, None]
         h = gate * tl.sigmoid(gate) * up
         scale, inverse = pow2_scale(tl.max(tl.abs(h), axis=1))
         h8 = round_to_e4m3(h * inverse[:, None]).to(tl.float8e4nv)  # the scaling is exact
@@ -112,7 +107,6 @@ def _w8a8_down_kernel(
     slot_weights_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_se, stride_sn, stride_sk,
     num_experts, hidden, inter, stride_hr, stride_hsr, stride_yr,
     STEPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-    PROMOTE: tl.constexpr,
 ):  # fmt: skip
     """y[slot, cols] = routing weight * h8[slot] @ down[cols].T for each item's rows and one
     128-column tile of H, in fp32 for `combine`."""
@@ -130,14 +124,12 @@ def _w8a8_down_kernel(
         w_scales = s_ptr + expert.to(tl.int64) * stride_se + col_tile * stride_sn
         a_ptrs = h8_ptr + slots[:, None] * stride_hr + k[None, :]
         acc = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-        unit = tl.full((BLOCK_M,), 1.0, tl.float32)
         for step in range(0, inter // BLOCK_K):
-            scale = tl.load(hs_ptr + slots * stride_hsr + step, mask=row_ok, other=1.0)
-            acc, unit = _k_step(acc, unit, a_ptrs, row_ok, w_ptrs,
-                                scale * tl.load(w_scales + step * stride_sk), PROMOTE)  # fmt: skip
+            scale = tl.load(hs_ptr + slots * stride_hsr + step, mask=row_ok, other=0.0)
+            acc = _k_step(acc, a_ptrs, row_ok, w_ptrs,
+                          scale * tl.load(w_scales + step * stride_sk))  # fmt: skip
             a_ptrs += BLOCK_K
             w_ptrs += BLOCK_K
-        acc *= unit[:, None]
         store_down(y_ptr, slot_weights_ptr, 0, slots, row_ok, cols, cols < hidden, acc, 0,
                    stride_yr, False)  # fmt: skip
 
@@ -167,7 +159,6 @@ def moe_w8a8(
     num_warps: int = DEFAULT_WARPS,
     num_stages: int = DEFAULT_STAGES,
     num_programs: int | None = None,
-    promote: bool = False,
 ) -> Tensor:
     """Routed-expert output (T, H) in x.dtype, as `reference.moe_w8a8_reference` defines it
     (moe_reference with x and h quantised to FP8 per token and 128-wide block). FP8 weights in
@@ -190,8 +181,7 @@ def moe_w8a8(
         hs = torch.empty(slots, shape.inter // BLOCK, dtype=torch.float32, device=x.device)
         y = torch.empty(slots, shape.hidden, dtype=torch.float32, device=x.device)
         common = {"STEPS": max(shape.experts - 1, 0).bit_length(), "BLOCK_M": block_m,
-                  "BLOCK_K": BLOCK, "PROMOTE": promote, "num_warps": num_warps,
-                  "num_stages": num_stages}  # fmt: skip
+                  "BLOCK_K": BLOCK, "num_warps": num_warps, "num_stages": num_stages}  # fmt: skip
         gate_up, down = weights.gate_up, weights.down
         gs, ds = weights.gate_up_scale, weights.down_scale
         launch(

@@ -91,8 +91,9 @@ class Rule:
 # fmt: off
 KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
     # The workbench's own Triton kernels (kernels/, `@triton.jit` functions that are launched).
-    ("workbench MoE GEMM", r"^_(stock|flat|padded)_(gate_up|down)_kernel$|^silu_reduce_kernel$",
-     MOE, "kernels/moe: stock, flat and padded expert GEMMs and the split-K gate/up reduce"),
+    ("workbench MoE GEMM",
+     r"^_(stock|flat|padded|w8a8)_(gate_up|down)_kernel$|^silu_reduce_kernel$", MOE,
+     "kernels/moe: stock, flat, padded and W8A8 expert GEMMs and the split-K gate/up reduce"),
     ("workbench MoE routing",
      r"^_(counts|offsets_serial|offsets_parallel|permute|block_experts|combine|router_topk)"
      r"_kernel$", MOE, "kernels/moe routing: expert counts, offsets, permutation and the "
@@ -101,8 +102,8 @@ KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
      DENSE, "kernels/dense: W8A16 and W8A8 GEMMs (Triton and Gluon) and the W8A8 activation "
      "quantizer"),
     ("workbench sparse attention",
-     r"^_(sparse_attention|sparse_combine|indexer|indexer_fp8|indexer_fp8_rows|select|sampled_select"
-     r"|second_round|chunk_picks|write_cache)_kernel$",
+     r"^_(sparse_attention|sparse_combine|indexer|indexer_fp8|indexer_fp8_rows|indexer_fp8_tma"
+     r"|select|sampled_select|second_round|chunk_picks|write_cache)_kernel$",
      SPARSE_ATTENTION, "kernels/attention: sparse attention, its split-KV merge, the bf16 and "
      "FP8 indexers, the top-k select (one program a row, plain or from a sampled threshold, or "
      "chunked: second round and picks) and the FP8 cache write"),

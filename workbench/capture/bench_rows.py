@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from kernels.moe.compiled import forget_facts, last_facts
+from kernels.compiled import forget_facts, last_facts
 from workbench.artifacts import run_stamp, write_run
 from workbench.capture.ceilings import measure_ceilings
 from workbench.capture.environment import describe

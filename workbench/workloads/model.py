@@ -32,7 +32,7 @@ from torch.profiler import record_function
 import kernels.attention as attention_kernels
 import kernels.dense as dense_kernels
 import kernels.moe as moe_kernels
-from kernels.moe.compiled import interpreting
+from kernels.compiled import interpreting
 from workbench.errors import WorkbenchError
 from workbench.presets import Preset, draw_routing
 from workbench.workloads.glue_ops import Glue

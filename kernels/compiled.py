@@ -1,12 +1,14 @@
-"""What the compiler made of the Triton kernels one MoE call launched: registers, spills, smem.
+"""What the compiler made of the Triton kernels one call launched: registers, spills, smem.
 
 Sweeps record these next to timings because a config that spills or exhausts shared memory
-explains its own slowness (the seed's "Things that did not help" table). Every launch in
-kernels.moe goes through `launch`, and each public entry point wraps its launches in
-`recording()`, after which `last_facts()` returns them. A module-level record rather than a
-`return_facts=` flag keeps every variant's return type a plain Tensor, so the workbench model
-(which only sees VARIANTS[name]) can still read the facts after a call. It is per process, not
-per thread: read it from the thread that made the call, before the next call.
+explains its own slowness (the seed's "Things that did not help" table). Every kernel launch of
+the MoE, dense and attention kernels goes through `launch`, and each public entry point wraps
+its launches in `recording()`, after which `last_facts()` returns them. A leaf module: it
+imports nothing of `kernels`, so every kernel family can use it without import cycles. A module-
+level record rather than a `return_facts=` flag keeps every variant's return type a plain
+Tensor, so the workbench model (which only sees VARIANTS[name]) can still read the facts after a
+call. It is per process, not per thread: read it from the thread that made the call, before the
+next call.
 
 Under TRITON_INTERPRET there is no compiled kernel; the facts are then all None.
 """
