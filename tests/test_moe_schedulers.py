@@ -134,7 +134,15 @@ def test_legacy_positional_weights(device, name):
 
 
 def test_registries():
-    assert set(VARIANTS) == {"stock", "multirow", "flat", "padded", "w8a8", "reference"}
+    assert set(VARIANTS) == {
+        "stock",
+        "multirow",
+        "flat",
+        "padded",
+        "w8a8",
+        "flat_w8a8",
+        "reference",
+    }
     assert VARIANTS["flat"] is moe_flat and VARIANTS["reference"] is moe_reference
     assert FORMATS == ("bf16", "fp8", "int4") and moe.FORMATS is FORMATS
 

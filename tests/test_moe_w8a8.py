@@ -7,7 +7,15 @@ import pytest
 import torch
 from helpers import relative_error
 
-from kernels.moe import VARIANTS, W8A8_VARIANTS, MoeWeights, moe_reference, moe_w8a8
+from kernels.moe import (
+    VARIANTS,
+    W8A8_VARIANTS,
+    MoeWeights,
+    moe_flat,
+    moe_flat_w8a8,
+    moe_reference,
+    moe_w8a8,
+)
 from kernels.moe.reference import moe_w8a8_reference
 from workbench.workloads.checks import tolerance
 
@@ -54,7 +62,7 @@ def test_w8a8_moe_matches_its_reference(case, block_m, device):
 
 
 def test_w8a8_is_a_variant_that_takes_fp8_experts_only(device):
-    assert VARIANTS["w8a8"] is moe_w8a8 and set(W8A8_VARIANTS) == {"w8a8"}
+    assert VARIANTS["w8a8"] is moe_w8a8 and set(W8A8_VARIANTS) == {"w8a8", "flat_w8a8"}
     x, ids, route, weights = problem(ROUTINGS["one-token"], device)
     bf16 = (weights.gate_up.to(x.dtype), weights.down.to(x.dtype))
     with pytest.raises(ValueError, match="FP8 experts in 128x128 blocks; got bf16"):
@@ -84,3 +92,22 @@ def test_w8a8_moe_at_the_preset_shape_matches_its_reference():
     # gate/up's default 128 x 128 tiles spill 6 bytes on the H200 (Triton 3.6): no more
     assert all(f.n_spills <= 8 for f in last_facts().values()), last_facts()
     assert relative_error(out, moe_w8a8_reference(*p.args(), weights)) < 1e-2
+
+
+def test_flat_w8a8_runs_w8a8_at_prefill_sizes_and_flat_at_decode(device, monkeypatch):
+    import kernels.moe.w8a8 as module
+
+    ran = []
+    for name, fn in (("moe_w8a8", moe_w8a8), ("moe_flat", moe_flat)):
+        monkeypatch.setattr(
+            module, name, lambda *a, _n=name, _f=fn, **k: ran.append(_n) or _f(*a, **k)
+        )
+    prefill = torch.tensor([[t % EXPERTS, (t + 1) % EXPERTS] for t in range(120)])  # 40 a row
+    for case, ids in (("prefill", prefill), ("decode", ROUTINGS["one-token"])):
+        x, ids, route, weights = problem(ids, device)
+        out = moe_flat_w8a8(x, ids, route, weights)
+        want = moe_w8a8 if case == "prefill" else moe_flat
+        assert relative_error(out, want(x, ids, route, weights)) == 0
+    assert ran == ["moe_w8a8", "moe_flat"]
+    with pytest.raises(ValueError, match="got bf16 weights"):
+        moe_flat_w8a8(x, ids, route, (weights.gate_up.to(x.dtype), weights.down.to(x.dtype)))

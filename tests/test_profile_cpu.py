@@ -98,6 +98,7 @@ def test_compare_puts_runs_side_by_side(run):
         ({"moe": "cublas_fp8"}, "the peer cublas_fp8 has no moe adapter; moe peers: humming"),
         ({"dense": "fp4"}, "or a peer: cublas_fp8, humming, humming_w4a16, deepgemm"),
         ({"moe_format": "fp4"}, "moe_format"),
+        ({"moe": "flat_w8a8", "moe_format": "bf16"}, "multiplies FP8 experts .*moe_format=fp8"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, kwargs, message):

@@ -17,7 +17,7 @@ from kernels.moe.multirow import moe_multirow
 from kernels.moe.padded import moe_padded
 from kernels.moe.reference import moe_reference, router_topk, shared_expert, silu_mul_reference
 from kernels.moe.stock import moe_stock
-from kernels.moe.w8a8 import moe_w8a8
+from kernels.moe.w8a8 import moe_flat_w8a8, moe_w8a8
 
 VARIANTS: dict[str, Callable] = {
     "stock": moe_stock,
@@ -25,9 +25,11 @@ VARIANTS: dict[str, Callable] = {
     "flat": moe_flat,
     "padded": moe_padded,
     "w8a8": moe_w8a8,
+    "flat_w8a8": moe_flat_w8a8,
     "reference": moe_reference,
 }
-W8A8_VARIANTS = frozenset({"w8a8"})  # FP8 activations: FP8 weights only, checked as W8A8
+# FP8 activations (flat_w8a8: at prefill): FP8 weights only, checked as W8A8
+W8A8_VARIANTS = frozenset({"w8a8", "flat_w8a8"})
 
 __all__ = [
     "FORMATS",
@@ -37,6 +39,7 @@ __all__ = [
     "MoeWeights",
     "last_facts",
     "moe_flat",
+    "moe_flat_w8a8",
     "moe_multirow",
     "moe_padded",
     "moe_reference",

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from kernels.compiled import launch, recording
 from kernels.fp8_quant import pow2_scale, quantize_activations, round_to_e4m3
-from kernels.moe.flat import CPU_PROGRAMS, _locate
+from kernels.moe.flat import CPU_PROGRAMS, PREFILL_ROWS, _locate, moe_flat
 from kernels.moe.formats import MoeWeights, as_moe_weights
 from kernels.moe.launch import max_row_tiles
 from kernels.moe.routing import MoeShape, sm_count, validate_moe_inputs
@@ -134,11 +134,15 @@ def _w8a8_down_kernel(
                    stride_yr, False)  # fmt: skip
 
 
-def _check(weights: MoeWeights, shape: MoeShape, block_m: int, num_warps: int) -> None:
+def _check_weights(weights: MoeWeights) -> None:
     if weights.fmt != "fp8" or weights.block != BLOCK:
         raise ValueError(f"moe_w8a8 multiplies FP8 experts in {BLOCK}x{BLOCK} blocks; got "
                          f"{weights.fmt} weights in blocks of {weights.block}: build them with "
                          f"MoeWeights.quantize(w_gate_up, w_down, 'fp8', {BLOCK}).")  # fmt: skip
+
+
+def _check(weights: MoeWeights, shape: MoeShape, block_m: int, num_warps: int) -> None:
+    _check_weights(weights)
     if shape.hidden % BLOCK or shape.inter % BLOCK:
         raise ValueError(f"moe_w8a8 takes H and I in whole {BLOCK}-wide blocks; got "
                          f"H={shape.hidden}, I={shape.inter}. Use the flat scheduler "
@@ -197,3 +201,21 @@ def moe_w8a8(
             h8.stride(0), hs.stride(0), y.stride(0), **common,
         )  # fmt: skip
         return combine(y, shape.tokens, shape.top_k, x.dtype)
+
+
+def moe_flat_w8a8(
+    x: Tensor,
+    topk_ids: Tensor,
+    topk_weights: Tensor,
+    weights: MoeWeights | tuple[Tensor, Tensor] | Tensor,
+    w_down: Tensor | None = None,
+) -> Tensor:
+    """FP8 experts as a server runs them: `moe_w8a8` where the mean rows per active expert
+    reach `flat.PREFILL_ROWS` (prefill: the tensor cores are the limit), else `moe_flat`
+    (decode: bf16 activations, streaming the weights with split-K)."""
+    weights = as_moe_weights(weights, w_down)
+    _check_weights(weights)  # at every size, not only where W8A8 runs
+    slots = topk_ids.numel()
+    if slots / max(1, min(weights.gate_up.shape[0], slots)) >= PREFILL_ROWS:
+        return moe_w8a8(x, topk_ids, topk_weights, weights)
+    return moe_flat(x, topk_ids, topk_weights, weights)

@@ -108,6 +108,11 @@ class SyntheticModel:
                 f"unknown moe_format '{moe_format}'; the experts' formats are "
                 f"{', '.join(moe_kernels.FORMATS)}"
             )
+        if moe in moe_kernels.W8A8_VARIANTS and moe_format != "fp8":
+            raise WorkbenchError(
+                f"moe={moe} multiplies FP8 experts (W8A8); got moe_format={moe_format}: add "
+                "moe_format=fp8"
+            )
         self.moe_format = moe_format
         self.on_gpu = self.device.type == "cuda"
         self.glue = Glue(fused=self.on_gpu)  # as a server runs it; torch references on the CPU

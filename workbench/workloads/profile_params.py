@@ -43,7 +43,13 @@ class Param:
 
 PARAMS: tuple[Param, ...] = (
     Param("preset", None, str, "model preset (default: dsv4-flash-tp2 on a GPU, else tiny)"),
-    Param("moe", "stock", str, "MoE kernel: stock, multirow, flat, padded; a MoE peer"),
+    Param(
+        "moe",
+        "stock",
+        str,
+        "MoE kernel: stock, multirow, flat, padded, w8a8 (FP8 activations), flat_w8a8 (w8a8 "
+        "at prefill, flat at decode); a MoE peer",
+    ),
     Param(
         "moe_format",
         None,
