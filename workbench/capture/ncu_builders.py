@@ -15,7 +15,7 @@ from functools import partial
 
 import torch
 
-from kernels.moe import FORMATS, VARIANTS, moe_reference
+from kernels.moe import FORMATS, VARIANTS, W8A8_VARIANTS, moe_reference
 from workbench.analysis.ncu_files import DECODE_STEP
 from workbench.capture.ncu_args import DECODE_DEFAULTS, Mark, TargetArgs, Workload, range_name
 from workbench.errors import WorkbenchError
@@ -89,13 +89,17 @@ def build_moe(args: TargetArgs) -> list[Workload]:
     """One launch of `kernels.moe.VARIANTS[variant]` per token count, routed experts only.
 
     `fmt` (bf16, fp8 or int4) and `block` choose the weight format (MoeWeights.quantize); the
-    reference then runs on the dequantised weights, so the check isolates the kernel.
+    reference then runs on the dequantised weights, so the check isolates the kernel (and, for
+    the W8A8 variants, the rounding of their FP8 activations).
     """
     fn = _variant(VARIANTS, "moe", args.variant)
     options = dict(args.params)
     fmt, block = str(options.pop("fmt", "bf16")), options.pop("block", None)
     if fmt not in FORMATS:
         raise WorkbenchError(f"unknown weight format fmt={fmt}; known: {', '.join(FORMATS)}")
+    # the W8A8 variants quantise x and h too: checked against the bf16-activation reference
+    # at W8A8's bound, as the bench checks them
+    scheme = "w8a8" if args.variant in W8A8_VARIANTS else fmt
     params = _keyword_params(fn, options, f"moe variant '{args.variant}'")
     device = device_for(args.device)
     dtype = serving_dtype(device)
@@ -108,7 +112,7 @@ def build_moe(args: TargetArgs) -> list[Workload]:
         call = partial(fn, *problem.args(), weights, **params)
         name = range_name("moe", args.variant, tokens)
         check = partial(_check_output, call, partial(reference, problem, weights), name,
-                        tolerance("moe", fmt), "tests/test_moe_stock.py")  # fmt: skip
+                        tolerance("moe", scheme), "tests/test_moe_stock.py")  # fmt: skip
         workloads.append(Workload(name, check, call, _marked(call, name)))
     return workloads
 
