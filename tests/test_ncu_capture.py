@@ -431,7 +431,11 @@ def test_capture_writes_report_metadata_and_summary(fake_machine, tmp_path, repo
         "moe-stock-T6-4096-num_warps8.summary.txt",
     ]
     meta = json.loads(path.with_suffix(".json").read_text())
-    assert meta["command"] == fake.command and meta["command"][0] == NCU
+    # recorded without the machine's folders: programs by name, the report where it is kept
+    assert meta["command"][0] == Path(NCU).name and len(meta["command"]) == len(fake.command)
+    assert not any(Path(arg).is_absolute() for arg in meta["command"])
+    kept = meta["command"][meta["command"].index("-o") + 1]
+    assert Path(kept).name == "moe-stock-T6-4096-num_warps8"
     assert meta["tokens"] == [6, 4096] and meta["params"] == {"num_warps": 8}
     assert meta["ncu_version"] == "Version 2025.3.1.0 (build 1)"
     assert meta["nvtx_ranges"] == ["wb:moe:stock:T=6", "wb:moe:stock:T=4096"]

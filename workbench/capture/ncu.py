@@ -86,6 +86,20 @@ def find_ncu() -> str:
     return ncu
 
 
+def recorded_command(command: Sequence[str], kept: Path) -> list[str]:
+    """`command` as a capture's metadata keeps it: the report under the name it is kept by
+    (relative to the working folder where it lies inside it), not the temporary folder ncu
+    wrote it in, and programs by their names, so an artifact names no folder of the machine
+    that captured it."""
+    recorded = list(command)
+    try:
+        kept = kept.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        kept = Path(kept.name)
+    recorded[recorded.index("-o") + 1] = str(kept)
+    return [Path(arg).name if Path(arg).is_absolute() else arg for arg in recorded]
+
+
 def ncu_command(
     ncu: str,
     output: Path,
@@ -293,7 +307,7 @@ def capture(
             "preset": target.preset,
             "nvtx_ranges": target.range_names(),
             "collect": collect,
-            "command": command,
+            "command": recorded_command(command, out_dir / name),
             "ncu_version": ncu_version(ncu),
             "wall_s": round(wall_s, 1),
             "environment": describe(),
