@@ -359,6 +359,9 @@ def test_fp8_indexer_by_tma_writes_what_pointer_loads_write(block_q, block_l, de
                                         block_l=block_l, tma=tma)  # fmt: skip
             assert launched == ["_indexer_fp8_tma_kernel"]
             assert torch.equal(by_tma, by_pointers)
+    launched.clear()  # a decode query (DECODE_QUERIES or fewer) keeps pointer loads by default
+    indexer_scores_fp8(q_idx[:1], weights[:1], keys, pos[-1:], block_l=block_l)
+    assert launched == ["_indexer_fp8_kernel"]
 
 
 def test_fp8_indexer_refuses_tma_where_it_cannot_copy_by_tma(device, monkeypatch):

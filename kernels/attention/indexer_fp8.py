@@ -511,9 +511,11 @@ def indexer_scores_fp8(
     measured with "mma", which stays the default until one is measured with "cores".
 
     `tma`: copy the key blocks by TMA (`_indexer_fp8_tma_kernel`, module docstring): None
-    (the default) where it can, True or an error where it cannot (the decode layout, a
-    histogram, new tokens, the cores' head sum, a head dim that is not a power of two of at
-    least 16 bytes), False never. `num_stages` defaults to 3 by TMA, 2 otherwise."""
+    (the default) where it can for more than DECODE_QUERIES queries (one decode query at 46K
+    context took 9.0 us by TMA against 8.9 by pointers on the H200,
+    raw/logs/h200-tune-indexer-tma-20261201T1634.csv), True or an error where it cannot (the
+    decode layout, a histogram, new tokens, the cores' head sum, a head dim that is not a power
+    of two of at least 16 bytes), False never. `num_stages` defaults to 3 by TMA, 2 otherwise."""
     _check(q_idx, weights, keys, query_pos)
     (num_q, heads, dim), length = q_idx.shape, length or keys.values.shape[0]
     if (split is None) != (shift is None):
@@ -552,6 +554,8 @@ def indexer_scores_fp8(
     new_args = (new.index_k, new.kv, new.rows, new.kv_cache) if new is not None else (scores,) * 4
     rows = block_q * heads_p
     grid = (q_tiles, triton.cdiv(length, keys_per_program))
+    if tma is None:  # decode's one key block a program gains nothing from it
+        tma = None if num_q > DECODE_QUERIES else False
     by_tma = _takes_tma(tma, keys, shift, histogram, new, head_sum)
     if head_sum == "cores":
         with recording():
