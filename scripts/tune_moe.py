@@ -3,6 +3,9 @@ process (each setting checked against the reference first), to choose its defaul
 
     python scripts/tune_moe.py OUT_DIR [--variant flat] [--budget-s 120] [--case fp8:6 ...]
 
+`--variant w8a8` takes its own grid (FP8 experts at T = 4,096 and 33,863); its rel_error is
+then against the bf16-activation reference, FP8 activations' rounding included.
+
 Writes OUT_DIR/tune-<variant>.csv and prints one line per setting as it finishes. This is a
 developer's tool for picking defaults; `workbench sweep` is the product's isolated sweep.
 """
@@ -17,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from kernels.moe import VARIANTS, MoeWeights, last_facts
+from kernels.moe import VARIANTS, W8A8_VARIANTS, MoeWeights, last_facts
 from workbench.capture.bench_rows import compile_facts, time_call
 from workbench.presets import get_preset
 from workbench.workloads.checks import relative_error
@@ -50,6 +53,10 @@ DECODE = [
 ]
 CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),
          ("bf16", 6, DECODE[:4]), ("int4", 6, DECODE), ("int4", 33863, PREFILL)]  # fmt: skip
+# the W8A8 path (FP8 experts only, 128-column tiles): rows a tile, warps and stages
+W8A8 = [{}, dict(num_stages=4), dict(block_m=64), dict(block_m=64, num_stages=4),
+        dict(block_m=128, num_stages=2), dict(block_m=64, num_warps=4)]  # fmt: skip
+W8A8_CASES = [("fp8", 4096, W8A8), ("fp8", 33863, W8A8)]
 
 
 def main() -> None:
@@ -66,7 +73,7 @@ def main() -> None:
     masters = expert_masters(s, SEED, dev, torch.bfloat16)
     weights = {fmt: MoeWeights.quantize(*masters, fmt) for fmt in ("bf16", "fp8", "int4")}
     rows = []
-    for fmt, tokens, grid in CASES:
+    for fmt, tokens, grid in W8A8_CASES if args.variant in W8A8_VARIANTS else CASES:
         if args.case and f"{fmt}:{tokens}" not in args.case:
             continue
         problem = moe_problem(s, tokens, "uniform", SEED, dev, torch.bfloat16)
