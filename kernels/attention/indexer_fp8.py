@@ -554,8 +554,8 @@ def indexer_scores_fp8(
     new_args = (new.index_k, new.kv, new.rows, new.kv_cache) if new is not None else (scores,) * 4
     rows = block_q * heads_p
     grid = (q_tiles, triton.cdiv(length, keys_per_program))
-    if tma is None:  # decode's one key block a program gains nothing from it
-        tma = None if num_q > DECODE_QUERIES else False
+    if tma is None and num_q <= DECODE_QUERIES:  # decode's one key block a program: no gain
+        tma = False
     by_tma = _takes_tma(tma, keys, shift, histogram, new, head_sum)
     if head_sum == "cores":
         with recording():

@@ -19,6 +19,8 @@ tiles plus split-K (partials summed by silu_reduce and combine) give every SM we
 stream. The grid is sized from an upper bound on the row tiles, so no host sync is needed.
 """
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -208,12 +210,41 @@ def _flat_down_kernel(
             )  # fmt: skip
 
 
+class FlatLayout(NamedTuple):
+    """The routing layout the flat work list runs on (the module docstring), built on the
+    device without a host sync: slots per expert, their first sorted position, each expert's
+    first global row tile, the sorted slots, fp32 routing weights a slot, and a bound on the
+    row tiles to size grids by."""
+
+    counts: Tensor
+    offsets: Tensor
+    tile_offsets: Tensor
+    sorted_slots: Tensor
+    slot_weights: Tensor
+    row_tiles: int
+
+    @classmethod
+    def of(cls, topk_ids: Tensor, topk_weights: Tensor, shape: MoeShape,
+           block_m: int) -> "FlatLayout":  # fmt: skip
+        counts = expert_counts(topk_ids, shape.experts)
+        offsets = expert_offsets_parallel(counts)
+        return cls(
+            counts, offsets, expert_offsets_parallel(counts, block_m), permute(topk_ids, offsets),
+            topk_weights.reshape(-1).to(torch.float32).contiguous(),
+            max_row_tiles(shape.tokens * shape.top_k, shape.experts, block_m),
+        )  # fmt: skip
+
+
+def prefill_sized(slots: int, experts: int) -> bool:
+    """Whether the active experts get PREFILL_ROWS rows or more on average (compute-bound)."""
+    return slots >= PREFILL_ROWS * min(experts, slots)
+
+
 def default_tiles(shape: MoeShape, fmt: str) -> Tiles:
     """Decode-like calls get 16-row tiles with automatic split-K (weight streaming);
     prefill-like calls get 64- or 128-row tiles on 8 warps (compute-bound); per format."""
-    slots = shape.tokens * shape.top_k
-    rows_per_expert = slots / min(shape.experts, slots)
-    return (PREFILL_TILES if rows_per_expert >= PREFILL_ROWS else DECODE_TILES)[fmt]
+    prefill = prefill_sized(shape.tokens * shape.top_k, shape.experts)
+    return (PREFILL_TILES if prefill else DECODE_TILES)[fmt]
 
 
 def auto_split_k(row_tiles: int, col_tiles: int, programs: int) -> int:
@@ -278,13 +309,9 @@ def _run_flat(
     schedule: str,
     programs: int,
 ) -> Tensor:
-    counts = expert_counts(topk_ids, shape.experts)
-    offsets = expert_offsets_parallel(counts)
-    tile_offsets = expert_offsets_parallel(counts, tiles.block_m)
-    sorted_slots = permute(topk_ids, offsets)
-    slot_weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
+    layout = FlatLayout.of(topk_ids, topk_weights, shape, tiles.block_m)
+    counts, offsets, tile_offsets, sorted_slots, slot_weights, row_tiles = layout
     tickets = torch.zeros(2, dtype=torch.int32, device=x.device)  # gate/up, down
-    row_tiles = max_row_tiles(shape.tokens * shape.top_k, shape.experts, tiles.block_m)
     gate_up_cols = triton.cdiv(shape.inter, tiles.block_n)
     down_cols = triton.cdiv(shape.hidden, tiles.block_n)
     gate_up_split, down_split = tiles.split_k, tiles.split_k

@@ -36,11 +36,10 @@ from torch import Tensor
 
 from kernels.compiled import launch, recording
 from kernels.fp8_quant import pow2_scale, quantize_activations, round_to_e4m3
-from kernels.moe.flat import CPU_PROGRAMS, PREFILL_ROWS, _locate, moe_flat
+from kernels.moe.flat import CPU_PROGRAMS, FlatLayout, _locate, moe_flat, prefill_sized
 from kernels.moe.formats import MoeWeights, as_moe_weights
-from kernels.moe.launch import max_row_tiles
 from kernels.moe.routing import MoeShape, sm_count, validate_moe_inputs
-from kernels.moe.routing_kernels import combine, expert_counts, expert_offsets_parallel, permute
+from kernels.moe.routing_kernels import combine
 from kernels.moe.tiles import store_down
 
 BLOCK = 128  # the weight block, a tile's width and a K step
@@ -174,12 +173,8 @@ def moe_w8a8(
         _check(weights, shape, block_m, num_warps)
         programs = num_programs or sm_count(x.device) or CPU_PROGRAMS
         slots = shape.tokens * shape.top_k
-        counts = expert_counts(topk_ids, shape.experts)
-        offsets = expert_offsets_parallel(counts)
-        tile_offsets = expert_offsets_parallel(counts, block_m)
-        sorted_slots = permute(topk_ids, offsets)
-        slot_weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
-        row_tiles = max_row_tiles(slots, shape.experts, block_m)
+        layout = FlatLayout.of(topk_ids, topk_weights, shape, block_m)
+        counts, offsets, tile_offsets, sorted_slots, slot_weights, row_tiles = layout
         x8, xs = quantize_activations(x, BLOCK)
         h8 = torch.empty(slots, shape.inter, dtype=torch.float8_e4m3fn, device=x.device)
         hs = torch.empty(slots, shape.inter // BLOCK, dtype=torch.float32, device=x.device)
@@ -211,11 +206,10 @@ def moe_flat_w8a8(
     w_down: Tensor | None = None,
 ) -> Tensor:
     """FP8 experts as a server runs them: `moe_w8a8` where the mean rows per active expert
-    reach `flat.PREFILL_ROWS` (prefill: the tensor cores are the limit), else `moe_flat`
-    (decode: bf16 activations, streaming the weights with split-K)."""
+    reach `flat.PREFILL_ROWS` (`flat.prefill_sized`: the tensor cores are the limit), else
+    `moe_flat` (decode: bf16 activations, streaming the weights with split-K)."""
     weights = as_moe_weights(weights, w_down)
     _check_weights(weights)  # at every size, not only where W8A8 runs
-    slots = topk_ids.numel()
-    if slots / max(1, min(weights.gate_up.shape[0], slots)) >= PREFILL_ROWS:
+    if prefill_sized(topk_ids.numel(), weights.gate_up.shape[0]):
         return moe_w8a8(x, topk_ids, topk_weights, weights)
     return moe_flat(x, topk_ids, topk_weights, weights)
