@@ -73,22 +73,7 @@ W8A8_MID = [{}, tiles(64, 64, 128, 4, 4), tiles(32, 128, 128, 4, 4), tiles(16, 1
             tiles(128, 128, 128, 8, 3) | TMA, tiles(64, 128, 128, 4, 3) | TMA]  # fmt: skip
 # Programmatic dependent launch (kernels.pdl) off and on, the rest as the defaults at each M.
 PDL_AB = [{"pdl": False}, {"pdl": None}]
-
-
-def cores(n: int, k: int, w: int, programs_per_sm: int) -> dict:
-    """W8A16 on the CUDA cores (kernels.dense.w8a16_cores): block_n rows a program."""
-    return dict(cores=True, block_n=n, block_k=k, num_warps=w, programs_per_sm=programs_per_sm)
-
-
-# Up to 8 rows: the tensor-core kernel at more programs an SM against the CUDA-core kernel.
-TENSOR_CORES = tiles(16, 64, 128, 4, 4) | {"cores": False}
-CORES = [TENSOR_CORES, TENSOR_CORES | {"programs_per_sm": 3},
-         TENSOR_CORES | {"programs_per_sm": 4}, cores(16, 128, 4, 4), cores(16, 128, 4, 8),
-         cores(16, 256, 4, 4), cores(16, 256, 4, 8), cores(32, 128, 4, 4), cores(32, 256, 4, 4),
-         cores(16, 512, 4, 4), cores(64, 256, 4, 4), cores(16, 256, 8, 4), cores(16, 128, 2, 8),
-         cores(16, 128, 4, 16)]  # fmt: skip
-# --grid NAME: this grid alone, at every --m
-GRIDS = {"pdl": ("w8a16", 128, PDL_AB), "cores": ("w8a16", 128, CORES)}
+GRIDS = {"pdl": ("w8a16", 128, PDL_AB)}  # --grid NAME: this grid alone, at every --m
 # (variant, weight block, M, grid)
 CASES = [
     ("w8a8", 128, 4096, W8A8_WGMMA),

@@ -146,58 +146,6 @@ def test_w8a16_orientations_agree(m, device):
         dense.linear_w8a8(x, weights, swap_ab=True)
 
 
-@pytest.mark.parametrize(
-    ("m", "n", "k", "block", "options"),
-    [
-        (1, 40, 72, 32, {}),  # K past the last K tile, N past the last row tile
-        (3, 130, 200, 128, {"block_k": 256}),  # two sub-tiles a step, the second past K
-        (6, 96, 384, 128, {"split_k": 3}),  # through the partial sums
-        (8, 64, 256, 32, {"block_n": 32, "num_warps": 2}),
-    ],
-)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_cuda_core_kernel_matches_fp32_on_the_dequantised_weights(
-    m, n, k, block, options, dtype, device
-):
-    x, weights = make(m, n, k, dtype, block=block, device=device)
-    out = dense.linear_w8a16(x, weights, cores=True, **{"block_n": 16, **options})
-    assert out.dtype == dtype and out.shape == (m, n)
-    assert relative_error(out, linear_reference(x, weights)) < (
-        1e-5 if dtype == torch.float32 else 1e-2
-    )
-
-
-def test_the_cuda_core_kernel_takes_a_group_in_one_launch(device):
-    from kernels.dense.formats import DenseWeights as Weights
-
-    gen = torch.Generator().manual_seed(5)
-    members = Weights.quantize_group([torch.randn(48, 128, generator=gen).to(device)
-                                      for _ in range(3)], "fp8", 32)  # fmt: skip
-    x = torch.randn(4, 3, 128, generator=gen).to(device)
-    out = dense.linear_w8a16_group(x, members, cores=True, block_n=16, split_k=2)
-    want = torch.cat([linear_reference(x[:, g], w) for g, w in enumerate(members)], dim=1)
-    assert relative_error(out, want) < 1e-5
-
-
-@pytest.mark.parametrize(
-    ("m", "options", "message"),
-    [
-        (9, {"cores": True}, "cores=True takes up to 8 token rows; x has 9"),
-        (2, {"cores": True, "block_n": 64}, "block_n=64 to divide the weight's 32-wide"),
-        (2, {"cores": True, "swap_ab": True}, "cores=True and swap_ab=True exclude each other"),
-        (2, {"cores": True, "block_n": 16, "pdl": True}, "launches without PDL"),
-        (2, {"cores": 1}, "cores=1 must be True or False"),
-        (2, {"programs_per_sm": 0}, "programs_per_sm=0 must be an integer >= 1"),
-    ],
-)
-def test_bad_cuda_core_options_raise_a_clear_error(m, options, message):
-    x, weights = make(m, 40, 72)
-    with pytest.raises(ValueError, match=message):
-        dense.linear_w8a16(x, weights, **options)
-    with pytest.raises(ValueError, match="cores=True is a W8A16 option"):
-        dense.linear_w8a8(x, weights, cores=True)
-
-
 def test_the_default_split_plan_fills_the_gpu_but_bounds_the_reduction(monkeypatch):
     from kernels.dense import tiles
 

@@ -43,10 +43,6 @@ class GemmTiles:
     split_k: int | None = None
     swap_ab: bool = False
     pdl: bool | None = False
-    # W8A16 only (kernels.dense.w8a16_cores): the product on the CUDA cores, one pass a token
-    # row, for up to MAX_ROWS rows; block_m is then unused.
-    cores: bool = False
-    programs_per_sm: int = 2  # what the default split plan fills the GPU to
 
     def override(self, **options: object) -> "GemmTiles":
         """These tiles with every option that is not None replaced."""
@@ -63,13 +59,8 @@ class GemmTiles:
             raise ValueError(f"split_k={self.split_k!r} must be an integer >= 1; 1 means no split.")
         if self.pdl is not None and not isinstance(self.pdl, bool):
             raise ValueError(f"pdl={self.pdl!r} must be True, False or None (where available).")
-        for name in ("swap_ab", "cores"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False.")
-        if self.cores and self.swap_ab:
-            raise ValueError("cores=True and swap_ab=True exclude each other: pick one kernel.")
-        if not isinstance(self.programs_per_sm, int) or self.programs_per_sm < 1:
-            raise ValueError(f"programs_per_sm={self.programs_per_sm!r} must be an integer >= 1.")
+        if not isinstance(self.swap_ab, bool):
+            raise ValueError(f"swap_ab={self.swap_ab!r} must be True or False.")
         if self.num_warps not in WARPS:
             raise ValueError(f"num_warps={self.num_warps!r} must be one of {WARPS}.")
         if not isinstance(self.num_stages, int) or self.num_stages < 1:
@@ -93,20 +84,15 @@ class GemmTiles:
 
 @dataclass(frozen=True)
 class TilesByM:
-    """A kernel's default tiles: bandwidth tiles up to 16 rows (`few` up to `few_up_to` rows
-    where a kernel has them), then wider tiles as the GEMM turns compute-bound (middle up to
-    `middle_up_to` rows, prefill above)."""
+    """A kernel's default tiles: bandwidth tiles up to 16 rows, then wider tiles as the GEMM
+    turns compute-bound (middle up to `middle_up_to` rows, prefill above)."""
 
     decode: GemmTiles
     middle: GemmTiles
     prefill: GemmTiles
     middle_up_to: int = 64
-    few: GemmTiles | None = None
-    few_up_to: int = 0
 
     def __call__(self, m: int) -> GemmTiles:
-        if self.few is not None and m <= self.few_up_to:
-            return self.few
         if m <= 16:
             return self.decode
         return self.middle if m <= self.middle_up_to else self.prefill
@@ -115,9 +101,8 @@ class TilesByM:
 def split_plan(tiles: GemmTiles, m: int, n: int, k: int, device: torch.device) -> tuple[int, int]:
     """(splits, K elements per split): whole K tiles per split, no split left empty.
 
-    Without an explicit split_k, small-M GEMMs split K until there are about `programs_per_sm`
-    programs per SM: a decode GEMM with N = 64 would otherwise stream its whole weight through
-    one SM. The
+    Without an explicit split_k, small-M GEMMs split K until there are about two programs per
+    SM: a decode GEMM with N = 64 would otherwise stream its whole weight through one SM. The
     last split of a tile adds all the partial tiles alone, so the plan keeps what it reads
     under REDUCE_BYTES: on the H200, 128 x 128 tiles split 80 ways (narrow projections at M of
     128 to 944) made layers 5 to 8 times slower than cuBLAS (raw/bench-dense-*T154120).
@@ -126,7 +111,7 @@ def split_plan(tiles: GemmTiles, m: int, n: int, k: int, device: torch.device) -
     want = tiles.split_k
     if want is None:
         programs = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
-        want = triton.cdiv(tiles.programs_per_sm * planned_sms(device), programs)
+        want = triton.cdiv(2 * planned_sms(device), programs)
         want = min(want, max(1, REDUCE_BYTES // (4 * tiles.block_m * tiles.block_n)))
     per_split = triton.cdiv(k_tiles, min(want, k_tiles))
     return triton.cdiv(k_tiles, per_split), per_split * tiles.block_k
@@ -165,23 +150,6 @@ def k_in_range(k_sub, offs_k, K, EVEN_K: tl.constexpr):
         return tl.full(offs_k.shape, 1, tl.int1)
     else:
         return k_sub + offs_k < K
-
-
-@triton.jit
-def group_operands(
-    x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, locks_ptr, M, N, stride_xg, stride_wg, stride_sg
-):  # fmt: skip
-    """The operands of this program's projection of a group (grid axis 2, kernels.dense.grouped):
-    its input columns, weight, scales, output columns, partial sums and arrival counters."""
-    g = tl.program_id(2).to(tl.int64)
-    return (
-        x_ptr + g * stride_xg,
-        w_ptr + g * stride_wg,
-        s_ptr + g * stride_sg,
-        y_ptr + g * N,
-        part_ptr + g * M * N,
-        locks_ptr + g * tl.num_programs(0),
-    )
 
 
 @triton.jit

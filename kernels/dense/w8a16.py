@@ -38,26 +38,23 @@ register layout, as Marlin does, which Triton's layouts do not express.
 
 from collections.abc import Sequence
 
-import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from kernels.compiled import interpreting, launch, recording
+from kernels.compiled import launch, recording
 from kernels.dense.formats import DenseWeights, check_group_inputs, check_linear_inputs
 from kernels.dense.tiles import (
     GROUP_M,
     GemmTiles,
     TilesByM,
-    group_operands,
     k_in_range,
     outputs,
     program_tile,
     split_plan,
     store_tile,
 )
-from kernels.dense.w8a16_cores import MAX_ROWS, _w8a16_cores_kernel
 from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_bf16
 from kernels.moe.routing import dot_options
 from kernels.pdl import prefetch_rows_to_l2, prefetchable
@@ -176,9 +173,15 @@ def _w8a16_kernel(
     GROUP: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
     PREFETCH: tl.constexpr,
 ):  # fmt: skip
-    x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, locks_ptr = group_operands(
-        x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, locks_ptr, M, N, stride_xg, stride_wg, stride_sg
-    )
+    # Grid axis 2 is the projection of a group (kernels.dense.grouped): its input columns,
+    # weight, scales, output columns, partial sums and arrival counters.
+    g = tl.program_id(2).to(tl.int64)
+    x_ptr += g * stride_xg
+    w_ptr += g * stride_wg
+    s_ptr += g * stride_sg
+    y_ptr += g * N
+    part_ptr += g * M * N
+    locks_ptr += g * tl.num_programs(0)
     pid_m, pid_n = program_tile(M, N, BLOCK_M, BLOCK_N, GROUP)
     rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
@@ -234,9 +237,6 @@ def _launch(
     splits, k_per_split = split_plan(tiles, m, groups * n, k, x.device)
     tiles_mn = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
     y, part, locks = outputs(m, n, tiles_mn, splits, x.dtype, x.device, groups)
-    if tiles.cores:
-        _launch_cores(x, weights, group_strides, tiles, (y, part, locks), splits, k_per_split)
-        return y
     precision, upcast = dot_options(x.dtype)
     grid = (tiles_mn, splits, groups)
     pdl = tiles.launch_pdl(x.device)
@@ -254,42 +254,3 @@ def _launch(
             num_warps=tiles.num_warps, num_stages=tiles.num_stages, launch_pdl=pdl,
         )  # fmt: skip
     return y
-
-
-def _launch_cores(
-    x: Tensor,
-    weights: DenseWeights,
-    group_strides: tuple[int, int],
-    tiles: GemmTiles,
-    y_part_locks: tuple[Tensor, Tensor, Tensor],
-    splits: int,
-    k_per_split: int,
-) -> None:
-    """The CUDA-core kernel (`kernels.dense.w8a16_cores`) into `y_part_locks` (`outputs`)."""
-    (m, groups, k), n = x.shape, weights.out_features
-    if m > MAX_ROWS:
-        raise ValueError(
-            f"cores=True takes up to {MAX_ROWS} token rows; x has {m}. Leave cores unset (the "
-            "default picks it by rows) or pass cores=False."
-        )
-    if weights.block % tiles.block_n:
-        raise ValueError(
-            f"cores=True needs block_n={tiles.block_n} to divide the weight's "
-            f"{weights.block}-wide scale blocks: pass block_n <= {weights.block}."
-        )
-    if tiles.pdl:
-        raise ValueError(
-            "pdl=True is a tensor-core W8A16 option; the CUDA-core kernel launches without PDL."
-        )
-    y, part, locks = y_part_locks
-    grid = (triton.cdiv(n, tiles.block_n), splits, groups)
-    with recording():
-        launch(
-            _w8a16_cores_kernel, grid, x, weights.values, weights.scales, y, part, locks, m, n,
-            k, k_per_split, x.stride(0), x.stride(2), *weights.values.stride(),
-            *weights.scales.stride(), y.stride(0), part.stride(0), x.stride(1), *group_strides,
-            BLOCK_M=triton.next_power_of_2(m), BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
-            SUB_K=tiles.sub_k(weights.block), QBLOCK=weights.block, SPLIT=splits > 1,
-            BITS=x.dtype == torch.bfloat16 and not interpreting(),
-            EVEN_K=k % tiles.block_k == 0, ROWS=m, num_warps=tiles.num_warps,
-        )  # fmt: skip
