@@ -54,11 +54,8 @@ DECODE = [
 CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),
          ("bf16", 6, DECODE[:4]), ("int4", 6, DECODE), ("int4", 33863, PREFILL)]  # fmt: skip
 # the W8A8 path (FP8 experts only, 128-column tiles): rows a tile, warps and stages
-BF16_ROWS = dict(slot_dtype=torch.bfloat16)  # each slot's output row in bf16 for combine
-W8A8 = [{}, BF16_ROWS, dict(flatten=(False, True)), dict(flatten=(False, True)) | BF16_ROWS,
-        dict(flatten=(True, True)) | BF16_ROWS,
-        dict(flatten=(False, True), num_stages=4) | BF16_ROWS,
-        dict(num_stages=4), dict(block_m=64, num_stages=4)]  # fmt: skip
+W8A8 = [{}, dict(num_stages=4), dict(block_m=64), dict(block_m=64, num_stages=4),
+        dict(block_m=128, num_stages=2), dict(block_m=64, num_warps=4)]  # fmt: skip
 W8A8_CASES = [("fp8", 4096, W8A8), ("fp8", 33863, W8A8)]
 
 

@@ -164,6 +164,9 @@ def run_pipeline(
             BLOCK_C=128,
         )
     splits, k_per_split = split_plan(shape.inter, tiles.block_k, down_splits)
-    y = torch.empty(splits, slots, shape.hidden, dtype=torch.float32, device=x.device)
+    # Split partials stay fp32; whole rows go in the activations' dtype, as in moe_w8a8 (half
+    # the bytes of the rows down writes and combine reads back).
+    y_dtype = torch.float32 if splits > 1 else x.dtype
+    y = torch.empty(splits, slots, shape.hidden, dtype=y_dtype, device=x.device)
     down(h, y, splits, k_per_split)
     return combine(y, shape.tokens, shape.top_k, x.dtype)

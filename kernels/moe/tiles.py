@@ -332,7 +332,8 @@ def store_down(
     stride_yr,
     SWAP: tl.constexpr,
 ):
-    """y[split, slot, col] = routing weight of the slot * acc, in fp32 for combine to sum."""
+    """y[split, slot, col] = routing weight of the slot * acc, in y's dtype (fp32 partials when
+    K is split, else the activations') for combine to sum in fp32."""
     weight = tl.load(slot_weights_ptr + slots, mask=row_ok, other=0.0)
     acc = acc * weight[None, :] if SWAP else acc * weight[:, None]
     r, c, mask = _out_index(slots, row_ok, cols, col_ok, SWAP)
