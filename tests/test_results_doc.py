@@ -143,6 +143,29 @@ def test_benchmark_tables_take_each_configuration_from_the_newest_run(tmp_path: 
     assert "Accuracy against an fp32 GEMM" not in text  # no error columns: no accuracy table
 
 
+def test_moe_table_names_peers_no_run_loaded_instead_of_a_column_for_them(tmp_path: Path):
+    """A peer a run could not load is a row without a weight format or a time: no column
+    group of its own (it was `nan (ms)`, which pushed the table past the page); named below
+    the table when no run timed it, left out when another run did."""
+
+    def row(kernel: str, fmt: str | None, ms: float | None, status: str = "ok") -> dict:
+        return {"kernel": kernel, "variant": "flat" if kernel == "moe" else kernel,
+                "weight_dtype": fmt, "tokens": 6, "routing": "uniform", "ms": ms,
+                "ratio_to_floor": None if ms is None else 1.5, "status": status}  # fmt: skip
+
+    old = pd.DataFrame([row("moe", "fp8", 0.25), row("humming", "fp8", 1.2)])
+    new = pd.DataFrame([row("moe", "int4", 0.5), row("humming", None, None, "missing-peer"),
+                        row("marlin", None, None, "missing-peer")])  # fmt: skip
+    write_run(tmp_path, "bench-moe-old", {"kind": "bench-moe",
+              "environment": {"date": "2026-01-01T00:00:00"}}, {"bench": old})  # fmt: skip
+    write_run(tmp_path, "bench-moe-new", {"kind": "bench-moe",
+              "environment": {"date": "2026-01-02T00:00:00"}}, {"bench": new})  # fmt: skip
+    text = build_markdown(collect([tmp_path]), [tmp_path])
+    assert "nan" not in text.split("**MoE, uniform routing**")[1].split("\n\n")[1]
+    assert "| 6 | humming (peer) | 1.20 | 1.50 |" in text  # the older run's time stays
+    assert "Peers no run measured: `marlin` (missing-peer)." in text
+
+
 def test_dense_tables_come_from_the_newest_whole_run_and_newer_runs_stand_alone(
     tmp_path: Path,
 ) -> None:

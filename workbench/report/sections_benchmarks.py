@@ -132,6 +132,11 @@ def write_moe(page: ReportPage, collection: Collection, section: Section) -> Non
     floor, TFLOP/s."""
     items = artifacts(collection, "bench-moe")
     rows = newest_rows(items, ("kernel", "variant", "weight_dtype", "tokens", "routing"))
+    # A peer a run could not load has no weight format (nor a time): not a column group of its
+    # own; named below the table when no run timed it.
+    unloaded = rows[rows["weight_dtype"].isna() & rows["ms"].isna()]
+    rows = rows.drop(unloaded.index)
+    never = unloaded[~unloaded["kernel"].isin(rows["kernel"])].drop_duplicates("kernel")
     if rows.empty:
         page.absent("a benchmark table in the bench-moe runs", section.command)
         return
@@ -158,6 +163,9 @@ def write_moe(page: ReportPage, collection: Collection, section: Section) -> Non
         table = _wide(part, ["tokens", "kernel"], "weight_dtype", ("bf16", "fp8", "int4"), measures)
         page.table(table, f"MoE, {routing} routing", sources(used, _covered(rows, "tokens")),
                    head=MOE_SHOWN)  # fmt: skip
+    if not never.empty:
+        named = [f"`{k}` ({short_status(s)})" for k, s in zip(never["kernel"], never["status"])]
+        page.text(f"Peers no run measured: {', '.join(named)}.")
     _write_moe_best_peer(page, collection)
 
 
