@@ -70,7 +70,8 @@ TMA = {"tma": True}
 W8A8_MID = [{}, tiles(64, 64, 128, 4, 4), tiles(32, 128, 128, 4, 4), tiles(16, 128, 128, 4, 4),
             tiles(64, 128, 128, 4, 4) | {"split_k": 8}, tiles(32, 64, 128, 4, 4),
             tiles(64, 128, 128, 4, 4) | TMA, tiles(64, 64, 128, 4, 4) | TMA,
-            tiles(128, 128, 128, 8, 3) | TMA, tiles(64, 128, 128, 4, 3) | TMA]  # fmt: skip
+            tiles(128, 128, 128, 8, 3) | TMA, tiles(64, 128, 128, 4, 3) | TMA,
+            WGMMA, tiles(128, 64, 128, 8, 6) | WGMMA]  # fmt: skip
 # Programmatic dependent launch (kernels.pdl) off and on, the rest as the defaults at each M.
 PDL_AB = [{"pdl": False}, {"pdl": None}]
 GRIDS = {"pdl": ("w8a16", 128, PDL_AB)}  # --grid NAME: this grid alone, at every --m
