@@ -165,7 +165,9 @@ PRESETS: dict[str, Preset] = {
         q_lora_rank=1280,
         o_groups=8,
         o_group_rank=1024,
-        # The indexer's size is not in the public description; DeepSeek-V3.2's (64 x 128).
+        # The indexer's size is not in the public description; DeepSeek-V3.2's (64 x 128), and
+        # V3.2's attention: DeepSeek-V4 pools 4 tokens into one entry before its indexer (CSA)
+        # or 128 with no indexer (HCA), which this preset does not model (docs/seed-study.md).
         index_heads=64,
         index_dim=128,
         index_topk=512,
