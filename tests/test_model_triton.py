@@ -1,10 +1,14 @@
 """The synthetic model with the Triton dense and attention variants, run on the CPU under the
-interpreter (`interpret=True`) at the tiny preset, and how `profile` takes `hybrid_m`."""
+interpreter (`interpret=True`) at the tiny preset, and how `profile` takes `hybrid_m`.
+
+Interpreter-only: under WORKBENCH_GPU_TESTS=1 Triton is imported without TRITON_INTERPRET, so
+the model refuses interpret=True (as it should); the GPU runs the model in the profile tests."""
 
 from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import GPU_TESTS
 from helpers import relative_error
 
 import kernels.attention as attention
@@ -18,6 +22,9 @@ from workbench.presets import get_preset
 from workbench.workloads.model import Plan, SyntheticModel
 
 PLAN = Plan(prompt_tokens=20, decode_tokens=2, streams=2, prefill_chunk=16)
+pytestmark = pytest.mark.skipif(
+    GPU_TESTS, reason="runs the kernels under the Triton interpreter: unset WORKBENCH_GPU_TESTS"
+)
 
 
 def run(dense: str, attention: str, **options):
