@@ -25,7 +25,7 @@ Two ways past this decode kernel did not pay on the H200 (one run each, commit 1
   shape for 16-byte loads, no padding of M): 0.061 ms a layer at M=1 at best against 0.058
   here, and 1.7-3x slower at M=4-8, where its FMAs and reductions, not bytes, set the pace
   (raw/logs/h200-tune-dense-cores-*.csv).
-Timed alone, every projection's best tile setting summed to 2% under these defaults at M=1
+Timed alone, every projection's best tile setting summed to 2 to 3% under these defaults at M=1
 and 6 (raw/logs/h200-w8a16-decode-per-projection-*.csv). Each GEMM there took 7-8 us more
 than its bytes at the copy bandwidth (launch, ramp, tail, split-K arrival); cuBLAS bf16 paid
 5-8 us more than its own, so at a layer of six GEMMs half the bytes stop at about 1.25x.
