@@ -31,7 +31,8 @@ KERNELS = {
     "flat": (flat._flat_gate_up_kernel, flat._flat_down_kernel),
     "padded": (padded._padded_gate_up_kernel, padded._padded_down_kernel),
 }
-POINTERS = {"x_ptr": "*bf16", "h_ptr": "*bf16", "part_ptr": "*fp32", "y_ptr": "*fp32",
+# y: bf16 slot rows, as an unsplit down writes them (split-K partials are fp32)
+POINTERS = {"x_ptr": "*bf16", "h_ptr": "*bf16", "part_ptr": "*fp32", "y_ptr": "*bf16",
             "slot_weights_ptr": "*fp32"}  # fmt: skip
 WEIGHTS = {"bf16": ("*bf16", "*fp32"), "fp8": ("*fp8e4nv", "*fp32"), "int4": ("*u8", "*bf16")}
 ONE = ("stride_wk", "stride_xh", "stride_sk")  # unit strides: Triton specialises them to 1

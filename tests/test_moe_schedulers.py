@@ -81,7 +81,8 @@ def check(name, problem, **options):
     out = fn(x, ids, topk_weights, weights, **fixed, **TILES, **options)
     assert out.shape == x.shape and out.dtype == x.dtype
     want = moe_reference(x, ids, topk_weights, *weights.dequantize())
-    # The interpreter truncates fp32 -> bf16 (h and the output) where torch rounds: ~0.7%.
+    # The interpreter truncates fp32 -> bf16 (h, the slot rows and the output) where torch
+    # rounds: ~0.7%.
     assert relative_error(out, want) < 1e-2
 
 

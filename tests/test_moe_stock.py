@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import GPU_TESTS
 from helpers import relative_error
 
 from kernels import moe
@@ -10,8 +11,8 @@ from kernels.moe import moe_reference, moe_stock, router_topk
 EXPERTS, TOP_K = 8, 2
 # bf16: each slot's row is stored in bf16 before the combine (kernels.moe.launch), and the
 # interpreter narrows fp32 to bf16 by truncation where the GPU rounds to nearest: 0.0106 on
-# the default-tiles problem here, 0.0085 with fp32 rows.
-TOLERANCE = {torch.bfloat16: 1.5e-2, torch.float32: 1e-4}
+# the default-tiles problem here, 0.0085 with fp32 rows. The GPU keeps the 1e-2 bound.
+TOLERANCE = {torch.bfloat16: 1e-2 if GPU_TESTS else 1.5e-2, torch.float32: 1e-4}
 SMALL_TILES = {"block_n": 32, "block_k": 32}  # several N and K tiles, each with a ragged edge
 
 

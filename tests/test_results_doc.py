@@ -160,10 +160,19 @@ def test_moe_table_names_peers_no_run_loaded_instead_of_a_column_for_them(tmp_pa
               "environment": {"date": "2026-01-01T00:00:00"}}, {"bench": old})  # fmt: skip
     write_run(tmp_path, "bench-moe-new", {"kind": "bench-moe",
               "environment": {"date": "2026-01-02T00:00:00"}}, {"bench": new})  # fmt: skip
+    newest = pd.DataFrame([row("marlin", None, None, "error: RuntimeError")])
+    write_run(tmp_path, "bench-moe-newest", {"kind": "bench-moe",
+              "environment": {"date": "2026-01-03T00:00:00"}}, {"bench": newest})  # fmt: skip
     text = build_markdown(collect([tmp_path]), [tmp_path])
     assert "nan" not in text.split("**MoE, uniform routing**")[1].split("\n\n")[1]
     assert "| 6 | humming (peer) | 1.20 | 1.50 |" in text  # the older run's time stays
-    assert "Peers no run measured: `marlin` (missing-peer)." in text
+    assert "Peers no run measured: `marlin` (error" in text  # the newest run's reason
+
+
+def test_moe_section_without_a_bench_table_says_so(tmp_path: Path) -> None:
+    write_run(tmp_path, "bench-moe-empty", {"kind": "bench-moe"}, {})
+    text = build_markdown(collect([tmp_path]), [tmp_path])
+    assert "Absent from these artifacts: a benchmark table in the bench-moe runs" in text
 
 
 def test_dense_tables_come_from_the_newest_whole_run_and_newer_runs_stand_alone(

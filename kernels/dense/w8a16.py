@@ -23,12 +23,13 @@ Two ways past this decode kernel did not pay on the H200 (one run each, commit 1
 - More programs an SM: split plans for 3 and 4 made a layer 6-10% slower at M=1-16.
 - A CUDA-core kernel for up to 8 rows (fp32 FMAs a token row, x read in the weight tile's
   shape for 16-byte loads, no padding of M): 0.061 ms a layer at M=1 at best against 0.058
-  here, and 1.7-3x slower at M=4-8, where its FMAs and reductions, not bytes, set the pace
-  (raw/logs/h200-tune-dense-cores-*.csv).
+  for this kernel in the same run, and 1.7-3x slower at M=4-8, where its FMAs and reductions,
+  not bytes, set the pace (raw/logs/h200-tune-dense-cores-*.csv).
 Timed alone, every projection's best tile setting summed to 2 to 3% under these defaults at M=1
 and 6 (raw/logs/h200-w8a16-decode-per-projection-*.csv). Each GEMM there took 7-8 us more
 than its bytes at the copy bandwidth (launch, ramp, tail, split-K arrival); cuBLAS bf16 paid
-5-8 us more than its own, so at a layer of six GEMMs half the bytes stop at about 1.25x.
+5-8 us more than its own, so at a layer of six GEMMs half the bytes stop near 1.27x by that
+arithmetic (1.22-1.25x measured).
 
 With `pdl=None` (or True) the kernel launches with PDL (`kernels.pdl`): each program asks L2
 for its first two K tiles of weights, waits for the grid before, and lets the next grid launch

@@ -48,9 +48,10 @@ default_tiles = TilesByM(
 # From here 128-block weights take the persistent TMA kernel: on the H200 at M=256 its 128 x 128
 # tiles took 0.211 ms a layer against 0.291 for the split-K kernel's (raw/logs/
 # h200-tune-dense-graphs.csv); below, the middle tiles split K to fill the SMs. With today's
-# middle tiles the split-K kernel leads from 64 to 256 rows: 0.139, 0.149 and 0.179 ms a layer,
-# against 0.137, 0.155 and 0.191 for the TMA kernel's best tiles and 0.172-0.206 for the Gluon
-# kernel's (one run, raw/logs/h200-tune-dense-middle-*.csv); cuBLAS bf16 took 0.084-0.108.
+# middle tiles the split-K kernel ties the TMA kernel's best at 64 rows and leads at 128 and
+# 256: 0.139, 0.149 and 0.179 ms a layer, against 0.137, 0.155 and 0.191, and 0.172-0.206 for
+# the Gluon kernel's (one run, raw/logs/h200-tune-dense-middle-*.csv); cuBLAS bf16 took
+# 0.084-0.108.
 TMA_MIN_M = 257
 # What the Gluon kernel's tiles are, whatever is asked: 128 rows in two warpgroups of 4 warps,
 # one weight block a K step; and it never splits K. Options asking otherwise pick the Triton

@@ -52,7 +52,8 @@ def moe_bytes(s: RankShapes, fmt: str, tokens: int, on_gpu: bool) -> int:
         stored = n if fmt == "fp8" else n // 2
         # Quantising, then dequantising for the reference, holds ~3.5 fp32 copies of gate_up.
         weights = max(drawing, masters + stored + int(3.5 * (2 * n // 3) * 4))
-    slots = s.top_k * (3 * s.expert_intermediate + s.hidden) * 4 * 2  # fp32 slot buffers
+    # slot buffers counted in fp32 (split-K partials are; unsplit rows are bf16): a bound
+    slots = s.top_k * (3 * s.expert_intermediate + s.hidden) * 4 * 2
     activations = tokens * (s.hidden * 4 * 3 + slots)
     return weights + activations + (HEADROOM if on_gpu else 0)
 

@@ -127,16 +127,28 @@ def _covered(rows: pd.DataFrame, size: str) -> Callable[[Artifact], str]:
     return detail
 
 
+def _without_unloaded_peers(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(bench-moe rows without those of peers a run could not load, one such row for each peer
+    no run timed, with the newest run's reason).
+
+    An unloaded peer's row has no weight format and no time: kept, it became a column group of
+    its own in the MoE table. Rows run oldest to newest, and newest_rows numbers them afresh,
+    so dropping by index takes these rows only."""
+    if rows.empty:
+        return rows, rows
+    unloaded = rows[rows["weight_dtype"].isna() & rows["ms"].isna()]
+    kept = rows.drop(unloaded.index)
+    never = unloaded[~unloaded["kernel"].isin(kept["kernel"])]
+    return kept, never.drop_duplicates("kernel", keep="last")
+
+
 def write_moe(page: ReportPage, collection: Collection, section: Section) -> None:
     """Per routing, each MoE scheduler and weight format by token count: time, × the HBM
     floor, TFLOP/s."""
     items = artifacts(collection, "bench-moe")
-    rows = newest_rows(items, ("kernel", "variant", "weight_dtype", "tokens", "routing"))
-    # A peer a run could not load has no weight format (nor a time): not a column group of its
-    # own; named below the table when no run timed it.
-    unloaded = rows[rows["weight_dtype"].isna() & rows["ms"].isna()]
-    rows = rows.drop(unloaded.index)
-    never = unloaded[~unloaded["kernel"].isin(rows["kernel"])].drop_duplicates("kernel")
+    rows, never = _without_unloaded_peers(
+        newest_rows(items, ("kernel", "variant", "weight_dtype", "tokens", "routing"))
+    )
     if rows.empty:
         page.absent("a benchmark table in the bench-moe runs", section.command)
         return
