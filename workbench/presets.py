@@ -167,7 +167,8 @@ PRESETS: dict[str, Preset] = {
         o_group_rank=1024,
         # The indexer's size is not in the public description; DeepSeek-V3.2's (64 x 128), and
         # V3.2's attention: DeepSeek-V4 pools 4 tokens into one entry before its indexer (CSA)
-        # or 128 with no indexer (HCA), which this preset does not model (docs/seed-study.md).
+        # or 128 with no indexer (HCA), which this preset does not model. Its published
+        # configuration also differs in hidden size, experts and layers (docs/seed-study.md).
         index_heads=64,
         index_dim=128,
         index_topk=512,
