@@ -20,7 +20,8 @@ def test_every_preset_validates():
 
 
 def test_unknown_preset_lists_the_known_ones():
-    with pytest.raises(WorkbenchError, match="known presets: dsv4-flash-tp2, tiny"):
+    known = "known presets: dsv4-flash-tp2, dsv4-flash-hf-tp2, tiny"
+    with pytest.raises(WorkbenchError, match=known):
         get_preset("dsv5")
 
 
@@ -69,3 +70,15 @@ def test_routing_rejects_top_k_above_experts_and_unknown_kinds():
         draw_routing(4, 8, 9, "uniform", 0)
     with pytest.raises(WorkbenchError, match="unknown routing 'zipf'"):
         draw_routing(4, 8, 2, "zipf", 0)
+
+
+def test_the_published_configuration_preset_differs_where_the_docs_say():
+    # docs/seed-study.md: DeepseekV4Config's shapes, the attention sizes of the design's preset
+    design, published = get_preset("dsv4-flash-tp2"), get_preset("dsv4-flash-hf-tp2")
+    changed = {"hidden", "layers", "experts", "expert_intermediate", "q_lora_rank"}
+    for field in ("q_heads", "head_dim", "kv_heads", "o_groups", "o_group_rank", "index_heads",
+                  "index_dim", "index_topk", "window", "top_k", "simulated_tp"):  # fmt: skip
+        assert getattr(published, field) == getattr(design, field), field
+    assert all(getattr(published, f) != getattr(design, f) for f in changed)
+    experts = published.layers * published.experts * 3 * published.hidden
+    assert round(experts * published.expert_intermediate / 1e9) == 277  # billion parameters

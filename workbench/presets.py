@@ -178,6 +178,36 @@ PRESETS: dict[str, Preset] = {
         distinct_weight_sets=3,
         dense_weight_dtype="float8_e4m3fn",
     ),
+    "dsv4-flash-hf-tp2": Preset(
+        name="dsv4-flash-hf-tp2",
+        description=(
+            "DeepSeek-V4-Flash's shapes as Hugging Face transformers' DeepseekV4Config gives "
+            "them, one rank of tensor parallelism 2: hidden 4096, 256 routed experts top-6 of "
+            "intermediate 2048, one shared expert, 43 layers; attention as dsv4-flash-tp2 runs "
+            "it (V3.2's sparse attention in every layer: V4's CSA and HCA layers, which pool "
+            "the sequence 4 or 128 tokens to an entry, are not modelled)."
+        ),
+        hidden=4096,
+        layers=43,
+        vocab=129_280,
+        experts=256,
+        top_k=6,
+        expert_intermediate=2048,
+        shared_experts=1,
+        q_heads=64,
+        head_dim=512,
+        kv_heads=1,
+        q_lora_rank=1024,
+        o_groups=8,
+        o_group_rank=1024,
+        index_heads=64,
+        index_dim=128,
+        index_topk=512,
+        window=128,
+        simulated_tp=2,
+        distinct_weight_sets=3,
+        dense_weight_dtype="float8_e4m3fn",
+    ),
     "tiny": Preset(
         name="tiny",
         description=(
