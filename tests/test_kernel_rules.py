@@ -40,6 +40,7 @@ KERNELS = [
     ("_counts_kernel", "MoE", "workbench MoE routing"),
     ("_offsets_serial_kernel", "MoE", "workbench MoE routing"),
     ("_permute_kernel", "MoE", "workbench MoE routing"),
+    ("_small_layout_kernel", "MoE", "workbench MoE routing"),
     ("_combine_kernel", "MoE", "workbench MoE routing"),
     ("_sparse_combine_kernel", "Sparse attention", "workbench sparse attention"),
     ("_indexer_fp8_kernel", "Sparse attention", "workbench sparse attention"),

@@ -6,11 +6,13 @@ import torch
 from kernels.moe.routing import combine_reference, expert_offsets_reference, sort_slots
 from kernels.moe.routing_kernels import (
     SLOT_BLOCK,
+    SMALL_SLOTS,
     combine,
     expert_counts,
     expert_offsets_parallel,
     expert_offsets_serial,
     permute,
+    small_layout,
 )
 
 
@@ -80,6 +82,30 @@ def test_permute_groups_slots_by_expert(device, tokens, top_k, experts, skew):
     for expert, (lo, hi) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist())):
         assert hi - lo == counts[expert]
         assert torch.equal(order[lo:hi].sort().values, reference[lo:hi].sort().values)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "top_k", "experts", "skew", "tile"),
+    [(1, 1, 1, False, 1), (6, 6, 384, False, 16), (5, 2, 13, True, 4), (42, 6, 256, True, 64),
+     (32, 8, 384, False, 16)],  # the last: SMALL_SLOTS slots exactly
+)  # fmt: skip
+def test_small_layout_is_the_layout_of_the_separate_kernels(
+    device, tokens, top_k, experts, skew, tile
+):
+    ids = random_ids(tokens, top_k, experts, tokens + experts, device, skew)
+    counts, offsets, tile_offsets, order = small_layout(ids, experts, tile)
+    assert torch.equal(counts, expert_counts(ids, experts))
+    assert torch.equal(offsets, expert_offsets_parallel(counts))
+    assert torch.equal(tile_offsets, expert_offsets_parallel(counts, tile))
+    # each expert's slots in ascending order: a stable sort of the slots by expert
+    want = torch.sort(ids.flatten().long().cpu(), stable=True).indices.to(torch.int32)
+    assert torch.equal(order.cpu(), want)
+
+
+def test_small_layout_refuses_more_slots_than_it_compares(device):
+    ids = torch.zeros(SMALL_SLOTS + 1, 1, dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match=f"up to {SMALL_SLOTS} slots; got {SMALL_SLOTS + 1}"):
+        small_layout(ids, 4, 1)
 
 
 def test_permute_into_padded_rows(device):

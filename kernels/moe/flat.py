@@ -30,7 +30,13 @@ from kernels.compiled import launch, recording
 from kernels.moe.formats import MoeWeights
 from kernels.moe.launch import Tiles, max_row_tiles, prepare, run_pipeline, weight_args
 from kernels.moe.routing import MoeShape, sm_count
-from kernels.moe.routing_kernels import expert_counts, expert_offsets_parallel, permute
+from kernels.moe.routing_kernels import (
+    SMALL_SLOTS,
+    expert_counts,
+    expert_offsets_parallel,
+    permute,
+    small_layout,
+)
 from kernels.moe.tiles import (
     down_tile,
     find_expert,
@@ -226,12 +232,22 @@ class FlatLayout(NamedTuple):
     @classmethod
     def of(cls, topk_ids: Tensor, topk_weights: Tensor, shape: MoeShape,
            block_m: int) -> "FlatLayout":  # fmt: skip
-        counts = expert_counts(topk_ids, shape.experts)
-        offsets = expert_offsets_parallel(counts)
+        """Up to SMALL_SLOTS slots (decode) in one launch (`small_layout`), else by the
+        histogram, two scans and the permutation."""
+        slots = shape.tokens * shape.top_k
+        if slots <= SMALL_SLOTS:
+            counts, offsets, tile_offsets, sorted_slots = small_layout(
+                topk_ids, shape.experts, block_m
+            )
+        else:
+            counts = expert_counts(topk_ids, shape.experts)
+            offsets = expert_offsets_parallel(counts)
+            tile_offsets = expert_offsets_parallel(counts, block_m)
+            sorted_slots = permute(topk_ids, offsets)
         return cls(
-            counts, offsets, expert_offsets_parallel(counts, block_m), permute(topk_ids, offsets),
+            counts, offsets, tile_offsets, sorted_slots,
             topk_weights.reshape(-1).to(torch.float32).contiguous(),
-            max_row_tiles(shape.tokens * shape.top_k, shape.experts, block_m),
+            max_row_tiles(slots, shape.experts, block_m),
         )  # fmt: skip
 
 

@@ -15,6 +15,8 @@ from torch import Tensor
 from kernels.compiled import launch
 
 SLOT_BLOCK = 1024  # slots per program in the histogram and the permutation
+SMALL_SLOTS = 256  # most slots `small_layout` takes: its rank count is SLOTS x SLOTS compares
+SMALL_CHUNK = 32  # slots compared at a time there
 
 
 @triton.jit
@@ -50,6 +52,62 @@ def _permute_kernel(ids_ptr, offsets_ptr, cursors_ptr, out_ptr, num_slots, BLOCK
     rank = tl.atomic_add(cursors_ptr + experts, ones, mask=valid, sem="relaxed")
     position = tl.load(offsets_ptr + experts, mask=valid, other=0) + rank
     tl.store(out_ptr + position, slots, mask=valid)
+
+
+@triton.jit
+def _small_layout_kernel(
+    ids_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr, out_ptr, num_slots, num_experts, tile,
+    SLOTS: tl.constexpr, EXPERTS: tl.constexpr, CHUNK: tl.constexpr,
+):  # fmt: skip
+    """The whole flat routing layout in one program: counts, slot and row-tile offsets, and the
+    slots sorted by expert, each expert's in ascending slot order (a slot's rank is how many
+    earlier slots chose its expert, counted CHUNK slots at a time)."""
+    slots = tl.arange(0, SLOTS)
+    valid = slots < num_slots
+    experts = tl.load(ids_ptr + slots, mask=valid, other=0)
+    bins = tl.arange(0, EXPERTS)
+    # invalid lanes vote for the bin past the last expert, which nothing reads
+    counts = tl.histogram(tl.where(valid, experts, num_experts), EXPERTS)
+    tl.store(counts_ptr + bins, counts, mask=bins < num_experts)
+    ends = tl.cumsum(counts, 0)  # offsets[e + 1]
+    tile_ends = tl.cumsum((counts + tile - 1) // tile, 0)
+    tl.store(offsets_ptr + 1 + bins, ends, mask=bins < num_experts)
+    tl.store(tile_offsets_ptr + 1 + bins, tile_ends, mask=bins < num_experts)
+    tl.store(offsets_ptr + bins, 0, mask=bins == 0)
+    tl.store(tile_offsets_ptr + bins, 0, mask=bins == 0)
+    rank = tl.zeros((SLOTS,), tl.int32)
+    for first in tl.static_range(0, SLOTS, CHUNK):
+        others = first + tl.arange(0, CHUNK)
+        theirs = tl.load(ids_ptr + others, mask=others < num_slots, other=-1)
+        earlier = (theirs[None, :] == experts[:, None]) & (others[None, :] < slots[:, None])
+        rank += tl.sum(earlier.to(tl.int32), axis=1)
+    tl.debug_barrier()  # the offsets above, stored by other threads, are read back below
+    start = tl.load(offsets_ptr + experts, mask=valid, other=0)
+    tl.store(out_ptr + start + rank, slots, mask=valid)
+
+
+def small_layout(
+    topk_ids: Tensor, experts: int, tile: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(counts, slot offsets, row-tile offsets, sorted slots) as expert_counts,
+    expert_offsets_parallel(counts) and (counts, tile) and permute give them, in one launch
+    instead of six (two of them zero fills): for decode-size routings (up to SMALL_SLOTS
+    slots), where each launch costs more than its work. Within an expert the slots come in
+    ascending order."""
+    _check_tile(tile)
+    flat = _flat_ids(topk_ids)
+    if flat.numel() > SMALL_SLOTS:
+        raise ValueError(f"small_layout takes up to {SMALL_SLOTS} slots; got {flat.numel()}. "
+                         "Use expert_counts, expert_offsets_parallel and permute.")  # fmt: skip
+    counts = torch.empty(experts, dtype=torch.int32, device=flat.device)
+    offsets = torch.empty(experts + 1, dtype=torch.int32, device=flat.device)
+    tile_offsets = torch.empty_like(offsets)
+    out = torch.empty(flat.numel(), dtype=torch.int32, device=flat.device)
+    block = triton.next_power_of_2(max(flat.numel(), SMALL_CHUNK))
+    launch(_small_layout_kernel, (1,), flat, counts, offsets, tile_offsets, out, flat.numel(),
+           experts, tile, SLOTS=block, EXPERTS=triton.next_power_of_2(experts + 1),
+           CHUNK=SMALL_CHUNK)  # fmt: skip
+    return counts, offsets, tile_offsets, out
 
 
 @triton.jit

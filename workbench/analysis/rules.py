@@ -95,9 +95,10 @@ KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
      r"^_(stock|flat|padded|w8a8)_(gate_up|down)_kernel$|^silu_reduce_kernel$", MOE,
      "kernels/moe: stock, flat, padded and W8A8 expert GEMMs and the split-K gate/up reduce"),
     ("workbench MoE routing",
-     r"^_(counts|offsets_serial|offsets_parallel|permute|block_experts|combine|router_topk)"
-     r"_kernel$", MOE, "kernels/moe routing: expert counts, offsets, permutation and the "
-     "weighted combine; the router's fused top-k and softmax (kernels/glue)"),
+     r"^_(counts|offsets_serial|offsets_parallel|permute|small_layout|block_experts|combine|"
+     r"router_topk)_kernel$", MOE, "kernels/moe routing: expert counts, offsets, permutation "
+     "(all three in one launch at decode sizes) and the weighted combine; the router's fused "
+     "top-k and softmax (kernels/glue)"),
     ("workbench dense GEMM", r"^_(w8a16|w8a8|w8a8_tma|w8a8_wgmma|quantize_rows)_kernel$",
      DENSE, "kernels/dense: W8A16 and W8A8 GEMMs (Triton and Gluon) and the W8A8 activation "
      "quantizer"),
