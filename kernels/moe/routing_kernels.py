@@ -93,7 +93,8 @@ def small_layout(
     expert_offsets_parallel(counts) and (counts, tile) and permute give them, in one launch
     instead of six (two of them zero fills): for decode-size routings (up to SMALL_SLOTS
     slots), where each launch costs more than its work. Within an expert the slots come in
-    ascending order."""
+    ascending order. On the H200 the flat scheduler's served decode step took 8.36 ms with it
+    against 8.54 before, 1,093 launches against 1,293 (two runs, docs/design.md)."""
     _check_tile(tile)
     flat = _flat_ids(topk_ids)
     if flat.numel() > SMALL_SLOTS:
