@@ -144,41 +144,45 @@ class RankShapes:
         return layers * (self.head_dim + self.index_dim) * element_bytes
 
 
-PRESETS: dict[str, Preset] = {
-    "dsv4-flash-tp2": Preset(
-        name="dsv4-flash-tp2",
-        description=(
-            "The seed's model as publicly described, one rank of tensor parallelism 2: hidden "
-            "5120, 384 routed experts top-6 of intermediate 2304, one shared expert, 40 layers; "
-            "64 query heads of 512 over one KV head, top-512 sparse attention plus a 128 window."
-        ),
-        hidden=5120,
-        layers=40,
-        vocab=129_280,
-        experts=384,
-        top_k=6,
-        expert_intermediate=2304,
-        shared_experts=1,
-        q_heads=64,
-        head_dim=512,
-        kv_heads=1,
-        q_lora_rank=1280,
-        o_groups=8,
-        o_group_rank=1024,
-        # The indexer's size is not in the public description; DeepSeek-V3.2's (64 x 128), and
-        # V3.2's attention: DeepSeek-V4 pools 4 tokens into one entry before its indexer (CSA)
-        # or 128 with no indexer (HCA), which this preset does not model. Its published
-        # configuration also differs in hidden size, experts and layers (docs/seed-study.md).
-        index_heads=64,
-        index_dim=128,
-        index_topk=512,
-        window=128,
-        simulated_tp=2,
-        # 40 layers of experts do not fit one H200: cycle a few weight sets, each far over L2.
-        distinct_weight_sets=3,
-        dense_weight_dtype="float8_e4m3fn",
+DSV4_FLASH_TP2 = Preset(
+    name="dsv4-flash-tp2",
+    description=(
+        "The seed's model as publicly described, one rank of tensor parallelism 2: hidden "
+        "5120, 384 routed experts top-6 of intermediate 2304, one shared expert, 40 layers; "
+        "64 query heads of 512 over one KV head, top-512 sparse attention plus a 128 window."
     ),
-    "dsv4-flash-hf-tp2": Preset(
+    hidden=5120,
+    layers=40,
+    vocab=129_280,
+    experts=384,
+    top_k=6,
+    expert_intermediate=2304,
+    shared_experts=1,
+    q_heads=64,
+    head_dim=512,
+    kv_heads=1,
+    q_lora_rank=1280,
+    o_groups=8,
+    o_group_rank=1024,
+    # The indexer's size is not in the public description; DeepSeek-V3.2's (64 x 128), and
+    # V3.2's attention: DeepSeek-V4 pools 4 tokens into one entry before its indexer (CSA)
+    # or 128 with no indexer (HCA), which this preset does not model. Its published
+    # configuration also differs in hidden size, experts and layers (docs/seed-study.md).
+    index_heads=64,
+    index_dim=128,
+    index_topk=512,
+    window=128,
+    simulated_tp=2,
+    # 40 layers of experts do not fit one H200: cycle a few weight sets, each far over L2.
+    distinct_weight_sets=3,
+    dense_weight_dtype="float8_e4m3fn",
+)
+
+PRESETS: dict[str, Preset] = {
+    "dsv4-flash-tp2": DSV4_FLASH_TP2,
+    # The published configuration's shapes; everything else, the attention included, as above.
+    "dsv4-flash-hf-tp2": replace(
+        DSV4_FLASH_TP2,
         name="dsv4-flash-hf-tp2",
         description=(
             "DeepSeek-V4-Flash's shapes as Hugging Face transformers' DeepseekV4Config gives "
@@ -189,24 +193,9 @@ PRESETS: dict[str, Preset] = {
         ),
         hidden=4096,
         layers=43,
-        vocab=129_280,
         experts=256,
-        top_k=6,
         expert_intermediate=2048,
-        shared_experts=1,
-        q_heads=64,
-        head_dim=512,
-        kv_heads=1,
         q_lora_rank=1024,
-        o_groups=8,
-        o_group_rank=1024,
-        index_heads=64,
-        index_dim=128,
-        index_topk=512,
-        window=128,
-        simulated_tp=2,
-        distinct_weight_sets=3,
-        dense_weight_dtype="float8_e4m3fn",
     ),
     "tiny": Preset(
         name="tiny",
