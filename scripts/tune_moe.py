@@ -37,6 +37,12 @@ PREFILL = [
     dict(block_m=64, block_n=256, block_k=64, num_warps=8, num_stages=3),
     dict(block_m=64, block_n=128, block_k=128, num_warps=8, num_stages=3),
     dict(block_m=128, block_n=128, block_k=128, num_warps=8, num_stages=2),
+    # weights as the MMA's first operand, dequantised in registers (no trip through shared
+    # memory); the rows a tile become the MMA's N
+    dict(block_m=64, block_n=128, block_k=64, num_warps=8, num_stages=3, swap_ab=True),
+    dict(block_m=64, block_n=128, block_k=128, num_warps=8, num_stages=3, swap_ab=True),
+    dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, swap_ab=True),
+    dict(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=4, swap_ab=True),
 ]
 DECODE = [
     {},
@@ -50,6 +56,9 @@ DECODE = [
     dict(block_n=64, block_k=64, num_stages=4, num_warps=2),
     dict(block_n=256, block_k=64, num_stages=5, num_warps=8),
     dict(block_n=128, block_k=128, num_stages=4, num_warps=8),
+    dict(block_n=128, block_k=128, num_stages=4, num_warps=8, swap_ab=True),
+    dict(block_n=256, block_k=128, num_stages=3, num_warps=8, swap_ab=True),
+    dict(block_n=128, block_k=64, num_stages=6, num_warps=4, swap_ab=True),
 ]
 CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),
          ("bf16", 6, DECODE[:4]), ("int4", 6, DECODE), ("int4", 33863, PREFILL)]  # fmt: skip

@@ -10,8 +10,12 @@ from kernels.moe.formats import (
     as_moe_weights,
     dequantize_fp8,
     dequantize_int4,
+    int4_codes,
+    int4_values,
+    pack_int4,
     quantize_fp8,
     quantize_int4,
+    unpack_int4,
 )
 
 
@@ -39,23 +43,34 @@ def test_fp8_round_trip_is_within_e4m3_rounding(shape, block):
 
 
 @pytest.mark.parametrize("group", [32, 128])
-@pytest.mark.parametrize("shape", [(3, 80, 72), (2, 16, 129)])  # 129: odd K pads a nibble
+@pytest.mark.parametrize("shape", [(3, 80, 72), (2, 16, 129)])  # K pads to whole 16-value runs
 def test_int4_round_trip_is_within_half_a_step(shape, group):
     w = weights(*shape)
     packed, scales = quantize_int4(w, group)
-    assert packed.dtype == torch.uint8 and packed.shape == (*shape[:2], -(-shape[2] // 2))
+    assert packed.dtype == torch.uint8 and packed.shape == (*shape[:2], 8 * -(-shape[2] // 16))
     assert scales.dtype == torch.bfloat16 and scales.shape == (*shape[:2], -(-shape[2] // group))
     back = dequantize_int4(packed, scales, shape[2], group)
     step = scales.float().repeat_interleave(group, -1)[..., : shape[2]]
     assert ((back - w.float()).abs() <= step * 0.5 * (1 + 2**-6)).all()
 
 
-def test_int4_packing_puts_even_k_in_the_low_nibble():
-    w = torch.tensor([[[-7.0, 7.0, 1.0, 0.0, -1.0]]])  # absmax 7 -> scale 1, q == w
-    packed, scales = quantize_int4(w, 16)
-    assert scales.item() == 1.0
-    nibble = [q + 8 for q in (-7, 7, 1, 0, -1, 0)]  # stored as q + 8; odd K pads q = 0
-    assert packed.tolist() == [[[nibble[i] | nibble[i + 1] << 4 for i in (0, 2, 4)]]]
+def test_int4_packing_pairs_each_value_with_the_one_8_further_in_its_run():
+    w = torch.arange(-7.0, 8.0).repeat(2)[:20].reshape(1, 1, 20)  # absmax 7 -> scale 1, q == w
+    packed, scales = quantize_int4(w, 32)
+    assert scales.flatten().tolist() == [1.0]
+    code = [int(q) + 8 for q in w.flatten().tolist()] + [8] * 12  # K pads to 32 with q = 0
+    runs = [code[:16], code[16:]]
+    want = [run[i] | run[i + 8] << 4 for run in runs for i in range(8)]
+    assert packed.flatten().tolist() == want
+    assert torch.equal(unpack_int4(packed)[..., :20], torch.tensor(code[:20]).view(1, 1, 20))
+
+
+def test_int4_codes_pack_and_unpack_losslessly():
+    codes, scales = int4_codes(weights(2, 8, 100), 32)
+    assert codes.shape == (2, 8, 112) and int(codes.min()) >= 1 and int(codes.max()) <= 15
+    assert torch.equal(unpack_int4(pack_int4(codes)), codes)
+    assert torch.equal(int4_values(codes, scales, 100, 32),
+                       dequantize_int4(pack_int4(codes), scales, 100, 32))  # fmt: skip
 
 
 def test_zero_blocks_get_unit_scales():

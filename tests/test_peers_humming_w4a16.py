@@ -14,7 +14,7 @@ from helpers import HummingStandIn
 
 from kernels.dense import DenseWeights
 from kernels.dense.reference import linear_reference
-from kernels.moe.formats import quantize_int4
+from kernels.moe.formats import int4_codes
 from workbench import peers
 from workbench.peers import humming_w4a16
 from workbench.workloads.checks import relative_error, tolerance
@@ -33,8 +33,8 @@ def _humming_codes(words: torch.Tensor) -> torch.Tensor:
     return ((unsigned[..., None] >> (4 * torch.arange(8))) & 15).flatten(-2)
 
 
-def _workbench_codes(packed: torch.Tensor) -> torch.Tensor:
-    """The workbench's packed INT4 (N, K/2) uint8 as codes (N, K): even k in the low nibble."""
+def _plain_codes(packed: torch.Tensor) -> torch.Tensor:
+    """The peer's packed INT4 (N, K/2) uint8 as codes (N, K): even k in the low nibble."""
     as_int = packed.to(torch.int64)
     return torch.stack((as_int & 15, as_int >> 4), dim=-1).flatten(-2)
 
@@ -70,7 +70,7 @@ def test_the_workbench_int4_is_humming_uint4_words_and_group_scales(n, k):
     assert weight_scale.dtype == torch.bfloat16 and weight_scale.shape == (n, k // 128)
     assert weight.data_ptr() == packed.data_ptr()  # a view: no copy, no reordering
     codes = _humming_codes(weight)
-    assert torch.equal(codes, _workbench_codes(packed))
+    assert torch.equal(codes, _plain_codes(packed))
     assert int(codes.min()) >= 1 and int(codes.max()) <= 15  # humming's sign-magnitude recode
     q, plain_scales = _plain_int4(w)
     assert torch.equal(codes - 8, q)  # uint4 without a zero point: code - 8
@@ -84,8 +84,8 @@ def test_the_workbench_int4_is_humming_uint4_words_and_group_scales(n, k):
 def test_the_peer_quantises_the_weight_it_is_handed_and_holds_that():
     fp8 = _weights(64, 256, seed=1)
     packed, scales = humming_w4a16.int4_weights(fp8)
-    want_packed, want_scales = quantize_int4(fp8.dequantize(), 128)
-    assert torch.equal(packed, want_packed) and torch.equal(scales, want_scales)
+    want_codes, want_scales = int4_codes(fp8.dequantize(), 128)
+    assert torch.equal(_plain_codes(packed), want_codes) and torch.equal(scales, want_scales)
     held = humming_w4a16.holds(fp8)
     assert torch.equal(held, humming_w4a16.holds(fp8))  # the same numbers every time
     error = relative_error(held, fp8.dequantize())
@@ -136,7 +136,7 @@ def test_prepare_loads_humming_schema_and_computes_the_int4_product(monkeypatch,
               "weight_scale_group_size": 128}  # fmt: skip
     assert layer.config == (n, 384, config, 128, torch.bfloat16)
     assert layer.transformed and layer.calls == [(1, 384)]  # the JIT warm-up, in prepare
-    packed, scales = quantize_int4(weights.dequantize(), 128)
+    packed, scales = humming_w4a16.int4_weights(weights)
     assert torch.equal(layer.tensors["weight"], packed.view(torch.int32))
     assert torch.equal(layer.tensors["weight_scale"], scales)
     x = torch.randn(3, 384, generator=torch.Generator().manual_seed(6)).to(torch.bfloat16)

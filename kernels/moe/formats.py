@@ -8,9 +8,13 @@ the reduction dim: gate_up is (E, 2I, H) with gate rows above up rows and down i
 - ``bf16``: unquantised tensors in x's dtype (the name is the serving dtype; fp32 also works).
 - ``fp8``: torch.float8_e4m3fn values and one fp32 scale per ``block`` x ``block`` tile of
   (N, K), scales shaped (E, cdiv(N, block), cdiv(K, block)), as DeepSeek-style checkpoints ship.
-- ``int4``: symmetric 4-bit values q in [-7, 7] stored as q + 8, two per uint8 byte along K (low
-  nibble = even k), so (E, N, cdiv(K, 2)); one bf16 scale per ``block`` consecutive k of one
-  row, scales shaped (E, N, cdiv(K, block)).
+- ``int4``: symmetric 4-bit values q in [-7, 7] stored as the code q + 8, two per uint8 byte
+  along K in runs of ``INT4_RUN`` (16) values: byte i of a run's 8 holds value i in its low
+  nibble and value i + 8 in its high one, so (E, N, 8 * cdiv(K, 16)); one bf16 scale per
+  ``block`` consecutive k of one row, scales shaped (E, N, cdiv(K, block)). The runs let a
+  kernel multiply the low nibbles of a K tile by one set of activation columns and the high
+  nibbles by another, so the unpacked values never have to be interleaved in registers (which
+  cost Triton a layout conversion through shared memory and the weight loads' pipelining).
 
 dequantize() gives the exact values the kernels multiply by, so tests can compare a kernel
 against moe_reference on dequantised weights and see kernel error only, not quantisation error.
@@ -28,6 +32,7 @@ FORMATS = ("bf16", "fp8", "int4")
 DEFAULT_BLOCK = 128
 FP8_MAX = torch.finfo(torch.float8_e4m3fn).max  # 448
 INT4_MAX = 7  # symmetric: -8 is never produced, so the grid is the same on both sides of zero
+INT4_RUN = 16  # values per packed run along K: byte i of a run holds values i and i + 8
 
 
 def check_block(block: int, what: str = "block") -> None:
@@ -70,11 +75,12 @@ def dequantize_fp8(values: Tensor, scales: Tensor, block: int = DEFAULT_BLOCK) -
     return values.float() * full[..., :n, :k]
 
 
-def quantize_int4(w: Tensor, group: int = DEFAULT_BLOCK) -> tuple[Tensor, Tensor]:
-    """(packed uint8 (..., N, cdiv(K, 2)), scales bf16 (..., N, cdiv(K, group))).
+def int4_codes(w: Tensor, group: int = DEFAULT_BLOCK) -> tuple[Tensor, Tensor]:
+    """(codes uint8 (..., N, K rounded up to INT4_RUN), scales bf16 (..., N, cdiv(K, group))).
 
     Symmetric round-to-nearest with scale = absmax / 7 per group, rounded to bf16 before the
-    values are computed, so the stored scale is the one the values were divided by.
+    values are computed, so the stored scale is the one the values were divided by. A code is
+    q + 8; the padding past K holds q = 0 (code 8).
     """
     check_block(group, "group")
     k = w.shape[-1]
@@ -83,15 +89,38 @@ def quantize_int4(w: Tensor, group: int = DEFAULT_BLOCK) -> tuple[Tensor, Tensor
     scales = torch.where(absmax > 0, absmax / INT4_MAX, torch.ones_like(absmax))
     scales = scales.to(torch.bfloat16)
     q = (groups / scales.float()[..., None]).round().clamp(-INT4_MAX, INT4_MAX).flatten(-2)
-    nibbles = (q[..., : k + k % 2] + 8).to(torch.uint8)  # the odd-K pad column holds q = 0
-    packed = nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)
-    return packed.contiguous(), scales.contiguous()
+    codes = (q[..., : k + -k % INT4_RUN] + 8).to(torch.uint8)
+    return codes.contiguous(), scales.contiguous()
+
+
+def pack_int4(codes: Tensor) -> Tensor:
+    """Codes (..., N, K), K a multiple of INT4_RUN, two a byte in the kernels' run layout."""
+    runs = codes.unflatten(-1, (-1, 2, INT4_RUN // 2))
+    return (runs[..., 0, :] | (runs[..., 1, :] << 4)).flatten(-2).contiguous()
+
+
+def unpack_int4(packed: Tensor) -> Tensor:
+    """The codes (..., N, 2 * bytes) of run-layout `packed`: the inverse of pack_int4."""
+    runs = packed.unflatten(-1, (-1, INT4_RUN // 2))
+    return torch.stack((runs & 15, runs >> 4), dim=-2).flatten(-3)
+
+
+def int4_values(codes: Tensor, scales: Tensor, k: int, group: int = DEFAULT_BLOCK) -> Tensor:
+    """fp32 weights (..., N, k) of codes and group scales (k: the unpadded K)."""
+    q = codes[..., :k].float() - 8
+    return q * scales.float().repeat_interleave(group, dim=-1)[..., :k]
+
+
+def quantize_int4(w: Tensor, group: int = DEFAULT_BLOCK) -> tuple[Tensor, Tensor]:
+    """(packed uint8 (..., N, 8 * cdiv(K, 16)) in the run layout, scales bf16): int4_codes,
+    packed for the kernels."""
+    codes, scales = int4_codes(w, group)
+    return pack_int4(codes), scales
 
 
 def dequantize_int4(packed: Tensor, scales: Tensor, k: int, group: int = DEFAULT_BLOCK) -> Tensor:
-    """fp32 weights (..., N, k) from packed nibbles and group scales (k: the unpadded K)."""
-    q = torch.stack((packed & 15, packed >> 4), dim=-1).flatten(-2)[..., :k].float() - 8
-    return q * scales.float().repeat_interleave(group, dim=-1)[..., :k]
+    """fp32 weights (..., N, k) from run-layout packed codes and group scales (k: unpadded K)."""
+    return int4_values(unpack_int4(packed), scales, k, group)
 
 
 @dataclass(frozen=True)

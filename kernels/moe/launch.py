@@ -14,7 +14,7 @@ import triton
 from torch import Tensor
 
 from kernels.compiled import launch
-from kernels.moe.formats import MoeWeights, as_moe_weights
+from kernels.moe.formats import INT4_RUN, MoeWeights, as_moe_weights
 from kernels.moe.routing import MoeShape, dot_options, validate_moe_inputs
 from kernels.moe.routing_kernels import combine
 from kernels.moe.tiles import silu_reduce_kernel
@@ -49,6 +49,12 @@ class Tiles:
             raise ValueError(f"num_warps={self.num_warps!r} must be one of {WARPS}.")
         if not isinstance(self.num_stages, int) or self.num_stages < 1:
             raise ValueError(f"num_stages={self.num_stages!r} must be an integer >= 1.")
+        if weights.fmt == "int4" and self.block_k < 2 * INT4_RUN:
+            raise ValueError(
+                f"block_k={self.block_k} is too small for int4: each K tile's low and high "
+                f"nibbles meet the MMA as two products at least 16 deep; use block_k >= "
+                f"{2 * INT4_RUN}."
+            )
         if weights.fmt != "bf16" and weights.block % self.block_k:
             raise ValueError(
                 f"block_k={self.block_k} must divide the {weights.fmt} block {weights.block}, so "

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from kernels.compiled import interpreting
-from kernels.moe.formats import MoeWeights
+from kernels.moe.formats import INT4_RUN, MoeWeights
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,11 @@ class MoeShape:
     experts: int
     inter: int
     top_k: int
+
+
+def _packed_k(k: int) -> int:
+    """Bytes a packed INT4 row of k values takes: whole runs of INT4_RUN values, two a byte."""
+    return -(-k // INT4_RUN) * (INT4_RUN // 2)
 
 
 def validate_moe_inputs(
@@ -42,22 +47,22 @@ def validate_moe_inputs(
     tokens, hidden = x.shape
     if tokens == 0:
         raise ValueError("x has no tokens (T == 0); skip the MoE call for an empty batch.")
-    packed = weights.fmt == "int4"  # two values per byte along K
+    packed = weights.fmt == "int4"  # two values a byte along K, in whole runs
     gate_up, down = weights.gate_up, weights.down
-    stored_h = (hidden + 1) // 2 if packed else hidden
+    stored_h = _packed_k(hidden) if packed else hidden
     if gate_up.shape[2] != stored_h or gate_up.shape[1] % 2:
         raise ValueError(
-            f"w_gate_up must be (E, 2I, {'cdiv(H, 2)' if packed else 'H'}={stored_h}) with gate "
-            f"rows above up rows, got {tuple(gate_up.shape)}; check H matches x and the weight "
-            "is not transposed."
+            f"w_gate_up must be (E, 2I, {'8 * cdiv(H, 16)' if packed else 'H'}={stored_h}) "
+            f"with gate rows above up rows, got {tuple(gate_up.shape)}; check H matches x and "
+            "the weight is not transposed."
         )
     experts, inter = gate_up.shape[0], gate_up.shape[1] // 2
-    stored_i = (inter + 1) // 2 if packed else inter
+    stored_i = _packed_k(inter) if packed else inter
     if tuple(down.shape) != (experts, hidden, stored_i):
         raise ValueError(
-            f"w_down must be (E, H, {'cdiv(I, 2)' if packed else 'I'}) = ({experts}, {hidden}, "
-            f"{stored_i}) to match x and w_gate_up, got {tuple(down.shape)}; check it is not "
-            "transposed."
+            f"w_down must be (E, H, {'8 * cdiv(I, 16)' if packed else 'I'}) = ({experts}, "
+            f"{hidden}, {stored_i}) to match x and w_gate_up, got {tuple(down.shape)}; check it "
+            "is not transposed."
         )
     if weights.fmt == "bf16" and (x.dtype != gate_up.dtype or x.dtype != down.dtype):
         raise ValueError(

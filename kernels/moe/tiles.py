@@ -6,10 +6,11 @@ numbers stay comparable. Tiles are written for any weight format (FMT) and orien
 
 - FMT_PLAIN weights are loaded as stored. FMT_FP8 values are loaded as float8_e4m3fn (the
   interpreter loads them too, exactly for every finite code) and converted to the activation
-  dtype, which is exact; FMT_INT4 bytes are split into their two nibbles (`_int4_weights`).
-  The per-column scale of the K tile is applied to the fp32 product of the tile, so a K tile
-  must not straddle two scale blocks (the host checks block_k divides the quantisation
-  block).
+  dtype, which is exact; FMT_INT4 bytes are split into their two nibbles, and the low and
+  high nibbles of a K tile each meet their own activation tile (`_act_k`, the run layout of
+  kernels.moe.formats). The per-column scale of the K tile is applied to the fp32 product of
+  the tile, so a K tile must not straddle two scale blocks (the host checks block_k divides
+  the quantisation block).
 - SWAP computes the transposed tile W @ X^T: the weight becomes the MMA's first operand and the
   (few) token rows its N dim, the usual trick when decode has fewer rows than an MMA's M.
 
@@ -26,6 +27,7 @@ from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_bf16, int4_nibbles_as_bf16
 FMT_PLAIN = tl.constexpr(0)
 FMT_FP8 = tl.constexpr(1)
 FMT_INT4 = tl.constexpr(2)
+HALF_RUN = tl.constexpr(8)  # kernels.moe.formats.INT4_RUN // 2: a low nibble's k + 8 is its high's
 
 
 @triton.jit
@@ -47,32 +49,20 @@ def find_expert(tile_offsets_ptr, tile, num_experts, STEPS: tl.constexpr):
 
 
 @triton.jit
-def _int4_weights(packed, dtype: tl.constexpr, SWAP: tl.constexpr, BITS: tl.constexpr):
-    """The weight tile of a K tile from its packed bytes, two k a byte (low nibble = even k):
-    (BLOCK_N, BLOCK_K) when SWAP, else (BLOCK_K, BLOCK_N), values q - 8 in [-8, 7] in `dtype`.
-
-    Each byte is loaded once and split in two tiles, which are interleaved along K. Loading
-    every byte twice, once per nibble, left the INT4 kernels at 255 registers and spilling:
-    1,460 bytes in flat's decode gate/up, 1,036 in stock's, with Triton 3.6 for sm_90; none
-    now (scripts/moe_compile_facts.py). BITS splits the nibbles into bf16 with integer
-    instructions (`kernels.dequant`) instead of an int-to-float conversion per value."""
-    if BITS:
-        low, high = int4_nibbles_as_bf16(packed)
+def _dot(w, act, acc, PRECISION: tl.constexpr, SWAP: tl.constexpr):
+    """acc + act @ w (w @ act when SWAP); acc may be None."""
+    if SWAP:
+        out = tl.dot(w, act, acc, input_precision=PRECISION)
     else:
-        low = ((packed & 15).to(tl.int16) - 8).to(tl.float32).to(dtype)
-        high = ((packed >> 4).to(tl.int16) - 8).to(tl.float32).to(dtype)
-    if SWAP:  # (N, K/2) -> (N, K/2, 2) -> (N, K)
-        w = tl.reshape(tl.join(low, high), (low.shape[0], 2 * low.shape[1]))
-    else:  # (K/2, N) -> (K/2, 2, N) -> (K, N)
-        w = tl.permute(tl.join(low, high), (0, 2, 1))
-        w = tl.reshape(w, (2 * low.shape[0], low.shape[1]))
-    return w
+        out = tl.dot(act, w, acc, input_precision=PRECISION)
+    return out
 
 
 @triton.jit
 def _mma(
     acc,
     act,
+    act_hi,
     w_ptrs,
     w_mask,
     scale_ptrs,
@@ -84,16 +74,25 @@ def _mma(
 ):
     """acc + act @ W.T for one K tile (W @ act when SWAP), W dequantised on the fly.
 
-    int4 tiles are read as packed bytes (`_int4_weights`); the masked fill 0x88 unpacks to
-    0. On the GPU, bf16 activations take the integer-instruction conversions of
-    `kernels.dequant` (FP8's 2**-120 goes into the scale). Quantised tiles are scaled per
-    column after the MMA (the host checks that one scale covers the K tile). UPCAST
-    (interpreter only, see routing.dot_options) widens bf16 operands to fp32 first.
+    An int4 tile is read as packed bytes; its low nibbles multiply `act` and its high nibbles
+    `act_hi`, the activations 8 k further on (`_act_k`), so the two unpacked halves go to the
+    MMA as they come out of the conversion, in the layout the bytes were loaded in: no
+    interleaving, hence no layout conversion, and the byte loads stay pipelined. The masked
+    fill 0x88 unpacks to 0. On the GPU, bf16 activations take the integer-instruction
+    conversions of `kernels.dequant` (FP8's 2**-120 goes into the scale). Quantised tiles are
+    scaled per column after the MMA (the host checks that one scale covers the K tile).
+    UPCAST (interpreter only, see routing.dot_options) widens bf16 operands to fp32 first.
     """
     bits: tl.constexpr = act.dtype == tl.bfloat16 and not UPCAST  # on the GPU, into bf16
     scale_bits = 1.0
+    w_hi = None
     if FMT == FMT_INT4:
-        w = _int4_weights(tl.load(w_ptrs, mask=w_mask, other=0x88), act.dtype, SWAP, bits)
+        packed = tl.load(w_ptrs, mask=w_mask, other=0x88)
+        if bits:
+            w, w_hi = int4_nibbles_as_bf16(packed)
+        else:
+            w = ((packed & 15).to(tl.int16) - 8).to(tl.float32).to(act.dtype)
+            w_hi = ((packed >> 4).to(tl.int16) - 8).to(tl.float32).to(act.dtype)
     elif FMT == FMT_FP8 and bits:
         w = e4m3_as_bf16(tl.load(w_ptrs, mask=w_mask, other=0.0))
         scale_bits = E4M3_BITS_SCALE
@@ -102,18 +101,45 @@ def _mma(
     if UPCAST:
         act = act.to(tl.float32)
         w = w.to(tl.float32)
+        if FMT == FMT_INT4:
+            act_hi = act_hi.to(tl.float32)
+            w_hi = w_hi.to(tl.float32)
     if FMT == FMT_PLAIN:
-        if SWAP:
-            acc = tl.dot(w, act, acc, input_precision=PRECISION)
-        else:
-            acc = tl.dot(act, w, acc, input_precision=PRECISION)
+        acc = _dot(w, act, acc, PRECISION, SWAP)
     else:
+        product = _dot(w, act, None, PRECISION, SWAP)
+        if FMT == FMT_INT4:
+            product = _dot(w_hi, act_hi, product, PRECISION, SWAP)
         scale = tl.load(scale_ptrs, mask=col_ok, other=0.0).to(tl.float32) * scale_bits
         if SWAP:
-            acc += tl.dot(w, act, input_precision=PRECISION) * scale[:, None]
+            acc += product * scale[:, None]
         else:
-            acc += tl.dot(act, w, input_precision=PRECISION) * scale[None, :]
+            acc += product * scale[None, :]
     return acc
+
+
+@triton.jit
+def _act_k(BLOCK_K: tl.constexpr, FMT: tl.constexpr):
+    """K offsets within a K tile of the activation tile `_mma` multiplies first: all BLOCK_K
+    for plain and FP8 weights; for INT4, the k of the tile's low nibbles (the first 8 of each
+    16-value run), the high nibbles' being these plus HALF_RUN."""
+    if FMT == FMT_INT4:
+        j = tl.arange(0, BLOCK_K // 2)
+        offsets = (j // HALF_RUN) * (2 * HALF_RUN) + j % HALF_RUN
+    else:
+        offsets = tl.arange(0, BLOCK_K)
+    return offsets
+
+
+@triton.jit
+def _load_act(act_ptrs, act_mask, hi_mask, hi_step, FMT: tl.constexpr):
+    """(activation tile, tile of the high nibbles' k) of a K tile; the second is the first
+    unless FMT is INT4."""
+    act = tl.load(act_ptrs, mask=act_mask, other=0.0)
+    act_hi = act
+    if FMT == FMT_INT4:
+        act_hi = tl.load(act_ptrs + hi_step, mask=hi_mask, other=0.0)
+    return act, act_hi
 
 
 @triton.jit
@@ -130,7 +156,7 @@ def _operand_ptrs(row_ptrs, k_offsets, K_FIRST: tl.constexpr):
 def _weight_k(k_lo, stride_wk, BLOCK_K: tl.constexpr, FMT: tl.constexpr):
     """(k offsets of the first weight tile, offset step per K tile): int4 packs two k per
     byte, so its tile is the BLOCK_K // 2 bytes from k_lo // 2 (k_lo is a multiple of BLOCK_K,
-    so even)."""
+    so of a whole number of runs)."""
     if FMT == FMT_INT4:
         k_offsets = (k_lo // 2 + tl.arange(0, BLOCK_K // 2)) * stride_wk
         step = (BLOCK_K // 2) * stride_wk
@@ -148,19 +174,21 @@ def _scale_ptrs(s_e, cols, stride_sn, FMT: tl.constexpr, QBLOCK: tl.constexpr):
 
 
 @triton.jit
-def _masks(row_ok, col_ok, k0, limit, BLOCK_K: tl.constexpr, FMT: tl.constexpr,
-           SWAP: tl.constexpr):  # fmt: skip
-    """(activation mask, weight mask) of the K tile from k0, in the operand layouts of _mma;
-    an int4 weight tile's bytes hold k = 2j and 2j + 1 (limit is even or padded with 0x88)."""
-    k_ok = k0 + tl.arange(0, BLOCK_K) < limit
-    w_k_ok = k0 + 2 * tl.arange(0, BLOCK_K // 2) < limit if FMT == FMT_INT4 else k_ok
+def _masks(row_ok, col_ok, k0, offs_k, limit, FMT: tl.constexpr, SWAP: tl.constexpr):
+    """(activation mask, high-nibble activation mask, weight mask) of the K tile from k0, in
+    the operand layouts of _mma. An int4 byte is read when its low value's k is in range; a
+    high value past the limit is padding (code 8, zero) and meets a masked activation."""
+    k_ok = k0 + offs_k < limit
+    hi_ok = k0 + offs_k + HALF_RUN < limit
     if SWAP:
         act_mask = k_ok[:, None] & row_ok[None, :]
-        w_mask = col_ok[:, None] & w_k_ok[None, :]
+        hi_mask = hi_ok[:, None] & row_ok[None, :]
+        w_mask = col_ok[:, None] & k_ok[None, :]
     else:
         act_mask = row_ok[:, None] & k_ok[None, :]
-        w_mask = w_k_ok[:, None] & col_ok[None, :]
-    return act_mask, w_mask
+        hi_mask = row_ok[:, None] & hi_ok[None, :]
+        w_mask = k_ok[:, None] & col_ok[None, :]
+    return act_mask, hi_mask, w_mask
 
 
 @triton.jit
@@ -202,7 +230,7 @@ def gate_up_tile(
     else:
         gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     up = tl.zeros_like(gate)
-    offs_k = tl.arange(0, BLOCK_K)
+    offs_k = _act_k(BLOCK_K, FMT)
     act_ptrs = _operand_ptrs(x_ptr + tokens * stride_xt, (k_lo + offs_k) * stride_xh, SWAP)
     w_k, w_step = _weight_k(k_lo, stride_wk, BLOCK_K, FMT)
     gate_ptrs = _operand_ptrs(w_e + cols * stride_wn, w_k, not SWAP)
@@ -210,15 +238,15 @@ def gate_up_tile(
     gate_scales = _scale_ptrs(s_e, cols, stride_sn, FMT, QBLOCK)
     up_scales = _scale_ptrs(s_e, cols + inter, stride_sn, FMT, QBLOCK)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        act_mask, w_mask = _masks(row_ok, col_ok, k0, hidden, BLOCK_K, FMT, SWAP)
-        act = tl.load(act_ptrs, mask=act_mask, other=0.0)
+        act_mask, hi_mask, w_mask = _masks(row_ok, col_ok, k0, offs_k, hidden, FMT, SWAP)
+        act, act_hi = _load_act(act_ptrs, act_mask, hi_mask, HALF_RUN * stride_xh, FMT)
         scale_k = (k0 // QBLOCK) * stride_sk
         gate = _mma(
-            gate, act, gate_ptrs, w_mask, gate_scales + scale_k, col_ok, FMT,
+            gate, act, act_hi, gate_ptrs, w_mask, gate_scales + scale_k, col_ok, FMT,
             PRECISION, UPCAST, SWAP,
         )  # fmt: skip
         up = _mma(
-            up, act, up_ptrs, w_mask, up_scales + scale_k, col_ok, FMT, PRECISION,
+            up, act, act_hi, up_ptrs, w_mask, up_scales + scale_k, col_ok, FMT, PRECISION,
             UPCAST, SWAP,
         )  # fmt: skip
         act_ptrs += BLOCK_K * stride_xh
@@ -258,17 +286,17 @@ def down_tile(
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    offs_k = tl.arange(0, BLOCK_K)
+    offs_k = _act_k(BLOCK_K, FMT)
     act_ptrs = _operand_ptrs(h_ptr + slots * stride_hr, k_lo + offs_k, SWAP)
     w_k, w_step = _weight_k(k_lo, stride_wk, BLOCK_K, FMT)
     w_ptrs = _operand_ptrs(w_e + cols * stride_wn, w_k, not SWAP)
     scales = _scale_ptrs(s_e, cols, stride_sn, FMT, QBLOCK)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        act_mask, w_mask = _masks(row_ok, col_ok, k0, inter, BLOCK_K, FMT, SWAP)
-        act = tl.load(act_ptrs, mask=act_mask, other=0.0)
+        act_mask, hi_mask, w_mask = _masks(row_ok, col_ok, k0, offs_k, inter, FMT, SWAP)
+        act, act_hi = _load_act(act_ptrs, act_mask, hi_mask, HALF_RUN, FMT)
         acc = _mma(
-            acc, act, w_ptrs, w_mask, scales + (k0 // QBLOCK) * stride_sk, col_ok, FMT,
-            PRECISION, UPCAST, SWAP,
+            acc, act, act_hi, w_ptrs, w_mask, scales + (k0 // QBLOCK) * stride_sk, col_ok,
+            FMT, PRECISION, UPCAST, SWAP,
         )  # fmt: skip
         act_ptrs += BLOCK_K
         w_ptrs += w_step

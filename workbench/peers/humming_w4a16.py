@@ -3,16 +3,17 @@ per 128 consecutive k of a row, bf16 activations), run on the workbench's own IN
 
 Which numbers. The bench hands every dense peer the FP8 128x128-block `DenseWeights`; this one
 takes the weight they stand for (`weights.dequantize()`, fp32) and quantises it with the
-workbench's MoE quantiser, `kernels.moe.formats.quantize_int4(w, 128)`: symmetric q in [-7, 7]
-with scale = absmax / 7 rounded to bf16, stored as the code q + 8, two codes a byte along K
-(even k in the low nibble). So the INT4 comes from the same bf16 masters, through FP8 (a
+workbench's MoE quantiser, `kernels.moe.formats.int4_codes(w, 128)`: symmetric q in [-7, 7]
+with scale = absmax / 7 rounded to bf16, stored as the code q + 8, here two codes a byte along
+K with even k in the low nibble (the plain GPTQ order, not the run layout the workbench's own
+MoE kernels read). So the INT4 comes from the same bf16 masters, through FP8 (a
 second rounding, far below INT4's step; a bf16 `DenseWeights` is taken as it is). `holds`
-gives the bench what the peer then multiplies by, `dequantize_int4` of those codes, so its
+gives the bench what the peer then multiplies by, `int4_values` of those codes, so its
 check compares the peer against the product on exactly the INT4 it holds, not the FP8 it was
 handed; `error_vs_bf16` keeps measuring what INT4 costs against the masters.
 
-The API path: humming's own weight schema, no checkpoint translation, because the workbench's
-INT4 already is humming's layout. `humming.layer.HummingLayer` with `weight_config`
+The API path: humming's own weight schema, no checkpoint translation, because the codes packed
+in plain order are humming's layout. `humming.layer.HummingLayer` with `weight_config`
 `{"quant_method": "humming", "b_dtype": "uint4", "bs_dtype": "bfloat16",
 "weight_scale_group_size": 128}` (no zero point) declares `weight` as int32 (N, K/8) and
 `weight_scale` as (N, K/128) in the scale dtype (`HummingWeightSchema.get_tensors_attrs`). Its
@@ -48,7 +49,7 @@ import torch
 from torch import Tensor
 
 from kernels.dense import DenseWeights
-from kernels.moe.formats import dequantize_int4, quantize_int4
+from kernels.moe.formats import int4_codes, int4_values
 from workbench.peers.humming_kernels import INSTALL, VERSION, available
 
 __all__ = ["GROUP", "INSTALL", "VARIANT", "VERSION", "WEIGHT_CONFIG", "available", "prepare"]
@@ -65,15 +66,20 @@ WEIGHT_CONFIG = {
 
 
 def int4_weights(weights: DenseWeights) -> tuple[Tensor, Tensor]:
-    """The workbench's INT4 of the weight `weights` stands for: (packed uint8 (N, K/2), bf16
-    scales (N, K/128)) from `quantize_int4` of its dequantised values."""
+    """The workbench's INT4 of the weight `weights` stands for: (packed uint8 (N, K/2), even k
+    in the low nibble, bf16 scales (N, K/128)) from `int4_codes` of its dequantised values."""
+    codes, scales = _codes(weights)
+    return codes[:, 0::2] | (codes[:, 1::2] << 4), scales
+
+
+def _codes(weights: DenseWeights) -> tuple[Tensor, Tensor]:
     k = weights.in_features
     if k % GROUP:
         raise ValueError(
             f"humming's W4A16 takes whole {GROUP}-wide scale groups along K; this weight has "
             f"K={k}, not a multiple of {GROUP}."
         )
-    return quantize_int4(weights.dequantize().float(), GROUP)
+    return int4_codes(weights.dequantize().float(), GROUP)
 
 
 def humming_tensors(packed: Tensor, scales: Tensor) -> dict[str, Tensor]:
@@ -83,15 +89,15 @@ def humming_tensors(packed: Tensor, scales: Tensor) -> dict[str, Tensor]:
     if packed.dtype != torch.uint8 or packed.shape[-1] % 4 or not packed.is_contiguous():
         raise ValueError(
             f"expected contiguous packed uint8 (N, K/2) with K a multiple of 8, got "
-            f"{packed.dtype} {tuple(packed.shape)}; build it with quantize_int4."
+            f"{packed.dtype} {tuple(packed.shape)}; build it with int4_weights."
         )
     return {"weight": packed.view(torch.int32), "weight_scale": scales}
 
 
 def holds(weights: DenseWeights) -> Tensor:
     """The weight the peer multiplies by, for its check: the dequantised INT4, fp32 (N, K)."""
-    packed, scales = int4_weights(weights)
-    return dequantize_int4(packed, scales, weights.in_features, GROUP)
+    codes, scales = _codes(weights)
+    return int4_values(codes, scales, weights.in_features, GROUP)
 
 
 def weight_bytes(weights: DenseWeights) -> int:
