@@ -42,6 +42,7 @@ PREFILL = [
     dict(block_m=64, block_n=128, block_k=64, num_warps=8, num_stages=3, swap_ab=True),
     dict(block_m=64, block_n=128, block_k=128, num_warps=8, num_stages=3, swap_ab=True),
     dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, swap_ab=True),
+    dict(block_m=128, block_n=128, block_k=128, num_warps=8, num_stages=3, swap_ab=True),
     dict(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=4, swap_ab=True),
 ]
 DECODE = [
@@ -57,6 +58,8 @@ DECODE = [
     dict(block_n=256, block_k=64, num_stages=5, num_warps=8),
     dict(block_n=128, block_k=128, num_stages=4, num_warps=8),
     dict(block_n=128, block_k=128, num_stages=4, num_warps=8, swap_ab=True),
+    dict(block_n=128, block_k=128, num_stages=6, num_warps=8),
+    dict(block_n=128, block_k=128, num_stages=6, num_warps=4),
     dict(block_n=256, block_k=128, num_stages=3, num_warps=8, swap_ab=True),
     dict(block_n=128, block_k=64, num_stages=6, num_warps=4, swap_ab=True),
 ]

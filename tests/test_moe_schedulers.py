@@ -8,6 +8,7 @@ interpreter finishes quickly while every tile has a masked edge, and the quantis
 
 import pytest
 import torch
+from conftest import GPU_TESTS
 from helpers import relative_error
 
 from kernels import moe
@@ -82,8 +83,8 @@ def check(name, problem, **options):
     assert out.shape == x.shape and out.dtype == x.dtype
     want = moe_reference(x, ids, topk_weights, *weights.dequantize())
     # The interpreter truncates fp32 -> bf16 (h, the slot rows and the output) where torch
-    # rounds: ~0.7%.
-    assert relative_error(out, want) < 1e-2
+    # and the GPU round to nearest: up to 0.0102 here (INT4, one token). The GPU keeps 1e-2.
+    assert relative_error(out, want) < (1e-2 if GPU_TESTS else 1.5e-2)
 
 
 @pytest.mark.parametrize("case", ["one-token", "empty-experts", "one-expert", "skewed"])

@@ -119,8 +119,11 @@ def quantize_int4(w: Tensor, group: int = DEFAULT_BLOCK) -> tuple[Tensor, Tensor
 
 
 def dequantize_int4(packed: Tensor, scales: Tensor, k: int, group: int = DEFAULT_BLOCK) -> Tensor:
-    """fp32 weights (..., N, k) from run-layout packed codes and group scales (k: unpadded K)."""
-    return int4_values(unpack_int4(packed), scales, k, group)
+    """fp32 weights (..., N, k) from run-layout packed codes and group scales (k: unpadded K),
+    each q * s rounded to bf16: the kernels fold the scale into the weight in bf16 before the
+    MMA, so this is exactly what they multiply by."""
+    values = int4_values(unpack_int4(packed), scales, k, group)
+    return values.to(torch.bfloat16).float()
 
 
 @dataclass(frozen=True)

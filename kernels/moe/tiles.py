@@ -79,43 +79,66 @@ def _mma(
     MMA as they come out of the conversion, in the layout the bytes were loaded in: no
     interleaving, hence no layout conversion, and the byte loads stay pipelined. The masked
     fill 0x88 unpacks to 0. On the GPU, bf16 activations take the integer-instruction
-    conversions of `kernels.dequant` (FP8's 2**-120 goes into the scale). Quantised tiles are
-    scaled per column after the MMA (the host checks that one scale covers the K tile).
+    conversions of `kernels.dequant` (FP8's 2**-120 goes into the scale). One scale covers a
+    K tile's column (the host checks). INT4 folds it into the weights in bf16 before the MMA,
+    as Marlin does, so the products accumulate straight into `acc` (the value multiplied is
+    q * s rounded to bf16, which `formats.dequantize_int4` gives); FP8 tiles are scaled per
+    column after their MMA, in fp32, which needs a second accumulator for the product.
     UPCAST (interpreter only, see routing.dot_options) widens bf16 operands to fp32 first.
     """
     bits: tl.constexpr = act.dtype == tl.bfloat16 and not UPCAST  # on the GPU, into bf16
-    scale_bits = 1.0
-    w_hi = None
     if FMT == FMT_INT4:
         packed = tl.load(w_ptrs, mask=w_mask, other=0x88)
         if bits:
             w, w_hi = int4_nibbles_as_bf16(packed)
         else:
-            w = ((packed & 15).to(tl.int16) - 8).to(tl.float32).to(act.dtype)
-            w_hi = ((packed >> 4).to(tl.int16) - 8).to(tl.float32).to(act.dtype)
-    elif FMT == FMT_FP8 and bits:
-        w = e4m3_as_bf16(tl.load(w_ptrs, mask=w_mask, other=0.0))
-        scale_bits = E4M3_BITS_SCALE
+            w = ((packed & 15).to(tl.int16) - 8).to(tl.float32).to(tl.bfloat16)
+            w_hi = ((packed >> 4).to(tl.int16) - 8).to(tl.float32).to(tl.bfloat16)
+        scale = tl.load(scale_ptrs, mask=col_ok, other=0.0)  # bf16, one per column
+        scale = scale[:, None] if SWAP else scale[None, :]
+        w = _scaled(w, scale, bits)
+        w_hi = _scaled(w_hi, scale, bits)
+        acc = _dot(_operand(w, act, UPCAST), _operand(act, act, UPCAST), acc, PRECISION, SWAP)
+        acc = _dot(_operand(w_hi, act, UPCAST), _operand(act_hi, act, UPCAST), acc, PRECISION,
+                   SWAP)  # fmt: skip
     else:
-        w = tl.load(w_ptrs, mask=w_mask, other=0.0).to(act.dtype)
-    if UPCAST:
-        act = act.to(tl.float32)
-        w = w.to(tl.float32)
-        if FMT == FMT_INT4:
-            act_hi = act_hi.to(tl.float32)
-            w_hi = w_hi.to(tl.float32)
-    if FMT == FMT_PLAIN:
-        acc = _dot(w, act, acc, PRECISION, SWAP)
-    else:
-        product = _dot(w, act, None, PRECISION, SWAP)
-        if FMT == FMT_INT4:
-            product = _dot(w_hi, act_hi, product, PRECISION, SWAP)
-        scale = tl.load(scale_ptrs, mask=col_ok, other=0.0).to(tl.float32) * scale_bits
-        if SWAP:
-            acc += product * scale[:, None]
+        scale_bits = 1.0
+        if FMT == FMT_FP8 and bits:
+            w = e4m3_as_bf16(tl.load(w_ptrs, mask=w_mask, other=0.0))
+            scale_bits = E4M3_BITS_SCALE
         else:
-            acc += product * scale[None, :]
+            w = tl.load(w_ptrs, mask=w_mask, other=0.0).to(act.dtype)
+        w = _operand(w, act, UPCAST)
+        if FMT == FMT_PLAIN:
+            acc = _dot(w, _operand(act, act, UPCAST), acc, PRECISION, SWAP)
+        else:
+            product = _dot(w, _operand(act, act, UPCAST), None, PRECISION, SWAP)
+            scale = tl.load(scale_ptrs, mask=col_ok, other=0.0).to(tl.float32) * scale_bits
+            if SWAP:
+                acc += product * scale[:, None]
+            else:
+                acc += product * scale[None, :]
     return acc
+
+
+@triton.jit
+def _scaled(w, scale, BF16_MUL: tl.constexpr):
+    """bf16 w * scale rounded to nearest bf16: by bf16 multiplies on the GPU (two values an
+    instruction); elsewhere in fp32, rounded by integer ops because the interpreter's
+    fp32-to-bf16 cast truncates, which biased every INT4 product toward zero (1.5% error)."""
+    if BF16_MUL:
+        out = w * scale
+    else:
+        bits = (w.to(tl.float32) * scale.to(tl.float32)).to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # to nearest, ties to even
+        out = bits.to(tl.float32, bitcast=True).to(tl.bfloat16)
+    return out
+
+
+@triton.jit
+def _operand(v, act, UPCAST: tl.constexpr):
+    """v as an MMA operand beside activations `act`: in act's dtype, or fp32 under UPCAST."""
+    return v.to(tl.float32) if UPCAST else v.to(act.dtype)
 
 
 @triton.jit
