@@ -211,14 +211,18 @@ def test_fp32_activations_and_weights(device, fn):
     assert relative_error(out, want) < 1e-5
 
 
-def test_int4_prefill_tiles_are_narrower_where_wider_ones_spill():
-    # Wide INT4 gate/up tiles spill with the H200 image's Triton (3.6); bf16 and FP8 keep theirs.
+def test_int4_prefill_tiles_put_the_weights_first_in_128_row_tiles():
+    # INT4 prefill: weights as the MMA's first operand, unpacked and scaled in registers, in
+    # every scheduler with prefill tiles; decode keeps each scheduler's own tiles.
     from kernels.moe import flat, padded
+    from kernels.moe.launch import INT4_PREFILL_TILES
     from kernels.moe.routing import MoeShape
 
     prefill = MoeShape(tokens=33_863, hidden=4096, experts=384, inter=1152, top_k=6)
     decode = MoeShape(tokens=6, hidden=4096, experts=384, inter=1152, top_k=6)
+    assert INT4_PREFILL_TILES.swap_ab and INT4_PREFILL_TILES.block_m == 128
     for module in (flat, padded):
-        assert module.default_tiles(prefill, "int4").block_n == 64, module.__name__
-        assert module.default_tiles(prefill, "fp8").block_n == 128, module.__name__
+        assert module.default_tiles(prefill, "int4") == INT4_PREFILL_TILES, module.__name__
+        assert not module.default_tiles(prefill, "fp8").swap_ab, module.__name__
     assert padded.default_tiles(decode, "int4") == padded.DECODE_TILES
+    assert flat.default_tiles(decode, "int4") == flat.DECODE_TILES["int4"]

@@ -28,7 +28,14 @@ from torch import Tensor
 
 from kernels.compiled import launch, recording
 from kernels.moe.formats import MoeWeights
-from kernels.moe.launch import Tiles, max_row_tiles, prepare, run_pipeline, weight_args
+from kernels.moe.launch import (
+    INT4_PREFILL_TILES,
+    Tiles,
+    max_row_tiles,
+    prepare,
+    run_pipeline,
+    weight_args,
+)
 from kernels.moe.routing import MoeShape, sm_count
 from kernels.moe.routing_kernels import (
     SMALL_SLOTS,
@@ -56,16 +63,14 @@ ITEMS_PER_PROGRAM = 4  # automatic split-K aims for at least this many items per
 DECODE_TILES = {
     "bf16": Tiles(block_m=16, block_n=128, block_k=128, split_k=None, num_warps=4, num_stages=3),
     "fp8": Tiles(block_m=16, block_n=256, block_k=128, split_k=None, num_warps=8, num_stages=3),
-    # 128-deep K tiles over 8 warps: 0.542 ms against 0.786 at T=6, no spills (one run,
-    # raw/logs/h200-tune-moe-flat-20261201T0603.csv).
-    "int4": Tiles(block_m=16, block_n=128, block_k=128, split_k=None, num_warps=8, num_stages=4),
+    # 128-deep K tiles over 8 warps, 3 stages: 0.303 ms at T=6 in the run layout, against
+    # 0.350 with 4 stages (raw/logs/h200-tune-moe-int4-df8f8b5-20261201T1947.csv).
+    "int4": Tiles(block_m=16, block_n=128, block_k=128, split_k=None, num_warps=8, num_stages=3),
 }
 PREFILL_TILES = {
     "bf16": Tiles(block_m=128, block_n=128, block_k=64, split_k=1, num_warps=8, num_stages=4),
     "fp8": Tiles(block_m=64, block_n=128, block_k=128, split_k=1, num_warps=8, num_stages=3),
-    # 64 columns: at 128 gate/up spills 160 bytes with Triton 3.6 (the H200 image's), at 64
-    # it takes 194 registers and none (scripts/moe_compile_facts.py).
-    "int4": Tiles(block_m=64, block_n=64, block_k=64, split_k=1, num_warps=8, num_stages=3),
+    "int4": INT4_PREFILL_TILES,
 }
 PREFILL_ROWS = 32  # mean rows per active expert from which 64-row tiles pay off
 

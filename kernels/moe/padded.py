@@ -10,8 +10,6 @@ min(E, T*K) padded experts (kernels.moe.launch.max_row_tiles) and blocks past th
 get expert -1 and exit at once, which keeps the prep free of host syncs.
 """
 
-import dataclasses
-
 import torch
 import triton
 import triton.language as tl
@@ -19,16 +17,20 @@ from torch import Tensor
 
 from kernels.compiled import launch, recording
 from kernels.moe.formats import MoeWeights
-from kernels.moe.launch import Tiles, max_row_tiles, prepare, run_pipeline, weight_args
+from kernels.moe.launch import (
+    INT4_PREFILL_TILES,
+    Tiles,
+    max_row_tiles,
+    prepare,
+    run_pipeline,
+    weight_args,
+)
 from kernels.moe.routing import MoeShape
 from kernels.moe.routing_kernels import expert_counts, expert_offsets_parallel, permute
 from kernels.moe.tiles import down_tile, find_expert, gate_up_tile, store_down, store_gate_up
 
 DECODE_TILES = Tiles(block_m=16, block_n=64, block_k=64, split_k=1, num_warps=4, num_stages=4)
 PREFILL_TILES = Tiles(block_m=64, block_n=128, block_k=64, split_k=1, num_warps=8, num_stages=3)
-# INT4 gate/up at 128 columns spills 132 bytes with Triton 3.6 (the H200 image's), at 64 it
-# takes 169 registers and none (scripts/moe_compile_facts.py).
-INT4_PREFILL_TILES = dataclasses.replace(PREFILL_TILES, block_n=64)
 PREFILL_ROWS = 32  # mean rows per active expert from which 64-row blocks pay off
 TABLE_BLOCK = 256  # blocks labelled per program of the expert-table kernel
 
@@ -133,7 +135,7 @@ def padded_layout(topk_ids: Tensor, experts: int, block_m: int) -> tuple[Tensor,
 
 def default_tiles(shape: MoeShape, fmt: str) -> Tiles:
     """16-row blocks when experts get few rows (decode), 64 x 128 x 64 on 8 warps otherwise
-    (64 columns for INT4)."""
+    (INT4: launch.INT4_PREFILL_TILES)."""
     slots = shape.tokens * shape.top_k
     rows_per_expert = slots / min(shape.experts, slots)
     if rows_per_expert < PREFILL_ROWS:

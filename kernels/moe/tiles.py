@@ -28,6 +28,11 @@ FMT_PLAIN = tl.constexpr(0)
 FMT_FP8 = tl.constexpr(1)
 FMT_INT4 = tl.constexpr(2)
 HALF_RUN = tl.constexpr(8)  # kernels.moe.formats.INT4_RUN // 2: a low nibble's k + 8 is its high's
+# INT4 tiles of this many rows or more scale the weights before the MMA (_mma). On the H200 at
+# T=33,863, 128-row tiles went from 44.3 ms (scaled after, 2 accumulators, the best that
+# fit) to 35.4; at T=6, 16-row tiles went from 0.303 ms to 0.336 (the multiply per value
+# is not paid back).
+FOLD_ROWS = tl.constexpr(64)
 
 
 @triton.jit
@@ -80,10 +85,13 @@ def _mma(
     interleaving, hence no layout conversion, and the byte loads stay pipelined. The masked
     fill 0x88 unpacks to 0. On the GPU, bf16 activations take the integer-instruction
     conversions of `kernels.dequant` (FP8's 2**-120 goes into the scale). One scale covers a
-    K tile's column (the host checks). INT4 folds it into the weights in bf16 before the MMA,
-    as Marlin does, so the products accumulate straight into `acc` (the value multiplied is
-    q * s rounded to bf16, which `formats.dequantize_int4` gives); FP8 tiles are scaled per
-    column after their MMA, in fp32, which needs a second accumulator for the product.
+    K tile's column (the host checks). Tiles of FOLD_ROWS rows or more fold an INT4 scale
+    into the weights in bf16 before the MMA, as Marlin does, so the products accumulate
+    straight into `acc` (the value multiplied is q * s rounded to bf16, which
+    `formats.dequantize_int4` gives). Smaller tiles, and FP8, scale the K tile's product per
+    column after the MMA, in fp32 (INT4: exactly q * s, within half a bf16 step of that):
+    it needs a second accumulator, but a fold costs a multiply per weight value and a
+    decode tile does 16 rows of MMA per weight value.
     UPCAST (interpreter only, see routing.dot_options) widens bf16 operands to fp32 first.
     """
     bits: tl.constexpr = act.dtype == tl.bfloat16 and not UPCAST  # on the GPU, into bf16
@@ -96,11 +104,20 @@ def _mma(
             w_hi = ((packed >> 4).to(tl.int16) - 8).to(tl.float32).to(tl.bfloat16)
         scale = tl.load(scale_ptrs, mask=col_ok, other=0.0)  # bf16, one per column
         scale = scale[:, None] if SWAP else scale[None, :]
-        w = _scaled(w, scale, bits)
-        w_hi = _scaled(w_hi, scale, bits)
-        acc = _dot(_operand(w, act, UPCAST), _operand(act, act, UPCAST), acc, PRECISION, SWAP)
-        acc = _dot(_operand(w_hi, act, UPCAST), _operand(act_hi, act, UPCAST), acc, PRECISION,
-                   SWAP)  # fmt: skip
+        rows: tl.constexpr = act.shape[1] if SWAP else act.shape[0]
+        if rows >= FOLD_ROWS:
+            w = _scaled(w, scale, bits)
+            w_hi = _scaled(w_hi, scale, bits)
+            acc = _dot(_operand(w, act, UPCAST), _operand(act, act, UPCAST), acc, PRECISION,
+                       SWAP)  # fmt: skip
+            acc = _dot(_operand(w_hi, act, UPCAST), _operand(act_hi, act, UPCAST), acc,
+                       PRECISION, SWAP)  # fmt: skip
+        else:
+            product = _dot(_operand(w, act, UPCAST), _operand(act, act, UPCAST), None,
+                           PRECISION, SWAP)  # fmt: skip
+            product = _dot(_operand(w_hi, act, UPCAST), _operand(act_hi, act, UPCAST), product,
+                           PRECISION, SWAP)  # fmt: skip
+            acc += product * scale.to(tl.float32)
     else:
         scale_bits = 1.0
         if FMT == FMT_FP8 and bits:
