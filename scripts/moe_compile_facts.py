@@ -1,6 +1,7 @@
 """Registers and spilled bytes of the MoE kernels compiled for sm_90 on a machine without a GPU.
 
-    python scripts/moe_compile_facts.py --fmt int4 --tiles 16,128,64,4,4 64,64,64,8,3
+    python scripts/moe_compile_facts.py --fmt int4 --tiles 16,128,128,8,3
+    python scripts/moe_compile_facts.py --fmt int4 --tiles 128,128,128,8,2 --swap-ab
 
 Each tile is BLOCK_M,BLOCK_N,BLOCK_K,NUM_WARPS,NUM_STAGES; each MoE scheduler's gate/up and
 down kernels are compiled with them by the installed Triton and its bundled ptxas, which
@@ -35,20 +36,23 @@ KERNELS = {
 POINTERS = {"x_ptr": "*bf16", "h_ptr": "*bf16", "part_ptr": "*fp32", "y_ptr": "*bf16",
             "slot_weights_ptr": "*fp32"}  # fmt: skip
 WEIGHTS = {"bf16": ("*bf16", "*fp32"), "fp8": ("*fp8e4nv", "*fp32"), "int4": ("*u8", "*bf16")}
-ONE = ("stride_wk", "stride_xh", "stride_sk")  # unit strides: Triton specialises them to 1
+# Arguments a launch passes as 1, which Triton specialises to the constant: unit strides, and,
+# with K not split (SPLIT False), the one split and the part buffer, which is h itself.
+ONE = ("stride_wk", "stride_xh", "stride_sk", "splits", "stride_pr")
 # Sizes a launch at the TP2-rank shape passes as multiples of 16, which Triton specialises on.
 SIXTEENS = ("hidden", "inter", "num_experts", "k_per_split")
 FIXED = {"TOP_K": 6, "SPLIT": False, "STEPS": 9, "TICKET": False, "PRECISION": "tf32",
          "UPCAST": False, "SWAP": False}  # fmt: skip
 
 
-def compile_kernel(kernel, fmt: str, tiles: tuple[int, ...]):
+def compile_kernel(kernel, fmt: str, tiles: tuple[int, ...], swap_ab: bool = False):
     """The kernel compiled for sm_90 with these tiles, pointers typed by name, ints 32-bit
     and the strides and sizes a launch sees divisible by 16."""
     block_m, block_n, block_k, warps, stages = tiles
     values, scales = WEIGHTS[fmt]
     constants = {**FIXED, **dict.fromkeys(ONE, 1), "BLOCK_M": block_m, "BLOCK_N": block_n,
-                 "BLOCK_K": block_k, "FMT": FMT_CODES[fmt], "QBLOCK": 128}  # fmt: skip
+                 "BLOCK_K": block_k, "FMT": FMT_CODES[fmt], "QBLOCK": 128,
+                 "SWAP": swap_ab}  # fmt: skip
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(kernel.arg_names):
         if name in constants:
@@ -87,6 +91,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tiles", nargs="+", default=["16,128,64,4,4", "64,64,64,8,3"],
                         help="BLOCK_M,BLOCK_N,BLOCK_K,NUM_WARPS,NUM_STAGES")  # fmt: skip
     parser.add_argument("--schedulers", nargs="+", choices=sorted(KERNELS), default=sorted(KERNELS))
+    parser.add_argument("--swap-ab", action="store_true",
+                        help="weights as the MMA's first operand (Tiles.swap_ab)")  # fmt: skip
     args = parser.parse_args(argv)
     if not hasattr(stock._stock_gate_up_kernel, "cache_key"):
         parser.error("the kernels were imported under TRITON_INTERPRET; unset it to compile them.")
@@ -98,7 +104,8 @@ def main(argv: list[str] | None = None) -> None:
         tiles = tuple(int(f) for f in fields)
         for scheduler in args.schedulers:
             for kernel in KERNELS[scheduler]:
-                registers, spills = ptxas_facts(compile_kernel(kernel, args.fmt, tiles))
+                compiled = compile_kernel(kernel, args.fmt, tiles, args.swap_ab)
+                registers, spills = ptxas_facts(compiled)
                 print(f"{text:>16} {kernel.fn.__name__:>24}: {registers} registers, "
                       f"{spills} bytes spilled", flush=True)  # fmt: skip
 
