@@ -5,7 +5,14 @@ objects, then on every real report under ncu/ (skipped until the GPU machine's a
 import pytest
 from helpers import real_reports, stand_in_reports
 
-from workbench.analysis.ncu_catalog import SEED_ROWS, NcuCatalog, role, variant_label
+from workbench.analysis.ncu_catalog import (
+    SEED_ROWS,
+    SERVED_FORMAT,
+    NcuCatalog,
+    role,
+    variant_label,
+)
+from workbench.capture.profile_settings import SERVED_ON_GPU
 from workbench.errors import ArtifactError, WorkbenchError
 from workbench.report.ncu_page import CATALOG_FIGURE_KINDS, catalog_figure
 from workbench.views.ncu import NcuCatalogResult
@@ -117,3 +124,7 @@ def test_variant_labels_keep_parameters_and_non_moe_kernels(tmp_path):
     decode = {"kernel": "model-decode-step", "variant": "stock", "params": {"layers": 1}}
     assert variant_label(decode, path) == "model-decode-step stock layers=1"
     assert variant_label({}, path) == "x"  # a foreign report: its file name
+    # another format than the served FP8 is named, so flat's INT4 launches pair with no FP8 ones
+    assert variant_label({"variant": "flat", "params": {"fmt": "int4"}}, path) == "flat fmt=int4"
+    assert variant_label({"variant": "flat", "params": {"fmt": "fp8"}}, path) == "flat"
+    assert SERVED_ON_GPU["moe_format"] == SERVED_FORMAT

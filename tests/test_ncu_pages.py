@@ -16,7 +16,7 @@ from helpers import CHROMIUM, ROOT, SCREENSHOTS, chromium_missing
 from workbench.cli import main
 
 NCU = ROOT / "ncu"
-KERNEL = NCU / "moe-stock-T6-fmtfp8.ncu-rep.gz"  # six launches of one MoE call
+KERNEL = NCU / "moe-stock-T6-fmtfp8.ncu-rep.xz"  # six launches of one MoE call
 FLAT = NCU / "moe-flat-T6-fmtfp8.ncu-rep.xz"  # eight launches, other kernel names
 STEP = NCU / "model-decode-step-stock-T1-analysed.ncu-rep.xz"  # a decode step: 134 launches
 # Page heights with every <details> closed, in CSS pixels at a 1300 px wide window. Before the
@@ -121,11 +121,11 @@ def test_flat_against_stock_in_text_and_on_the_page(tmp_path, capsys):
     out = run(capsys, FLAT, "--baseline", KERNEL, "--html", page)
     diff = out.split("Change from baseline", 1)[1]
     assert "_flat_gate_up_kernel @ wb:moe:flat:T=6, against _stock_gate_up_kernel" in diff
-    assert "Only in moe-stock-T6-fmtfp8.ncu-rep.gz (not compared): _offsets_serial" in diff
+    assert "Only in moe-stock-T6-fmtfp8.ncu-rep.xz (not compared): _offsets_serial" in diff
     assert unrounded(diff) == [], "the diff prints unrounded floats"
     seen = measure(page, SCREENSHOTS / "ncu-diff-report.png")
     assert seen["errors"] == [] and seen["closed"] < KERNEL_PAGE_MAX
-    assert "Change from moe-stock-T6-fmtfp8.ncu-rep.gz" in seen["text"]
+    assert "Change from moe-stock-T6-fmtfp8.ncu-rep.xz" in seen["text"]
     assert "_flat_down_kernel @ wb:moe:flat:T=6, against _stock_down_kernel" in seen["text"]
     assert unrounded(seen["text"].split("Change from", 1)[1].split("Warp stalls")[0]) == []
 

@@ -32,6 +32,9 @@ SCHEDULER_WORDS = ("stock", "multirow", "flat", "padded")
 # routing kernels take microseconds next to the GEMMs and would only clutter the seed's table.
 MAIN_SHARE = 0.10
 TOKENS_IN_RANGE = re.compile(r"T=(\d+)")
+# The experts' format a served profile on the GPU runs (capture.profile_settings.SERVED_ON_GPU),
+# which a capture set's labels leave unsaid.
+SERVED_FORMAT = "fp8"
 # The seed's table, in its order: summary rows (NcuReport.summary) shown per main launch.
 SEED_ROWS = (
     "Duration (us)",
@@ -74,12 +77,14 @@ def role(kernel: str) -> str:
 
 
 def variant_label(meta: dict, path: Path) -> str:
-    """The variant and its non-default parameters (`multirow rows=2`), after the kernel when it
-    is not the MoE (`model-decode-step stock`); the weight format is the same across a capture
-    set, so it stays in the entries table. Foreign reports: the file name."""
+    """The variant and its parameters (`multirow rows=2`), after the kernel when it is not the
+    MoE (`model-decode-step stock`). The experts' format is named only when it is not the
+    served one (`flat fmt=int4`), so a set can hold one scheduler in two formats without
+    pairing an INT4 launch with an FP8 one. Foreign reports: the file name."""
     if "variant" not in meta:
         return report_stem(path)
-    params = {k: v for k, v in (meta.get("params") or {}).items() if k != "fmt"}
+    params = meta.get("params") or {}
+    params = {k: v for k, v in params.items() if (k, v) != ("fmt", SERVED_FORMAT)}
     kernel = [] if meta.get("kernel", "moe") == "moe" else [meta["kernel"]]
     words = [*kernel, meta["variant"], *(f"{k}={v}" for k, v in sorted(params.items()))]
     return " ".join(words)
