@@ -21,6 +21,7 @@ import pandas as pd
 import torch
 
 from kernels.moe import VARIANTS, W8A8_VARIANTS, MoeWeights, last_facts
+from kernels.moe.routing import sm_count
 from workbench.capture.bench_rows import compile_facts, time_call
 from workbench.presets import get_preset
 from workbench.workloads.checks import relative_error
@@ -62,6 +63,12 @@ DECODE = [
     dict(block_n=128, block_k=128, num_stages=6, num_warps=4),
     dict(block_n=256, block_k=128, num_stages=3, num_warps=8, swap_ab=True),
     dict(block_n=128, block_k=64, num_stages=6, num_warps=4, swap_ab=True),
+    # flat runs one program an SM; INT4 decode (ncu/moe-flat-T6-fmtint4) is latency-bound
+    # at 8 warps an SM, so: more, smaller programs (flat only; others refuse the option)
+    dict(programs_per_sm=2),
+    dict(block_n=64, block_k=128, num_warps=4, num_stages=4, programs_per_sm=2),
+    dict(block_n=64, block_k=128, num_warps=4, num_stages=4, programs_per_sm=3),
+    dict(block_n=128, block_k=128, num_warps=4, num_stages=3, programs_per_sm=2),
 ]
 CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),
          ("bf16", 6, DECODE[:4]), ("int4", 6, DECODE), ("int4", 33863, PREFILL)]  # fmt: skip
@@ -69,6 +76,15 @@ CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),
 W8A8 = [{}, dict(num_stages=4), dict(block_m=64), dict(block_m=64, num_stages=4),
         dict(block_m=128, num_stages=2), dict(block_m=64, num_warps=4)]  # fmt: skip
 W8A8_CASES = [("fp8", 4096, W8A8), ("fp8", 33863, W8A8)]
+
+
+def with_programs(params: dict, device: torch.device) -> dict:
+    """The call's options: `programs_per_sm` becomes flat's num_programs on this GPU."""
+    params = dict(params)
+    per_sm = params.pop("programs_per_sm", None)
+    if per_sm is not None:
+        params["num_programs"] = per_sm * sm_count(device)
+    return params
 
 
 def main() -> None:
@@ -94,7 +110,8 @@ def main() -> None:
             if time.monotonic() > deadline:
                 break
             row = {"variant": args.variant, "fmt": fmt, "tokens": tokens, **params}
-            call = partial(VARIANTS[args.variant], *problem.args(), weights[fmt], **params)
+            call = partial(VARIANTS[args.variant], *problem.args(), weights[fmt],
+                           **with_programs(params, dev))  # fmt: skip
             try:
                 row["rel_error"] = relative_error(call(), expected)
                 row |= compile_facts([last_facts()])
