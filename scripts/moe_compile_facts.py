@@ -1,9 +1,11 @@
 """Registers and spilled bytes of the MoE kernels compiled for sm_90 on a machine without a GPU.
 
-    python scripts/moe_compile_facts.py --fmt int4 --tiles 16,128,128,8,3
-    python scripts/moe_compile_facts.py --fmt int4 --tiles 128,128,128,8,2 --swap-ab
+    python scripts/moe_compile_facts.py --fmt int4 --tiles 16,128,128,8,3 128,128,128,8,3,swap
+    python scripts/moe_compile_facts.py --fmt fp8 --tiles 16,256,128,8,3 --split
 
-Each tile is BLOCK_M,BLOCK_N,BLOCK_K,NUM_WARPS,NUM_STAGES; each MoE scheduler's gate/up and
+Each tile is BLOCK_M,BLOCK_N,BLOCK_K,NUM_WARPS,NUM_STAGES, with `,swap` for weights as the
+MMA's first operand (Tiles.swap_ab); `--split` compiles the split-K kernels (fp32 partial
+sums), which flat picks at decode. Each MoE scheduler's gate/up and
 down kernels are compiled with them by the installed Triton and its bundled ptxas, which
 reports registers and spill bytes. Spills are the compiler's, so they depend on its version:
 the H200 image runs Triton 3.6.0 (see a run.json's `environment.triton`), under which the old
@@ -37,22 +39,25 @@ POINTERS = {"x_ptr": "*bf16", "h_ptr": "*bf16", "part_ptr": "*fp32", "y_ptr": "*
             "slot_weights_ptr": "*fp32"}  # fmt: skip
 WEIGHTS = {"bf16": ("*bf16", "*fp32"), "fp8": ("*fp8e4nv", "*fp32"), "int4": ("*u8", "*bf16")}
 # Arguments a launch passes as 1, which Triton specialises to the constant: unit strides, and,
-# with K not split (SPLIT False), the one split and the part buffer, which is h itself.
-ONE = ("stride_wk", "stride_xh", "stride_sk", "splits", "stride_pr")
+# with K not split, the one split and the part buffer, which is h itself (UNSPLIT_ONE).
+ONE = ("stride_wk", "stride_xh", "stride_sk")
+UNSPLIT_ONE = ("splits", "stride_pr")
 # Sizes a launch at the TP2-rank shape passes as multiples of 16, which Triton specialises on.
 SIXTEENS = ("hidden", "inter", "num_experts", "k_per_split")
 FIXED = {"TOP_K": 6, "SPLIT": False, "STEPS": 9, "TICKET": False, "PRECISION": "tf32",
          "UPCAST": False, "SWAP": False}  # fmt: skip
 
 
-def compile_kernel(kernel, fmt: str, tiles: tuple[int, ...], swap_ab: bool = False):
+def compile_kernel(kernel, fmt: str, tiles: tuple[int, ...], swap_ab: bool = False,
+                   split: bool = False):  # fmt: skip
     """The kernel compiled for sm_90 with these tiles, pointers typed by name, ints 32-bit
     and the strides and sizes a launch sees divisible by 16."""
     block_m, block_n, block_k, warps, stages = tiles
     values, scales = WEIGHTS[fmt]
-    constants = {**FIXED, **dict.fromkeys(ONE, 1), "BLOCK_M": block_m, "BLOCK_N": block_n,
+    ones = ONE if split else ONE + UNSPLIT_ONE
+    constants = {**FIXED, **dict.fromkeys(ones, 1), "BLOCK_M": block_m, "BLOCK_N": block_n,
                  "BLOCK_K": block_k, "FMT": FMT_CODES[fmt], "QBLOCK": 128,
-                 "SWAP": swap_ab}  # fmt: skip
+                 "SWAP": swap_ab, "SPLIT": split}  # fmt: skip
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(kernel.arg_names):
         if name in constants:
@@ -88,25 +93,27 @@ def ptxas_facts(compiled) -> tuple[int, int]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fmt", choices=sorted(WEIGHTS), default="int4")
-    parser.add_argument("--tiles", nargs="+", default=["16,128,64,4,4", "64,64,64,8,3"],
-                        help="BLOCK_M,BLOCK_N,BLOCK_K,NUM_WARPS,NUM_STAGES")  # fmt: skip
+    parser.add_argument("--tiles", nargs="+", default=["16,128,128,8,3", "128,128,128,8,3,swap"],
+                        help="BLOCK_M,BLOCK_N,BLOCK_K,NUM_WARPS,NUM_STAGES[,swap]")  # fmt: skip
     parser.add_argument("--schedulers", nargs="+", choices=sorted(KERNELS), default=sorted(KERNELS))
-    parser.add_argument("--swap-ab", action="store_true",
-                        help="weights as the MMA's first operand (Tiles.swap_ab)")  # fmt: skip
+    parser.add_argument("--split", action="store_true",
+                        help="the split-K kernels (fp32 partial sums)")  # fmt: skip
     args = parser.parse_args(argv)
     if not hasattr(stock._stock_gate_up_kernel, "cache_key"):
         parser.error("the kernels were imported under TRITON_INTERPRET; unset it to compile them.")
     print(f"Triton {triton.__version__}, sm_90, {args.fmt} weights")
     for text in args.tiles:
         fields = text.split(",")
-        if len(fields) != 5 or not all(f.isdigit() for f in fields):
-            parser.error(f"--tiles {text!r}: give BLOCK_M,BLOCK_N,BLOCK_K,NUM_WARPS,NUM_STAGES")
-        tiles = tuple(int(f) for f in fields)
+        swap = fields[5:] == ["swap"]
+        if len(fields) - swap != 5 or not all(f.isdigit() for f in fields[:5]):
+            parser.error(f"--tiles {text!r}: give BLOCK_M,BLOCK_N,BLOCK_K,NUM_WARPS,NUM_STAGES "
+                         f"and optionally ,swap")  # fmt: skip
+        tiles = tuple(int(f) for f in fields[:5])
         for scheduler in args.schedulers:
             for kernel in KERNELS[scheduler]:
-                compiled = compile_kernel(kernel, args.fmt, tiles, args.swap_ab)
+                compiled = compile_kernel(kernel, args.fmt, tiles, swap, args.split)
                 registers, spills = ptxas_facts(compiled)
-                print(f"{text:>16} {kernel.fn.__name__:>24}: {registers} registers, "
+                print(f"{text:>21} {kernel.fn.__name__:>24}: {registers} registers, "
                       f"{spills} bytes spilled", flush=True)  # fmt: skip
 
 

@@ -16,8 +16,9 @@ the reduction dim: gate_up is (E, 2I, H) with gate rows above up rows and down i
   nibbles by another, so the unpacked values never have to be interleaved in registers (which
   cost Triton a layout conversion through shared memory and the weight loads' pipelining).
 
-dequantize() gives the exact values the kernels multiply by, so tests can compare a kernel
-against moe_reference on dequantised weights and see kernel error only, not quantisation error.
+dequantize() gives the exact values the kernels multiply by (INT4 prefill tiles round each to
+bf16 first, within half a bf16 step), so tests can compare a kernel against moe_reference on
+dequantised weights and see kernel error only, not quantisation error.
 """
 
 from dataclasses import dataclass
@@ -119,11 +120,10 @@ def quantize_int4(w: Tensor, group: int = DEFAULT_BLOCK) -> tuple[Tensor, Tensor
 
 
 def dequantize_int4(packed: Tensor, scales: Tensor, k: int, group: int = DEFAULT_BLOCK) -> Tensor:
-    """fp32 weights (..., N, k) from run-layout packed codes and group scales (k: unpadded K),
-    each q * s rounded to bf16: the kernels fold the scale into the weight in bf16 before the
-    MMA, so this is exactly what they multiply by."""
-    values = int4_values(unpack_int4(packed), scales, k, group)
-    return values.to(torch.bfloat16).float()
+    """fp32 weights (..., N, k), q * s exactly, from run-layout packed codes and group scales
+    (k: the unpadded K). Prefill tiles multiply by q * s rounded to bf16 (kernels.moe.tiles,
+    FOLD_ROWS), within half a bf16 step of these."""
+    return int4_values(unpack_int4(packed), scales, k, group)
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,12 @@ class MoeWeights:
     def __post_init__(self) -> None:
         check_format(self.fmt)
         check_block(self.block)
+        if self.fmt == "int4" and self.block < 2 * INT4_RUN:
+            raise ValueError(
+                f"int4 groups of {self.block} are too small for the kernels: a K tile lies in "
+                f"one group and is at least {2 * INT4_RUN} deep (its low and high nibbles are "
+                f"two MMAs of 16); quantise with block >= {2 * INT4_RUN}."
+            )
         if self.gate_up.dim() != 3 or self.down.dim() != 3:
             raise ValueError(
                 f"gate_up and down must be 3-D (E, N, K), got {tuple(self.gate_up.shape)} and "

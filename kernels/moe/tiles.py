@@ -8,9 +8,9 @@ numbers stay comparable. Tiles are written for any weight format (FMT) and orien
   interpreter loads them too, exactly for every finite code) and converted to the activation
   dtype, which is exact; FMT_INT4 bytes are split into their two nibbles, and the low and
   high nibbles of a K tile each meet their own activation tile (`_act_k`, the run layout of
-  kernels.moe.formats). The per-column scale of the K tile is applied to the fp32 product of
-  the tile, so a K tile must not straddle two scale blocks (the host checks block_k divides
-  the quantisation block).
+  kernels.moe.formats). One scale covers a K tile's column, so a K tile must not straddle two
+  scale blocks (the host checks block_k divides the quantisation block): it multiplies the
+  tile's fp32 product, or, in INT4 tiles of FOLD_ROWS rows or more, the weights themselves.
 - SWAP computes the transposed tile W @ X^T: the weight becomes the MMA's first operand and the
   (few) token rows its N dim, the usual trick when decode has fewer rows than an MMA's M.
 
@@ -29,10 +29,12 @@ FMT_FP8 = tl.constexpr(1)
 FMT_INT4 = tl.constexpr(2)
 HALF_RUN = tl.constexpr(8)  # kernels.moe.formats.INT4_RUN // 2: a low nibble's k + 8 is its high's
 # INT4 tiles of this many rows or more scale the weights before the MMA (_mma). On the H200 at
-# T=33,863, 128-row tiles went from 44.3 ms (scaled after, 2 accumulators, the best that
-# fit) to 35.4; at T=6, 16-row tiles went from 0.303 ms to 0.336 (the multiply per value
-# is not paid back).
-FOLD_ROWS = tl.constexpr(64)
+# T=33,863 (raw/logs/h200-tune-moe-int4-df8f8b5-20261201T1947.csv, scaled after; ...-1d7d385-
+# 20261201T1953.csv, folded at 64 rows and more), 128-row tiles took 35.4 to 44.3 ms folded
+# against 46.5 to 113 scaled after (the second accumulator spilled); 64-row tiles were within
+# 10% either way (best 44.3 ms scaled after, 45.8 folded); at T=6 16-row tiles lost to the
+# fold (0.303 ms to 0.336): the multiply per weight value is only paid back by many rows.
+FOLD_ROWS = tl.constexpr(128)
 
 
 @triton.jit
@@ -87,11 +89,11 @@ def _mma(
     conversions of `kernels.dequant` (FP8's 2**-120 goes into the scale). One scale covers a
     K tile's column (the host checks). Tiles of FOLD_ROWS rows or more fold an INT4 scale
     into the weights in bf16 before the MMA, as Marlin does, so the products accumulate
-    straight into `acc` (the value multiplied is q * s rounded to bf16, which
-    `formats.dequantize_int4` gives). Smaller tiles, and FP8, scale the K tile's product per
-    column after the MMA, in fp32 (INT4: exactly q * s, within half a bf16 step of that):
-    it needs a second accumulator, but a fold costs a multiply per weight value and a
-    decode tile does 16 rows of MMA per weight value.
+    straight into `acc`; the value multiplied is then q * s rounded to bf16, within half a
+    bf16 step of `formats.dequantize_int4`'s exact one. Smaller tiles, and FP8, scale the K
+    tile's product per column after the MMA, in fp32, exactly: it needs a second
+    accumulator, but a fold costs a multiply per weight value, which a decode tile's few
+    rows do not pay back.
     UPCAST (interpreter only, see routing.dot_options) widens bf16 operands to fp32 first.
     """
     bits: tl.constexpr = act.dtype == tl.bfloat16 and not UPCAST  # on the GPU, into bf16

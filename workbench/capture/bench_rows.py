@@ -35,7 +35,8 @@ def time_call(
 
 def compile_facts(facts: Sequence[dict]) -> dict:
     """regs and spills: the most of any kernel in `facts` (last_facts() of several calls);
-    None for torch ops and under the interpreter."""
+    None for torch ops and under the interpreter. `spills` is Triton's count, the kernel's
+    local memory in 4-byte words (2 means 8 bytes spilled)."""
     compiled = [f for call in facts for f in call.values() if f.n_regs is not None]
     if not compiled:
         return {"regs": None, "spills": None}
