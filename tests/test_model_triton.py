@@ -18,7 +18,7 @@ from kernels.dense import DenseWeights
 from workbench.analysis.profile import profile_label
 from workbench.capture.profile_run import resolve, run_name
 from workbench.errors import WorkbenchError
-from workbench.presets import get_preset
+from workbench.presets import get_preset, with_overrides
 from workbench.workloads.model import Plan, SyntheticModel
 
 PLAN = Plan(prompt_tokens=20, decode_tokens=2, streams=2, prefill_chunk=16)
@@ -158,3 +158,20 @@ def test_a_decode_step_loads_every_layers_routing_with_two_copies():
         layer_ids, layer_weights = model._routing(3 * 2, "decode", layer)
         assert torch.equal(state.ids[layer], layer_ids[4:6])  # step 2: draws 4 and 5
         assert torch.equal(state.weights[layer], layer_weights[4:6])
+
+
+def test_compressed_layers_run_under_every_attention_variant():
+    # V4's window, CSA and HCA layers beside a sparse one, prefill in chunks and two decode
+    # streams: the Triton variants' indexer, select (entry positions, no window, the decode
+    # layout's split and shift) and attention against the torch references.
+    preset = with_overrides(get_preset("tiny"), layers=4, attention_layers="WCHD", hca_ratio=16)
+    plan = Plan(prompt_tokens=37, decode_tokens=3, streams=2, prefill_chunk=16)
+    results = {}
+    for variant in ("torch", "triton", "fp8"):
+        model = SyntheticModel(preset, moe="reference", attention=variant,
+                               interpret=variant != "torch")  # fmt: skip
+        state = model.new_state(plan)
+        results[variant] = (model.run(plan, model.inputs(plan), state=state), state.hidden.clone())
+    for variant in ("triton", "fp8"):
+        assert (results[variant][0] == results["torch"][0]).all(), variant
+        assert relative_error(results[variant][1], results["torch"][1]) < 1e-3, variant

@@ -1,5 +1,7 @@
 """Presets are data with checked invariants; routing draws are seeded and shaped as asked."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -20,7 +22,7 @@ def test_every_preset_validates():
 
 
 def test_unknown_preset_lists_the_known_ones():
-    known = "known presets: dsv4-flash-tp2, dsv4-flash-hf-tp2, tiny"
+    known = "known presets: dsv4-flash-tp2, dsv4-flash-hf-tp2, dsv4-flash-v4-tp2, tiny"
     with pytest.raises(WorkbenchError, match=known):
         get_preset("dsv5")
 
@@ -82,3 +84,10 @@ def test_the_published_configuration_preset_differs_where_the_docs_say():
     assert all(getattr(published, f) != getattr(design, f) for f in changed)
     experts = published.layers * published.experts * 3 * published.hidden
     assert round(experts * published.expert_intermediate / 1e9) == 277  # billion parameters
+
+
+def test_the_v4_attention_preset_is_the_published_shapes_with_the_layer_kinds():
+    published, v4 = get_preset("dsv4-flash-hf-tp2"), get_preset("dsv4-flash-v4-tp2")
+    assert v4 == replace(published, name=v4.name, description=v4.description,
+                         attention_layers="WWC" + "HC" * 20)  # fmt: skip
+    v4.validate()

@@ -41,6 +41,13 @@ class Preset:
     simulated_tp: int
     distinct_weight_sets: int
     dense_weight_dtype: str
+    # DeepSeek-V4's attention, one letter a layer (docs/seed-study.md): "" runs V3.2's sparse
+    # attention in every layer (D); W is the sliding window alone; C (CSA) pools `csa_ratio`
+    # tokens to a cache entry, which the indexer scores and the top-k picks from; H (HCA) pools
+    # `hca_ratio` tokens to an entry and attends to every entry. C and H keep the window too.
+    attention_layers: str = ""
+    csa_ratio: int = 4
+    hca_ratio: int = 128
 
     def rank_shapes(self, tp: int | None = None) -> RankShapes:
         """Per-rank shapes under tensor parallelism `tp` (default: the preset's own degree)."""
@@ -76,6 +83,19 @@ class Preset:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def attention_kind(self, layer: int) -> str:
+        """Layer `layer`'s attention: D (V3.2's sparse), W (window), C (CSA) or H (HCA)."""
+        return self.attention_layers[layer] if self.attention_layers else "D"
+
+    def compress_ratio(self, kind: str) -> int:
+        """Tokens pooled into one cache entry by a layer of `kind` (0: none)."""
+        return {"C": self.csa_ratio, "H": self.hca_ratio}.get(kind, 0)
+
+    @property
+    def compressed(self) -> bool:
+        """Whether some layer pools tokens into entries (and so has a compressor)."""
+        return any(kind in "CH" for kind in self.attention_layers)
+
     def validate(self) -> None:
         """Reject impossible shapes with a message that names the field and the fix."""
         for f in fields(self):
@@ -86,6 +106,13 @@ class Preset:
             raise WorkbenchError(
                 f"top_k={self.top_k} is larger than the number of experts ({self.experts}); "
                 f"use top_k <= {self.experts}."
+            )
+        if self.attention_layers and (
+            len(self.attention_layers) != self.layers or set(self.attention_layers) - set("DWCH")
+        ):
+            raise WorkbenchError(
+                f"attention_layers={self.attention_layers!r} must give each of the {self.layers} "
+                "layers one of D (sparse), W (window), C (CSA) or H (HCA); or be empty."
             )
         if self.q_heads % self.o_groups:
             raise WorkbenchError(
@@ -178,24 +205,39 @@ DSV4_FLASH_TP2 = Preset(
     dense_weight_dtype="float8_e4m3fn",
 )
 
+# The published configuration's shapes; everything else, the attention included, as above.
+DSV4_FLASH_HF_TP2 = replace(
+    DSV4_FLASH_TP2,
+    name="dsv4-flash-hf-tp2",
+    description=(
+        "DeepSeek-V4-Flash's shapes as Hugging Face transformers' DeepseekV4Config gives "
+        "them, one rank of tensor parallelism 2: hidden 4096, 256 routed experts top-6 of "
+        "intermediate 2048, one shared expert, 43 layers; attention as dsv4-flash-tp2 runs "
+        "it (V3.2's sparse attention in every layer: V4's CSA and HCA layers, which pool "
+        "the sequence 4 or 128 tokens to an entry, are not modelled)."
+    ),
+    hidden=4096,
+    layers=43,
+    experts=256,
+    expert_intermediate=2048,
+    q_lora_rank=1024,
+)
+
 PRESETS: dict[str, Preset] = {
     "dsv4-flash-tp2": DSV4_FLASH_TP2,
-    # The published configuration's shapes; everything else, the attention included, as above.
-    "dsv4-flash-hf-tp2": replace(
-        DSV4_FLASH_TP2,
-        name="dsv4-flash-hf-tp2",
+    "dsv4-flash-hf-tp2": DSV4_FLASH_HF_TP2,
+    # The published shapes with V4's attention: 2 window layers, then CSA and HCA alternating
+    # (the per-layer compression ratios public V4-Flash training recipes give).
+    "dsv4-flash-v4-tp2": replace(
+        DSV4_FLASH_HF_TP2,
+        name="dsv4-flash-v4-tp2",
         description=(
-            "DeepSeek-V4-Flash's shapes as Hugging Face transformers' DeepseekV4Config gives "
-            "them, one rank of tensor parallelism 2: hidden 4096, 256 routed experts top-6 of "
-            "intermediate 2048, one shared expert, 43 layers; attention as dsv4-flash-tp2 runs "
-            "it (V3.2's sparse attention in every layer: V4's CSA and HCA layers, which pool "
-            "the sequence 4 or 128 tokens to an entry, are not modelled)."
+            "DeepSeek-V4-Flash as dsv4-flash-hf-tp2 gives its shapes, with V4's attention: of "
+            "43 layers, 2 attend to a 128-token window only, 21 are CSA (4 tokens pooled to a "
+            "cache entry, the indexer's top-512 entries plus the window) and 20 HCA (128 tokens "
+            "to an entry, every entry plus the window)."
         ),
-        hidden=4096,
-        layers=43,
-        experts=256,
-        expert_intermediate=2048,
-        q_lora_rank=1024,
+        attention_layers="WWC" + "HC" * 20,
     ),
     "tiny": Preset(
         name="tiny",

@@ -35,6 +35,7 @@ import kernels.moe as moe_kernels
 from kernels.compiled import interpreting
 from workbench.errors import WorkbenchError
 from workbench.presets import Preset, draw_routing
+from workbench.workloads.compressed import CompressedAttention
 from workbench.workloads.glue_ops import Glue
 from workbench.workloads.model_backends import quantize_experts
 from workbench.workloads.model_state import Cache, DecodeState, Plan
@@ -142,7 +143,8 @@ class SyntheticModel:
         distinct = min(preset.distinct_weight_sets, self.layers)
         self.weights = []
         for i in range(distinct):
-            weights = LayerWeights(full, self.shard, self.device, self.dtype, seed, i)
+            weights = LayerWeights(full, self.shard, self.device, self.dtype, seed, i,
+                                   compressor=preset.compressed)  # fmt: skip
             if moe_format != "bf16":
                 # Quantised as each set is drawn, so one set's bf16 experts are alive at a
                 # time. The kernels take MoeWeights in the gate_up slot, with no w_down.
@@ -227,13 +229,16 @@ class SyntheticModel:
         w: LayerWeights,
         attend_to: Callable,
         positions: torch.Tensor | int,
+        compress: bool = False,
     ) -> torch.Tensor:
         """The attention block of the normalised hidden states `xn` (the norm is fused with
         the previous layer's residual add, in `_layer`) of the tokens at `positions` (a
-        device tensor, or the first of consecutive ones)."""
+        device tensor, or the first of consecutive ones); with `compress`, the compressor's
+        gates too (a layer that pools tokens into entries, `compressed`)."""
         s = self.shapes
         with record_function("dense"):
             q_low, kv, index_k, index_w = self.linear(xn, w.qkv_a).split(qkv_a_split(s), 1)
+            gates = self.linear(xn, w.compress) if compress else None
         with record_function("other"):
             q_low = self.glue.norm(q_low, w.q_norm)
         with record_function("dense"):
@@ -244,7 +249,7 @@ class SyntheticModel:
             q, index_q = q_all.split(q_up_split(s), 1)
             q = q.view(-1, s.q_heads, s.head_dim)
             index_q = index_q.view(-1, s.index_heads, s.index_dim)
-        out = attend_to(q, kv, index_q, index_k, index_w)
+        out = attend_to(q, kv, index_q, index_k, index_w, gates)
         with record_function("dense"):
             groups = out.view(-1, s.o_groups, (s.q_heads // s.o_groups) * s.head_dim)
             low = self.linear_group(groups, w.o_a)
@@ -292,7 +297,8 @@ class SyntheticModel:
         with record_function(f"wb.layer#{i}"):
             with record_function("other"):
                 x, xn = self.glue.add_norm(x, pending, w.attn_norm)
-            attn = self._attention_block(xn, w, attend_to, positions)
+            compress = self.preset.attention_kind(i) in "CH"
+            attn = self._attention_block(xn, w, attend_to, positions, compress)
             with record_function("other"):
                 x, xn = self.glue.add_norm(x, attn, w.ffn_norm)
             return x, self._ffn_block(xn, w, routing)
@@ -319,8 +325,10 @@ class SyntheticModel:
     # ---- attention over the cache -------------------------------------------------------
     def _prefill_attention(self, cache: Cache, layer: int, start: int, size: int) -> Callable:
         s, end, attn = self.shapes, start + size, self.attention
+        if self.preset.attention_kind(layer) != "D":
+            return self._compressed_attention(cache, layer, start)
 
-        def attend_to(q, kv, index_q, index_k, index_w):
+        def attend_to(q, kv, index_q, index_k, index_w, gates=None):
             with record_function("attention"):
                 attn.write_cache(cache.kv[layer], cache.keys[layer], start, kv, index_k)
                 pos = torch.arange(start, end, device=self.device)
@@ -335,14 +343,35 @@ class SyntheticModel:
         positions from the prompt's end on read the stream's tail rows (`Cache`)."""
         s, cache, attn = self.shapes, state.cache, self.attention
         layout = {"split": cache.prompt, "shift": state.shift}
+        if self.preset.attention_kind(layer) != "D":
+            return self._compressed_attention(cache, layer, state=state)
 
-        def attend_to(q, kv, index_q, index_k, index_w):
+        def attend_to(q, kv, index_q, index_k, index_w, gates=None):
             with record_function("attention"):
                 new = attention_kernels.NewTokens(cache.kv[layer], state.rows, kv, index_k)
                 chosen = attn.choose(index_q, index_w, cache.keys[layer], state.pos,
                                      cache.prompt + cache.tail, s.index_topk, s.window,
                                      **layout, new=new)  # fmt: skip
                 return attn.attend(q, cache.kv[layer], chosen)
+
+        return attend_to
+
+    def _compressed_attention(
+        self, cache: Cache, layer: int, start: int = 0, state: DecodeState | None = None
+    ) -> Callable:
+        """A window or compressed layer's attention: a prefill chunk from `start`, or a
+        decode step of `state` (`compressed.CompressedAttention`)."""
+        layer_attention = CompressedAttention(
+            self.attention, self.shapes, self.preset.attention_kind(layer)
+        )
+
+        def attend_to(q, kv, index_q, index_k, index_w, gates=None):
+            with record_function("attention"):
+                if state is None:
+                    return layer_attention.prefill(cache, layer, start, q, kv, index_q,
+                                                   index_k, index_w, gates)  # fmt: skip
+                return layer_attention.decode(cache, layer, state, q, kv, index_q, index_k,
+                                              index_w, gates)  # fmt: skip
 
         return attend_to
 

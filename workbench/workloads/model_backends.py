@@ -63,6 +63,8 @@ def use_dense_peer(model: SyntheticModel, name: str, prepare: Callable) -> None:
         for attr in DENSE_WEIGHTS:
             setattr(weights, attr, prepare(getattr(weights, attr)))
         weights.o_a = [prepare(w) for w in weights.o_a]
+        if weights.compress is not None:
+            weights.compress = prepare(weights.compress)
     model.linear = _call_peer_linear
     model.linear_group = partial(dense_kernels.one_by_one, _call_peer_linear)
     model.kernels_run["dense"] = name

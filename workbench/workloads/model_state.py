@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.presets import RankShapes
+from workbench.presets import Preset, RankShapes
+from workbench.workloads.compressed import EntryLayout, layer_caches
 
 if TYPE_CHECKING:
     from workbench.workloads.model import SyntheticModel
@@ -58,12 +59,44 @@ class Cache:
     Keys are held in the attention variant's format (bf16, or FP8 with per-key scales).
     """
 
-    def __init__(self, s: RankShapes, layers: int, plan: Plan, device, dtype, attention):
+    def __init__(
+        self, s: RankShapes, layers: int, plan: Plan, device, dtype, attention, preset: Preset
+    ):
+        """`preset` says each layer's attention: a sparse layer (D) holds a latent row and an
+        indexer key a row; window and compressed layers hold what `compressed` lays out."""
         self.prompt = plan.prompt_tokens
         self.tail = plan.decode_tokens
         rows = plan.prompt_tokens + plan.streams * plan.decode_tokens
-        self.kv = [torch.empty(rows, s.head_dim, device=device, dtype=dtype) for _ in range(layers)]
-        self.keys = [attention.empty_keys(rows, s.index_dim, device, dtype) for _ in range(layers)]
+        self.kv, self.keys, self.layouts, self.pending, self.entry_shift = [], [], [], [], []
+        for layer in range(layers):
+            kind = preset.attention_kind(layer)
+            layout, shift = None, None
+            if kind in "CH":
+                ratio = preset.compress_ratio(kind)
+                check_chunks(plan, ratio, preset.name)
+                layout = EntryLayout.of(kind, ratio, self.prompt, self.tail, plan.streams)
+                shift = torch.arange(plan.streams, device=device) * layout.tail_entries
+            if kind == "D":
+                kv = torch.empty(rows, s.head_dim, device=device, dtype=dtype)
+                keys, pending = attention.empty_keys(rows, s.index_dim, device, dtype), None
+            else:
+                kv, keys, pending = layer_caches(attention, s, layout, rows, plan.streams,
+                                                 device, dtype)  # fmt: skip
+            self.kv.append(kv)
+            self.keys.append(keys)
+            self.layouts.append(layout)
+            self.pending.append(pending)
+            self.entry_shift.append(shift)
+
+
+def check_chunks(plan: Plan, ratio: int, preset: str) -> None:
+    """Prefill chunks must start on group boundaries: a compressed layer pools each chunk's
+    whole groups into entries as the chunk goes."""
+    if plan.prefill_chunk is not None and plan.prefill_chunk % ratio:
+        raise WorkbenchError(
+            f"prefill_chunk={plan.prefill_chunk} is not a multiple of {ratio}, the tokens preset "
+            f"'{preset}' pools into one cache entry; use a multiple of {ratio} (e.g. 4096)."
+        )
 
 
 class DecodeState:
@@ -76,7 +109,8 @@ class DecodeState:
 
     def __init__(self, model: SyntheticModel, plan: Plan):
         dev, s = model.device, model.shapes
-        self.cache = Cache(s, model.layers, plan, dev, model.dtype, model.attention)
+        self.cache = Cache(s, model.layers, plan, dev, model.dtype, model.attention,
+                           model.preset)  # fmt: skip
         self.streams = plan.streams
         self.step = torch.zeros((), dtype=torch.int64, device=dev)
         self.x = torch.zeros(plan.streams, s.hidden, device=dev, dtype=model.dtype)

@@ -106,8 +106,11 @@ class LayerWeights:
         dtype: torch.dtype,
         seed: int,
         index: int,
+        compressor: bool = False,
     ) -> None:
-        """Weight set `index` of the model seeded by `seed` (its own stream of the seed rule)."""
+        """Weight set `index` of the model seeded by `seed` (its own stream of the seed rule);
+        with `compressor`, also the gates of DeepSeek-V4's compressed layers (drawn last, so
+        the other weights are the same numbers with or without it)."""
         init = ShardedInit(device, dtype, seed, "model", "weights", index)
         h, d = full.hidden, full.head_dim
         self.attn_norm = torch.ones(h, device=device, dtype=dtype)
@@ -148,10 +151,15 @@ class LayerWeights:
             (2 * shared, h), rows=[own, slice(shared + own.start, shared + own.stop)]
         )
         self.shared_down = init.take((h, shared), cols=own)
+        # The compressor's gates of a latent row and an indexer key, one per channel, whose
+        # softmax over a group of tokens pools the group into one cache entry (replicated).
+        self.compress = init.take((d + full.index_dim, h)) if compressor else None
 
     def quantize_dense(self, fmt: str) -> None:
         """Store every dense projection (and each output-projection group) as DenseWeights in
         `fmt`, replacing the bf16 tensors: done once, so no GEMM pays for quantisation."""
         for name in DENSE_WEIGHTS:
             setattr(self, name, dense_kernels.DenseWeights.quantize(getattr(self, name), fmt))
+        if self.compress is not None:
+            self.compress = dense_kernels.DenseWeights.quantize(self.compress, fmt)
         self.o_a = dense_kernels.DenseWeights.quantize_group(self.o_a, fmt)

@@ -87,6 +87,8 @@ PARAMS: tuple[Param, ...] = (
 )
 BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 PRESET_FIELDS = frozenset(f.name for f in fields(Preset))
+# Preset fields that are text (the per-layer attention letters); the others are integers.
+TEXT_FIELDS = frozenset(f.name for f in fields(Preset) if f.type in (str, "str"))
 
 
 def split_settings(settings: Mapping[str, object]) -> tuple[dict, dict]:
@@ -106,12 +108,14 @@ def split_settings(settings: Mapping[str, object]) -> tuple[dict, dict]:
 
 def parse_setting(text: str) -> tuple[str, object]:
     """`name=value` from the command line, the value read as the parameter's type (preset
-    fields are integers)."""
+    fields are integers, but for the text ones such as attention_layers=WWCHC)."""
     name, sep, raw = text.partition("=")
     name = name.strip().replace("-", "_")
     if not sep or not name:
         raise WorkbenchError(f"setting {text!r}: write it as name=value, e.g. moe=flat")
     parse = BY_NAME[name].parse if name in BY_NAME else int if name in PRESET_FIELDS else None
+    if name in TEXT_FIELDS:
+        parse = str
     if parse is None:
         split_settings({name: raw})  # raises with the known names
     try:

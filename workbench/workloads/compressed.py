@@ -1,0 +1,208 @@
+"""DeepSeek-V4's compressed attention layers in the synthetic model: the compressor, the cache
+of entries and the rows each query attends to.
+
+A compressed layer pools each group of `ratio` consecutive tokens into one cache entry: per
+channel, the tokens' latent rows (and, in a CSA layer, their indexer keys) weighted by a
+softmax of their gates over the group. Entry e covers positions [e * ratio, (e + 1) * ratio)
+and is visible from its last position on, so a query at position p sees entries up to
+(p + 1) // ratio - 1, its *entry position*. CSA layers (`C`) score the visible entries with
+the indexer and attend to its top-k; HCA layers (`H`) attend to every visible entry; both,
+and window layers (`W`), attend to the last `window` raw tokens as well. The steps are the
+attention variant's own (`kernels.attention`): the indexer and the select take entry
+positions as query positions and no window, and the sparse attention reads raw rows and
+entries from one latent buffer.
+
+A layer's latent buffer holds the raw rows (the prompt, then each stream's tail, as
+`model_state.Cache`), then the entries, then one scratch row; a CSA layer's indexer keys hold
+the entries and the scratch row. Entries wholly inside the prompt are shared; the one that
+straddles the prompt's end and the later ones belong to each stream, `tail_entries` of them
+after the prompt's, by the raw rows' split-and-shift rule in entry units. At decode each
+stream's open group waits in `Pending`; every step pools it, and the step that completes it
+writes the entry where it belongs, the others the scratch row, so a CUDA graph replays the
+same launches every step.
+
+Not modelled: V4's overlapping groups for CSA, the entry's own position encoding and the
+layers without an indexer still computing its projections (their share of `qkv_a` and
+`q_up`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from kernels.attention import AttentionVariant, QuantizedKeys, cache_rows
+from workbench.presets import RankShapes
+
+
+@dataclass(frozen=True)
+class EntryLayout:
+    """Where a compressed layer's entries live, for one run's prompt, tail and streams."""
+
+    kind: str  # "C" (CSA) or "H" (HCA)
+    ratio: int
+    raw_rows: int  # the entries start here in the latent buffer
+    prompt_entries: int  # complete in the prompt, shared by the streams
+    tail_entries: int  # each stream's own: the one straddling the prompt's end and later ones
+    streams: int
+
+    @classmethod
+    def of(cls, kind: str, ratio: int, prompt: int, tail: int, streams: int) -> EntryLayout:
+        return cls(kind, ratio, prompt + streams * tail, prompt // ratio,
+                   -(-(prompt % ratio + tail) // ratio), streams)  # fmt: skip
+
+    @property
+    def entries(self) -> int:
+        """Entry rows, the scratch row not counted (it follows them)."""
+        return self.prompt_entries + self.streams * self.tail_entries
+
+    @property
+    def visible_max(self) -> int:
+        """Entries one stream can see by the end of its tail."""
+        return self.prompt_entries + self.tail_entries
+
+
+@dataclass
+class Pending:
+    """Each decode stream's open group: its tokens' values and gates by slot (position %
+    ratio), (streams, ratio, width)."""
+
+    values: Tensor
+    gates: Tensor
+
+
+def pool(values: Tensor, gates: Tensor, ratio: int) -> Tensor:
+    """(n * ratio, w) rows and gates -> (n, w) entries: per channel the softmax(gates)-weighted
+    sum over each group of `ratio` rows, in fp32, returned in the values' dtype."""
+    width = values.shape[-1]
+    weights = torch.softmax(gates.reshape(-1, ratio, width).float(), dim=1)
+    return (values.reshape(-1, ratio, width).float() * weights).sum(1).to(values.dtype)
+
+
+def entry_position(pos: Tensor, ratio: int) -> Tensor:
+    """The last entry complete at each position (-1 before the first is)."""
+    return torch.div(pos + 1, ratio, rounding_mode="floor") - 1
+
+
+def window_rows(pos: Tensor, window: int, split: int | None = None, shift: Tensor | None = None):
+    """(Q, window) raw cache rows of positions pos, pos - 1, ..., -1 before position 0."""
+    recent = pos[:, None] - torch.arange(window, device=pos.device)
+    return cache_rows(recent.masked_fill(recent < 0, -1), split, shift)
+
+
+class CompressedAttention:
+    """One compressed or window layer's attention over its caches, at prefill and decode."""
+
+    def __init__(self, attn: AttentionVariant, shapes: RankShapes, kind: str):
+        self.attn, self.shapes, self.kind = attn, shapes, kind
+
+    def values(self, kv: Tensor, index_k: Tensor) -> Tensor:
+        """What an entry pools: the latent row, and in CSA the indexer key beside it."""
+        return torch.cat([kv, index_k], 1) if self.kind == "C" else kv
+
+    def _write_entries(self, kv_buf: Tensor, keys, layout: EntryLayout, rows, entries: Tensor):
+        """Store entries at entry rows `rows` (a first row or a tensor of rows)."""
+        d = self.shapes.head_dim
+        region = kv_buf[layout.raw_rows :]
+        if self.kind == "C":
+            self.attn.write_cache(region, keys, rows, entries[:, :d], entries[:, d:])
+        elif isinstance(rows, int):
+            region[rows : rows + entries.shape[0]] = entries
+        else:
+            region.index_copy_(0, rows, entries)
+
+    def _top(
+        self,
+        index_q: Tensor,
+        index_w: Tensor,
+        keys,
+        layout: EntryLayout,
+        entry_pos: Tensor,
+        length: int,
+        split: int | None = None,
+        shift: Tensor | None = None,
+    ) -> Tensor:
+        """(Q, n) latent-buffer rows of the entries each query attends to, -1 unused: CSA's
+        indexer top-k, or HCA's every visible entry (n: the most any query can see)."""
+        seen = entry_pos >= 0
+        if self.kind == "C":
+            if length == 0:
+                return entry_pos.new_full((entry_pos.shape[0], self.shapes.index_topk), -1)
+            picked = self.attn.choose(index_q, index_w, keys, entry_pos.clamp(min=0), length,
+                                      self.shapes.index_topk, 0, split, shift)  # fmt: skip
+            visible = (picked >= 0) & seen[:, None]
+        else:
+            every = torch.arange(length, device=entry_pos.device).expand(entry_pos.shape[0], -1)
+            visible = every <= entry_pos[:, None]
+            picked = cache_rows(every, split, shift)
+        return torch.where(visible, picked + layout.raw_rows, -1)
+
+    def prefill(self, cache, layer: int, start: int, q, kv, index_q, index_k, index_w, gates):
+        """A prefill chunk from `start` (a multiple of the ratio): raw rows and the chunk's
+        complete groups written, then its attention."""
+        s, end = self.shapes, start + kv.shape[0]
+        kv_buf, layout = cache.kv[layer], cache.layouts[layer]
+        kv_buf[start:end] = kv
+        pos = torch.arange(start, end, device=kv.device)
+        window = window_rows(pos, s.window)
+        if layout is None:  # a window layer
+            return self.attn.attend(q, kv_buf, window)
+        r, first = layout.ratio, start // layout.ratio
+        values = self.values(kv, index_k)
+        gates = gates[:, : values.shape[1]]
+        complete = (kv.shape[0] // r) * r
+        if complete:
+            self._write_entries(kv_buf, cache.keys[layer], layout, first,
+                                pool(values[:complete], gates[:complete], r))  # fmt: skip
+        if end == cache.prompt and complete < kv.shape[0]:  # the prompt's open group
+            pending = cache.pending[layer]
+            pending.values[:, : kv.shape[0] - complete] = values[complete:]
+            pending.gates[:, : kv.shape[0] - complete] = gates[complete:]
+        top = self._top(index_q, index_w, cache.keys[layer], layout, entry_position(pos, r),
+                        first + complete // r)  # fmt: skip
+        return self.attn.attend(q, kv_buf, torch.cat([top, window], 1))
+
+    def decode(self, cache, layer: int, state, q, kv, index_q, index_k, index_w, gates):
+        """One decode step of every stream: its raw row written, its open group pooled (the
+        entry written where the step completes it, else to the scratch row), then attention
+        over the stream's entries and window."""
+        s, kv_buf, layout = self.shapes, cache.kv[layer], cache.layouts[layer]
+        kv_buf.index_copy_(0, state.rows, kv)
+        window = window_rows(state.pos, s.window, cache.prompt, state.shift)
+        if layout is None:
+            return self.attn.attend(q, kv_buf, window)
+        r, pending = layout.ratio, cache.pending[layer]
+        values = self.values(kv, index_k)
+        slot = state.pos % r
+        streams = torch.arange(values.shape[0], device=kv.device)
+        pending.values[streams, slot] = values
+        pending.gates[streams, slot] = gates[:, : values.shape[1]]
+        entry = pool(pending.values.flatten(0, 1), pending.gates.flatten(0, 1), r)
+        entry_pos = entry_position(state.pos, r)
+        shift = cache.entry_shift[layer]
+        own = cache_rows(entry_pos[:, None].clamp(min=0), layout.prompt_entries, shift)[:, 0]
+        rows = torch.where(slot == r - 1, own, layout.entries)  # else the scratch row
+        self._write_entries(kv_buf, cache.keys[layer], layout, rows, entry)
+        top = self._top(index_q, index_w, cache.keys[layer], layout, entry_pos,
+                        layout.visible_max, layout.prompt_entries, shift)  # fmt: skip
+        return self.attn.attend(q, kv_buf, torch.cat([top, window], 1))
+
+
+def layer_caches(attn: AttentionVariant, s: RankShapes, layout: EntryLayout | None, raw: int,
+                 streams: int, device, dtype):  # fmt: skip
+    """(latent buffer, indexer keys or None, Pending or None) of a window or compressed layer:
+    raw rows, then (compressed) the entries and the scratch row."""
+    if layout is None:
+        return torch.empty(raw, s.head_dim, device=device, dtype=dtype), None, None
+    kv = torch.empty(raw + layout.entries + 1, s.head_dim, device=device, dtype=dtype)
+    keys: Tensor | QuantizedKeys | None = None
+    width = s.head_dim
+    if layout.kind == "C":
+        keys = attn.empty_keys(layout.entries + 1, s.index_dim, device, dtype)
+        width += s.index_dim
+    shape = (streams, layout.ratio, width)
+    pending = Pending(torch.zeros(shape, device=device, dtype=dtype),
+                      torch.zeros(shape, device=device, dtype=dtype))  # fmt: skip
+    return kv, keys, pending
