@@ -20,8 +20,10 @@ from workbench.presets import get_preset, with_overrides
 from workbench.workloads.compressed import (
     CompressedAttention,
     EntryLayout,
+    EntryStep,
     layer_caches,
     pool,
+    window_rows,
 )
 from workbench.workloads.model import Plan, SyntheticModel
 from workbench.workloads.model_state import Cache
@@ -46,11 +48,11 @@ def tokens(n: int, seed: int) -> dict:
     }
 
 
-def sequences() -> list[dict]:
+def sequences(prompt: int = PROMPT, tail: int = TAIL, streams: int = STREAMS) -> list[dict]:
     """Each stream's whole sequence: the shared prompt, then its own tail."""
-    prompt = tokens(PROMPT, 0)
-    tails = [tokens(TAIL, 10 + s) for s in range(STREAMS)]
-    return [{k: torch.cat([prompt[k], tail[k]]) for k in prompt} for tail in tails]
+    shared = tokens(prompt, 0)
+    tails = [tokens(tail, 10 + s) for s in range(streams)]
+    return [{k: torch.cat([shared[k], own[k]]) for k in shared} for own in tails]
 
 
 def reference(seq: dict, kind: str, ratio: int) -> torch.Tensor:
@@ -81,43 +83,67 @@ def reference(seq: dict, kind: str, ratio: int) -> torch.Tensor:
     return torch.cat(out)
 
 
-def run_layer(kind: str, ratio: int, variant: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """(prefill output for the prompt, each stream's decode outputs) of one layer."""
+def run_layer(
+    kind: str,
+    ratio: int,
+    variant: str,
+    layout_of: tuple[int, int, int, int | None] = (PROMPT, TAIL, STREAMS, CHUNK),
+    poison: bool = False,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(prefill output for the prompt, each stream's decode outputs) of one layer, for a
+    (prompt, tail, streams, chunk) layout; `poison` fills every buffer with NaN first, so a
+    read of a row or slot never written shows."""
+    prompt, tail, streams, chunk = layout_of
     attn = attention.VARIANTS[variant]
-    raw = PROMPT + STREAMS * TAIL
-    layout = EntryLayout.of(kind, ratio, PROMPT, TAIL, STREAMS) if kind in "CH" else None
-    kv, keys, pending = layer_caches(attn, SHAPES, layout, raw, STREAMS, "cpu", torch.float32)
-    shift = None if layout is None else torch.arange(STREAMS) * layout.tail_entries
+    raw = prompt + streams * tail
+    layout = EntryLayout.of(kind, ratio, prompt, tail, streams) if kind in "CH" else None
+    kv, keys, pending = layer_caches(attn, SHAPES, layout, raw, streams, "cpu", torch.float32)
+    if poison:
+        for t in (kv, *(() if keys is None else [keys] if torch.is_tensor(keys) else keys),
+                  *(() if pending is None else (pending.values, pending.gates))):  # fmt: skip
+            t.fill_(float("nan"))
+    shift = None if layout is None else torch.arange(streams) * layout.tail_entries
     cache = SimpleNamespace(kv=[kv], keys=[keys], layouts=[layout], pending=[pending],
-                            entry_shift=[shift], prompt=PROMPT)  # fmt: skip
+                            kinds={kind: (layout, shift)}, prompt=prompt)  # fmt: skip
     layer = CompressedAttention(attn, SHAPES, kind)
-    seqs = sequences()
+    seqs = sequences(prompt, tail, streams)
     names = ("q", "kv", "index_q", "index_k", "index_w", "gates")
     prefill = []
-    for start in range(0, PROMPT, CHUNK):
-        part = [seqs[0][k][start : min(start + CHUNK, PROMPT)] for k in names]
+    for start in range(0, prompt, chunk or prompt):
+        part = [seqs[0][k][start : min(start + (chunk or prompt), prompt)] for k in names]
         prefill.append(layer.prefill(cache, 0, start, *part))
-    state = SimpleNamespace(shift=torch.arange(STREAMS) * TAIL)
+    state = SimpleNamespace(shift=torch.arange(streams) * tail)
     decoded = []
-    for t in range(TAIL):
-        state.pos = torch.full((STREAMS,), PROMPT + t)
-        state.rows = PROMPT + state.shift + t
-        step = [torch.stack([seq[k][PROMPT + t] for seq in seqs]) for k in names]
+    for t in range(tail):
+        state.pos = torch.full((streams,), prompt + t)
+        state.rows = prompt + state.shift + t
+        state.window_rows = window_rows(state.pos, SHAPES.window, prompt, state.shift)
+        if layout is not None:
+            state.entry_steps = {kind: EntryStep.of(layout, shift, state.pos)}
+        step = [torch.stack([seq[k][prompt + t] for seq in seqs]) for k in names]
         decoded.append(layer.decode(cache, 0, state, *step))
-    per_stream = [torch.stack([out[s] for out in decoded]) for s in range(STREAMS)]
+    per_stream = [torch.stack([out[s] for out in decoded]) for s in range(streams)]
     return torch.cat(prefill), per_stream
 
 
 CASES = [("W", 0), ("C", 4), ("H", 16), ("C", 16)]  # 45 = 4 x 11 + 1 = 16 x 2 + 13
 
 
+# (prompt, tail, streams, chunk): the default; a prompt of whole groups; a prompt shorter than
+# a group; one stream over several groups of tail; three streams and one prefill pass
+LAYOUTS = [(PROMPT, TAIL, STREAMS, CHUNK), (32, 9, 2, 16), (3, 10, 2, 16), (21, 18, 1, 16),
+           (30, 5, 3, None)]  # fmt: skip
+
+
+@pytest.mark.parametrize("layout_of", LAYOUTS)
 @pytest.mark.parametrize(("kind", "ratio"), CASES)
-def test_layers_match_the_definition_at_prefill_and_for_each_decode_stream(kind, ratio):
-    prefill, decoded = run_layer(kind, ratio, "torch")
-    for s, seq in enumerate(sequences()):
+def test_layers_match_the_definition_at_prefill_and_for_each_decode_stream(kind, ratio, layout_of):
+    prompt, tail, streams, _ = layout_of
+    prefill, decoded = run_layer(kind, ratio, "torch", layout_of, poison=True)
+    for s, seq in enumerate(sequences(prompt, tail, streams)):
         want = reference(seq, kind, ratio)
-        assert relative_error(prefill, want[:PROMPT]) < 1e-5
-        assert relative_error(decoded[s], want[PROMPT:]) < 1e-5, f"stream {s}"
+        assert relative_error(prefill, want[:prompt]) < 1e-5
+        assert relative_error(decoded[s], want[prompt:]) < 1e-5, f"stream {s}"
 
 
 def matching_rows(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -134,7 +160,7 @@ def test_the_triton_variants_pick_the_same_entries(kind, ratio, variant):
     # of each score (a pick within 1% of the exact cut, as its own tests hold it to) and fp8
     # rounds the scores, so a near-tie may go the other way: 2 or 3 of the 45 prompt rows,
     # at most one of a stream's 7 decode rows (fp8's fused indexer and select at decode).
-    prefill, decoded = run_layer(kind, ratio, variant)
+    prefill, decoded = run_layer(kind, ratio, variant, poison=True)
     want_prefill, want_decoded = run_layer(kind, ratio, "torch")
     assert matching_rows(prefill, want_prefill) >= (1.0 if kind == "H" else 0.9)
     for got, want in zip(decoded, want_decoded, strict=True):
@@ -151,10 +177,11 @@ def test_entries_pool_each_group_by_a_softmax_of_its_gates():
 def test_the_layout_of_entries():
     layout = EntryLayout.of("C", 4, prompt=33_863, tail=64, streams=2)
     # 8,465 entries complete in the prompt; each stream's 67 tokens (3 of the prompt's, 64 of
-    # its own) fill 17 entries, the first straddling the prompt's end
-    assert (layout.prompt_entries, layout.tail_entries) == (8_465, 17)
-    assert layout.raw_rows == 33_863 + 2 * 64 and layout.entries == 8_465 + 34
-    assert layout.visible_max == 8_482
+    # its own) complete 16 entries, the first straddling the prompt's end
+    assert (layout.prompt_entries, layout.tail_entries) == (8_465, 16)
+    assert layout.raw_rows == 33_863 + 2 * 64 and layout.entries == 8_465 + 32
+    assert layout.visible_max == 8_481
+    assert EntryLayout.of("H", 128, 33_863, 64, 1).tail_entries == 1  # 71 + 64 >= 128
 
 
 def test_a_compressed_preset_runs_and_wants_chunks_on_group_boundaries():
@@ -165,8 +192,12 @@ def test_a_compressed_preset_runs_and_wants_chunks_on_group_boundaries():
     assert ids.shape == (3, 2)
     assert model.weights[0].compress is not None  # the compressor's gates, drawn last
     bad = Plan(prompt_tokens=61, decode_tokens=3, prefill_chunk=24)
-    with pytest.raises(WorkbenchError, match="not a multiple of 16"):
+    with pytest.raises(WorkbenchError, match="starts at 24, not a multiple of 16"):
         Cache(model.shapes, 4, bad, "cpu", torch.float32, model.attention, preset)
+    # one chunk, or chunks from group boundaries, whatever the prompt; and the warm-up plans
+    for fine in (Plan(61, 3, 2, None), Plan(61, 3, 2, 4096), Plan(61, 3, 2, 32)):
+        for plan in (fine, fine.warmup()):
+            Cache(model.shapes, 4, plan, "cpu", torch.float32, model.attention, preset)
 
 
 def test_presets_describe_every_layer():
@@ -177,3 +208,6 @@ def test_presets_describe_every_layer():
     assert not get_preset("dsv4-flash-tp2").compressed
     with pytest.raises(WorkbenchError, match="one of D"):
         with_overrides(get_preset("tiny"), attention_layers="DX").validate()
+    with pytest.raises(WorkbenchError, match="each of the 2 layers"):
+        with_overrides(get_preset("tiny"), attention_layers="W").validate()
+    with_overrides(v4, layers=4).validate()  # W W C H: the first four letters

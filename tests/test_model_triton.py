@@ -164,7 +164,9 @@ def test_compressed_layers_run_under_every_attention_variant():
     # V4's window, CSA and HCA layers beside a sparse one, prefill in chunks and two decode
     # streams: the Triton variants' indexer, select (entry positions, no window, the decode
     # layout's split and shift) and attention against the torch references.
-    preset = with_overrides(get_preset("tiny"), layers=4, attention_layers="WCHD", hca_ratio=16)
+    # index_topk 4 of up to 10 entries: CSA's indexer chooses
+    preset = with_overrides(get_preset("tiny"), layers=4, attention_layers="WCHD", hca_ratio=16,
+                            index_topk=4)  # fmt: skip
     plan = Plan(prompt_tokens=37, decode_tokens=3, streams=2, prefill_chunk=16)
     results = {}
     for variant in ("torch", "triton", "fp8"):
@@ -172,6 +174,8 @@ def test_compressed_layers_run_under_every_attention_variant():
                                interpret=variant != "torch")  # fmt: skip
         state = model.new_state(plan)
         results[variant] = (model.run(plan, model.inputs(plan), state=state), state.hidden.clone())
-    for variant in ("triton", "fp8"):
+    # The select's 16 bits take a near-tie the other way now and then (0.5% here); FP8 keys
+    # and queries move more picks (2.9%). The layer tests pin the picks down row by row.
+    for variant, bound in (("triton", 2e-2), ("fp8", 5e-2)):
         assert (results[variant][0] == results["torch"][0]).all(), variant
-        assert relative_error(results[variant][1], results["torch"][1]) < 1e-3, variant
+        assert relative_error(results[variant][1], results["torch"][1]) < bound, variant

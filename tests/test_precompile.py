@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -137,12 +138,23 @@ def test_in_the_dry_run_every_launch_is_a_warm_up_that_launches_nothing(monkeypa
 
 def test_first_layers_puts_the_layer_count_back_even_after_an_error():
     from workbench.capture.rank_capture import first_layers
+    from workbench.presets import get_preset
 
-    model = type("Model", (), {"layers": 40})()
-    with pytest.raises(RuntimeError), first_layers(model, 3):
-        assert model.layers == 3
+    model = SimpleNamespace(layers=40, weights=[0, 1, 2], preset=get_preset("dsv4-flash-tp2"))
+    with pytest.raises(RuntimeError), first_layers(model):
+        assert model.layers == 3  # one layer a weight set
         raise RuntimeError("the dry run failed")
     assert model.layers == 40
+
+
+def test_first_layers_meet_every_kind_of_attention_layer():
+    from workbench.capture.rank_capture import first_layers
+    from workbench.presets import get_preset
+
+    v4 = get_preset("dsv4-flash-v4-tp2")  # W W C H C ...: the first HCA layer is the fourth
+    model = SimpleNamespace(layers=43, weights=[0, 1, 2], preset=v4)
+    with first_layers(model):
+        assert model.layers == 4
 
 
 def test_workers_compile_what_the_cache_lacks_and_report_what_they_cannot(tmp_path, monkeypatch):

@@ -41,7 +41,8 @@ class Preset:
     simulated_tp: int
     distinct_weight_sets: int
     dense_weight_dtype: str
-    # DeepSeek-V4's attention, one letter a layer (docs/seed-study.md): "" runs V3.2's sparse
+    # DeepSeek-V4's attention, one letter a layer from the first (docs/seed-study.md; a preset
+    # run with fewer layers takes the first letters): "" runs V3.2's sparse
     # attention in every layer (D); W is the sliding window alone; C (CSA) pools `csa_ratio`
     # tokens to a cache entry, which the indexer scores and the top-k picks from; H (HCA) pools
     # `hca_ratio` tokens to an entry and attends to every entry. C and H keep the window too.
@@ -108,11 +109,12 @@ class Preset:
                 f"use top_k <= {self.experts}."
             )
         if self.attention_layers and (
-            len(self.attention_layers) != self.layers or set(self.attention_layers) - set("DWCH")
+            len(self.attention_layers) < self.layers or set(self.attention_layers) - set("DWCH")
         ):
             raise WorkbenchError(
                 f"attention_layers={self.attention_layers!r} must give each of the {self.layers} "
-                "layers one of D (sparse), W (window), C (CSA) or H (HCA); or be empty."
+                "layers one of D (sparse), W (window), C (CSA) or H (HCA), the first layers "
+                "taking the first letters; or be empty."
             )
         if self.q_heads % self.o_groups:
             raise WorkbenchError(

@@ -51,11 +51,14 @@ class RankCapture:
 
 
 @contextmanager
-def first_layers(model: SyntheticModel, count: int) -> Iterator[None]:
-    """Run only the model's first `count` layers inside the block: enough for a dry run to see
-    every kernel specialisation, since every layer has the same shapes and the layers cycle
-    through `count` weight sets (a launch it misses is compiled by the warm-up)."""
+def first_layers(model: SyntheticModel) -> Iterator[None]:
+    """Run only the model's first layers inside the block, as many as it takes to meet every
+    weight set and every kind of attention layer (`Preset.attention_layers`): enough for a
+    dry run to see every kernel specialisation, since layers of one kind have the same
+    shapes (a launch it misses is compiled by the warm-up)."""
     kept = model.layers
+    kinds = [model.preset.attention_kind(i) for i in range(kept)]
+    count = max(len(model.weights), *(kinds.index(kind) + 1 for kind in set(kinds)))
     model.layers = min(kept, count)
     try:
         yield
@@ -69,7 +72,7 @@ def dry_run_of(model: SyntheticModel, warmup: Plan, state: DecodeState) -> Calla
 
     @torch.inference_mode()
     def dry_run() -> None:
-        with first_layers(model, len(model.weights)):
+        with first_layers(model):
             model.run(warmup, model.inputs(warmup))
             model.decode_step(state)  # the profiled context's decode shapes
         torch.cuda.synchronize(model.device)

@@ -50,8 +50,10 @@ class EntryLayout:
 
     @classmethod
     def of(cls, kind: str, ratio: int, prompt: int, tail: int, streams: int) -> EntryLayout:
+        """The entries complete by the end of a run: a stream's tail completes the group its
+        prompt left open and then a group every `ratio` steps."""
         return cls(kind, ratio, prompt + streams * tail, prompt // ratio,
-                   -(-(prompt % ratio + tail) // ratio), streams)  # fmt: skip
+                   (prompt % ratio + tail) // ratio, streams)  # fmt: skip
 
     @property
     def entries(self) -> int:
@@ -60,8 +62,34 @@ class EntryLayout:
 
     @property
     def visible_max(self) -> int:
-        """Entries one stream can see by the end of its tail."""
+        """Entries one stream sees at the end of its tail."""
         return self.prompt_entries + self.tail_entries
+
+
+@dataclass(frozen=True)
+class EntryStep:
+    """What every layer of one kind shares in a decode step, computed once a step
+    (`DecodeState.advance`): each stream's slot in its open group, its entry position, the
+    entry row the step writes (the scratch row unless the step completes the group), and for
+    HCA the latent-buffer rows of every entry the stream sees (-1 the others)."""
+
+    slot: Tensor
+    entry_pos: Tensor
+    write_rows: Tensor
+    streams: Tensor
+    seen_rows: Tensor | None
+
+    @classmethod
+    def of(cls, layout: EntryLayout, shift: Tensor, pos: Tensor) -> EntryStep:
+        r, split = layout.ratio, layout.prompt_entries
+        slot, entry_pos = pos % r, entry_position(pos, r)
+        own = cache_rows(entry_pos[:, None].clamp(min=0), split, shift)[:, 0]
+        write_rows = torch.where(slot == r - 1, own, layout.entries)
+        seen_rows = None
+        if layout.kind == "H":
+            seen_rows = every_entry(layout, entry_pos, layout.visible_max, split, shift)
+        streams = torch.arange(pos.shape[0], device=pos.device)
+        return cls(slot, entry_pos, write_rows, streams, seen_rows)
 
 
 @dataclass
@@ -92,6 +120,15 @@ def window_rows(pos: Tensor, window: int, split: int | None = None, shift: Tenso
     return cache_rows(recent.masked_fill(recent < 0, -1), split, shift)
 
 
+def every_entry(layout: EntryLayout, entry_pos: Tensor, length: int, split: int | None = None,
+                shift: Tensor | None = None) -> Tensor:  # fmt: skip
+    """(Q, length) latent-buffer rows of entries 0 .. length - 1 for each query, -1 where
+    the query does not see the entry yet: what an HCA layer attends to besides its window."""
+    every = torch.arange(length, device=entry_pos.device).expand(entry_pos.shape[0], -1)
+    rows = cache_rows(every, split, shift) + layout.raw_rows
+    return torch.where(every <= entry_pos[:, None], rows, -1)
+
+
 class CompressedAttention:
     """One compressed or window layer's attention over its caches, at prefill and decode."""
 
@@ -113,7 +150,7 @@ class CompressedAttention:
         else:
             region.index_copy_(0, rows, entries)
 
-    def _top(
+    def _top_k(
         self,
         index_q: Tensor,
         index_w: Tensor,
@@ -124,19 +161,13 @@ class CompressedAttention:
         split: int | None = None,
         shift: Tensor | None = None,
     ) -> Tensor:
-        """(Q, n) latent-buffer rows of the entries each query attends to, -1 unused: CSA's
-        indexer top-k, or HCA's every visible entry (n: the most any query can see)."""
-        seen = entry_pos >= 0
-        if self.kind == "C":
-            if length == 0:
-                return entry_pos.new_full((entry_pos.shape[0], self.shapes.index_topk), -1)
-            picked = self.attn.choose(index_q, index_w, keys, entry_pos.clamp(min=0), length,
-                                      self.shapes.index_topk, 0, split, shift)  # fmt: skip
-            visible = (picked >= 0) & seen[:, None]
-        else:
-            every = torch.arange(length, device=entry_pos.device).expand(entry_pos.shape[0], -1)
-            visible = every <= entry_pos[:, None]
-            picked = cache_rows(every, split, shift)
+        """(Q, index_topk) latent-buffer rows of the entries a CSA layer's indexer picks for
+        each query among the `length` it may see, -1 unused."""
+        if length == 0:
+            return entry_pos.new_full((entry_pos.shape[0], self.shapes.index_topk), -1)
+        picked = self.attn.choose(index_q, index_w, keys, entry_pos.clamp(min=0), length,
+                                  self.shapes.index_topk, 0, split, shift)  # fmt: skip
+        visible = (picked >= 0) & (entry_pos >= 0)[:, None]
         return torch.where(visible, picked + layout.raw_rows, -1)
 
     def prefill(self, cache, layer: int, start: int, q, kv, index_q, index_k, index_w, gates):
@@ -160,34 +191,35 @@ class CompressedAttention:
             pending = cache.pending[layer]
             pending.values[:, : kv.shape[0] - complete] = values[complete:]
             pending.gates[:, : kv.shape[0] - complete] = gates[complete:]
-        top = self._top(index_q, index_w, cache.keys[layer], layout, entry_position(pos, r),
-                        first + complete // r)  # fmt: skip
+        entry_pos, seen = entry_position(pos, r), first + complete // r
+        if self.kind == "C":
+            top = self._top_k(index_q, index_w, cache.keys[layer], layout, entry_pos, seen)
+        else:
+            top = every_entry(layout, entry_pos, seen)
         return self.attn.attend(q, kv_buf, torch.cat([top, window], 1))
 
     def decode(self, cache, layer: int, state, q, kv, index_q, index_k, index_w, gates):
         """One decode step of every stream: its raw row written, its open group pooled (the
         entry written where the step completes it, else to the scratch row), then attention
-        over the stream's entries and window."""
-        s, kv_buf, layout = self.shapes, cache.kv[layer], cache.layouts[layer]
+        over the stream's entries and window. The rows that depend on the step alone come
+        from `state` (`DecodeState.advance`, once a step)."""
+        kv_buf, layout = cache.kv[layer], cache.layouts[layer]
         kv_buf.index_copy_(0, state.rows, kv)
-        window = window_rows(state.pos, s.window, cache.prompt, state.shift)
         if layout is None:
-            return self.attn.attend(q, kv_buf, window)
-        r, pending = layout.ratio, cache.pending[layer]
+            return self.attn.attend(q, kv_buf, state.window_rows)
+        step, pending = state.entry_steps[self.kind], cache.pending[layer]
         values = self.values(kv, index_k)
-        slot = state.pos % r
-        streams = torch.arange(values.shape[0], device=kv.device)
-        pending.values[streams, slot] = values
-        pending.gates[streams, slot] = gates[:, : values.shape[1]]
-        entry = pool(pending.values.flatten(0, 1), pending.gates.flatten(0, 1), r)
-        entry_pos = entry_position(state.pos, r)
-        shift = cache.entry_shift[layer]
-        own = cache_rows(entry_pos[:, None].clamp(min=0), layout.prompt_entries, shift)[:, 0]
-        rows = torch.where(slot == r - 1, own, layout.entries)  # else the scratch row
-        self._write_entries(kv_buf, cache.keys[layer], layout, rows, entry)
-        top = self._top(index_q, index_w, cache.keys[layer], layout, entry_pos,
-                        layout.visible_max, layout.prompt_entries, shift)  # fmt: skip
-        return self.attn.attend(q, kv_buf, torch.cat([top, window], 1))
+        pending.values[step.streams, step.slot] = values
+        pending.gates[step.streams, step.slot] = gates[:, : values.shape[1]]
+        entry = pool(pending.values.flatten(0, 1), pending.gates.flatten(0, 1), layout.ratio)
+        self._write_entries(kv_buf, cache.keys[layer], layout, step.write_rows, entry)
+        if self.kind == "C":
+            shift = cache.kinds[self.kind][1]
+            top = self._top_k(index_q, index_w, cache.keys[layer], layout, step.entry_pos,
+                              layout.visible_max, layout.prompt_entries, shift)  # fmt: skip
+        else:
+            top = step.seen_rows
+        return self.attn.attend(q, kv_buf, torch.cat([top, state.window_rows], 1))
 
 
 def layer_caches(attn: AttentionVariant, s: RankShapes, layout: EntryLayout | None, raw: int,

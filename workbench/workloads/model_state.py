@@ -10,7 +10,7 @@ import torch
 
 from workbench.errors import WorkbenchError
 from workbench.presets import Preset, RankShapes
-from workbench.workloads.compressed import EntryLayout, layer_caches
+from workbench.workloads.compressed import EntryLayout, EntryStep, layer_caches, window_rows
 
 if TYPE_CHECKING:
     from workbench.workloads.model import SyntheticModel
@@ -56,26 +56,30 @@ class Cache:
     A stream's token at decode step t sits at flat row `prompt + stream * tail + t`, and at
     *virtual* position `prompt + t` in its own sequence (the prompt, then its own tail): from
     virtual position `prompt` on, stream s reads rows `s * tail` further on (its `shift`).
-    Keys are held in the attention variant's format (bf16, or FP8 with per-key scales).
+    Keys are held in the attention variant's format (bf16, or FP8 with per-key scales); window
+    and compressed layers hold none for raw rows (`compressed`).
     """
 
     def __init__(
         self, s: RankShapes, layers: int, plan: Plan, device, dtype, attention, preset: Preset
     ):
         """`preset` says each layer's attention: a sparse layer (D) holds a latent row and an
-        indexer key a row; window and compressed layers hold what `compressed` lays out."""
+        indexer key a row; window and compressed layers hold what `compressed` lays out (one
+        layout a kind, `kinds`, each with its streams' entry shifts)."""
         self.prompt = plan.prompt_tokens
         self.tail = plan.decode_tokens
         rows = plan.prompt_tokens + plan.streams * plan.decode_tokens
-        self.kv, self.keys, self.layouts, self.pending, self.entry_shift = [], [], [], [], []
+        self.kinds: dict[str, tuple[EntryLayout, torch.Tensor]] = {}
+        for kind in sorted({preset.attention_kind(i) for i in range(layers)} & set("CH")):
+            ratio = preset.compress_ratio(kind)
+            check_chunks(plan, ratio, preset.name)
+            layout = EntryLayout.of(kind, ratio, self.prompt, self.tail, plan.streams)
+            shift = torch.arange(plan.streams, device=device) * layout.tail_entries
+            self.kinds[kind] = (layout, shift)
+        self.kv, self.keys, self.layouts, self.pending = [], [], [], []
         for layer in range(layers):
             kind = preset.attention_kind(layer)
-            layout, shift = None, None
-            if kind in "CH":
-                ratio = preset.compress_ratio(kind)
-                check_chunks(plan, ratio, preset.name)
-                layout = EntryLayout.of(kind, ratio, self.prompt, self.tail, plan.streams)
-                shift = torch.arange(plan.streams, device=device) * layout.tail_entries
+            layout = self.kinds[kind][0] if kind in self.kinds else None
             if kind == "D":
                 kv = torch.empty(rows, s.head_dim, device=device, dtype=dtype)
                 keys, pending = attention.empty_keys(rows, s.index_dim, device, dtype), None
@@ -86,16 +90,17 @@ class Cache:
             self.keys.append(keys)
             self.layouts.append(layout)
             self.pending.append(pending)
-            self.entry_shift.append(shift)
 
 
 def check_chunks(plan: Plan, ratio: int, preset: str) -> None:
     """Prefill chunks must start on group boundaries: a compressed layer pools each chunk's
-    whole groups into entries as the chunk goes."""
-    if plan.prefill_chunk is not None and plan.prefill_chunk % ratio:
+    whole groups into entries as the chunk goes (the prompt's last group may stay open)."""
+    starts = [start for start, _ in plan.chunks() if start % ratio]
+    if starts:
         raise WorkbenchError(
-            f"prefill_chunk={plan.prefill_chunk} is not a multiple of {ratio}, the tokens preset "
-            f"'{preset}' pools into one cache entry; use a multiple of {ratio} (e.g. 4096)."
+            f"a prefill chunk starts at {starts[0]}, not a multiple of {ratio}, the tokens preset "
+            f"'{preset}' pools into one cache entry; use a prefill_chunk that is a multiple of "
+            f"{ratio} (e.g. 4096) or none."
         )
 
 
@@ -124,13 +129,24 @@ class DecodeState:
         self.rows = self.stream_rows.clone()
         self.pos = torch.full((plan.streams,), plan.prompt_tokens, device=dev)
         self.tokens = torch.zeros(plan.streams, dtype=torch.int64, device=dev)
+        # Window and compressed layers' per-step rows (`advance`): None without such layers.
+        compact = any(model.preset.attention_kind(i) != "D" for i in range(model.layers))
+        self.window = s.window if compact else None
+        self.window_rows: torch.Tensor | None = None
+        self.entry_steps: dict[str, EntryStep] = {}
         self.hidden = torch.zeros(plan.streams, s.hidden, device=dev, dtype=model.dtype)
 
     def advance(self) -> None:
         """This step's cache rows and query positions from the step counter, on the device (two
-        launches a step, part of the replayed graph), shared by every layer."""
+        launches a step, part of the replayed graph), shared by every layer; with window or
+        compressed layers, also their window rows and each kind's entry rows (`EntryStep`),
+        once a step rather than once a layer, as a server computes its metadata."""
         torch.add(self.stream_rows, self.step, out=self.rows)
         torch.add(self.step.expand(self.streams), self.cache.prompt, out=self.pos)
+        if self.window is not None:
+            self.window_rows = window_rows(self.pos, self.window, self.cache.prompt, self.shift)
+            self.entry_steps = {kind: EntryStep.of(layout, shift, self.pos)
+                                for kind, (layout, shift) in self.cache.kinds.items()}  # fmt: skip
 
     def load(self, inputs: dict, step: int) -> None:
         """Copy decode step `step`'s inputs into the static buffers (outside any graph)."""
