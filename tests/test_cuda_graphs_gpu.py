@@ -30,6 +30,22 @@ def test_graph_replay_decodes_the_same_tokens_as_eager_steps():
     torch.cuda.synchronize()
 
 
+def test_graph_replay_of_compressed_layers_decodes_the_same_tokens_as_eager_steps():
+    # V4's window, CSA and HCA layers (dsv4-flash-v4-tp2's first four): 1,023 = 4 x 255 + 3,
+    # so the first step completes the group the prompt left open; 6 steps, 2 streams
+    from workbench.capture.cuda_graphs import capture_decode_graph
+
+    model = SyntheticModel(get_preset("dsv4-flash-v4-tp2"), layers=4, device="cuda")
+    plan = Plan(1023, 6, streams=2, prefill_chunk=512)
+    inputs = model.inputs(plan)
+    eager = model.run(plan, inputs, state=model.new_state(plan))
+    state = model.new_state(plan)
+    graph = capture_decode_graph(model, state)
+    replayed = model.run(plan, inputs, state=state, replay=graph.replay)
+    assert (eager == replayed).all()
+    torch.cuda.synchronize()
+
+
 def test_graphed_profile_matches_every_replayed_kernel_by_position(tmp_path):
     run = workbench.profile(1024, 3, layers=2, out=tmp_path, progress=False, cuda_graphs=True)
     matching = run.meta["graph_matching"]
