@@ -21,9 +21,10 @@ stream's open group waits in `Pending`; every step pools it, and the step that c
 writes the entry where it belongs, the others the scratch row, so a CUDA graph replays the
 same launches every step.
 
-Not modelled: V4's overlapping groups for CSA, the entry's own position encoding and the
-layers without an indexer still computing its projections (their share of `qkv_a` and
-`q_up`).
+Not modelled: V4's overlapping groups for CSA, the entry's own position encoding, and work
+a server would not do: the layers without an indexer still compute its projections (their
+share of `qkv_a` and `q_up`), HCA layers the compressor's gates of indexer keys, and the
+compressor is its own GEMM where a server might fuse it with `qkv_a` (one launch a layer).
 """
 
 from __future__ import annotations
