@@ -16,34 +16,31 @@ from workbench.workloads.model import Plan, SyntheticModel
 pytestmark = pytest.mark.gpu
 
 
-def test_graph_replay_decodes_the_same_tokens_as_eager_steps():
+def eager_and_replayed(model: SyntheticModel, plan: Plan):
+    """The tokens `plan` decodes by eager steps, and by replays of a captured decode graph."""
     from workbench.capture.cuda_graphs import capture_decode_graph
 
-    model = SyntheticModel(get_preset("dsv4-flash-tp2"), layers=2, device="cuda")
-    plan = Plan(1024, 4, streams=2, prefill_chunk=512)
     inputs = model.inputs(plan)
     eager = model.run(plan, inputs, state=model.new_state(plan))
     state = model.new_state(plan)
     graph = capture_decode_graph(model, state)
     replayed = model.run(plan, inputs, state=state, replay=graph.replay)
-    assert (eager == replayed).all()
     torch.cuda.synchronize()
+    return eager, replayed
+
+
+def test_graph_replay_decodes_the_same_tokens_as_eager_steps():
+    model = SyntheticModel(get_preset("dsv4-flash-tp2"), layers=2, device="cuda")
+    eager, replayed = eager_and_replayed(model, Plan(1024, 4, streams=2, prefill_chunk=512))
+    assert (eager == replayed).all()
 
 
 def test_graph_replay_of_compressed_layers_decodes_the_same_tokens_as_eager_steps():
     # V4's window, CSA and HCA layers (dsv4-flash-v4-tp2's first four): 1,023 = 4 x 255 + 3,
     # so the first step completes the group the prompt left open; 6 steps, 2 streams
-    from workbench.capture.cuda_graphs import capture_decode_graph
-
     model = SyntheticModel(get_preset("dsv4-flash-v4-tp2"), layers=4, device="cuda")
-    plan = Plan(1023, 6, streams=2, prefill_chunk=512)
-    inputs = model.inputs(plan)
-    eager = model.run(plan, inputs, state=model.new_state(plan))
-    state = model.new_state(plan)
-    graph = capture_decode_graph(model, state)
-    replayed = model.run(plan, inputs, state=state, replay=graph.replay)
+    eager, replayed = eager_and_replayed(model, Plan(1023, 6, streams=2, prefill_chunk=512))
     assert (eager == replayed).all()
-    torch.cuda.synchronize()
 
 
 def test_graphed_profile_matches_every_replayed_kernel_by_position(tmp_path):

@@ -35,10 +35,10 @@ import kernels.moe as moe_kernels
 from kernels.compiled import interpreting
 from workbench.errors import WorkbenchError
 from workbench.presets import Preset, draw_routing
-from workbench.workloads.compressed import CompressedAttention
 from workbench.workloads.glue_ops import Glue
+from workbench.workloads.model_attention import decode_attention, prefill_attention
 from workbench.workloads.model_backends import quantize_experts
-from workbench.workloads.model_state import Cache, DecodeState, Plan
+from workbench.workloads.model_state import DecodeState, Plan
 from workbench.workloads.model_weights import (
     DENSE_WEIGHTS,
     LayerWeights,
@@ -322,59 +322,6 @@ class SyntheticModel:
             winner = both[:, 0].argmax(0)
             return both[:, 1].gather(0, winner[None]).squeeze(0).long()
 
-    # ---- attention over the cache -------------------------------------------------------
-    def _prefill_attention(self, cache: Cache, layer: int, start: int, size: int) -> Callable:
-        s, end, attn = self.shapes, start + size, self.attention
-        if self.preset.attention_kind(layer) != "D":
-            return self._compressed_attention(cache, layer, start)
-
-        def attend_to(q, kv, index_q, index_k, index_w, gates=None):
-            with record_function("attention"):
-                attn.write_cache(cache.kv[layer], cache.keys[layer], start, kv, index_k)
-                pos = torch.arange(start, end, device=self.device)
-                chosen = attn.choose(index_q, index_w, cache.keys[layer], pos, end, s.index_topk,
-                                     s.window)  # fmt: skip
-                return attn.attend(q, cache.kv[layer], chosen)
-
-        return attend_to
-
-    def _decode_attention(self, state: DecodeState, layer: int) -> Callable:
-        """One step's attention of every stream over the prompt and its own tail: virtual
-        positions from the prompt's end on read the stream's tail rows (`Cache`)."""
-        s, cache, attn = self.shapes, state.cache, self.attention
-        layout = {"split": cache.prompt, "shift": state.shift}
-        if self.preset.attention_kind(layer) != "D":
-            return self._compressed_attention(cache, layer, state=state)
-
-        def attend_to(q, kv, index_q, index_k, index_w, gates=None):
-            with record_function("attention"):
-                new = attention_kernels.NewTokens(cache.kv[layer], state.rows, kv, index_k)
-                chosen = attn.choose(index_q, index_w, cache.keys[layer], state.pos,
-                                     cache.prompt + cache.tail, s.index_topk, s.window,
-                                     **layout, new=new)  # fmt: skip
-                return attn.attend(q, cache.kv[layer], chosen)
-
-        return attend_to
-
-    def _compressed_attention(
-        self, cache: Cache, layer: int, start: int = 0, state: DecodeState | None = None
-    ) -> Callable:
-        """A window or compressed layer's attention: a prefill chunk from `start`, or a
-        decode step of `state` (`compressed.CompressedAttention`)."""
-        layer_attention = CompressedAttention(
-            self.attention, self.shapes, self.preset.attention_kind(layer)
-        )
-
-        def attend_to(q, kv, index_q, index_k, index_w, gates=None):
-            with record_function("attention"):
-                if state is None:
-                    return layer_attention.prefill(cache, layer, start, q, kv, index_q,
-                                                   index_k, index_w, gates)  # fmt: skip
-                return layer_attention.decode(cache, layer, state, q, kv, index_q, index_k,
-                                              index_w, gates)  # fmt: skip
-
-        return attend_to
-
     # ---- the run ------------------------------------------------------------------------
     @contextmanager
     def step_scope(self, name: str, sync: bool = True) -> Iterator[None]:
@@ -402,7 +349,9 @@ class SyntheticModel:
                     with record_function("other"):
                         ids, weights = inputs["prefill_routing"][i]
                         routing = (ids[start : start + size], weights[start : start + size])
-                    attend_to = self._prefill_attention(state.cache, i, start, size)
+                    attend_to = prefill_attention(self.attention, self.shapes,
+                                                  self.preset.attention_kind(i), state.cache,
+                                                  i, start, size)  # fmt: skip
                     x, pending = self._layer(i, x, pending, attend_to, routing, start)
                     tick(1)
                 if start + size == plan.prompt_tokens:
@@ -416,7 +365,8 @@ class SyntheticModel:
         with record_function("other"):
             state.advance()
         for i in range(self.layers):
-            attend_to = self._decode_attention(state, i)
+            attend_to = decode_attention(self.attention, self.shapes,
+                                         self.preset.attention_kind(i), state, i)  # fmt: skip
             with record_function("other"):
                 routing = (state.ids[i], state.weights[i])
             x, pending = self._layer(i, x, pending, attend_to, routing, state.pos)
