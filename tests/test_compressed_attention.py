@@ -14,6 +14,7 @@ from conftest import GPU_TESTS
 from helpers import relative_error
 
 import kernels.attention as attention
+from kernels.attention.compress import pool_groups
 from kernels.attention.reference import indexer_scores, sparse_attention
 from workbench.errors import WorkbenchError
 from workbench.presets import get_preset, with_overrides
@@ -22,7 +23,6 @@ from workbench.workloads.compressed import (
     EntryLayout,
     EntryStep,
     layer_caches,
-    pool,
     window_rows,
 )
 from workbench.workloads.model import Plan, SyntheticModel
@@ -63,7 +63,7 @@ def reference(seq: dict, kind: str, ratio: int) -> torch.Tensor:
     if kind in "CH":
         complete = n // ratio * ratio
         values = seq["kv"] if kind == "H" else torch.cat([seq["kv"], seq["index_k"]], 1)
-        pooled = pool(values[:complete], seq["gates"][:complete, : values.shape[1]], ratio)
+        pooled = pool_groups(values[:complete], seq["gates"][:complete, : values.shape[1]], ratio)
         rows.append(pooled[:, :d])
         entries_k = pooled[:, d:]
     kv = torch.cat(rows)
@@ -119,7 +119,7 @@ def run_layer(
         state.rows = prompt + state.shift + t
         state.window_rows = window_rows(state.pos, SHAPES.window, prompt, state.shift)
         if layout is not None:
-            state.entry_steps = {kind: EntryStep.of(layout, shift, state.pos)}
+            state.entry_steps = {kind: EntryStep.of(layout, shift, state.pos, state.window_rows)}
         step = [torch.stack([seq[k][prompt + t] for seq in seqs]) for k in names]
         decoded.append(layer.decode(cache, 0, state, *step))
     per_stream = [torch.stack([out[s] for out in decoded]) for s in range(streams)]
@@ -171,7 +171,7 @@ def test_entries_pool_each_group_by_a_softmax_of_its_gates():
     values = torch.arange(8.0).view(8, 1)
     gates = torch.zeros(8, 1)
     gates[3] = 100.0  # the first group's last token takes all its weight
-    assert pool(values, gates, 4).flatten().tolist() == [3.0, 5.5]  # second: an even mean
+    assert pool_groups(values, gates, 4).flatten().tolist() == [3.0, 5.5]  # second: an even mean
 
 
 def test_the_layout_of_entries():

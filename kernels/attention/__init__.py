@@ -13,6 +13,10 @@ its attention, `variant(q, kv, index, scale=None)`.
   chunked over many programs, at prefill the sampled select takes a row a program; five
   launches a decode layer, the indexer writing the step's token into the caches
   (`indexer_select`, `choose(new=...)`).
+
+DeepSeek-V4's compressed layers also pool groups of tokens into cache entries
+(`kernels.attention.compress`): the torch variant with the torch definition, the others with
+its kernels.
 """
 
 from collections.abc import Callable
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from kernels.attention import compress
 from kernels.attention.formats import NewTokens, QuantizedKeys, empty_keys
 from kernels.attention.indexer import indexer_scores_triton
 from kernels.attention.indexer_fp8 import indexer_scores_fp8, quantize_keys, write_cache
@@ -57,6 +62,9 @@ class AttentionVariant:
     attend(q, kv, index, scale=None) -> (Q, heads, D).
     `key_format` is how `keys` are cached: "bf16" tensors or "fp8" `QuantizedKeys`.
     `indexer_select`, where a variant fuses the two, does what `choose` does otherwise.
+    `pool_groups` and `compress_step` are a compressed layer's compressor at prefill and
+    decode, `csa_rows` a CSA query's picked entries and window as one row list
+    (`kernels.attention.compress`).
     """
 
     write_cache: Callable[..., None]
@@ -65,6 +73,9 @@ class AttentionVariant:
     attend: Callable[..., Tensor]
     key_format: str = "bf16"
     indexer_select: Callable[..., Tensor] | None = None
+    pool_groups: Callable[..., Tensor] = compress.pool_groups
+    compress_step: Callable[..., None] = compress.compress_step
+    csa_rows: Callable[..., Tensor] = compress.csa_rows
 
     def __call__(self, q: Tensor, kv: Tensor, index: Tensor, scale: float | None = None) -> Tensor:
         return self.attend(q, kv, index, scale)
@@ -113,7 +124,13 @@ VARIANTS: dict[str, AttentionVariant] = {
         write_cache_torch, indexer_scores, select_positions, sparse_attention
     ),
     "triton": AttentionVariant(
-        write_cache_torch, indexer_scores_triton, select_positions_sampled, sparse_attention_triton
+        write_cache_torch,
+        indexer_scores_triton,
+        select_positions_sampled,
+        sparse_attention_triton,
+        pool_groups=compress.pool_groups_triton,
+        compress_step=compress.compress_step_triton,
+        csa_rows=compress.csa_rows_triton,
     ),
     "fp8": AttentionVariant(
         write_cache,
@@ -122,6 +139,9 @@ VARIANTS: dict[str, AttentionVariant] = {
         sparse_attention_triton,
         "fp8",
         indexer_select_fp8,
+        compress.pool_groups_triton,
+        compress.compress_step_triton,
+        compress.csa_rows_triton,
     ),
 }
 

@@ -30,6 +30,7 @@ compressor is its own GEMM where a server might fuse it with `qkv_a` (one launch
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -72,42 +73,33 @@ class EntryStep:
     """What every layer of one kind shares in a decode step, computed once a step
     (`DecodeState.advance`): each stream's slot in its open group, its entry position, the
     entry row the step writes (the scratch row unless the step completes the group), and for
-    HCA the latent-buffer rows of every entry the stream sees (-1 the others)."""
+    HCA every row a stream attends to: each entry it sees (-1 the others), then its window."""
 
     slot: Tensor
     entry_pos: Tensor
+    query_pos: Tensor  # entry_pos, 0 where it is -1: where CSA's indexer scores from
     write_rows: Tensor
-    streams: Tensor
-    seen_rows: Tensor | None
+    attend_rows: Tensor | None
 
     @classmethod
-    def of(cls, layout: EntryLayout, shift: Tensor, pos: Tensor) -> EntryStep:
+    def of(cls, layout: EntryLayout, shift: Tensor, pos: Tensor, window: Tensor) -> EntryStep:
         r, split = layout.ratio, layout.prompt_entries
         slot, entry_pos = pos % r, entry_position(pos, r)
         own = cache_rows(entry_pos[:, None].clamp(min=0), split, shift)[:, 0]
         write_rows = torch.where(slot == r - 1, own, layout.entries)
-        seen_rows = None
+        attend_rows = None
         if layout.kind == "H":
-            seen_rows = every_entry(layout, entry_pos, layout.visible_max, split, shift)
-        streams = torch.arange(pos.shape[0], device=pos.device)
-        return cls(slot, entry_pos, write_rows, streams, seen_rows)
+            seen = every_entry(layout, entry_pos, layout.visible_max, split, shift)
+            attend_rows = torch.cat([seen, window], 1)
+        return cls(slot, entry_pos, entry_pos.clamp(min=0), write_rows, attend_rows)
 
 
-@dataclass
-class Pending:
+class Pending(NamedTuple):
     """Each decode stream's open group: its tokens' values and gates by slot (position %
     ratio), (streams, ratio, width)."""
 
     values: Tensor
     gates: Tensor
-
-
-def pool(values: Tensor, gates: Tensor, ratio: int) -> Tensor:
-    """(n * ratio, w) rows and gates -> (n, w) entries: per channel the softmax(gates)-weighted
-    sum over each group of `ratio` rows, in fp32, returned in the values' dtype."""
-    width = values.shape[-1]
-    weights = torch.softmax(gates.reshape(-1, ratio, width).float(), dim=1)
-    return (values.reshape(-1, ratio, width).float() * weights).sum(1).to(values.dtype)
 
 
 def entry_position(pos: Tensor, ratio: int) -> Tensor:
@@ -151,25 +143,28 @@ class CompressedAttention:
         else:
             region.index_copy_(0, rows, entries)
 
-    def _top_k(
+    def _csa_rows(
         self,
         index_q: Tensor,
         index_w: Tensor,
         keys,
         layout: EntryLayout,
         entry_pos: Tensor,
+        query_pos: Tensor,
+        window: Tensor,
         length: int,
         split: int | None = None,
         shift: Tensor | None = None,
     ) -> Tensor:
-        """(Q, index_topk) latent-buffer rows of the entries a CSA layer's indexer picks for
-        each query among the `length` it may see, -1 unused."""
+        """(Q, index_topk + window) latent-buffer rows a CSA query attends to: the entries the
+        indexer picks among the `length` it may see (-1 unused), then its window rows; the
+        indexer scores from query_pos, the entry position where there is one, else 0."""
         if length == 0:
-            return entry_pos.new_full((entry_pos.shape[0], self.shapes.index_topk), -1)
-        picked = self.attn.choose(index_q, index_w, keys, entry_pos.clamp(min=0), length,
-                                  self.shapes.index_topk, 0, split, shift)  # fmt: skip
-        visible = (picked >= 0) & (entry_pos >= 0)[:, None]
-        return torch.where(visible, picked + layout.raw_rows, -1)
+            picked = entry_pos.new_full((entry_pos.shape[0], self.shapes.index_topk), -1)
+        else:
+            picked = self.attn.choose(index_q, index_w, keys, query_pos, length,
+                                      self.shapes.index_topk, 0, split, shift)  # fmt: skip
+        return self.attn.csa_rows(picked, entry_pos, window, layout.raw_rows)
 
     def prefill(self, cache, layer: int, start: int, q, kv, index_q, index_k, index_w, gates):
         """A prefill chunk from `start` (a multiple of the ratio): raw rows and the chunk's
@@ -186,18 +181,19 @@ class CompressedAttention:
         gates = gates[:, : values.shape[1]]
         complete = (kv.shape[0] // r) * r
         if complete:
-            self._write_entries(kv_buf, cache.keys[layer], layout, first,
-                                pool(values[:complete], gates[:complete], r))  # fmt: skip
+            entries = self.attn.pool_groups(values[:complete], gates[:complete], r)
+            self._write_entries(kv_buf, cache.keys[layer], layout, first, entries)
         if end == cache.prompt and complete < kv.shape[0]:  # the prompt's open group
             pending = cache.pending[layer]
             pending.values[:, : kv.shape[0] - complete] = values[complete:]
             pending.gates[:, : kv.shape[0] - complete] = gates[complete:]
         entry_pos, seen = entry_position(pos, r), first + complete // r
         if self.kind == "C":
-            top = self._top_k(index_q, index_w, cache.keys[layer], layout, entry_pos, seen)
+            rows = self._csa_rows(index_q, index_w, cache.keys[layer], layout, entry_pos,
+                                  entry_pos.clamp(min=0), window, seen)  # fmt: skip
         else:
-            top = every_entry(layout, entry_pos, seen)
-        return self.attn.attend(q, kv_buf, torch.cat([top, window], 1))
+            rows = torch.cat([every_entry(layout, entry_pos, seen), window], 1)
+        return self.attn.attend(q, kv_buf, rows)
 
     def decode(self, cache, layer: int, state, q, kv, index_q, index_k, index_w, gates):
         """One decode step of every stream: its raw row written, its open group pooled (the
@@ -205,22 +201,19 @@ class CompressedAttention:
         over the stream's entries and window. The rows that depend on the step alone come
         from `state` (`DecodeState.advance`, once a step)."""
         kv_buf, layout = cache.kv[layer], cache.layouts[layer]
-        kv_buf.index_copy_(0, state.rows, kv)
         if layout is None:
+            kv_buf.index_copy_(0, state.rows, kv)
             return self.attn.attend(q, kv_buf, state.window_rows)
-        step, pending = state.entry_steps[self.kind], cache.pending[layer]
-        values = self.values(kv, index_k)
-        pending.values[step.streams, step.slot] = values
-        pending.gates[step.streams, step.slot] = gates[:, : values.shape[1]]
-        entry = pool(pending.values.flatten(0, 1), pending.gates.flatten(0, 1), layout.ratio)
-        self._write_entries(kv_buf, cache.keys[layer], layout, step.write_rows, entry)
-        if self.kind == "C":
-            shift = cache.kinds[self.kind][1]
-            top = self._top_k(index_q, index_w, cache.keys[layer], layout, step.entry_pos,
-                              layout.visible_max, layout.prompt_entries, shift)  # fmt: skip
-        else:
-            top = step.seen_rows
-        return self.attn.attend(q, kv_buf, torch.cat([top, state.window_rows], 1))
+        step = state.entry_steps[self.kind]
+        self.attn.compress_step(kv_buf, cache.keys[layer], cache.pending[layer], state.rows,
+                                step.slot, step.write_rows, layout.raw_rows, kv,
+                                index_k if self.kind == "C" else None, gates)  # fmt: skip
+        if self.kind == "H":
+            return self.attn.attend(q, kv_buf, step.attend_rows)
+        rows = self._csa_rows(index_q, index_w, cache.keys[layer], layout, step.entry_pos,
+                              step.query_pos, state.window_rows, layout.visible_max,
+                              layout.prompt_entries, cache.kinds[self.kind][1])  # fmt: skip
+        return self.attn.attend(q, kv_buf, rows)
 
 
 def layer_caches(attn: AttentionVariant, s: RankShapes, layout: EntryLayout | None, raw: int,

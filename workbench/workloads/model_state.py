@@ -145,7 +145,7 @@ class DecodeState:
         torch.add(self.step.expand(self.streams), self.cache.prompt, out=self.pos)
         if self.window is not None:
             self.window_rows = window_rows(self.pos, self.window, self.cache.prompt, self.shift)
-            self.entry_steps = {kind: EntryStep.of(layout, shift, self.pos)
+            self.entry_steps = {kind: EntryStep.of(layout, shift, self.pos, self.window_rows)
                                 for kind, (layout, shift) in self.cache.kinds.items()}  # fmt: skip
 
     def load(self, inputs: dict, step: int) -> None:
