@@ -175,21 +175,23 @@ def test_moe_section_without_a_bench_table_says_so(tmp_path: Path) -> None:
     assert "Absent from these artifacts: a benchmark table in the bench-moe runs" in text
 
 
-def test_the_seed_headline_table_takes_the_design_preset_only() -> None:
-    """A served-configuration profile of another preset (dsv4-flash-hf-tp2) is not a column of
-    the seed's headline table, whatever its path sorts after."""
+def test_the_seed_headline_table_takes_the_design_preset_at_the_seed_prompt_only() -> None:
+    """A served-configuration profile of another preset (dsv4-flash-hf-tp2) or another prompt
+    length (46,000 tokens) is not a column of the seed's headline table, whatever its path
+    sorts after."""
     from types import SimpleNamespace
 
     from workbench.analysis.collection import Artifact, Collection
     from workbench.report.sections_profiles import SERVED, served_runs
 
-    def profile(name: str, preset: str) -> Artifact:
-        params = {**SERVED, "preset": preset, "moe": "stock"}
+    def profile(name: str, preset: str, prompt: int = 33863) -> Artifact:
+        params = {**SERVED, "preset": preset, "moe": "stock", "prompt_tokens": prompt}
         return Artifact(Path(name), "profile", {}, SimpleNamespace(meta={"params": params}))
 
     design = profile("raw/profile-a-design", "dsv4-flash-tp2")
     other = profile("raw/profile-z-published", "dsv4-flash-hf-tp2")
-    assert served_runs(Collection([design, other])) == {"stock": design}
+    longer = profile("raw/profile-z-longer", "dsv4-flash-tp2", 46000)
+    assert served_runs(Collection([design, other, longer])) == {"stock": design}
 
 
 def test_dense_tables_come_from_the_newest_whole_run_and_newer_runs_stand_alone(
