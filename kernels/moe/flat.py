@@ -63,10 +63,13 @@ ITEMS_PER_PROGRAM = 4  # automatic split-K aims for at least this many items per
 DECODE_TILES = {
     "bf16": Tiles(block_m=16, block_n=128, block_k=128, split_k=None, num_warps=4, num_stages=3),
     "fp8": Tiles(block_m=16, block_n=256, block_k=128, split_k=None, num_warps=8, num_stages=3),
-    # 128-deep K tiles over 8 warps, 3 stages: 0.303 ms at T=6 in the run layout, against
-    # 0.350 with 4 stages (raw/logs/h200-tune-moe-int4-df8f8b5-20261201T1947.csv).
-    "int4": Tiles(block_m=16, block_n=128, block_k=128, split_k=None, num_warps=8, num_stages=3),
+    # 128-deep K tiles over 4 warps, 3 stages, two programs an SM (DECODE_PROGRAMS_PER_SM):
+    # 0.260 ms at T=6 against 0.307 for one 8-warp program an SM, whose 12.5% occupancy left
+    # the unpacking's latency unhidden (ncu/moe-flat-T6-fmtint4;
+    # raw/logs/h200-tune-moe-int4-decode-flat-71d54fb-20261201T2150.csv).
+    "int4": Tiles(block_m=16, block_n=128, block_k=128, split_k=None, num_warps=4, num_stages=3),
 }
+DECODE_PROGRAMS_PER_SM = {"bf16": 1, "fp8": 1, "int4": 2}
 PREFILL_TILES = {
     "bf16": Tiles(block_m=128, block_n=128, block_k=64, split_k=1, num_warps=8, num_stages=4),
     "fp8": Tiles(block_m=64, block_n=128, block_k=128, split_k=1, num_warps=8, num_stages=3),
@@ -268,6 +271,12 @@ def default_tiles(shape: MoeShape, fmt: str) -> Tiles:
     return (PREFILL_TILES if prefill else DECODE_TILES)[fmt]
 
 
+def default_programs(shape: MoeShape, fmt: str, sms: int) -> int:
+    """Persistent programs: one an SM, DECODE_PROGRAMS_PER_SM for decode-like calls."""
+    prefill = prefill_sized(shape.tokens * shape.top_k, shape.experts)
+    return sms * (1 if prefill else DECODE_PROGRAMS_PER_SM[fmt])
+
+
 def auto_split_k(row_tiles: int, col_tiles: int, programs: int) -> int:
     """Splits that give every program ITEMS_PER_PROGRAM items; split_plan caps it at K tiles."""
     return triton.cdiv(ITEMS_PER_PROGRAM * programs, row_tiles * col_tiles)
@@ -292,7 +301,8 @@ def moe_flat(
 ) -> Tensor:
     """Routed-expert output (T, H) in x.dtype, same contract as moe_reference.
 
-    num_programs defaults to the SM count (4 on the CPU). None tile options come from
+    num_programs defaults to the SM count (4 on the CPU), times DECODE_PROGRAMS_PER_SM at
+    decode sizes (`default_programs`). None tile options come from
     default_tiles(shape, fmt); split_k None picks a split per projection (auto_split_k), an int
     applies to both. Kernel facts of the call: kernels.moe.last_facts().
     """
@@ -316,7 +326,8 @@ def moe_flat(
             num_stages=num_stages,
             swap_ab=swap_ab,
         )
-        programs = num_programs or sm_count(x.device) or CPU_PROGRAMS
+        sms = sm_count(x.device) or CPU_PROGRAMS
+        programs = num_programs or default_programs(shape, weights.fmt, sms)
         return _run_flat(x, topk_ids, topk_weights, weights, shape, tiles, schedule, programs)
 
 
