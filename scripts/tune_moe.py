@@ -63,8 +63,10 @@ DECODE = [
     dict(block_n=128, block_k=128, num_stages=6, num_warps=4),
     dict(block_n=256, block_k=128, num_stages=3, num_warps=8, swap_ab=True),
     dict(block_n=128, block_k=64, num_stages=6, num_warps=4, swap_ab=True),
-    # flat runs one program an SM; INT4 decode (ncu/moe-flat-T6-fmtint4) is latency-bound
-    # at 8 warps an SM, so: more, smaller programs (flat only; others refuse the option)
+    # flat's programs an SM (its default: flat.default_programs, two for INT4 at decode since
+    # one 8-warp program an SM was latency-bound, ncu/moe-flat-T6-fmtint4); flat only, the
+    # other schedulers refuse the option
+    dict(programs_per_sm=1),
     dict(programs_per_sm=2),
     dict(block_n=64, block_k=128, num_warps=4, num_stages=4, programs_per_sm=2),
     dict(block_n=64, block_k=128, num_warps=4, num_stages=4, programs_per_sm=3),
@@ -79,7 +81,8 @@ W8A8_CASES = [("fp8", 4096, W8A8), ("fp8", 33863, W8A8)]
 
 
 def with_programs(params: dict, device: torch.device) -> dict:
-    """The call's options: `programs_per_sm` becomes flat's num_programs on this GPU."""
+    """The call's options: `programs_per_sm` becomes flat's num_programs on this GPU (rows
+    without it run flat's default, which depends on the format and size)."""
     params = dict(params)
     per_sm = params.pop("programs_per_sm", None)
     if per_sm is not None:

@@ -8,7 +8,7 @@ whole group and writes the entry at its row (the scratch row unless the step com
 group), so a CUDA graph replays the same work every step. `compress_step_triton` does that in
 one launch, with a CSA layer's indexer key quantised to the FP8 cache format on the way, as
 `write_cache` stores it. `csa_rows` puts a CSA query's picked entries and its window into the
-one row list the sparse attention reads (five torch launches, one in `csa_rows_triton`).
+one row list the sparse attention reads (seven torch launches, one in `csa_rows_triton`).
 
 On the H200, in the V4 preset at 33,863 tokens: in torch a compressed layer's decode step was
 a dozen launches, and torch's softmax over a group's 128 rows (not the last dim) alone took
@@ -24,6 +24,7 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.attention.formats import QuantizedKeys
+from kernels.attention.indexer_fp8 import quantize_keys
 from kernels.compiled import launch
 from kernels.fp8_quant import pow2_scale, round_to_e4m3
 
@@ -40,7 +41,7 @@ def pool_groups(values: Tensor, gates: Tensor, ratio: int) -> Tensor:
 
 def compress_step(
     kv_cache: Tensor,
-    keys: Tensor | None,
+    keys: Tensor | QuantizedKeys | None,
     pending: tuple[Tensor, Tensor],
     raw_rows: Tensor,
     slot: Tensor,
@@ -53,7 +54,7 @@ def compress_step(
     """One decode step of S streams, in torch: kv (S, D) to kv_cache[raw_rows]; the values
     (kv, and index_k where the layer caches keys) and their gates to pending (S, ratio, width)
     at each stream's slot; each stream's pooled group to kv_cache[entry_offset + entry_rows]
-    and keys[entry_rows]."""
+    and keys[entry_rows] (FP8 keys quantised as `quantize_keys` does)."""
     kv_cache.index_copy_(0, raw_rows, kv)
     values = kv if index_k is None else torch.cat([kv, index_k], 1)
     pending_values, pending_gates = pending
@@ -63,7 +64,12 @@ def compress_step(
     entry = pool_groups(pending_values.flatten(0, 1), pending_gates.flatten(0, 1),
                         pending_values.shape[1])  # fmt: skip
     kv_cache.index_copy_(0, entry_rows + entry_offset, entry[:, : kv.shape[1]])
-    if keys is not None:
+    if isinstance(keys, QuantizedKeys):
+        quantized = quantize_keys(entry[:, kv.shape[1] :])
+        as_bytes = keys.values.view(torch.uint8)  # index_copy_ has no float8 on the CPU
+        as_bytes.index_copy_(0, entry_rows, quantized.values.view(torch.uint8))
+        keys.scales.index_copy_(0, entry_rows, quantized.scales)
+    elif keys is not None:
         keys.index_copy_(0, entry_rows, entry[:, kv.shape[1] :])
 
 
@@ -100,7 +106,7 @@ def _block_width(ratio: int, width: int) -> int:
 
 def pool_groups_triton(values: Tensor, gates: Tensor, ratio: int) -> Tensor:
     """`pool_groups` in one launch: a program pools a block of one group's channels."""
-    if values.shape[0] % ratio or gates.shape[0] != values.shape[0]:
+    if values.shape[0] % ratio or gates.shape != values.shape:
         raise ValueError(
             f"pool_groups needs whole groups of {ratio} rows, with a gate a value; got values "
             f"{tuple(values.shape)} and gates {tuple(gates.shape)}"
@@ -201,6 +207,39 @@ def _step_key(new_ptr, gates_ptr, pend_v_ptr, pend_g_ptr, key_out_ptr, scale_out
         tl.store(scale_out_ptr, scale)
 
 
+def _check_step(
+    kv_cache: Tensor,
+    key_values: Tensor | None,
+    pending: tuple[Tensor, Tensor],
+    rows: tuple[Tensor, ...],
+    kv: Tensor,
+    index_k: Tensor | None,
+    gates: Tensor,
+) -> None:
+    """Refuse what the kernel would read or write out of bounds, or convert silently."""
+    streams, d = kv.shape
+    if kv_cache.shape[1] != d or (index_k is not None and (
+            index_k.shape[0] != streams or key_values.shape[1] != index_k.shape[1])):  # fmt: skip
+        raise ValueError(
+            f"compress_step expects kv (S, D) for a cache of width D, and index_k (S, d) for "
+            f"keys of width d; got kv {tuple(kv.shape)}, a cache of width {kv_cache.shape[1]}"
+            + ("" if index_k is None else f", index_k {tuple(index_k.shape)} and keys of width "
+               f"{key_values.shape[1]}")
+        )  # fmt: skip
+    if any(r.shape != (streams,) or r.stride(0) != 1 for r in rows):
+        raise ValueError(f"compress_step expects raw_rows, slot and entry_rows as ({streams},) "
+                         f"contiguous; got {[tuple(r.shape) for r in rows]}")  # fmt: skip
+    values = [kv, gates, *pending] + ([] if index_k is None else [index_k])
+    if len({t.dtype for t in values}) != 1 or kv_cache.dtype != kv.dtype:
+        dtypes = sorted({str(t.dtype) for t in [*values, kv_cache]})
+        raise ValueError(f"compress_step expects one dtype for kv, index_k, gates, pending and "
+                         f"the cache; got {dtypes}")  # fmt: skip
+    laid_out_alike = pending[0].stride() == pending[1].stride()
+    if any(t.stride(-1) != 1 for t in [*values, kv_cache]) or not laid_out_alike:
+        raise ValueError("compress_step needs rows contiguous along the last dim and both "
+                         "pending buffers laid out alike.")  # fmt: skip
+
+
 def compress_step_triton(
     kv_cache: Tensor,
     keys: Tensor | QuantizedKeys | None,
@@ -221,19 +260,17 @@ def compress_step_triton(
     if dk and keys is None:
         raise ValueError("compress_step got indexer keys to pool and no key cache to hold them.")
     if pending_values.shape != pending_gates.shape or pending_values.shape[0] != streams \
-            or pending_values.shape[2] != d + dk or gates.shape[1] < d + dk:  # fmt: skip
+            or pending_values.shape[2] != d + dk or gates.shape[0] != streams \
+            or gates.shape[1] < d + dk:  # fmt: skip
         raise ValueError(
             f"compress_step expects pending (S, ratio, {d + dk}) twice for {streams} streams and "
             f"gates (S, >= {d + dk}); got {tuple(pending_values.shape)}, "
             f"{tuple(pending_gates.shape)} and {tuple(gates.shape)}"
         )
     ratio = pending_values.shape[1]
-    tensors = [kv, gates, kv_cache, pending_values, pending_gates] + ([index_k] if dk else [])
-    if any(t.stride(-1) != 1 for t in tensors) or pending_values.stride() != pending_gates.stride():
-        raise ValueError("compress_step needs rows contiguous along the last dim and both "
-                         "pending buffers laid out alike.")  # fmt: skip
     fp8 = isinstance(keys, QuantizedKeys)
     key_values = keys.values if fp8 else keys
+    _check_step(kv_cache, key_values, pending, (raw_rows, slot, entry_rows), kv, index_k, gates)
     block = _block_width(ratio, d)
     grid = (streams, triton.cdiv(d, block) + (1 if dk else 0))
     launch(
@@ -277,10 +314,12 @@ def csa_rows_triton(picked: Tensor, entry_pos: Tensor, window: Tensor, offset: i
         raise ValueError(f"csa_rows expects picks (Q, k), entry_pos (Q,) and window (Q, w) for "
                          f"one Q; got {tuple(picked.shape)}, {tuple(entry_pos.shape)} and "
                          f"{tuple(window.shape)}")  # fmt: skip
-    out = torch.empty(queries, topk + width, device=picked.device, dtype=picked.dtype)
+    if picked.stride(-1) != 1 or window.stride(-1) != 1 or entry_pos.stride(0) != 1:
+        raise ValueError("csa_rows needs picks and window rows contiguous along the last dim.")
+    out = torch.empty(queries, topk + width, device=picked.device, dtype=torch.int64)
     if queries:
         launch(_csa_rows_kernel, (queries,), picked, entry_pos, window, out, offset,
                picked.stride(0), window.stride(0), out.stride(0), TOPK=topk,
                TOPK_P=triton.next_power_of_2(topk), WINDOW=width,
-               WINDOW_P=triton.next_power_of_2(width))  # fmt: skip
+               WINDOW_P=triton.next_power_of_2(max(width, 1)))  # fmt: skip
     return out

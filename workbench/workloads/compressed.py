@@ -132,16 +132,15 @@ class CompressedAttention:
         """What an entry pools: the latent row, and in CSA the indexer key beside it."""
         return torch.cat([kv, index_k], 1) if self.kind == "C" else kv
 
-    def _write_entries(self, kv_buf: Tensor, keys, layout: EntryLayout, rows, entries: Tensor):
-        """Store entries at entry rows `rows` (a first row or a tensor of rows)."""
+    def _write_entries(self, kv_buf: Tensor, keys, layout: EntryLayout, first: int,
+                       entries: Tensor):  # fmt: skip
+        """Store a prefill chunk's entries from entry row `first` on."""
         d = self.shapes.head_dim
         region = kv_buf[layout.raw_rows :]
         if self.kind == "C":
-            self.attn.write_cache(region, keys, rows, entries[:, :d], entries[:, d:])
-        elif isinstance(rows, int):
-            region[rows : rows + entries.shape[0]] = entries
+            self.attn.write_cache(region, keys, first, entries[:, :d], entries[:, d:])
         else:
-            region.index_copy_(0, rows, entries)
+            region[first : first + entries.shape[0]] = entries
 
     def _csa_rows(
         self,
