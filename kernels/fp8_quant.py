@@ -49,6 +49,14 @@ def round_to_e4m3(v):
 
 
 @triton.jit
+def fp8_rows(rows):
+    """(FP8 rows, each row's power-of-two scale) of a (R, D) fp32 block, a row quantised as
+    the indexer's queries are: one scale per (query, head)."""
+    scale, inverse = pow2_scale(tl.max(tl.abs(rows), axis=1))
+    return round_to_e4m3(rows * inverse[:, None]).to(tl.float8e4nv), scale
+
+
+@triton.jit
 def _quantize_rows_kernel(
     x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm, stride_sm, stride_sk,
     BLOCK_R: tl.constexpr, QBLOCK: tl.constexpr,

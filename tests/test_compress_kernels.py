@@ -15,7 +15,7 @@ from kernels.attention.compress import (
     pool_groups_triton,
 )
 from kernels.attention.formats import empty_keys
-from kernels.attention.indexer_fp8 import quantize_keys
+from kernels.attention.key_cache import quantize_keys
 
 
 @pytest.mark.parametrize(("ratio", "width"), [(4, 40), (128, 24), (3, 20), (16, 640)])

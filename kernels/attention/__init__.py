@@ -28,8 +28,9 @@ from torch import Tensor
 from kernels.attention import compress
 from kernels.attention.formats import NewTokens, QuantizedKeys, empty_keys
 from kernels.attention.indexer import indexer_scores_triton
-from kernels.attention.indexer_fp8 import indexer_scores_fp8, quantize_keys, write_cache
+from kernels.attention.indexer_fp8 import indexer_scores_fp8
 from kernels.attention.indexer_select import indexer_select_fp8
+from kernels.attention.key_cache import quantize_keys, write_cache
 from kernels.attention.reference import (
     cache_rows,
     indexer_scores,

@@ -24,7 +24,7 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.attention.formats import QuantizedKeys
-from kernels.attention.indexer_fp8 import quantize_keys
+from kernels.attention.key_cache import quantize_keys
 from kernels.compiled import launch
 from kernels.fp8_quant import pow2_scale, round_to_e4m3
 

@@ -1,9 +1,8 @@
-"""The lightning indexer in FP8, as DeepSeek serves it, and the cache write that feeds it.
+"""The lightning indexer in FP8, as DeepSeek serves it.
 
-Keys are cached in FP8 (E4M3) with one power-of-two scale per key, quantised once when the
-token is written (`write_cache`, which also stores the latent KV row: one launch per layer and
-step). Queries are quantised per (query, head) row inside the indexer, and since ReLU commutes
-with a positive scale, both scales leave the MMA:
+Keys are cached in FP8 (E4M3) with one power-of-two scale per key (`kernels.attention.key_cache`).
+Queries are quantised per (query, head) row inside the indexer, and since ReLU commutes with a
+positive scale, both scales leave the MMA:
 
     score[q, j] = ks[j] * sum_h (w[q, h] * sq[q, h]) * relu(q8[q, h] . k8[j])
 
@@ -25,9 +24,8 @@ tile loaded and quantised once a run. On the H200, a 4096-query prefill chunk at
 64 blocks, 4.51 by pointers in such runs, 4.85 by pointers in runs of 16 (the kernel before);
 1.82x its floor, against 2.22x before.
 
-With `head_sum="cores"` a second kernel (`_indexer_fp8_rows_kernel`) gives each query's heads
-an MMA of their own and sums them in fp32 on the CUDA cores instead, for one or two queries a
-tile in the prompt's layout; `indexer_scores_fp8` says what it measured.
+With `head_sum="cores"`, `kernels.attention.indexer_fp8_rows` sums the heads on the CUDA cores
+instead; `indexer_scores_fp8` says what it measured.
 
 Decode caches are laid out as the prompt, then each stream's tail; with `split` and `shift`, a
 query's virtual positions from `split` on read cache rows `shift[q]` further on, so one launch
@@ -42,87 +40,16 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels.attention.formats import NewTokens, QuantizedKeys, score_rows
 from kernels.attention.indexer import DECODE_QUERIES, keys_per_program_for
+from kernels.attention.indexer_fp8_rows import _indexer_fp8_rows_kernel, check_head_sum
+from kernels.attention.key_cache import cache_token, quantized_key
 from kernels.attention.select import high_byte_histogram
 from kernels.attention.select_chunked import SELECT_CHUNK, FirstRound
 from kernels.compiled import launch, recording
-from kernels.fp8_quant import pow2_scale, quantize_activations, round_to_e4m3
+from kernels.fp8_quant import fp8_rows
 from kernels.moe.routing import dot_options
 
 COLUMNS = 16  # the head-sum MMA's N: at least 16 on the tensor cores
 RUN_BLOCKS = 64  # key blocks a program scores at most: its query tile quantised once a run
-
-
-def quantize_keys(keys: Tensor) -> QuantizedKeys:
-    """Per-key FP8 quantisation of (L, d) keys, as `write_cache` stores them."""
-    values, scales = quantize_activations(keys, keys.shape[1])
-    return QuantizedKeys(values, scales[:, 0].contiguous())
-
-
-@triton.jit
-def _fp8_rows(rows):
-    """(FP8 rows, each row's power-of-two scale) of a (R, D) fp32 block, a row quantised as
-    the indexer's queries are: one scale per (query, head)."""
-    scale, inverse = pow2_scale(tl.max(tl.abs(rows), axis=1))
-    return round_to_e4m3(rows * inverse[:, None]).to(tl.float8e4nv), scale
-
-
-@triton.jit
-def _quantized_key(key_ptr, DIM: tl.constexpr, DIM_P: tl.constexpr):
-    """(FP8 key, its power-of-two scale) of the DIM values at key_ptr, as the cache holds
-    keys."""
-    d = tl.arange(0, DIM_P)
-    key = tl.load(key_ptr + d, mask=d < DIM, other=0.0).to(tl.float32)
-    scale, inverse = pow2_scale(tl.max(tl.abs(key), axis=0))
-    return round_to_e4m3(key * inverse).to(tl.float8e4nv), scale
-
-
-@triton.jit
-def _cache_token(row, k8, scale, latent_ptr, kv_cache_ptr, k8_ptr, ks_ptr, stride_kv_cache,
-                 stride_k8, DIM: tl.constexpr, DIM_P: tl.constexpr, KV_DIM: tl.constexpr,
-                 KV_P: tl.constexpr):  # fmt: skip
-    """Store a token's quantised key and its latent row (at latent_ptr) at cache `row`."""
-    d = tl.arange(0, DIM_P)
-    tl.store(k8_ptr + row * stride_k8 + d, k8, mask=d < DIM)
-    tl.store(ks_ptr + row, scale)
-    c = tl.arange(0, KV_P)
-    latent = tl.load(latent_ptr + c, mask=c < KV_DIM)
-    tl.store(kv_cache_ptr + row * stride_kv_cache + c, latent, mask=c < KV_DIM)
-
-
-@triton.jit
-def _write_cache_kernel(
-    kv_ptr, key_ptr, rows_ptr, first_row, kv_cache_ptr, k8_ptr, ks_ptr,
-    stride_kv, stride_key, stride_kv_cache, stride_k8,
-    KV_DIM: tl.constexpr, KV_P: tl.constexpr, DIM: tl.constexpr, DIM_P: tl.constexpr,
-    ROWS_GIVEN: tl.constexpr,
-):  # fmt: skip
-    token = tl.program_id(0).to(tl.int64)
-    row = tl.load(rows_ptr + token).to(tl.int64) if ROWS_GIVEN else first_row + token
-    k8, scale = _quantized_key(key_ptr + token * stride_key, DIM, DIM_P)
-    _cache_token(row, k8, scale, kv_ptr + token * stride_kv, kv_cache_ptr, k8_ptr, ks_ptr,
-                 stride_kv_cache, stride_k8, DIM, DIM_P, KV_DIM, KV_P)  # fmt: skip
-
-
-def write_cache(
-    kv_cache: Tensor, keys: QuantizedKeys, rows: int | Tensor, kv: Tensor, index_k: Tensor
-) -> None:
-    """Store T tokens' latent rows and FP8-quantised indexer keys at cache `rows`: a first
-    row (contiguous rows from there) or a (T,) tensor of rows. One launch."""
-    tokens = kv.shape[0]
-    if index_k.shape[0] != tokens or kv.shape[1] != kv_cache.shape[1]:
-        raise ValueError(
-            f"write_cache expects kv (T, {kv_cache.shape[1]}) and index_k (T, d); got "
-            f"{tuple(kv.shape)} and {tuple(index_k.shape)}"
-        )
-    if kv.stride(1) != 1 or index_k.stride(1) != 1 or kv_cache.stride(1) != 1:
-        raise ValueError("write_cache needs rows contiguous along the last dim.")
-    given = isinstance(rows, Tensor)
-    launch(
-        _write_cache_kernel, (tokens,), kv, index_k, rows if given else kv, 0 if given else rows,
-        kv_cache, keys.values, keys.scales, kv.stride(0), index_k.stride(0), kv_cache.stride(0),
-        keys.values.stride(0), KV_DIM=kv.shape[1], KV_P=triton.next_power_of_2(kv.shape[1]),
-        DIM=index_k.shape[1], DIM_P=triton.next_power_of_2(index_k.shape[1]), ROWS_GIVEN=given,
-    )  # fmt: skip
 
 
 @triton.jit
@@ -137,11 +64,11 @@ def _new_token(new_key_ptr, new_kv_ptr, rows_ptr, k_ptr, ks_ptr, kv_cache_ptr, q
     window. Kept out of the key loop, this is the tail of two programs, not work in every
     one (scoring the key from registers inside the loop made the indexer 2.1 us slower on the
     H200: raw/logs/h200-decode-attention-new-token-in-loop-*.csv)."""
-    k8, scale = _quantized_key(new_key_ptr + q * stride_nk, DIM, DIM_P)
+    k8, scale = quantized_key(new_key_ptr + q * stride_nk, DIM, DIM_P)
     if start == 0:
-        _cache_token(tl.load(rows_ptr + q).to(tl.int64), k8, scale, new_kv_ptr + q * stride_nkv,
-                     kv_cache_ptr, k_ptr, ks_ptr, stride_kvc, stride_kl, DIM, DIM_P, KV_DIM,
-                     KV_P)  # fmt: skip
+        cache_token(tl.load(rows_ptr + q).to(tl.int64), k8, scale, new_kv_ptr + q * stride_nkv,
+                    kv_cache_ptr, k_ptr, ks_ptr, stride_kvc, stride_kl, DIM, DIM_P, KV_DIM,
+                    KV_P)  # fmt: skip
     if (start <= pos) & (pos < end):
         dots = tl.sum(q8.to(tl.float32) * k8.to(tl.float32)[None, :], axis=1)  # exact products
         relu = tl.maximum(dots, 0.0)
@@ -168,7 +95,7 @@ def _query_tile(q_ptr, w_ptr, pos_ptr, q0, Q, V, stride_qq, stride_qh, stride_wq
         q_ptr + n_query[:, None] * stride_qq + n_head[:, None] * stride_qh + d[None, :],
         mask=n_ok[:, None] & (d < DIM)[None, :], other=0.0,
     ).to(tl.float32)  # fmt: skip
-    q8, q_scale = _fp8_rows(qh)
+    q8, q_scale = fp8_rows(qh)
     w = tl.load(w_ptr + n_query * stride_wq + n_head * stride_wh, mask=n_ok, other=0.0)
     col = tl.arange(0, COLS)
     head_weights = w * q_scale
@@ -296,80 +223,6 @@ def _indexer_fp8_tma_kernel(
                  mask=(keys < V)[:, None] & query_ok[None, :])  # fmt: skip
 
 
-@triton.jit
-def _query_heads(q_ptr, w_ptr, query, Q, stride_qq, stride_qh, stride_wq, stride_wh,
-                 HEADS: tl.constexpr, DIM: tl.constexpr, HEADS_P: tl.constexpr,
-                 DIM_P: tl.constexpr):  # fmt: skip
-    """One query's heads in FP8, each head quantised with its power-of-two scale, and each
-    head's weight times that scale (fp32): the (HEADS_P, DIM_P) operand of its MMA."""
-    h = tl.arange(0, HEADS_P)
-    d = tl.arange(0, DIM_P)
-    ok = (h < HEADS) & (query < Q)
-    qh = tl.load(q_ptr + query * stride_qq + h[:, None] * stride_qh + d[None, :],
-                 mask=ok[:, None] & (d < DIM)[None, :], other=0.0).to(tl.float32)  # fmt: skip
-    q8, scale = _fp8_rows(qh)
-    weights = tl.load(w_ptr + query * stride_wq + h * stride_wh, mask=ok, other=0.0)
-    return q8, weights.to(tl.float32) * scale
-
-
-@triton.jit
-def _query_scores(k8, k_scale, q8, weights, keys, pos, CAUSAL: tl.constexpr):
-    """One query's scores of a key block: relu(K8 @ q8^T) (BLOCK_L, HEADS_P) from one FP8
-    MMA, its heads summed with their weights in fp32 on the CUDA cores."""
-    dots = tl.dot(k8, tl.trans(q8))
-    scores = tl.sum(tl.maximum(dots, 0.0) * weights[None, :], axis=1) * k_scale
-    if CAUSAL:
-        scores = tl.where(keys <= pos, scores, float("-inf"))
-    return scores
-
-
-@triton.jit
-def _indexer_fp8_rows_kernel(
-    q_ptr, w_ptr, k_ptr, ks_ptr, pos_ptr, out_ptr, Q, V, keys_per_program, stride_qq,
-    stride_qh, stride_wq, stride_wh, stride_kl, stride_oq, HEADS: tl.constexpr,
-    DIM: tl.constexpr, HEADS_P: tl.constexpr, DIM_P: tl.constexpr, BLOCK_Q: tl.constexpr,
-    BLOCK_L: tl.constexpr, CAUSAL: tl.constexpr,
-):  # fmt: skip
-    """`_indexer_fp8_kernel` for one or two queries a tile with the heads summed on the CUDA
-    cores instead of by a second MMA: each query's heads are an MMA's N of their own, and a
-    query's scores of a key block are one contiguous row of the output."""
-    qa = (tl.program_id(0) * BLOCK_Q).to(tl.int64)
-    qb = qa + 1
-    q8a, wa = _query_heads(q_ptr, w_ptr, qa, Q, stride_qq, stride_qh, stride_wq, stride_wh,
-                           HEADS, DIM, HEADS_P, DIM_P)  # fmt: skip
-    pos_a = tl.load(pos_ptr + qa) if CAUSAL else V
-    last = pos_a
-    if BLOCK_Q == 2:
-        q8b, wb = _query_heads(q_ptr, w_ptr, qb, Q, stride_qq, stride_qh, stride_wq, stride_wh,
-                               HEADS, DIM, HEADS_P, DIM_P)  # fmt: skip
-        pos_b = tl.load(pos_ptr + qb, mask=qb < Q, other=-1) if CAUSAL else V
-        last = tl.maximum(pos_a, pos_b)
-    d = tl.arange(0, DIM_P)
-    start = tl.program_id(1) * keys_per_program
-    for l0 in range(start, tl.minimum(start + keys_per_program, V), BLOCK_L):
-        keys = l0 + tl.arange(0, BLOCK_L)
-        key_ok = keys < V
-        if l0 <= last:
-            rows = keys.to(tl.int64)
-            k8 = tl.load(k_ptr + rows[:, None] * stride_kl + d[None, :],
-                         mask=key_ok[:, None] & (d < DIM)[None, :], other=0.0)  # fmt: skip
-            k_scale = tl.load(ks_ptr + rows, mask=key_ok, other=0.0)
-            tl.store(
-                out_ptr + qa * stride_oq + keys,
-                _query_scores(k8, k_scale, q8a, wa, keys, pos_a, CAUSAL),
-                mask=key_ok,
-            )
-            if BLOCK_Q == 2:
-                tl.store(out_ptr + qb * stride_oq + keys,
-                         _query_scores(k8, k_scale, q8b, wb, keys, pos_b, CAUSAL),
-                         mask=key_ok & (qb < Q))  # fmt: skip
-        else:
-            minus_inf = tl.full((BLOCK_L,), float("-inf"), tl.float32)
-            tl.store(out_ptr + qa * stride_oq + keys, minus_inf, mask=key_ok)
-            if BLOCK_Q == 2:
-                tl.store(out_ptr + qb * stride_oq + keys, minus_inf, mask=key_ok & (qb < Q))
-
-
 def _check(q_idx: Tensor, weights: Tensor, keys: QuantizedKeys, query_pos: Tensor | None) -> None:
     if not isinstance(keys, QuantizedKeys):
         raise ValueError("the FP8 indexer reads QuantizedKeys: quantize_keys(k) or write_cache.")
@@ -415,30 +268,6 @@ def _check_new(
         )
     if kv.stride(1) != 1 or index_k.stride(1) != 1 or kv_cache.stride(1) != 1:
         raise ValueError("new tokens need kv, index_k and kv_cache contiguous along the last dim.")
-
-
-def _check_head_sum(
-    head_sum: str,
-    block_q: int | None,
-    shift: Tensor | None,
-    histogram: FirstRound | None,
-    new: NewTokens | None,
-) -> None:
-    """A clear error for a head sum the kernels cannot do: the cores' kernel takes one or two
-    queries a tile in the prompt's layout, and neither the select's first round nor new
-    tokens."""
-    if head_sum not in ("mma", "cores"):
-        raise ValueError(f"head_sum must be 'mma' or 'cores'; got {head_sum!r}.")
-    if head_sum != "cores":
-        return
-    blockers = [what for what, present in (
-        (f"block_q={block_q} (it takes 1 or 2)", block_q is not None and block_q > 2),
-        ("shift (the decode layout)", shift is not None),
-        ("histogram", histogram is not None), ("new tokens", new is not None),
-    ) if present]  # fmt: skip
-    if blockers:
-        raise ValueError(f"head_sum='cores' cannot take {', '.join(blockers)}; use "
-                         "head_sum='mma'.")  # fmt: skip
 
 
 def _takes_tma(
@@ -524,7 +353,7 @@ def indexer_scores_fp8(
         raise ValueError("indexer_scores_fp8 needs at least one query and one key.")
     heads_p = max(16, triton.next_power_of_2(heads))  # tl.dot wants N >= 16
     dim_p = max(32, triton.next_power_of_2(dim))  # FP8 MMA wants K >= 32
-    _check_head_sum(head_sum, block_q, shift, histogram, new)
+    check_head_sum(head_sum, block_q, shift, histogram, new)
     if block_q is None:
         block_q = 1 if num_q <= DECODE_QUERIES or shift is not None else max(1, 128 // heads_p)
         if head_sum == "cores":  # one or two queries a tile there

@@ -18,7 +18,8 @@ from torch import Tensor
 
 from kernels.attention.formats import NewTokens, QuantizedKeys
 from kernels.attention.indexer import DECODE_QUERIES
-from kernels.attention.indexer_fp8 import indexer_scores_fp8, write_cache
+from kernels.attention.indexer_fp8 import indexer_scores_fp8
+from kernels.attention.key_cache import write_cache
 from kernels.attention.select_chunked import SELECT_CHUNK, FirstRound, select_after_first_round
 from kernels.attention.select_sampled import select_positions_sampled
 

@@ -104,10 +104,12 @@ KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
      "quantizer"),
     ("workbench sparse attention",
      r"^_(sparse_attention|sparse_combine|indexer|indexer_fp8|indexer_fp8_rows|indexer_fp8_tma"
-     r"|select|sampled_select|second_round|chunk_picks|write_cache)_kernel$",
+     r"|select|sampled_select|second_round|chunk_picks|write_cache|pool_groups|compress_step"
+     r"|csa_rows)_kernel$",
      SPARSE_ATTENTION, "kernels/attention: sparse attention, its split-KV merge, the bf16 and "
      "FP8 indexers, the top-k select (one program a row, plain or from a sampled threshold, or "
-     "chunked: second round and picks) and the FP8 cache write"),
+     "chunked: second round and picks), the FP8 cache write, and DeepSeek-V4's compressor "
+     "(groups pooled at prefill, a decode step's compressor work, a CSA query's rows)"),
     ("workbench glue", r"^_(rms_norm|silu_mul|rope)_kernel$", OTHER,
      "kernels/glue: RMSNorm with its residual add, SiLU-and-multiply, and RoPE on a layer's "
      "query and key heads, one launch each"),
