@@ -496,6 +496,21 @@ def test_chunked_select_breaks_ties_across_chunks_in_position_order(device):
     out = select_after_first_round(scores, pos, first_round, topk, window)
     assert torch.equal(out, select_positions_triton(scores, pos, topk, window))
     assert not first_round.totals.any()  # left at zero for the next select
+    # A compressed layer's form: the picks `offset` rows on, then rows of the caller's after
+    # the window; the picks' -1s stay -1 (too few candidates: every one picked, the rest -1)
+    first_round = FirstRound.of(first)
+    extra = torch.arange(5, device=device).view(1, 5) * 7
+    moved = select_after_first_round(scores, pos, first_round, topk, window, offset=1000,
+                                     extra=extra)  # fmt: skip
+    assert torch.equal(moved[:, :topk], out[:, :topk] + 1000)
+    assert torch.equal(moved[:, topk:], torch.cat([out[:, topk:], extra], 1))
+    few = torch.tensor([9], device=device)  # 2 candidates before a window of 8
+    first_round = FirstRound.of(torch.zeros_like(first))  # every candidate is picked unread
+    picks = select_after_first_round(scores, few, first_round, topk, window, offset=1000)
+    assert picks[0, :2].tolist() == [1000, 1001] and (picks[0, 2:topk] == -1).all()
+    with pytest.raises(ValueError, match="extra rows"):
+        select_after_first_round(scores, pos, FirstRound.of(first), topk, window,
+                                 extra=extra.int())  # fmt: skip
 
 
 def test_chunked_select_bad_input(device):

@@ -167,6 +167,18 @@ def test_the_triton_variants_pick_the_same_entries(kind, ratio, variant):
         assert matching_rows(got, want) >= (1.0 if kind == "H" else 0.85)
 
 
+@pytest.mark.skipif(GPU_TESTS, reason="the Triton variants on the CPU need the interpreter")
+@pytest.mark.parametrize("variant", ["triton", "fp8"])
+def test_decode_rows_hold_no_entry_before_a_stream_completes_one(variant):
+    # A 3-token prompt and groups of 16: a stream's first 12 decode steps see no entry (the
+    # fp8 variant's indexer then scores from entry position -1, which has no candidates),
+    # the last six see one, which every query picks: the same rows as torch's, exactly.
+    layout_of = (3, 18, 1, 16)
+    _, decoded = run_layer("C", 16, variant, layout_of, poison=True)
+    _, want = run_layer("C", 16, "torch", layout_of)
+    assert matching_rows(decoded[0], want[0]) == 1.0
+
+
 def test_entries_pool_each_group_by_a_softmax_of_its_gates():
     values = torch.arange(8.0).view(8, 1)
     gates = torch.zeros(8, 1)

@@ -29,7 +29,7 @@ from kernels.attention import compress
 from kernels.attention.formats import NewTokens, QuantizedKeys, empty_keys
 from kernels.attention.indexer import indexer_scores_triton
 from kernels.attention.indexer_fp8 import indexer_scores_fp8
-from kernels.attention.indexer_select import indexer_select_fp8
+from kernels.attention.indexer_select import entry_select_fp8, indexer_select_fp8
 from kernels.attention.key_cache import quantize_keys, write_cache
 from kernels.attention.reference import (
     cache_rows,
@@ -65,7 +65,8 @@ class AttentionVariant:
     `indexer_select`, where a variant fuses the two, does what `choose` does otherwise.
     `pool_groups` and `compress_step` are a compressed layer's compressor at prefill and
     decode, `csa_rows` a CSA query's picked entries and window as one row list
-    (`kernels.attention.compress`).
+    (`kernels.attention.compress`); `entry_select`, where a variant has it, does what
+    `choose_entries` does otherwise.
     """
 
     write_cache: Callable[..., None]
@@ -77,6 +78,7 @@ class AttentionVariant:
     pool_groups: Callable[..., Tensor] = compress.pool_groups
     compress_step: Callable[..., None] = compress.compress_step
     csa_rows: Callable[..., Tensor] = compress.csa_rows
+    entry_select: Callable[..., Tensor] | None = None
 
     def __call__(self, q: Tensor, kv: Tensor, index: Tensor, scale: float | None = None) -> Tensor:
         return self.attend(q, kv, index, scale)
@@ -106,6 +108,29 @@ class AttentionVariant:
         layout = {"split": split, "shift": shift}
         scores = self.indexer_scores(q_idx, weights, keys, query_pos, length, **layout)
         return self.select_positions(scores, query_pos, topk, window, **layout)
+
+    def choose_entries(
+        self,
+        q_idx: Tensor,
+        weights: Tensor,
+        keys: Tensor | QuantizedKeys,
+        entry_pos: Tensor,
+        query_pos: Tensor,
+        length: int,
+        topk: int,
+        window_rows: Tensor,
+        offset: int,
+        split: int | None = None,
+        shift: Tensor | None = None,
+    ) -> Tensor:
+        """The rows a CSA query attends to (`compress.csa_rows`): the entries the indexer
+        picks among `length`, scored from query_pos (its entry position entry_pos, or 0 where
+        that is -1), `offset` rows on, then its window rows; or the variant's `entry_select`."""
+        if self.entry_select is not None:
+            return self.entry_select(q_idx, weights, keys, entry_pos, query_pos, length, topk,
+                                     window_rows, offset, split, shift)  # fmt: skip
+        picked = self.choose(q_idx, weights, keys, query_pos, length, topk, 0, split, shift)
+        return self.csa_rows(picked, entry_pos, window_rows, offset)
 
     def empty_keys(
         self, rows: int, dim: int, device: torch.device | str, dtype: torch.dtype
@@ -143,6 +168,7 @@ VARIANTS: dict[str, AttentionVariant] = {
         compress.pool_groups_triton,
         compress.compress_step_triton,
         compress.csa_rows_triton,
+        entry_select_fp8,
     ),
 }
 
@@ -155,6 +181,7 @@ __all__ = [
     "indexer_scores",
     "indexer_scores_fp8",
     "indexer_scores_triton",
+    "entry_select_fp8",
     "indexer_select_fp8",
     "quantize_keys",
     "select_positions",

@@ -11,11 +11,16 @@ indexer also writes the step's new token into the caches (`NewTokens`), which to
 of its own. Rows enough to fill the GPU (prefill) keep the indexer and the one-program select,
 which is then one program a row on every SM: the sampled select (`select_sampled`), which
 reads a row once instead of three times.
+
+A compressed (CSA) layer's queries pick entries, which live past the raw rows in the latent
+buffer, and attend to a window of raw rows given by the caller: `entry_select_fp8` has the
+picks kernel write both, so a CSA decode layer's rows take no launch of their own.
 """
 
 import triton
 from torch import Tensor
 
+from kernels.attention.compress import csa_rows_triton
 from kernels.attention.formats import NewTokens, QuantizedKeys
 from kernels.attention.indexer import DECODE_QUERIES
 from kernels.attention.indexer_fp8 import indexer_scores_fp8
@@ -57,3 +62,34 @@ def indexer_select_fp8(
                                 new=new)  # fmt: skip
     return select_after_first_round(scores, query_pos, first_round, topk, window, split, shift,
                                     chunk, num_warps)  # fmt: skip
+
+
+def entry_select_fp8(
+    q_idx: Tensor,
+    weights: Tensor,
+    keys: QuantizedKeys,
+    entry_pos: Tensor,
+    query_pos: Tensor,
+    length: int,
+    topk: int,
+    window_rows: Tensor,
+    offset: int,
+    split: int | None = None,
+    shift: Tensor | None = None,
+) -> Tensor:
+    """`compress.csa_rows` of the entries `indexer_select_fp8` picks: (Q, topk + w) rows, the
+    picked entries `offset` rows on (-1 unused, all of them while a query's entry position
+    entry_pos is -1), then `window_rows`. For a few queries (decode) the indexer scores from
+    entry_pos itself, which gives a query without an entry no candidates, and the picks kernel
+    writes the rows: three launches. Otherwise the picks from query_pos (entry_pos, 0 for -1)
+    and `csa_rows_triton`."""
+    num_q = q_idx.shape[0]
+    if num_q > DECODE_QUERIES or not 1 <= topk <= SELECT_CHUNK:
+        picked = indexer_select_fp8(q_idx, weights, keys, query_pos, length, topk, 0, split,
+                                    shift)  # fmt: skip
+        return csa_rows_triton(picked, entry_pos, window_rows, offset)
+    first_round = FirstRound.empty(num_q, triton.cdiv(length, SELECT_CHUNK), q_idx.device)
+    scores = indexer_scores_fp8(q_idx, weights, keys, entry_pos, length, split, shift, block_q=1,
+                                histogram=first_round, window=0)  # fmt: skip
+    return select_after_first_round(scores, entry_pos, first_round, topk, 0, split, shift,
+                                    offset=offset, extra=window_rows)  # fmt: skip

@@ -182,7 +182,7 @@ def select_row(out, row, candidates, split, shift, TOPK, BLOCK: tl.constexpr,
         ok = j < candidates
         written, ties = write_picks(out, tl.load(row + j, mask=ok, other=float("-inf")), j, ok,
                                     prefix, need, written, ties, split, shift,
-                                    32 - DIGIT * ROUNDS, SHIFTED)  # fmt: skip
+                                    32 - DIGIT * ROUNDS, SHIFTED, 0)  # fmt: skip
 
 
 @triton.jit
@@ -197,17 +197,18 @@ def write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED
 
 @triton.jit
 def write_picks(out, scores, positions, ok, prefix, need, written, ties, split, shift, CUT_BIT,
-                SHIFTED):  # fmt: skip
+                SHIFTED, offset):  # fmt: skip
     """Write the `positions` (where `ok`) whose score's key beats `prefix` in its bits from
     CUT_BIT up, and those equal to it while fewer than `need` equal ones came before (`ties`
-    of them), from slot `written` on, in order; return the new `written` and `ties`."""
+    of them), from slot `written` on, in order, as cache rows `offset` rows on; return the new
+    `written` and `ties`."""
     top = ordered_keys(scores) >> CUT_BIT
     above = ok & (top > prefix)
     equal = ok & (top == prefix)
     tie_rank = ties + tl.cumsum(equal.to(tl.int32), axis=0)
     take = above | (equal & (tie_rank <= need))
     slot = written + tl.cumsum(take.to(tl.int32), axis=0) - 1
-    tl.store(out + slot, to_rows(positions, split, shift, SHIFTED), mask=take)
+    tl.store(out + slot, to_rows(positions, split, shift, SHIFTED) + offset, mask=take)
     return written + tl.sum(take.to(tl.int32), axis=0), ties + tl.sum(equal.to(tl.int32), axis=0)
 
 

@@ -85,15 +85,17 @@ def _second_round_kernel(
 
 @triton.jit
 def _chunk_picks_kernel(
-    scores_ptr, pos_ptr, shift_ptr, first_ptr, second_ptr, totals_ptr, out_ptr, length, split,
-    chunks, stride_sq, stride_oq, TOPK: tl.constexpr, WINDOW: tl.constexpr,
-    WINDOW_P: tl.constexpr, BLOCK: tl.constexpr, CHUNK_ROWS: tl.constexpr,
-    SHIFTED: tl.constexpr,
+    scores_ptr, pos_ptr, shift_ptr, first_ptr, second_ptr, totals_ptr, out_ptr, extra_ptr,
+    length, split, chunks, offset, stride_sq, stride_oq, stride_eq, TOPK: tl.constexpr,
+    WINDOW: tl.constexpr, WINDOW_P: tl.constexpr, EXTRA: tl.constexpr, EXTRA_P: tl.constexpr,
+    BLOCK: tl.constexpr, CHUNK_ROWS: tl.constexpr, SHIFTED: tl.constexpr,
 ):  # fmt: skip
     """The chunked select's picks: the cut from both rounds' sums, this chunk's first slot
     from the chunks before it, then its picks in position order (what the one-program select
-    writes, slot for slot). The row's first program zeroes the row's first-round total for
-    the next select: only the second round read it (`FirstRound`)."""
+    writes, slot for slot), as cache rows `offset` rows on. The row's first program writes
+    the window columns, and then EXTRA columns copied from the row's `extra` (rows given by
+    the caller), and zeroes the row's first-round total for the next select: only the second
+    round read it (`FirstRound`)."""
     query = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     pos = tl.load(pos_ptr + query)
@@ -102,11 +104,15 @@ def _chunk_picks_kernel(
     out = out_ptr + query * stride_oq
     if chunk == 0:
         write_window(out, pos, length, split, shift, TOPK, WINDOW, WINDOW_P, SHIFTED)
+        if EXTRA > 0:
+            e = tl.arange(0, EXTRA_P)
+            extra = tl.load(extra_ptr + query * stride_eq + e, mask=e < EXTRA)
+            tl.store(out + TOPK + WINDOW + e, extra, mask=e < EXTRA)
         tl.store(totals_ptr + query * 256 + tl.arange(0, 256), tl.zeros((256,), tl.int32))
     candidates = tl.minimum(tl.maximum(pos - WINDOW + 1, 0), length).to(tl.int32)
     j = chunk * BLOCK + tl.arange(0, BLOCK)
     if candidates <= TOPK:  # every candidate is picked, the rest of the slots unused
-        everything = tl.where(j < candidates, to_rows(j, split, shift, SHIFTED), -1)
+        everything = tl.where(j < candidates, to_rows(j, split, shift, SHIFTED) + offset, -1)
         tl.store(out + j, everything, mask=j < TOPK)
     else:
         first, second, first_before, second_before = _sums_and_before(
@@ -124,7 +130,7 @@ def _chunk_picks_kernel(
         ok = j < candidates
         write_picks(out, tl.load(row + j, mask=ok, other=float("-inf")), j, ok,
                     (chosen0 - 128) * 256 + chosen1, need, above + tl.minimum(equal, need),
-                    equal, split, shift, 16, SHIFTED)  # fmt: skip
+                    equal, split, shift, 16, SHIFTED, offset)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -174,12 +180,18 @@ def select_after_first_round(
     shift: Tensor | None = None,
     chunk: int = SELECT_CHUNK,
     num_warps: int = 4,
+    offset: int = 0,
+    extra: Tensor | None = None,
 ) -> Tensor:
     """`select_positions_triton`'s result (two rounds) over programs of `chunk` positions
     each, for rows too few to fill the GPU one program a row: decode. The first round is
     `first_round`, which the FP8 indexer writes as it scores the keys (`FirstRound`); this
     is the second round and the picks, two launches. Picks come in position order, slot for
-    slot as the one-program select. `chunk` is a power of two of at least topk."""
+    slot as the one-program select. `chunk` is a power of two of at least topk.
+
+    The picks are written `offset` rows on, and `extra` (Q, e) int64 rows, where given, are
+    copied after the window columns: what a compressed layer's queries attend to besides the
+    entries picked (kernels.attention.compress), without a launch of their own."""
     num_q, length = scores.shape
     chunks = triton.cdiv(length, chunk)
     hist = first_round.chunks
@@ -204,9 +216,14 @@ def select_after_first_round(
     ):
         raise ValueError("need fp32 scores with contiguous rows and a contiguous first round.")
     check_layout(query_pos, split, shift)
+    width = 0 if extra is None else extra.shape[1]
+    if extra is not None and (extra.shape[0] != num_q or extra.dtype != torch.int64
+                              or extra.stride(1) != 1):  # fmt: skip
+        raise ValueError(f"extra rows must be ({num_q}, e) int64 with contiguous rows; got "
+                         f"{tuple(extra.shape)} {extra.dtype}.")  # fmt: skip
     pos = query_pos.to(torch.int64)
     second = torch.empty_like(hist)
-    out = torch.empty(num_q, topk + window, dtype=torch.int64, device=scores.device)
+    out = torch.empty(num_q, topk + window + width, dtype=torch.int64, device=scores.device)
     totals = first_round.totals
     with recording():
         launch(
@@ -215,9 +232,11 @@ def select_after_first_round(
         )  # fmt: skip
         launch(
             _chunk_picks_kernel, (num_q, chunks), scores, pos, pos if shift is None else shift,
-            hist, second, totals, out, length,
-            length if split is None else split, chunks, scores.stride(0), out.stride(0),
-            TOPK=topk, WINDOW=window, WINDOW_P=triton.next_power_of_2(max(window, 1)),
-            BLOCK=chunk, CHUNK_ROWS=CHUNK_ROWS, SHIFTED=shift is not None, num_warps=num_warps,
+            hist, second, totals, out, out if extra is None else extra, length,
+            length if split is None else split, chunks, offset, scores.stride(0), out.stride(0),
+            0 if extra is None else extra.stride(0), TOPK=topk, WINDOW=window,
+            WINDOW_P=triton.next_power_of_2(max(window, 1)), EXTRA=width,
+            EXTRA_P=triton.next_power_of_2(max(width, 1)), BLOCK=chunk, CHUNK_ROWS=CHUNK_ROWS,
+            SHIFTED=shift is not None, num_warps=num_warps,
         )  # fmt: skip
     return out

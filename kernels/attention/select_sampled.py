@@ -114,7 +114,7 @@ def _sampled_select_kernel(
                 written, ties = write_picks(
                     out, tl.load(kept_scores + i, mask=held, other=float("-inf")),
                     tl.load(kept_pos + i, mask=held, other=0), held, prefix, need, written,
-                    ties, split, shift, CUT_BIT, SHIFTED,
+                    ties, split, shift, CUT_BIT, SHIFTED, 0,
                 )  # fmt: skip
         else:  # the sample misled: the whole row
             select_row(out, row, candidates, split, shift, TOPK, BLOCK, ROUNDS, DIGIT, SHIFTED)

@@ -160,10 +160,10 @@ class CompressedAttention:
         indexer scores from query_pos, the entry position where there is one, else 0."""
         if length == 0:
             picked = entry_pos.new_full((entry_pos.shape[0], self.shapes.index_topk), -1)
-        else:
-            picked = self.attn.choose(index_q, index_w, keys, query_pos, length,
-                                      self.shapes.index_topk, 0, split, shift)  # fmt: skip
-        return self.attn.csa_rows(picked, entry_pos, window, layout.raw_rows)
+            return self.attn.csa_rows(picked, entry_pos, window, layout.raw_rows)
+        return self.attn.choose_entries(index_q, index_w, keys, entry_pos, query_pos, length,
+                                        self.shapes.index_topk, window, layout.raw_rows, split,
+                                        shift)  # fmt: skip
 
     def prefill(self, cache, layer: int, start: int, q, kv, index_q, index_k, index_w, gates):
         """A prefill chunk from `start` (a multiple of the ratio): raw rows and the chunk's
