@@ -14,8 +14,10 @@ On the H200, in the V4 preset at 33,863 tokens: in torch a compressed layer's de
 a dozen launches, and torch's softmax over a group's 128 rows (not the last dim) alone took
 65 us in each HCA layer; a step's sparse attention took 3.30 ms in 770 launches (the preset's
 first profile, committed in 80aedba and since superseded). With these kernels, 0.866 ms in
-213: 30 us a CSA layer in 7 launches, 10.5 us an HCA layer in 3
-(raw/profile-dsv4-flash-v4-tp2-stock-fp8-w8a16-graphs-33863t-20261201T213834).
+213 (b79273d's profile, committed in 61d5f10 and since superseded), and 0.836 ms in 192 with
+the CSA rows written by the select (`indexer_select.entry_select_fp8`): 29 us a CSA layer in
+6 launches, 10.5 us an HCA layer in 3
+(raw/profile-dsv4-flash-v4-tp2-stock-fp8-w8a16-graphs-33863t-20261201T221552).
 """
 
 import torch
