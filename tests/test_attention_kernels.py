@@ -506,11 +506,37 @@ def test_chunked_select_breaks_ties_across_chunks_in_position_order(device):
     assert torch.equal(moved[:, topk:], torch.cat([out[:, topk:], extra], 1))
     few = torch.tensor([9], device=device)  # 2 candidates before a window of 8
     first_round = FirstRound.of(torch.zeros_like(first))  # every candidate is picked unread
-    picks = select_after_first_round(scores, few, first_round, topk, window, offset=1000)
+    picks = select_after_first_round(scores, few, first_round, topk, window, offset=1000,
+                                     extra=extra)  # fmt: skip
     assert picks[0, :2].tolist() == [1000, 1001] and (picks[0, 2:topk] == -1).all()
+    assert picks[0, topk:].tolist() == list(range(9, 1, -1)) + extra[0].tolist()
     with pytest.raises(ValueError, match="extra rows"):
         select_after_first_round(scores, pos, FirstRound.of(first), topk, window,
                                  extra=extra.int())  # fmt: skip
+
+
+def test_entry_select_matches_the_clamped_choice_and_its_rows(device):
+    # A CSA layer's decode rows, streams with and without an entry in one launch, in the
+    # decode layout (shared entries, then each stream's own): the fused select against the
+    # fp8 variant's choice from the clamped position with its picks masked and moved
+    from kernels.attention.compress import csa_rows_triton
+    from kernels.attention.indexer_select import entry_select_fp8
+
+    length, topk, split, dim, heads = 700, 16, 600, 32, 4
+    keys = attention.quantize_keys(randn(length + 3 * 40, dim, seed=3, device=device))
+    q_idx = randn(3, heads, dim, seed=4, device=device)
+    weights = randn(3, heads, seed=5, device=device)
+    entry_pos = torch.tensor([-1, 620, 300], device=device)
+    shift = torch.arange(3, device=device) * 40
+    window = torch.arange(3 * 6, device=device).view(3, 6) + 5000
+    got = entry_select_fp8(q_idx, weights, keys, entry_pos, entry_pos.clamp(min=0), length,
+                           topk, window, 100_000, split, shift)  # fmt: skip
+    picked = attention.indexer_select_fp8(q_idx, weights, keys, entry_pos.clamp(min=0), length,
+                                          topk, 0, split, shift)  # fmt: skip
+    assert torch.equal(got, csa_rows_triton(picked, entry_pos, window, 100_000))
+    assert (got[0, :topk] == -1).all() and (got[1:, :topk] >= 100_000).all()
+    with pytest.raises(ValueError, match="at least one entry"):
+        entry_select_fp8(q_idx, weights, keys, entry_pos, entry_pos, 0, topk, window, 0)
 
 
 def test_chunked_select_bad_input(device):

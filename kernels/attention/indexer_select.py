@@ -81,9 +81,11 @@ def entry_select_fp8(
     picked entries `offset` rows on (-1 unused, all of them while a query's entry position
     entry_pos is -1), then `window_rows`. For a few queries (decode) the indexer scores from
     entry_pos itself, which gives a query without an entry no candidates, and the picks kernel
-    writes the rows: three launches. Otherwise the picks from query_pos (entry_pos, 0 for -1)
-    and `csa_rows_triton`."""
+    writes the rows: three launches. Otherwise the `fp8` variant's own steps: the picks from
+    query_pos (entry_pos, 0 for -1) and `csa_rows_triton`."""
     num_q = q_idx.shape[0]
+    if length < 1:
+        raise ValueError(f"entry_select_fp8 needs at least one entry to score; got {length}.")
     if num_q > DECODE_QUERIES or not 1 <= topk <= SELECT_CHUNK:
         picked = indexer_select_fp8(q_idx, weights, keys, query_pos, length, topk, 0, split,
                                     shift)  # fmt: skip

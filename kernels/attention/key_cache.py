@@ -32,7 +32,7 @@ def quantized_key(key_ptr, DIM: tl.constexpr, DIM_P: tl.constexpr):
 @triton.jit
 def cache_token(row, k8, scale, latent_ptr, kv_cache_ptr, k8_ptr, ks_ptr, stride_kv_cache,
                 stride_k8, DIM: tl.constexpr, DIM_P: tl.constexpr, KV_DIM: tl.constexpr,
-                 KV_P: tl.constexpr):  # fmt: skip
+                KV_P: tl.constexpr):  # fmt: skip
     """Store a token's quantised key and its latent row (at latent_ptr) at cache `row`."""
     d = tl.arange(0, DIM_P)
     tl.store(k8_ptr + row * stride_k8 + d, k8, mask=d < DIM)

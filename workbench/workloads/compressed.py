@@ -77,7 +77,7 @@ class EntryStep:
 
     slot: Tensor
     entry_pos: Tensor
-    query_pos: Tensor  # entry_pos, 0 where it is -1: where CSA's indexer scores from
+    query_pos: Tensor  # entry_pos, 0 where it is -1 (`AttentionVariant.choose_entries`)
     write_rows: Tensor
     attend_rows: Tensor | None
 
@@ -156,8 +156,9 @@ class CompressedAttention:
         shift: Tensor | None = None,
     ) -> Tensor:
         """(Q, index_topk + window) latent-buffer rows a CSA query attends to: the entries the
-        indexer picks among the `length` it may see (-1 unused), then its window rows; the
-        indexer scores from query_pos, the entry position where there is one, else 0."""
+        indexer picks among the `length` it may see (-1 unused), then its window rows
+        (`AttentionVariant.choose_entries`: from query_pos, the entry position where there is
+        one, else 0, with the picks masked; or the variant's `entry_select`)."""
         if length == 0:
             picked = entry_pos.new_full((entry_pos.shape[0], self.shapes.index_topk), -1)
             return self.attn.csa_rows(picked, entry_pos, window, layout.raw_rows)
