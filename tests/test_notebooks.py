@@ -61,7 +61,7 @@ def kernel_time():
 
 def test_kernel_time_notebook(kernel_time):
     text = printed(kernel_time)
-    runs = len(list((ROOT / "raw").glob("profile-dsv4-flash-tp2-*/")))
+    runs = len(list((ROOT / "raw").glob("profile-dsv4-flash-tp2-*-33863t-*/")))
     assert f"Showing {runs} runs from the committed H200 artifacts" in text
     assert "425856 of 425856 replayed kernels attributed by position" in text
     assert len([o for o in outputs(kernel_time) if PLOTLY in o.get("data", {})]) == 2

@@ -111,7 +111,23 @@ def write_profiles(page: ReportPage, collection: Collection, section: Section) -
     skew of tensor-parallel runs."""
     write_served(page, collection)
     items = {id(item.result): item for item in artifacts(collection, "profile")}
-    runs, labels = profile_columns(item.result for item in items.values())
+    results = [item.result for item in items.values()]
+    groups: dict[tuple[int | None, str], list] = {}
+    for run in results:
+        params = run.meta.get("params", {})
+        groups.setdefault((params.get("prompt_tokens"), str(params.get("preset"))), []).append(run)
+    for key in sorted(groups, key=lambda k: (k[0] is None, k[0] or 0, k[1])):
+        _write_profile_group(page, groups[key], items, len(groups) > 1)
+    for absence in missing_profiles(results):
+        page.absent(*absence)
+    if not any(r.ranks for r in results):
+        page.absent(*NO_TP_RUN)
+
+
+def _write_profile_group(page: ReportPage, results: list, items: dict, titled: bool) -> None:
+    """The profiles of one prompt length and preset: their text, figure and tables, side by
+    side (a table a model and prompt compares like with like, and stays as wide as the page)."""
+    runs, labels = profile_columns(results)
     comparison = Comparison(runs, labels)
     ordered = [items[id(run)] for run in runs]
     params = [r.meta.get("params", {}) for r in runs]
@@ -119,28 +135,27 @@ def write_profiles(page: ReportPage, collection: Collection, section: Section) -
     on_cpu = all(device_name(r.meta) == "CPU" for r in runs)
     time = "CPU op time of the torch references" if on_cpu else "GPU kernel time"
     tp = any(r.ranks for r in runs)
+    prompt = " / ".join(f"{p:,}" for p in prompt_lengths(runs))
     page.text(
         f"Summed {time} by category of the synthetic model "
         f"({_listed(p.get('preset') for p in params)}) on "
         f"{', '.join(dict.fromkeys(device_name(r.meta) for r in runs))}, a "
-        f"{' / '.join(f'{p:,}' for p in prompt_lengths(runs))}-token prompt then "
+        f"{prompt}-token prompt then "
         f"{' / '.join(map(str, steps))} decode steps, like the seed's server profiles."
         + (" Tensor-parallel runs show the mean of their ranks (one GPU's view)." if tp else "")
     )
     page.figure("profiles", comparison)
     where = sources(ordered)
-    page.table(comparison.prefill(), "Prefill: summed time (ms)", where, unit="ms")
-    page.table(comparison.decode(), "Decode: mean time per step (ms); the last row is the idle "
-               "time between kernels inside a step", where, unit="ms")  # fmt: skip
+    presets = ", ".join(dict.fromkeys(str(p.get("preset")) for p in params))
+    of = f", {presets}, a {prompt}-token prompt" if titled and prompt else ""
+    page.table(comparison.prefill(), f"Prefill: summed time (ms){of}", where, unit="ms")
+    page.table(comparison.decode(), f"Decode: mean time per step (ms){of}; the last row is the "
+               "idle time between kernels inside a step", where, unit="ms")  # fmt: skip
     page.bullets([f"{n}: {r.decode_caption()}" for n, r in zip(comparison.names, runs)])
-    for absence in missing_profiles(runs):
-        page.absent(*absence)
     for name, run, item in zip(comparison.names, runs, ordered):
         if run.ranks:
             page.table(run.rank_skew().rename(columns=SKEW), f"All-reduce, {name}: waiting for "
                        "the last rank against the transfer itself", sources([item]))  # fmt: skip
-    if not tp:
-        page.absent(*NO_TP_RUN)
 
 
 # ---- Nsight Compute --------------------------------------------------------------------------
