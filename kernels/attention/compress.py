@@ -219,7 +219,18 @@ def _check_step(
     gates: Tensor,
 ) -> None:
     """Refuse what the kernel would read or write out of bounds, or convert silently."""
-    streams, d = kv.shape
+    (streams, d), (pending_values, pending_gates) = kv.shape, pending
+    dk = 0 if index_k is None else index_k.shape[1]
+    if dk and key_values is None:
+        raise ValueError("compress_step got indexer keys to pool and no key cache to hold them.")
+    if pending_values.shape != pending_gates.shape or pending_values.shape[0] != streams \
+            or pending_values.shape[2] != d + dk or gates.shape[0] != streams \
+            or gates.shape[1] < d + dk:  # fmt: skip
+        raise ValueError(
+            f"compress_step expects pending (S, ratio, {d + dk}) twice for {streams} streams and "
+            f"gates (S, >= {d + dk}); got {tuple(pending_values.shape)}, "
+            f"{tuple(pending_gates.shape)} and {tuple(gates.shape)}"
+        )
     if kv_cache.shape[1] != d or (index_k is not None and (
             index_k.shape[0] != streams or key_values.shape[1] != index_k.shape[1])):  # fmt: skip
         raise ValueError(
@@ -259,16 +270,6 @@ def compress_step_triton(
     pending_values, pending_gates = pending
     streams, d = kv.shape
     dk = 0 if index_k is None else index_k.shape[1]
-    if dk and keys is None:
-        raise ValueError("compress_step got indexer keys to pool and no key cache to hold them.")
-    if pending_values.shape != pending_gates.shape or pending_values.shape[0] != streams \
-            or pending_values.shape[2] != d + dk or gates.shape[0] != streams \
-            or gates.shape[1] < d + dk:  # fmt: skip
-        raise ValueError(
-            f"compress_step expects pending (S, ratio, {d + dk}) twice for {streams} streams and "
-            f"gates (S, >= {d + dk}); got {tuple(pending_values.shape)}, "
-            f"{tuple(pending_gates.shape)} and {tuple(gates.shape)}"
-        )
     ratio = pending_values.shape[1]
     fp8 = isinstance(keys, QuantizedKeys)
     key_values = keys.values if fp8 else keys
