@@ -74,21 +74,7 @@ W8A8_MID = [{}, tiles(64, 64, 128, 4, 4), tiles(32, 128, 128, 4, 4), tiles(16, 1
             WGMMA, tiles(128, 64, 128, 8, 6) | WGMMA]  # fmt: skip
 # Programmatic dependent launch (kernels.pdl) off and on, the rest as the defaults at each M.
 PDL_AB = [{"pdl": False}, {"pdl": None}]
-# Swapped W8A16 tiles with K in the MMA's register order (kernels.register_order), some also
-# in K's own order; at each M only tiles of min(M, 128) / 4 to max(16, M) rows (`fits`).
-SWAP = {"swap_ab": True}
-NATURAL = SWAP | {"slot_order": False}
-SLOT_ORDER_AB = [{}, tiles(16, 64, 128, 4, 4) | SWAP, tiles(16, 64, 128, 4, 4) | NATURAL,
-                 tiles(16, 128, 128, 4, 4) | SWAP, tiles(32, 64, 128, 4, 3) | SWAP,
-                 tiles(32, 64, 128, 4, 3) | NATURAL, tiles(32, 128, 128, 4, 3) | SWAP,
-                 tiles(64, 64, 128, 4, 4) | SWAP, tiles(64, 64, 128, 4, 4) | NATURAL,
-                 tiles(64, 128, 128, 8, 3) | SWAP, tiles(128, 64, 128, 8, 3) | SWAP,
-                 tiles(128, 128, 64, 8, 3) | SWAP, tiles(128, 128, 64, 8, 3) | NATURAL,
-                 tiles(128, 128, 128, 8, 3) | SWAP, tiles(256, 128, 64, 8, 3) | SWAP]  # fmt: skip
-GRIDS = {  # --grid NAME: this grid alone, at every --m
-    "pdl": ("w8a16", 128, PDL_AB),
-    "slot_order": ("w8a16", 128, SLOT_ORDER_AB),
-}
+GRIDS = {"pdl": ("w8a16", 128, PDL_AB)}  # --grid NAME: this grid alone, at every --m
 # (variant, weight block, M, grid)
 CASES = [
     ("w8a8", 128, 4096, W8A8_WGMMA),
@@ -111,12 +97,6 @@ CASES = [
     ("w8a8", 32, 4, [DECODE[0], *DECODE[2:5]]),
 ]
 SEED = 0
-
-
-def fits(options: dict, m: int) -> bool:
-    """Whether a setting's row tile suits M: from a quarter of min(M, 128) rows to max(16, M)."""
-    rows = options.get("block_m")
-    return rows is None or min(m, 128) // 4 <= rows <= max(16, m)
 
 
 def layer_calls(variant: str, layer: Layer, xs: dict, weights: list, **options) -> list:
@@ -150,7 +130,7 @@ def main() -> None:
         if not args.m:
             parser.error("--grid needs the sizes to run it at: --m 1 4 16 64")
         variant, block, grid = GRIDS[args.grid]
-        cases = [(variant, block, m, [o for o in grid if fits(o, m)]) for m in args.m]
+        cases = [(variant, block, m, grid) for m in args.m]
     deadline = time.monotonic() + args.budget_s
     device = torch.device("cuda")
     s = get_preset("dsv4-flash-tp2").rank_shapes()

@@ -146,26 +146,6 @@ def test_w8a16_orientations_agree(m, device):
         dense.linear_w8a8(x, weights, swap_ab=True)
 
 
-@pytest.mark.parametrize(("m", "k", "block"), [(5, 200, 32), (40, 384, 128)])
-def test_slot_order_of_k_keeps_the_swapped_product(m, k, block, device):
-    # kernels.register_order hands both operands K reordered; the sum must not change. bf16
-    # activations take the reordering (fp32 ones keep K's order), K=200 ends inside a tile.
-    x, weights = make(m, 96, k, torch.bfloat16, block=block, device=device)
-    ref = linear_reference(x, weights)
-    outs = [
-        dense.linear_w8a16(x, weights, swap_ab=True, block_m=16, block_n=32, block_k=128,
-                           slot_order=slot_order)
-        for slot_order in (True, False)
-    ]  # fmt: skip
-    for out in outs:
-        assert relative_error(out, ref) < 5e-3  # bf16 output rounding
-    assert relative_error(outs[0], outs[1]) < 2e-3  # fp32 sums in another order
-    with pytest.raises(ValueError, match="slot_order is a W8A16 option"):
-        dense.linear_w8a8(x, weights, slot_order=False)
-    with pytest.raises(ValueError, match="slot_order=1 must be True or False"):
-        dense.linear_w8a16(x, weights, slot_order=1)
-
-
 def test_the_default_split_plan_fills_the_gpu_but_bounds_the_reduction(monkeypatch):
     from kernels.dense import tiles
 

@@ -33,8 +33,7 @@ class GemmTiles:
     """Launch options of one GEMM. split_k None lets the plan fill the GPU for small M; swap_ab
     computes y.T = W @ x.T (W8A16 only: see kernels.dense.w8a16); pdl launches with
     programmatic dependent launch (W8A16 only: kernels.pdl): None where the GPU has it, True
-    or an error, False (the default) never; slot_order hands a swapped W8A16 MMA K in its
-    register order (`kernels.register_order`; W8A16 only), False keeps K's own order."""
+    or an error, False (the default) never."""
 
     block_m: int
     block_n: int
@@ -44,7 +43,6 @@ class GemmTiles:
     split_k: int | None = None
     swap_ab: bool = False
     pdl: bool | None = False
-    slot_order: bool = True
 
     def override(self, **options: object) -> "GemmTiles":
         """These tiles with every option that is not None replaced."""
@@ -61,9 +59,8 @@ class GemmTiles:
             raise ValueError(f"split_k={self.split_k!r} must be an integer >= 1; 1 means no split.")
         if self.pdl is not None and not isinstance(self.pdl, bool):
             raise ValueError(f"pdl={self.pdl!r} must be True, False or None (where available).")
-        for name in ("swap_ab", "slot_order"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False.")
+        if not isinstance(self.swap_ab, bool):
+            raise ValueError(f"swap_ab={self.swap_ab!r} must be True or False.")
         if self.num_warps not in WARPS:
             raise ValueError(f"num_warps={self.num_warps!r} must be one of {WARPS}.")
         if not isinstance(self.num_stages, int) or self.num_stages < 1:

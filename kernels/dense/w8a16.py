@@ -70,7 +70,6 @@ from kernels.dense.tiles import (
 from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_bf16
 from kernels.moe.routing import dot_options
 from kernels.pdl import prefetch_rows_to_l2, prefetchable
-from kernels.register_order import activations_in_slot_order, weights_in_slot_order
 
 # Of each weight row, prefetched before the PDL wait: the pipeline's first two 128-wide K tiles.
 PREFETCH_BYTES = tl.constexpr(256)
@@ -99,13 +98,9 @@ def _swapped_mainloop(
     x_ptr, w_ptr, s_ptr, rows, cols, M, N, K, k_lo, k_hi, stride_xm, stride_xk, stride_wn,
     stride_wk, stride_sn, stride_sk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, SUB_K: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr, EVEN_K: tl.constexpr, SLOT_ORDER: tl.constexpr,
+    UPCAST: tl.constexpr, EVEN_K: tl.constexpr,
 ):  # fmt: skip
     """The (BLOCK_M, BLOCK_N) tile of y, computed as y.T = dequantised W @ x.T.
-
-    With SLOT_ORDER both operands reach the MMA with K in its register slot order
-    (`kernels.register_order`), so the weights load 16 bytes a thread; fp32 activations (tf32
-    MMAs, another register layout) keep K's order.
 
     The bit conversion (`kernels.dequant`) only for tiles of up to 32 token rows: on the H200
     it took M=128 from 0.242 to 0.219 ms a layer with the 32-row middle tiles, but M=4096 from
@@ -135,9 +130,6 @@ def _swapped_mainloop(
             if UPCAST:
                 x_t = x_t.to(tl.float32)
                 w = w.to(tl.float32)
-            elif SLOT_ORDER:
-                x_t = activations_in_slot_order(x_t)
-                w = weights_in_slot_order(w)
             acc = tl.dot(w, x_t, acc, input_precision=PRECISION)
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
@@ -191,7 +183,7 @@ def _w8a16_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SUB_K: tl.constexpr,
     QBLOCK: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     GROUP: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
-    PREFETCH: tl.constexpr, SLOT_ORDER: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):  # fmt: skip
     # Grid axis 2 is the projection of a group (kernels.dense.grouped): its input columns,
     # weight, scales, output columns, partial sums and arrival counters.
@@ -216,7 +208,7 @@ def _w8a16_kernel(
         acc = _swapped_mainloop(
             x_ptr, w_ptr, s_ptr, rows, cols, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
             stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N, BLOCK_K, SUB_K,
-            QBLOCK, PRECISION, UPCAST, EVEN_K, SLOT_ORDER,
+            QBLOCK, PRECISION, UPCAST, EVEN_K,
         )  # fmt: skip
     else:
         acc = _direct_mainloop(
@@ -271,7 +263,6 @@ def _launch(
             SUB_K=tiles.sub_k(weights.block), QBLOCK=weights.block, SPLIT=splits > 1,
             PRECISION=precision, UPCAST=upcast, GROUP=GROUP_M, SWAP=tiles.swap_ab,
             EVEN_K=k % tiles.block_k == 0, PDL=pdl, PREFETCH=prefetch,
-            SLOT_ORDER=tiles.slot_order,
             num_warps=tiles.num_warps, num_stages=tiles.num_stages, launch_pdl=pdl,
         )  # fmt: skip
     return y

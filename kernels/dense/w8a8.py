@@ -130,9 +130,6 @@ def linear_w8a8(
         raise ValueError("pdl=True is a W8A16 option: the W8A8 kernels launch without PDL.")
     if tiles.swap_ab:
         raise ValueError("swap_ab is a W8A16 option; W8A8 multiplies x @ W.T as it is.")
-    if not tiles.slot_order:
-        raise ValueError("slot_order is a W8A16 option: W8A8's operands both come from shared "
-                         "memory in K's own order.")  # fmt: skip
     # a prefill size the persistent kernels take: 128-wide blocks, enough rows, K not split
     prefill = weights.block == TMA_BLOCK and m >= TMA_MIN_M and options.get("split_k") is None
     tma_options = tma is not None or warp_specialize or paired_k is not None
