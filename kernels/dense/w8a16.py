@@ -43,9 +43,15 @@ H200 (ncu, the swapped 128x64 tile, a 128-row q_up) a program issues about ten i
 weight value (the FP8 values come out of shared memory two bytes a load, go through fp16 and
 fp32 to bf16, and every cp.async recomputes its predicates), at 1.42 instructions a cycle with
 two blocks an SM (shared memory): latency-bound, neither the tensor pipe nor HBM busy
-(raw/logs/h200-ncu-w8a16-swapped-qup-m128-*.txt, raw/logs/h200-w8a16-swapped-tiles-*.csv). Closing
-it needs the weights laid out at quantisation time for 16-byte loads straight into the MMA's
-register layout, as Marlin does, which Triton's layouts do not express.
+(raw/logs/h200-ncu-w8a16-swapped-qup-m128-*.txt, raw/logs/h200-w8a16-swapped-tiles-*.csv).
+Triton can in fact give those weights 16-byte loads: handing both operands K in the order of
+the MMA's register slots (a reshape and permute of each tile, Marlin's reordering done in the
+kernel) made Triton 3.6 carry the register layout back to the shared-memory load
+(`ld.shared.v4` for `ld.shared.v2.b8`). On the H200 (one run, commit 3745280,
+raw/logs/h200-tune-dense-slot-order-*.csv) that took 16- and 32-row swapped tiles 5-16%
+faster, still slower than the direct tiles (which the MMAv2 path already loads eight bytes a
+thread), and made 64- and 128-row tiles 4-23% slower (172 to 216 registers at 128 x 128), so
+it was taken out: load width is not what holds the middle sizes back.
 """
 
 from collections.abc import Sequence
