@@ -71,9 +71,14 @@ DECODE = [
     dict(block_n=64, block_k=128, num_warps=4, num_stages=4, programs_per_sm=2),
     dict(block_n=64, block_k=128, num_warps=4, num_stages=4, programs_per_sm=3),
     dict(block_n=128, block_k=128, num_warps=4, num_stages=3, programs_per_sm=2),
+    dict(block_n=128, block_k=128, num_warps=4, num_stages=4, programs_per_sm=2),
+    dict(block_n=64, block_k=128, num_warps=4, num_stages=3, programs_per_sm=4),
+    dict(block_n=64, block_k=128, num_warps=2, num_stages=4, programs_per_sm=4),
 ]
+PROGRAMS = DECODE[-8:]  # the rows that set flat's programs an SM
 CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),
-         ("bf16", 6, DECODE[:4]), ("int4", 6, DECODE), ("int4", 33863, PREFILL)]  # fmt: skip
+         ("bf16", 6, DECODE[:4] + PROGRAMS), ("int4", 6, DECODE),
+         ("int4", 33863, PREFILL)]  # fmt: skip
 # the W8A8 path (FP8 experts only, 128-column tiles): rows a tile, warps and stages
 W8A8 = [{}, dict(num_stages=4), dict(block_m=64), dict(block_m=64, num_stages=4),
         dict(block_m=128, num_stages=2), dict(block_m=64, num_warps=4)]  # fmt: skip
