@@ -250,18 +250,21 @@ def test_int4_prefill_tiles_put_the_weights_first_in_128_row_tiles():
     for module in (flat, padded):
         assert module.default_tiles(prefill, "int4") == INT4_PREFILL_TILES, module.__name__
         assert not module.default_tiles(prefill, "fp8").swap_ab, module.__name__
-    assert padded.default_tiles(decode, "int4") == padded.INT4_DECODE_TILES
-    assert padded.INT4_DECODE_TILES.block_k == 128 and padded.DECODE_TILES.block_k == 64
+    for fmt in ("fp8", "int4"):  # one scale block a K tile at decode
+        assert padded.default_tiles(decode, fmt) == padded.QUANTISED_DECODE_TILES
+    assert padded.QUANTISED_DECODE_TILES.block_k == 128 and padded.DECODE_TILES.block_k == 64
     assert flat.default_tiles(decode, "int4") == flat.DECODE_TILES["int4"]
 
 
-def test_flat_runs_two_programs_an_sm_for_int4_at_decode_only():
-    # INT4's unpacking leaves one program an SM latency-bound at decode (12.5% occupancy)
+def test_flat_runs_several_programs_an_sm_at_decode_only():
+    # one 8-warp program an SM was latency-bound at decode (12.5% occupancy)
     from kernels.moe import flat
     from kernels.moe.routing import MoeShape
 
     prefill = MoeShape(tokens=33_863, hidden=4096, experts=384, inter=1152, top_k=6)
     decode = MoeShape(tokens=6, hidden=4096, experts=384, inter=1152, top_k=6)
     assert flat.default_programs(decode, "int4", 132) == 264
-    assert flat.default_programs(decode, "fp8", 132) == 132
-    assert flat.default_programs(prefill, "int4", 132) == 132
+    assert flat.default_programs(decode, "fp8", 132) == 396
+    assert flat.default_programs(decode, "bf16", 132) == 264
+    for fmt in ("bf16", "fp8", "int4"):
+        assert flat.default_programs(prefill, fmt, 132) == 132
