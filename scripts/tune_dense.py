@@ -74,7 +74,16 @@ W8A8_MID = [{}, tiles(64, 64, 128, 4, 4), tiles(32, 128, 128, 4, 4), tiles(16, 1
             WGMMA, tiles(128, 64, 128, 8, 6) | WGMMA]  # fmt: skip
 # Programmatic dependent launch (kernels.pdl) off and on, the rest as the defaults at each M.
 PDL_AB = [{"pdl": False}, {"pdl": None}]
-GRIDS = {"pdl": ("w8a16", 128, PDL_AB)}  # --grid NAME: this grid alone, at every --m
+# The middle sizes' direct tiles with more programs an SM (ncu/dense-w8a16-T6-128-4096 has o_b at
+# M=128 on a grid too small for the SMs' block slots: 15% of warps resident against 25%).
+MIDDLE_SPLITS = [{}, *(tiles(32, 64, 128, 4, 3) | {"split_k": s} for s in (2, 3, 4)),
+                 tiles(16, 64, 128, 4, 4) | DIRECT,
+                 tiles(16, 64, 128, 4, 4) | DIRECT | {"split_k": 2},
+                 tiles(32, 32, 128, 4, 3) | DIRECT, tiles(32, 64, 128, 4, 4) | DIRECT]  # fmt: skip
+GRIDS = {  # --grid NAME: this grid alone, at every --m
+    "pdl": ("w8a16", 128, PDL_AB),
+    "middle-splits": ("w8a16", 128, MIDDLE_SPLITS),
+}
 # (variant, weight block, M, grid)
 CASES = [
     ("w8a8", 128, 4096, W8A8_WGMMA),

@@ -2,6 +2,7 @@
 process (each setting checked against the reference first), to choose its defaults.
 
     python scripts/tune_moe.py OUT_DIR [--variant flat] [--budget-s 120] [--case fp8:6 ...]
+                                       [--grid decode-fine]
 
 `--variant w8a8` takes its own grid (FP8 experts at T = 4,096 and 33,863); its rel_error is
 then against the bf16-activation reference, FP8 activations' rounding included.
@@ -76,6 +77,23 @@ DECODE = [
     dict(block_n=64, block_k=128, num_warps=2, num_stages=4, programs_per_sm=4),
 ]
 PROGRAMS = DECODE[-8:]  # the rows that set flat's programs an SM
+# --grid decode-fine: around the 64-wide, 128-deep decode tiles (flat's programs_per_sm rows are
+# refused by the other schedulers)
+DECODE_FINE = [
+    {},
+    dict(block_n=64, block_k=128, num_warps=4, num_stages=3),
+    dict(block_n=64, block_k=128, num_warps=4, num_stages=5),
+    dict(block_n=64, block_k=128, num_warps=2, num_stages=4),
+    dict(block_n=32, block_k=128, num_warps=2, num_stages=4),
+    dict(block_n=32, block_k=128, num_warps=4, num_stages=4),
+    dict(block_n=64, block_k=128, num_warps=4, num_stages=4, split_k=2),
+    dict(block_n=128, block_k=128, num_warps=4, num_stages=4),
+    dict(block_n=64, block_k=128, num_warps=4, num_stages=4, split_k=1, programs_per_sm=3),
+    dict(block_n=64, block_k=128, num_warps=4, num_stages=4, split_k=1, programs_per_sm=4),
+    dict(block_n=32, block_k=128, num_warps=2, num_stages=4, programs_per_sm=6),
+    dict(block_n=64, block_k=128, num_warps=4, num_stages=4, programs_per_sm=4),
+]
+GRIDS = {"decode-fine": DECODE_FINE}
 CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),
          ("bf16", 6, DECODE[:4] + PROGRAMS), ("int4", 6, DECODE),
          ("int4", 33863, PREFILL)]  # fmt: skip
@@ -102,6 +120,7 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=120.0)
     parser.add_argument("--case", nargs="*", metavar="FMT:TOKENS",
                         help="only these cases, e.g. fp8:6 int4:33863")  # fmt: skip
+    parser.add_argument("--grid", choices=sorted(GRIDS), help="this grid for every case")
     args = parser.parse_args()
     deadline = time.monotonic() + args.budget_s
     dev = torch.device("cuda")
@@ -114,7 +133,7 @@ def main() -> None:
             continue
         problem = moe_problem(s, tokens, "uniform", SEED, dev, torch.bfloat16)
         expected = reference(problem, weights[fmt])
-        for params in grid:
+        for params in GRIDS[args.grid] if args.grid else grid:
             if time.monotonic() > deadline:
                 break
             row = {"variant": args.variant, "fmt": fmt, "tokens": tokens, **params}
