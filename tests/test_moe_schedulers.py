@@ -250,9 +250,9 @@ def test_int4_prefill_tiles_put_the_weights_first_in_128_row_tiles():
     for module in (flat, padded):
         assert module.default_tiles(prefill, "int4") == INT4_PREFILL_TILES, module.__name__
         assert not module.default_tiles(prefill, "fp8").swap_ab, module.__name__
-    for fmt in ("fp8", "int4"):  # one scale block a K tile at decode
-        assert padded.default_tiles(decode, fmt) == padded.QUANTISED_DECODE_TILES
-    assert padded.QUANTISED_DECODE_TILES.block_k == 128 and padded.DECODE_TILES.block_k == 64
+    for fmt in ("bf16", "fp8", "int4"):  # one scale block a K tile at decode
+        assert padded.default_tiles(decode, fmt) == padded.DECODE_TILES
+    assert padded.DECODE_TILES.block_k == 128
     assert flat.default_tiles(decode, "int4") == flat.DECODE_TILES["int4"]
 
 

@@ -59,15 +59,16 @@ ITEMS_PER_PROGRAM = 4  # automatic split-K aims for at least this many items per
 # 128-deep K tiles over 4 warps, several programs an SM (DECODE_PROGRAMS_PER_SM): fp8 0.205 ms
 # at three an SM against 0.225-0.235 for the former one 8-warp, 256-wide program an SM (12.5%
 # occupancy, ncu/moe-flat-T6-fmtfp8), bf16 0.305 at two against 0.321
-# (raw/logs/h200-tune-moe-decode-programs-9c400a4-20261201T2332.csv). INT4: 128-wide tiles, two
-# programs an SM, 0.260 ms at T=6 against 0.307 for one 8-warp program an SM, whose occupancy
-# left the unpacking's latency unhidden (ncu/moe-flat-T6-fmtint4;
+# (raw/logs/h200-tune-moe-decode-programs-9c400a4-20261201T2332.csv); fp8 then 0.199 at 3
+# stages against 0.213 at 4 (raw/logs/h200-tune-moe-decode-fine-c4b515e-20261201T2339.csv).
+# INT4: 128-wide tiles, two programs an SM, 0.260 ms at T=6 against 0.307 for one 8-warp
+# program an SM, whose occupancy left the unpacking's latency unhidden (ncu/moe-flat-T6-fmtint4;
 # raw/logs/h200-tune-moe-int4-decode-flat-71d54fb-20261201T2150.csv). Prefill, T=33863: bf16
 # 20.0 ms (was 24.3 with 64-row tiles; raw/logs/h200-x2-tune-flat.csv). fp8 keeps 64-row
 # tiles: 128-row ones were faster (40-45 ms against 46) but spilled 50+ registers.
 DECODE_TILES = {
     "bf16": Tiles(block_m=16, block_n=64, block_k=128, split_k=None, num_warps=4, num_stages=4),
-    "fp8": Tiles(block_m=16, block_n=64, block_k=128, split_k=None, num_warps=4, num_stages=4),
+    "fp8": Tiles(block_m=16, block_n=64, block_k=128, split_k=None, num_warps=4, num_stages=3),
     "int4": Tiles(block_m=16, block_n=128, block_k=128, split_k=None, num_warps=4, num_stages=3),
 }
 DECODE_PROGRAMS_PER_SM = {"bf16": 2, "fp8": 3, "int4": 2}

@@ -29,12 +29,12 @@ from kernels.moe.routing import MoeShape
 from kernels.moe.routing_kernels import expert_counts, expert_offsets_parallel, permute
 from kernels.moe.tiles import down_tile, find_expert, gate_up_tile, store_down, store_gate_up
 
-DECODE_TILES = Tiles(block_m=16, block_n=64, block_k=64, split_k=1, num_warps=4, num_stages=4)
-# Quantised experts at decode: 128-deep K tiles, one scale block a K tile. On the H200 at T=6,
-# FP8 took 0.189 ms against 0.298 with 64 (raw/logs/h200-tune-moe-decode-programs-9c400a4-
-# 20261201T2332.csv, the padded rows), INT4 0.238 against 0.268
-# (raw/logs/h200-tune-moe-int4-decode-padded-71d54fb-20261201T2150.csv).
-QUANTISED_DECODE_TILES = DECODE_TILES.override(block_k=128)
+# Decode: 128-deep K tiles (one scale block a K tile) at 3 stages. On the H200 at T=6, FP8 took
+# 0.189 ms against 0.298 with 64-deep ones (raw/logs/h200-tune-moe-decode-programs-9c400a4-
+# 20261201T2332.csv, the padded rows); in one later run at 3 stages against the 4 before, FP8
+# 0.186 against 0.197, INT4 0.235 against 0.248, and bf16 0.295 against 0.323 for its former
+# 64-deep tiles (raw/logs/h200-tune-moe-decode-fine-c4b515e-20261201T2339.csv).
+DECODE_TILES = Tiles(block_m=16, block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=3)
 PREFILL_TILES = Tiles(block_m=64, block_n=128, block_k=64, split_k=1, num_warps=8, num_stages=3)
 PREFILL_ROWS = 32  # mean rows per active expert from which 64-row blocks pay off
 TABLE_BLOCK = 256  # blocks labelled per program of the expert-table kernel
@@ -139,12 +139,12 @@ def padded_layout(topk_ids: Tensor, experts: int, block_m: int) -> tuple[Tensor,
 
 
 def default_tiles(shape: MoeShape, fmt: str) -> Tiles:
-    """16-row blocks when experts get few rows (decode; FP8 and INT4 with 128-deep K tiles), 64 x
-    128 x 64 on 8 warps otherwise (INT4: launch.INT4_PREFILL_TILES)."""
+    """16-row blocks when experts get few rows (decode), 64 x 128 x 64 on 8 warps otherwise
+    (INT4: launch.INT4_PREFILL_TILES)."""
     slots = shape.tokens * shape.top_k
     rows_per_expert = slots / min(shape.experts, slots)
     if rows_per_expert < PREFILL_ROWS:
-        return DECODE_TILES if fmt == "bf16" else QUANTISED_DECODE_TILES
+        return DECODE_TILES
     return INT4_PREFILL_TILES if fmt == "int4" else PREFILL_TILES
 
 
