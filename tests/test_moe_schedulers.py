@@ -103,6 +103,18 @@ def test_split_k_matches_reference(device, name, fmt):
     check(name, make_problem("uniform", fmt, device, seed=1), split_k=3)
 
 
+@pytest.mark.parametrize("fmt", ["fp8", "int4"])
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_default_tiles_take_weights_in_blocks_under_128(device, name, fmt):
+    # the decode defaults read 128-deep K tiles; blocks of 32 shrink them to one scale block
+    fn, fixed = SCHEDULERS[name]
+    x, ids, topk_weights, weights = make_problem("uniform", fmt, device, seed=4)
+    out = fn(x, ids, topk_weights, weights, **fixed)
+    want = moe_reference(x, ids, topk_weights, *weights.dequantize())
+    loose = fmt == "int4" and not GPU_TESTS  # as in check()
+    assert relative_error(out, want) < (1.5e-2 if loose else 1e-2)
+
+
 @pytest.mark.parametrize("name", SCHEDULERS)
 def test_split_k_two_with_swapped_operands(device, name):
     check(name, make_problem("skewed", "int4", device, seed=2), split_k=2, swap_ab=True)

@@ -99,10 +99,16 @@ def prepare(
     **options: object,
 ) -> tuple[MoeWeights, MoeShape, Tiles]:
     """The prologue every scheduler entry point shares: weights in one type, inputs checked,
-    the scheduler's default tiles (fixed, or chosen from the shape) with the caller's options."""
+    the scheduler's default tiles (fixed, or chosen from the shape) with the caller's options.
+
+    Default K tiles deeper than the weights' quantisation block shrink to it, so weights
+    quantised in blocks under 128 run on the defaults (a K tile must lie in one scale block);
+    a block_k the caller asks for is checked as given."""
     weights = as_moe_weights(weights, w_down)
     shape = validate_moe_inputs(x, topk_ids, topk_weights, weights)
     base = defaults(shape, weights.fmt) if callable(defaults) else defaults
+    if weights.fmt != "bf16" and base.block_k > weights.block:
+        base = base.override(block_k=weights.block)
     tiles = base.override(**options)
     tiles.check(weights)
     return weights, shape, tiles
