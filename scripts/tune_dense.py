@@ -2,7 +2,8 @@
 dense projections of one `dsv4-flash-tp2` layer, in one process (each setting checked against
 its fp32 reference first), to choose their defaults per M class.
 
-    python scripts/tune_dense.py OUT_DIR [--budget-s 240] [--m 4096 16384] [--grid pdl]
+    python scripts/tune_dense.py OUT_DIR [--budget-s 240] [--m 4096 16384]
+                                 [--grid pdl|middle-splits]
 
 Writes OUT_DIR/tune-dense.csv and prints one line per setting as it finishes; cuBLAS bf16 on
 the same layer is timed at every M for scale. A developer's tool for picking defaults, like
@@ -76,7 +77,7 @@ W8A8_MID = [{}, tiles(64, 64, 128, 4, 4), tiles(32, 128, 128, 4, 4), tiles(16, 1
 PDL_AB = [{"pdl": False}, {"pdl": None}]
 # The middle sizes' direct tiles with more programs an SM (ncu/dense-w8a16-T6-128-4096 has o_b at
 # M=128 on a grid too small for the SMs' block slots: 15% of warps resident against 25%).
-MIDDLE_SPLITS = [{}, *(tiles(32, 64, 128, 4, 3) | {"split_k": s} for s in (2, 3, 4)),
+MIDDLE_SPLITS = [{}, *(tiles(32, 64, 128, 4, 3) | DIRECT | {"split_k": s} for s in (2, 3, 4)),
                  tiles(16, 64, 128, 4, 4) | DIRECT,
                  tiles(16, 64, 128, 4, 4) | DIRECT | {"split_k": 2},
                  tiles(32, 32, 128, 4, 3) | DIRECT, tiles(32, 64, 128, 4, 4) | DIRECT]  # fmt: skip

@@ -64,9 +64,9 @@ DECODE = [
     dict(block_n=128, block_k=128, num_stages=6, num_warps=4),
     dict(block_n=256, block_k=128, num_stages=3, num_warps=8, swap_ab=True),
     dict(block_n=128, block_k=64, num_stages=6, num_warps=4, swap_ab=True),
-    # flat's programs an SM (its default: flat.default_programs, two for INT4 at decode since
-    # one 8-warp program an SM was latency-bound, ncu/moe-flat-T6-fmtint4); flat only, the
-    # other schedulers refuse the option
+    # flat's programs an SM (its default: flat.default_programs, at decode two for bf16 and
+    # INT4 and three for FP8, since one 8-warp program an SM was latency-bound,
+    # ncu/moe-flat-T6-fmtint4); flat only, the other schedulers refuse the option
     dict(programs_per_sm=1),
     dict(programs_per_sm=2),
     dict(block_n=64, block_k=128, num_warps=4, num_stages=4, programs_per_sm=2),
@@ -122,6 +122,8 @@ def main() -> None:
                         help="only these cases, e.g. fp8:6 int4:33863")  # fmt: skip
     parser.add_argument("--grid", choices=sorted(GRIDS), help="this grid for every case")
     args = parser.parse_args()
+    if args.grid and not args.case:
+        parser.error("--grid needs the cases to run it on: --case fp8:6 bf16:6")
     deadline = time.monotonic() + args.budget_s
     dev = torch.device("cuda")
     s = get_preset("dsv4-flash-tp2").rank_shapes()

@@ -29,7 +29,8 @@ Timed alone, every projection's best tile setting summed to 2 to 3% under these 
 and 6 (raw/logs/h200-w8a16-decode-per-projection-*.csv). Each GEMM there took 7-8 us more
 than its bytes at the copy bandwidth (launch, ramp, tail, split-K arrival); cuBLAS bf16 paid
 5-8 us more than its own, so at a layer of six GEMMs half the bytes stop near 1.27x by that
-arithmetic (1.22-1.25x measured).
+arithmetic (1.22-1.25x measured in that run's bench; 1.24-1.31x in raw/bench-dense-*T234818,
+where cuBLAS bf16 took 0.077 ms a layer at M=1 against 0.071 before).
 
 With `pdl=None` (or True) the kernel launches with PDL (`kernels.pdl`): each program asks L2
 for its first two K tiles of weights, waits for the grid before, and lets the next grid launch
@@ -38,8 +39,9 @@ whole K range, made a layer slower on the H200 (blocks of the next grid waiting 
 filled ahead of use), and so did PDL at M=64 (raw/logs/h200-pdl-probe-*.csv). It is off by
 default: back-to-back GEMMs gain up to 5%, but the served decode step lost 0.30 ms.
 
-Between 17 and 256 rows the kernel stays below cuBLAS bf16 (0.5-0.8x at 64-256 rows): on the
-H200 (ncu, the swapped 128x64 tile, a 128-row q_up) a program issues about ten instructions a
+From 17 to 32 rows the kernel about ties cuBLAS bf16 (1.02-1.03x), from 64 to 256 it stays
+below (0.79x to 0.42x, raw/bench-dense-*T234818): on the H200 (ncu, the swapped 128x64 tile, a
+128-row q_up) a program issues about ten instructions a
 weight value (the FP8 values come out of shared memory two bytes a load, go through fp16 and
 fp32 to bf16, and every cp.async recomputes its predicates), at 1.42 instructions a cycle with
 two blocks an SM (shared memory): latency-bound, neither the tensor pipe nor HBM busy
@@ -48,10 +50,12 @@ Triton can in fact give those weights 16-byte loads: handing both operands K in 
 the MMA's register slots (a reshape and permute of each tile, Marlin's reordering done in the
 kernel) made Triton 3.6 carry the register layout back to the shared-memory load
 (`ld.shared.v4` for `ld.shared.v2.b8`). On the H200 (one run, commit 3745280,
-raw/logs/h200-tune-dense-slot-order-*.csv) that took 16- and 32-row swapped tiles 5-16%
-faster, still slower than the direct tiles (which the MMAv2 path already loads eight bytes a
-thread), and made 64- and 128-row tiles 4-23% slower (172 to 216 registers at 128 x 128), so
-it was taken out: load width is not what holds the middle sizes back.
+raw/logs/h200-tune-dense-slot-order-*.csv) 16- and 32-row swapped tiles took 5-16% less time,
+still more than the direct tiles (which the MMAv2 path already loads eight bytes a thread),
+and 64- and 128-row tiles 4-23% more, so it was taken out: load width is not what holds the
+middle sizes back. The direct middle tiles' small grid (ncu/dense-w8a16-T6-128-4096: 15% of
+warps resident at M=128 where 25% fit) was not it either: splitting their K 2 to 4 ways made a
+layer 8-23% slower at M=64 and 128 (raw/logs/h200-tune-dense-middle-splits-*.csv).
 """
 
 from collections.abc import Sequence

@@ -7,16 +7,18 @@ so item i of a projection with C column tiles and S splits is
     split = i % S,  column tile = (i // S) % C,  global row tile r = i // (S * C)
 
 and the expert of r is found by a binary search over the per-expert tile offsets (the largest
-e with tile_offsets[e] <= r; experts without rows own no tiles and are never found). Only as
-many programs as SMs run (fewer if there are fewer items), each striding over the items:
+e with tile_offsets[e] <= r; experts without rows own no tiles and are never found). A fixed
+number of programs run (one an SM, a few an SM at decode: `default_programs`; fewer if there
+are fewer items), each striding over the items:
 `schedule="static"` gives program p the items p, p + P, p + 2P, ...; `schedule="ticket"` lets
 programs take the next item from an atomic counter, which evens out unequal item costs.
 
 Items of one row tile are adjacent, so programs running at the same time share the row
 tile's activations in L2, and a few consecutive row tiles of one expert share its weights.
-At decode (a handful of rows per expert) the kernel is bound by weight reads: wide column
-tiles plus split-K (partials summed by silu_reduce and combine) give every SM weight to
-stream. The grid is sized from an upper bound on the row tiles, so no host sync is needed.
+At decode (a handful of rows per expert) the kernel is bound by weight reads: several 4-warp
+programs an SM plus split-K (partials summed by silu_reduce and combine) give every SM weight
+to stream and warps enough to hide the dequantisation. The grid is sized from an upper bound
+on the row tiles, so no host sync is needed.
 """
 
 from typing import NamedTuple
@@ -60,7 +62,10 @@ ITEMS_PER_PROGRAM = 4  # automatic split-K aims for at least this many items per
 # at three an SM against 0.225-0.235 for the former one 8-warp, 256-wide program an SM (12.5%
 # occupancy, ncu/moe-flat-T6-fmtfp8), bf16 0.305 at two against 0.321
 # (raw/logs/h200-tune-moe-decode-programs-9c400a4-20261201T2332.csv); fp8 then 0.199 at 3
-# stages against 0.213 at 4 (raw/logs/h200-tune-moe-decode-fine-c4b515e-20261201T2339.csv).
+# stages against 0.213 at 4 (raw/logs/h200-tune-moe-decode-fine-c4b515e-20261201T2339.csv). The
+# bench run after (raw/bench-moe-dsv4-flash-tp2-20261201T234511) measured fp8 0.213 ms (0.238 in
+# the bench before, T181320) and bf16 0.334: the gain over the former tiles held, the one of 3
+# stages over 4 is within the spread between runs.
 # INT4: 128-wide tiles, two programs an SM, 0.260 ms at T=6 against 0.307 for one 8-warp
 # program an SM, whose occupancy left the unpacking's latency unhidden (ncu/moe-flat-T6-fmtint4;
 # raw/logs/h200-tune-moe-int4-decode-flat-71d54fb-20261201T2150.csv). Prefill, T=33863: bf16

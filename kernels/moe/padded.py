@@ -33,7 +33,8 @@ from kernels.moe.tiles import down_tile, find_expert, gate_up_tile, store_down, 
 # 0.189 ms against 0.298 with 64-deep ones (raw/logs/h200-tune-moe-decode-programs-9c400a4-
 # 20261201T2332.csv, the padded rows); in one later run at 3 stages against the 4 before, FP8
 # 0.186 against 0.197, INT4 0.235 against 0.248, and bf16 0.295 against 0.323 for its former
-# 64-deep tiles (raw/logs/h200-tune-moe-decode-fine-c4b515e-20261201T2339.csv).
+# 64-deep tiles (raw/logs/h200-tune-moe-decode-fine-c4b515e-20261201T2339.csv); the bench run
+# after measured fp8 0.193 ms and bf16 0.295 (raw/bench-moe-dsv4-flash-tp2-20261201T234511).
 DECODE_TILES = Tiles(block_m=16, block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=3)
 PREFILL_TILES = Tiles(block_m=64, block_n=128, block_k=64, split_k=1, num_warps=8, num_stages=3)
 PREFILL_ROWS = 32  # mean rows per active expert from which 64-row blocks pay off
