@@ -60,7 +60,8 @@ ITEMS_PER_PROGRAM = 4  # automatic split-K aims for at least this many items per
 # Chosen on the H200 at the TP2-rank shape (scripts/tune_moe.py). Decode, T=6: 64-wide,
 # 128-deep K tiles over 4 warps, several programs an SM (DECODE_PROGRAMS_PER_SM): fp8 0.205 ms
 # at three an SM against 0.225-0.235 for the former one 8-warp, 256-wide program an SM (12.5%
-# occupancy, ncu/moe-flat-T6-fmtfp8), bf16 0.305 at two against 0.321
+# occupancy in ncu/moe-flat-T6-fmtfp8 as captured at a4f57d3; recaptured at f5d0201, gate/up
+# reaches 72% of DRAM bandwidth against 58%), bf16 0.305 at two against 0.321
 # (raw/logs/h200-tune-moe-decode-programs-9c400a4-20261201T2332.csv); fp8 then 0.199 at 3
 # stages against 0.213 at 4 (raw/logs/h200-tune-moe-decode-fine-c4b515e-20261201T2339.csv). The
 # bench run after (raw/bench-moe-dsv4-flash-tp2-20261201T234511) measured fp8 0.213 ms (0.238 in
