@@ -1,6 +1,6 @@
 """What the Gluon W8A8 kernel (kernels/dense/w8a8_wgmma.py) compiles to for sm_90, without a GPU.
 
-    python scripts/dense_wgmma_sass.py [--block-n 128] [--stages 4]
+    python scripts/dense_wgmma_sass.py [--block-m 128] [--block-n 128] [--stages 4]
 
 Prints the registers and spilled bytes ptxas reports, any "Potential Performance Loss" note
 it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
@@ -31,12 +31,12 @@ from kernels.dense import w8a8_wgmma
 SHAPE = (4096, 2048, 7168)  # (M, N, K): any shape whose rows are 16-byte aligned
 
 
-def compile_kernel(block_n: int, stages: int, consumer_regs: int):
+def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int):
     """The kernel compiled for sm_90 with host TMA descriptors typed as a launch types them."""
     m, n, k = SHAPE
     descriptors = {
         "a_desc": w8a8_wgmma.descriptor(torch.empty(m, k, dtype=torch.float8_e4m3fn),
-                                        [w8a8_wgmma.ROWS, w8a8_wgmma.BLOCK]),
+                                        [block_m, w8a8_wgmma.BLOCK]),
         "w_desc": w8a8_wgmma.descriptor(torch.empty(n, k, dtype=torch.float8_e4m3fn),
                                         [block_n, w8a8_wgmma.BLOCK]),
         "y_desc": w8a8_wgmma.descriptor(torch.empty(m, n, dtype=torch.bfloat16),
@@ -78,16 +78,19 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--block-m", type=int, choices=(128, 256), default=128)
     parser.add_argument("--block-n", type=int, choices=(32, 64, 128), default=128)
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--consumer-regs", type=int, default=232)
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         parser.error("TRITON_INTERPRET=1 is set; unset it to compile the kernel.")
-    compiled = compile_kernel(args.block_n, args.stages, args.consumer_regs)
+    compiled = compile_kernel(args.block_m, args.block_n, args.stages,
+                              args.consumer_regs)  # fmt: skip
     registers, spills = ptxas_facts(compiled)
     facts = sass_facts(compiled)
-    print(f"Triton {triton.__version__}, sm_90, 128 x {args.block_n} tiles, {args.stages} stages")
+    tile = f"{args.block_m} x {args.block_n} tiles"
+    print(f"Triton {triton.__version__}, sm_90, {tile}, {args.stages} stages")
     print(f"registers: {registers}")
     print(f"spilled bytes: {spills}")
     print(f"ptxas notes: {' '.join(facts['notes']) or 'none'}")

@@ -3,7 +3,7 @@ dense projections of one `dsv4-flash-tp2` layer, in one process (each setting ch
 its fp32 reference first), to choose their defaults per M class.
 
     python scripts/tune_dense.py OUT_DIR [--budget-s 240] [--m 4096 16384]
-                                 [--grid pdl|middle-splits]
+                                 [--grid pdl|middle-splits|wgmma-waves]
 
 Writes OUT_DIR/tune-dense.csv and prints one line per setting as it finishes; cuBLAS bf16 on
 the same layer is timed at every M for scale. A developer's tool for picking defaults, like
@@ -81,9 +81,14 @@ MIDDLE_SPLITS = [{}, *(tiles(32, 64, 128, 4, 3) | DIRECT | {"split_k": s} for s 
                  tiles(16, 64, 128, 4, 4) | DIRECT,
                  tiles(16, 64, 128, 4, 4) | DIRECT | {"split_k": 2},
                  tiles(32, 32, 128, 4, 3) | DIRECT, tiles(32, 64, 128, 4, 4) | DIRECT]  # fmt: skip
+# The Gluon kernel's tiles of one wave (128 rows, the default) against two (256 rows sharing
+# each K step's weight tile: a quarter fewer bytes from L2 per FLOP).
+WGMMA_WAVES = [{}, *(WGMMA | {"block_m": 256, "num_stages": s} for s in (4, 3)),
+               WGMMA | {"num_stages": 4}]  # fmt: skip
 GRIDS = {  # --grid NAME: this grid alone, at every --m
     "pdl": ("w8a16", 128, PDL_AB),
     "middle-splits": ("w8a16", 128, MIDDLE_SPLITS),
+    "wgmma-waves": ("w8a8", 128, WGMMA_WAVES),
 }
 # (variant, weight block, M, grid)
 CASES = [

@@ -10,6 +10,8 @@ import kernels.dense as dense
 from kernels.dense import DenseWeights, linear_reference, w8a8, w8a8_reference
 from kernels.dense.formats import pow2_scales
 from kernels.dense.reference import quantize_activations_reference
+from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma
+from kernels.fp8_quant import quantize_activations
 
 
 def master(n, k, seed=0, outlier=40.0):
@@ -331,6 +333,9 @@ def test_the_tma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
         (1000, 200, 1040, {"num_stages": 3}),  # N and K tails: TMA zero-fills, scales masked
         (4096, 1024, 4096, {"block_n": 64}),  # several tiles a program, 64-wide tiles
         (7, 128, 256, {}),  # fewer rows than a warpgroup
+        (300, 384, 512, {"block_m": 256, "num_stages": 4}),  # two waves; the second's tail
+        (1000, 200, 1040, {"block_m": 256, "num_stages": 3}),  # two waves, N and K tails
+        (200, 128, 384, {"block_m": 256}),  # the second wave partly past the last row
     ],
 )
 def test_the_wgmma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
@@ -360,6 +365,9 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
         dense.linear_w8a8(x, weights, wgmma=True, block_m=64, num_warps=4)
     with pytest.raises(ValueError, match="block_n must be 32, 64 or 128"):
         dense.linear_w8a8(x, weights, wgmma=True, block_n=256)
+    with pytest.raises(ValueError, match="block_m must be 128 or 256"):
+        gemm_w8a8_wgmma(*quantize_activations(x, 128, outer_major=True), weights,
+                        torch.bfloat16, block_m=64)  # fmt: skip
 
 
 def test_the_tma_kernels_options_are_refused_elsewhere(device):

@@ -11,18 +11,23 @@ def run(*args: str, interpret: bool = False):
     return run_compile_script("dense_wgmma_sass.py", *args, interpret=interpret)
 
 
-@pytest.mark.parametrize(("block_n", "stages"), [(128, 4), (64, 6)])
-def test_each_warpgroup_waits_once_a_step_and_nothing_is_serialised(block_n, stages):
-    done = run("--block-n", str(block_n), "--stages", str(stages))
+@pytest.mark.parametrize(("block_m", "block_n", "stages"), [(128, 128, 4), (128, 64, 6),
+                                                              (256, 128, 4)])  # fmt: skip
+def test_each_warpgroup_waits_once_a_wave_and_nothing_is_serialised(block_m, block_n, stages):
+    done = run("--block-m", str(block_m), "--block-n", str(block_n), "--stages", str(stages))
     assert done.returncode == 0, done.stderr
     facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
     assert facts["spilled bytes"] == "0"
     assert facts["ptxas notes"] == "none"  # no C7514 / C7512: ptxas kept the wgmmas async
-    # two warpgroups, each a K step's four m64nNk32 FP8 wgmmas as one group with one wait
-    assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == ("8", "2")
+    # two warpgroups, each a K step's four m64nNk32 FP8 wgmmas a wave as one group with one
+    # wait (a 256-row tile's second wave among them: its rescale of the first did not sink
+    # below the second's wgmmas, which would read registers in flight)
+    waves = block_m // 128
+    assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == (str(8 * waves), str(2 * waves))
 
 
 def test_bad_settings_and_the_interpreter_are_refused():
     assert run("--block-n", "256").returncode == 2
+    assert run("--block-m", "64").returncode == 2
     done = run(interpret=True)
     assert done.returncode == 2 and "unset it" in done.stderr

@@ -53,10 +53,12 @@ default_tiles = TilesByM(
 # the Gluon kernel's (one run, raw/logs/h200-tune-dense-middle-*.csv); cuBLAS bf16 took
 # 0.084-0.108.
 TMA_MIN_M = 257
-# What the Gluon kernel's tiles are, whatever is asked: 128 rows in two warpgroups of 4 warps,
-# one weight block a K step; and it never splits K. Options asking otherwise pick the Triton
-# kernels instead (the tile grids of scripts/tune_dense.py keep their meaning).
-WGMMA_FIXED = {"block_m": 128, "block_k": 128, "num_warps": 8, "split_k": None}
+# What the Gluon kernel's tiles are, whatever is asked: waves of 128 rows in two warpgroups of
+# 4 warps, one weight block a K step; and it never splits K. Options asking otherwise pick the
+# Triton kernels instead (the tile grids of scripts/tune_dense.py keep their meaning).
+WGMMA_FIXED = {"block_k": 128, "num_warps": 8, "split_k": None}
+WGMMA_BLOCK_MS = (128, 256)  # one wave a tile, or two
+WGMMA_BLOCK_M = 128
 
 
 @triton.jit
@@ -135,19 +137,24 @@ def linear_w8a8(
     tma_options = tma is not None or warp_specialize or paired_k is not None
     foreign = {key: value for key, value in options.items()
                if value is not None and WGMMA_FIXED.get(key, value) != value}  # fmt: skip
+    if options.get("block_m") not in (None, *WGMMA_BLOCK_MS):
+        foreign["block_m"] = options["block_m"]
     if wgmma is None:
         wgmma = prefill and not tma_options and not foreign and supported(x.device)
     if wgmma:
         if tma_options or foreign:
             raise ValueError(
-                f"the wgmma kernel takes block_n and num_stages only ({WGMMA_FIXED} are fixed; "
+                f"the wgmma kernel takes block_m ({WGMMA_BLOCK_MS}), block_n and num_stages "
+                f"only ({WGMMA_FIXED} are fixed; "
                 f"no tma, warp_specialize, paired_k): leave out {sorted(foreign)} and the TMA "
                 "kernel's options, or pass wgmma=False."
             )
         with recording():
             values, scales = quantize_activations(x, weights.block, outer_major=True)
             stages = options.get("num_stages") or WGMMA_STAGES
-            return gemm_w8a8_wgmma(values, scales, weights, x.dtype, tiles.block_n, stages)
+            block_m = options.get("block_m") or WGMMA_BLOCK_M
+            return gemm_w8a8_wgmma(values, scales, weights, x.dtype, tiles.block_n, stages,
+                                   block_m=block_m)  # fmt: skip
     if tma is None:
         tma = prefill
     if paired_k is None:

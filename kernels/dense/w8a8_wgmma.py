@@ -41,7 +41,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
     tma,
     warpgroup_mma,
-    warpgroup_mma_init,
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -51,7 +50,7 @@ from kernels.dense.formats import DenseWeights
 from kernels.dense.w8a8_tma import BLOCK, check_tma_inputs
 from kernels.moe.routing import planned_sms
 
-ROWS = 128  # a tile's rows: two warpgroups of wgmma's 64
+ROWS = 128  # a wave's rows: two warpgroups of wgmma's 64; a tile is one wave or two
 GROUP = gl.constexpr(8)  # row tiles walked together (grouped order)
 # Ring slots: a slot is refilled two steps after its use, so STAGES - 2 steps load ahead. On the
 # H200, 3 stages ran 1.7x slower than 6 (raw/logs/h200-tune-dense-wgmma-2678c54-*.csv), and 5
@@ -87,38 +86,49 @@ def _issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, pid_m, pid_n
 
 
 @gluon.jit
-def _scales(sa_ptr, sw_ptr, rows, block_n, k_step, ok, M, stride_sak, stride_swn, stride_swk):
-    """(row scales, weight scale) of a K step: a tile lies in one weight block (its width
-    divides the block's), so one weight scale covers it. Returned as loaded, not multiplied:
-    the product would wait for the loads where they are issued (Nsight Compute found 16% of
-    the kernel's stall samples there, ncu/dense-w8a8-T4096.summary.txt), where the caller
-    means to wait a step."""
-    sa = gl.load(sa_ptr + k_step * stride_sak + rows, mask=(rows < M) & ok, other=0.0)
-    sw = gl.load(sw_ptr + block_n * stride_swn + k_step * stride_swk, mask=ok, other=0.0)
-    return sa, sw
+def _row_scales(sa_ptr, rows, k_step, ok, M, stride_sak):
+    """The row scales of a K step, loaded, not yet used: multiplying them in where they are
+    issued would wait for the load there (Nsight Compute found 16% of the kernel's stall
+    samples so, ncu/dense-w8a8-T4096.summary.txt), where the caller means to wait a step."""
+    return gl.load(sa_ptr + k_step * stride_sak + rows, mask=(rows < M) & ok, other=0.0)
+
+
+@gluon.jit
+def _weight_scale(sw_ptr, block_n, k_step, ok, stride_swn, stride_swk):
+    """The weight scale of a K step: a tile lies in one weight block (its width divides the
+    block's), so one scale covers it."""
+    return gl.load(sw_ptr + block_n * stride_swn + k_step * stride_swk, mask=ok, other=0.0)
 
 
 @gluon.jit
 def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
               k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
               WARPGROUP: gl.constexpr):  # fmt: skip
-    """Rows [64 WARPGROUP, 64 WARPGROUP + 64) of every tile this program owns.
+    """Rows 64 WARPGROUP + [0, 64) of every 128-row wave of every tile this program owns.
 
-    Per K step: wait for the slot's copy, issue the wgmma, load the next step's scales while
-    it runs, wait for it, release the slot, and fold the product into the accumulator with
-    the scales loaded a step before (an L2 round trip a step, otherwise exposed). Warpgroup 0
-    also refills the slot used LAG steps before, once both warpgroups have released it, so it
-    rarely waits for the other; the refill's tile and K step advance as a cursor, so a step
-    does no division. The two warpgroups share no barrier besides the ring's, so one rescales
-    while the other's wgmma holds the tensor cores: the overlap a single warpgroup cannot get,
-    because ptxas serialises its wgmmas when any instruction reads an accumulator while one is
-    in flight (ptxas info C7514). A finished tile leaves through this warpgroup's staging
-    buffer by a TMA store, which clips rows and columns past the output's edge.
+    A tile is one wave of 128 rows or two (BLOCK_M 256, as DeepGEMM's 256-row tiles are): the
+    second wave shares the step's weight tile, so a K step reads 48 KB of ring for 8 MFLOP
+    where one wave reads 32 KB for 4, and the L2 serves a quarter fewer bytes per FLOP. Each
+    wave has its own accumulator; the wgmma's product, one 64 x BLOCK_N fp32 tile, is reused.
+
+    Per K step and wave: wait for the slot's copy (first wave), issue the wgmma, load the next
+    step's scales while it runs, wait for it, release the slot (last wave), and fold the
+    product into the wave's accumulator with the scales loaded a step before (an L2 round
+    trip a step, otherwise exposed). Warpgroup 0 also refills the slot used LAG steps before,
+    once both warpgroups have released it, so it rarely waits for the other; the refill's tile
+    and K step advance as a cursor, so a step does no division. The two warpgroups share no
+    barrier besides the ring's, so one rescales while the other's wgmma holds the tensor
+    cores: the overlap a single warpgroup cannot get, because ptxas serialises its wgmmas when
+    any instruction reads an accumulator while one is in flight (ptxas info C7514). A finished
+    wave leaves through this warpgroup's staging buffer by a TMA store, which clips rows and
+    columns past the output's edge.
     """
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     WG_ROWS: gl.constexpr = 64  # wgmma's M: one warpgroup's rows
+    WAVE: gl.constexpr = 2 * WG_ROWS  # a wave's rows: both warpgroups'
+    TWO_WAVES: gl.constexpr = BLOCK_M == 2 * WAVE
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     LAG: gl.constexpr = 2  # steps between a slot's use and its refill
     layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -126,7 +136,7 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
     )
     row_offsets = WARPGROUP * WG_ROWS + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, layout))
     y_buf = y_bufs.index(WARPGROUP)
-    product = warpgroup_mma_init(gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout))
+    product = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)
     total = my_tiles * k_steps
     step = 0
     # The refill cursor: step SLOTS (the prologue loaded 0 .. SLOTS - 1), as a tile and K step.
@@ -138,19 +148,31 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
         pid_m, pid_n = _tile_of(gl.program_id(0) + t * gl.num_programs(0), tiles_m, tiles_n)
         rows = pid_m * BLOCK_M + row_offsets
         weight_block = pid_n * BLOCK_N // BLOCK_K
-        sa, sw = _scales(sa_ptr, sw_ptr, rows, weight_block, 0, True, M, stride_sak, stride_swn,
-                         stride_swk)  # fmt: skip
+        sa = _row_scales(sa_ptr, rows, 0, True, M, stride_sak)
+        sa_2 = _row_scales(sa_ptr, rows + WAVE, 0, TWO_WAVES, M, stride_sak)
+        sw = _weight_scale(sw_ptr, weight_block, 0, True, stride_swn, stride_swk)
         acc = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)
+        acc_2 = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)  # the second wave's
         for k_step in range(k_steps):
             slot = step % SLOTS
+            more = k_step + 1 < k_steps
             mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
             a_rows = a_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0)
-            product = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product,
+            running = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product,
                                     use_acc=False, is_async=True)  # fmt: skip
-            next_sa, next_sw = _scales(sa_ptr, sw_ptr, rows, weight_block, k_step + 1,
-                                       k_step + 1 < k_steps, M, stride_sak, stride_swn,
-                                       stride_swk)  # fmt: skip
-            done = warpgroup_mma_wait(num_outstanding=0, deps=(product,))
+            next_sa = _row_scales(sa_ptr, rows, k_step + 1, more, M, stride_sak)
+            next_sw = _weight_scale(sw_ptr, weight_block, k_step + 1, more, stride_swn,
+                                    stride_swk)  # fmt: skip
+            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+            if TWO_WAVES:
+                acc += product * (sa * sw)[:, None]
+                a_rows = a_ring.index(slot).slice(WAVE + WARPGROUP * WG_ROWS, WG_ROWS, dim=0)
+                # `acc` as the (unused) input holds the rescale above before this wgmma;
+                # with `product` there, it sinks below it and reads the wgmma's registers
+                running = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), acc,
+                                        use_acc=False, is_async=True)  # fmt: skip
+                next_sa_2 = _row_scales(sa_ptr, rows + WAVE, k_step + 1, more, M, stride_sak)
+                product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             mbarrier.arrive(empty.index(slot), count=1)
             if WARPGROUP == 0 and step >= LAG:
                 used = step - LAG
@@ -164,16 +186,28 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
                     load_m, load_n = _tile_of(
                         gl.program_id(0) + load_tile * gl.num_programs(0), tiles_m, tiles_n
                     )
-            acc += done * (sa * sw)[:, None]
+            if TWO_WAVES:
+                acc_2 += product * (sa_2 * sw)[:, None]
+                sa_2 = next_sa_2
+            else:
+                acc += product * (sa * sw)[:, None]
             sa, sw = next_sa, next_sw
             step += 1
-        tma.store_wait(pendings=0)  # the last tile's store has read the buffer
-        y_buf.store(acc.to(y_desc.dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(
-            y_desc, [pid_m * BLOCK_M + WARPGROUP * WG_ROWS, pid_n * BLOCK_N], y_buf
-        )
+        _store_wave(y_desc, y_buf, acc, pid_m * BLOCK_M + WARPGROUP * WG_ROWS, pid_n * BLOCK_N)
+        if TWO_WAVES:
+            _store_wave(y_desc, y_buf, acc_2, pid_m * BLOCK_M + WAVE + WARPGROUP * WG_ROWS,
+                        pid_n * BLOCK_N)  # fmt: skip
     tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _store_wave(y_desc, y_buf, acc, row, column):
+    """Store a warpgroup's finished rows of a wave at (row, column) by TMA, once the buffer's
+    previous store has read it (`store_wait` waits for the reads, not the writes)."""
+    tma.store_wait(pendings=0)
+    y_buf.store(acc.to(y_desc.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(y_desc, [row, column], y_buf)
 
 
 @gluon.jit
@@ -184,7 +218,7 @@ def _w8a8_wgmma_kernel(
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    gl.static_assert(BLOCK_M == 128, "two consumer warpgroups of wgmma's 64 rows")
+    gl.static_assert((BLOCK_M == 128) | (BLOCK_M == 256), "one or two waves of 128 rows")
     a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
     w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
     y_bufs = gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape,
@@ -252,19 +286,23 @@ def gemm_w8a8_wgmma(
     block_n: int = 128,
     num_stages: int = STAGES,
     consumer_regs: int = 232,
+    block_m: int = ROWS,
 ) -> Tensor:
     """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
     (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks.
 
-    Tiles are 128 rows (two warpgroups of 64) by `block_n` columns, inside one weight block,
-    so a K step takes one weight scale; `consumer_regs` is the register budget
-    Triton asks for each warpgroup (setmaxnreg)."""
+    Tiles are `block_m` rows (one wave of two warpgroups' 64 rows, or two waves) by `block_n`
+    columns, inside one weight block, so a K step takes one weight scale; `consumer_regs` is
+    the register budget Triton asks for each warpgroup (setmaxnreg)."""
     check_tma_inputs("wgmma", scales, weights)
     (m, k), n = values.shape, weights.out_features
     if block_n not in (32, 64, 128):
         raise ValueError(f"block_n must be 32, 64 or 128 (a power of two no wider than a "
                          f"weight block; wider, a warpgroup's two fp32 tiles overflow its "
                          f"registers), got {block_n}.")  # fmt: skip
+    if block_m not in (ROWS, 2 * ROWS):
+        raise ValueError(f"block_m must be {ROWS} or {2 * ROWS} (one or two waves of two "
+                         f"warpgroups' 64 rows), got {block_m}.")  # fmt: skip
     if num_stages < 3:
         raise ValueError(f"num_stages must be at least 3 (a slot is refilled two steps after "
                          f"its use), got {num_stages}.")  # fmt: skip
@@ -275,10 +313,10 @@ def gemm_w8a8_wgmma(
         raise ValueError(f"the wgmma W8A8 kernel needs an sm_90 (Hopper) GPU, got {found}; "
                          "leave wgmma unset to take the Triton kernels.")  # fmt: skip
     y = torch.empty(m, n, dtype=out_dtype, device=values.device)
-    tiles = triton.cdiv(m, ROWS) * triton.cdiv(n, block_n)
+    tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
     programs = min(tiles, planned_sms(values.device))
     launch(
-        _w8a8_wgmma_kernel, (programs,), descriptor(values, [ROWS, BLOCK]),
+        _w8a8_wgmma_kernel, (programs,), descriptor(values, [block_m, BLOCK]),
         descriptor(weights.values, [block_n, BLOCK]), descriptor(y, [ROWS // 2, block_n]),
         scales, weights.scales, m, n, k, scales.stride(1), *weights.scales.stride(),
         STAGES=num_stages,
