@@ -104,7 +104,7 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--variant", choices=sorted(SETTINGS), default="w8a16")
     parser.add_argument("m", type=int, nargs="*", default=[64, 128, 256])
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
     out, ms, variant = args.out, args.m, args.variant
     device = torch.device("cuda")
     shapes = get_preset("dsv4-flash-tp2").rank_shapes()

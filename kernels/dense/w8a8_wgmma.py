@@ -57,6 +57,9 @@ GROUP = gl.constexpr(8)  # row tiles walked together (grouped order)
 # ran as fast as 6 at M=4096 and 4% faster at 16384 (h200-tune-dense-wgmma-a68971d-*.csv):
 # 5 x 32 KB of ring, and 2 x 16 KB of staging buffers.
 STAGES = 5
+# K steps between a slot's use and its refill by warpgroup 0, which waits for both warpgroups
+# to release it: 2 lets the other warpgroup fall a step behind without stalling the refill.
+REFILL_LAG = 2
 
 
 @gluon.jit
@@ -103,7 +106,7 @@ def _weight_scale(sw_ptr, block_n, k_step, ok, stride_swn, stride_swk):
 @gluon.jit
 def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
               k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-              WARPGROUP: gl.constexpr):  # fmt: skip
+              LAG: gl.constexpr, WARPGROUP: gl.constexpr):  # fmt: skip
     """Rows 64 WARPGROUP + [0, 64) of every 128-row wave of every tile this program owns.
 
     A tile is one wave of 128 rows or two (BLOCK_M 256, as DeepGEMM's 256-row tiles are): the
@@ -130,7 +133,6 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
     WAVE: gl.constexpr = 2 * WG_ROWS  # a wave's rows: both warpgroups'
     TWO_WAVES: gl.constexpr = BLOCK_M == 2 * WAVE
     SLOTS: gl.constexpr = a_ring.type.shape[0]
-    LAG: gl.constexpr = 2  # steps between a slot's use and its refill
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32]
     )
@@ -213,7 +215,7 @@ def _store_wave(y_desc, y_buf, acc, row, column):
 @gluon.jit
 def _w8a8_wgmma_kernel(
     a_desc, w_desc, y_desc, sa_ptr, sw_ptr, M, N, K, stride_sak, stride_swn, stride_swk,
-    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, REFILL_LAG: gl.constexpr,
 ):  # fmt: skip
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -240,27 +242,28 @@ def _w8a8_wgmma_kernel(
         _issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_tiles * k_steps, pid_m,
                     pid_n, first % k_steps)  # fmt: skip
     args = (a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-            k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk)  # fmt: skip
+            k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+            REFILL_LAG)  # fmt: skip
     gl.warp_specialize([(_top_rows, args), (_bottom_rows, args)], [4], [CONSUMER_REGS])
 
 
 @gluon.jit
 def _top_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
-              stride_swk):  # fmt: skip
-    """Warpgroup 0 (the default partition): the tiles' first 64 rows, and the ring's refills."""
-    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
               k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+              LAG: gl.constexpr):  # fmt: skip
+    """Warpgroup 0 (the default partition): each wave's first 64 rows, and the ring's refills."""
+    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, LAG,
               0)  # fmt: skip
 
 
 @gluon.jit
 def _bottom_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr,
-                 M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
-                 stride_swk):  # fmt: skip
-    """Warpgroup 1 (the worker partition): the tiles' last 64 rows."""
+                 M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+                 LAG: gl.constexpr):  # fmt: skip
+    """Warpgroup 1 (the worker partition): each wave's last 64 rows."""
     _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, LAG,
               1)  # fmt: skip
 
 
@@ -287,13 +290,16 @@ def gemm_w8a8_wgmma(
     num_stages: int = STAGES,
     consumer_regs: int = 232,
     block_m: int = ROWS,
+    refill_lag: int = REFILL_LAG,
 ) -> Tensor:
     """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
     (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks.
 
     Tiles are `block_m` rows (one wave of two warpgroups' 64 rows, or two waves) by `block_n`
     columns, inside one weight block, so a K step takes one weight scale; `consumer_regs` is
-    the register budget Triton asks for each warpgroup (setmaxnreg)."""
+    the register budget Triton asks for each warpgroup (setmaxnreg); `refill_lag` the K steps
+    between a ring slot's use and warpgroup 0's refill of it (1 or more; the ring loads
+    num_stages - refill_lag steps ahead)."""
     check_tma_inputs("wgmma", scales, weights)
     (m, k), n = values.shape, weights.out_features
     if block_n not in (32, 64, 128):
@@ -303,9 +309,10 @@ def gemm_w8a8_wgmma(
     if block_m not in (ROWS, 2 * ROWS):
         raise ValueError(f"block_m must be {ROWS} or {2 * ROWS} (one or two waves of two "
                          f"warpgroups' 64 rows), got {block_m}.")  # fmt: skip
-    if num_stages < 3:
-        raise ValueError(f"num_stages must be at least 3 (a slot is refilled two steps after "
-                         f"its use), got {num_stages}.")  # fmt: skip
+    if not 1 <= refill_lag < num_stages:
+        raise ValueError(f"refill_lag must be at least 1 and below num_stages (the ring must "
+                         f"load a step ahead), got {refill_lag} with num_stages="
+                         f"{num_stages}.")  # fmt: skip
     if not supported(values.device):
         found = str(values.device)
         if values.is_cuda:
@@ -320,6 +327,6 @@ def gemm_w8a8_wgmma(
         descriptor(weights.values, [block_n, BLOCK]), descriptor(y, [ROWS // 2, block_n]),
         scales, weights.scales, m, n, k, scales.stride(1), *weights.scales.stride(),
         STAGES=num_stages,
-        CONSUMER_REGS=consumer_regs, num_warps=4,
+        CONSUMER_REGS=consumer_regs, REFILL_LAG=refill_lag, num_warps=4,
     )  # fmt: skip
     return y

@@ -1,0 +1,89 @@
+"""Time the Gluon W8A8 GEMM alone (activations quantised beforehand, untimed) on each dense
+projection of one `dsv4-flash-tp2` layer under several of its settings, beside DeepGEMM's
+GEMM on the same quantised operands where it is installed, to see where the GEMM itself
+stands against the leading FP8 kernel (the bench's layer rows add the quantiser, the same for
+both, and o_a's concatenation).
+
+    python scripts/dense_w8a8_gemm_times.py OUT.csv [M ...]        (default M: 4096 16384)
+
+Each setting is checked first against the W8A8 reference; times are medians of CUDA-graph
+replays by the workbench's timer. A developer's tool, like dense_projection_times.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+from functools import partial
+
+import pandas as pd
+import torch
+
+import kernels.dense as dense
+from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma
+from kernels.fp8_quant import quantize_activations
+from workbench.capture.bench_rows import time_call
+from workbench.peers import deepgemm
+from workbench.presets import get_preset
+from workbench.workloads.checks import relative_error
+from workbench.workloads.dense import Layer, activations
+
+# name: gemm_w8a8_wgmma options (block_m, num_stages, refill_lag)
+SETTINGS = {
+    "m128s5lag2": dict(block_m=128, num_stages=5, refill_lag=2),
+    "m128s5lag1": dict(block_m=128, num_stages=5, refill_lag=1),
+    "m256s4lag2": dict(block_m=256, num_stages=4, refill_lag=2),
+    "m256s4lag1": dict(block_m=256, num_stages=4, refill_lag=1),
+}
+
+
+def deepgemm_gemm(values: torch.Tensor, scales: torch.Tensor, weights) -> torch.Tensor:
+    """DeepGEMM's FP8 GEMM on operands quantised as the workbench's (row-fastest scales)."""
+    import deep_gemm
+
+    y = torch.empty(values.shape[0], weights.out_features, dtype=torch.bfloat16,
+                    device=values.device)  # fmt: skip
+    deep_gemm.fp8_gemm_nt((values, scales), (weights.values, weights.scales.contiguous()), y,
+                          disable_ue8m0_cast=True)  # fmt: skip
+    return y
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out")
+    parser.add_argument("m", type=int, nargs="*", default=[4096, 16384])
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    layer = Layer(get_preset("dsv4-flash-tp2").rank_shapes(), 1, 128, torch.bfloat16, device, 0)
+    kernels = {name: partial(gemm_w8a8_wgmma, out_dtype=torch.bfloat16, **options)
+               for name, options in SETTINGS.items()}  # fmt: skip
+    if deepgemm.available()[0]:
+        kernels["deepgemm"] = deepgemm_gemm
+    rows = []
+    for m in args.m:
+        xs = activations(m, layer.input_widths, 0, device, torch.bfloat16)
+        first = 0
+        for p in layer.projections:
+            weights = layer.fp8[0][first]  # a group's first member: its members share a shape
+            first += p.count
+            x = xs[p.k * p.count][:, : p.k].contiguous()
+            values, scales = quantize_activations(x, 128, outer_major=True)
+            want = dense.w8a8_reference(x, weights)
+            for name, gemm in kernels.items():
+                row = {"m": m, "proj": p.name, "n": p.n, "k": p.k, "setting": name}
+                try:
+                    call = partial(gemm, values, scales, weights)
+                    row["rel_error"] = relative_error(call(), want)
+                    row["ms"] = time_call(call, device, m, graph=True)[0]
+                    row["tflops"] = 2 * m * p.n * p.k / row["ms"] / 1e9
+                except Exception as err:  # noqa: BLE001 (a failing setting is a result)
+                    row["status"] = f"{type(err).__name__}: {str(err)[:100]}"
+                print(row, flush=True)
+                rows.append(row)
+    table = pd.DataFrame(rows)
+    table.to_csv(args.out, index=False)
+    pd.set_option("display.width", 200)
+    print(table.pivot_table(index=["m", "proj"], columns="setting", values="ms").round(4))
+
+
+if __name__ == "__main__":
+    main()
