@@ -27,8 +27,9 @@ from workbench.presets import get_preset
 from workbench.workloads.checks import relative_error
 from workbench.workloads.dense import Layer, activations
 
-# name: gemm_w8a8_wgmma options (block_m, num_stages, refill_lag)
+# name: gemm_w8a8_wgmma options (block_m, num_stages, refill_lag; none: its defaults)
 SETTINGS = {
+    "default": {},
     "m128s5lag2": dict(block_m=128, num_stages=5, refill_lag=2),
     "m128s5lag1": dict(block_m=128, num_stages=5, refill_lag=1),
     "m256s4lag2": dict(block_m=256, num_stages=4, refill_lag=2),

@@ -43,7 +43,7 @@ def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int):
                                         [w8a8_wgmma.ROWS // 2, block_n]),
     }  # fmt: skip
     constants = {"STAGES": stages, "CONSUMER_REGS": consumer_regs,
-                 "REFILL_LAG": w8a8_wgmma.REFILL_LAG}  # fmt: skip
+                 "REFILL_LAG": max(1, stages - w8a8_wgmma.LOAD_AHEAD)}  # fmt: skip
     kernel = w8a8_wgmma._w8a8_wgmma_kernel
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(kernel.arg_names):

@@ -29,7 +29,6 @@ from kernels.dense.tiles import (
 )
 from kernels.dense.w8a8_tma import BLOCK as TMA_BLOCK
 from kernels.dense.w8a8_tma import gemm_w8a8_tma
-from kernels.dense.w8a8_wgmma import STAGES as WGMMA_STAGES
 from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma, supported
 from kernels.fp8_quant import quantize_activations
 
@@ -57,8 +56,7 @@ TMA_MIN_M = 257
 # 4 warps, one weight block a K step; and it never splits K. Options asking otherwise pick the
 # Triton kernels instead (the tile grids of scripts/tune_dense.py keep their meaning).
 WGMMA_FIXED = {"block_k": 128, "num_warps": 8, "split_k": None}
-WGMMA_BLOCK_MS = (128, 256)  # one wave a tile, or two
-WGMMA_BLOCK_M = 128
+WGMMA_BLOCK_MS = (128, 256)  # one wave a tile, or two (by default `default_block_m`)
 
 
 @triton.jit
@@ -119,10 +117,11 @@ def linear_w8a8(
     TMA_MIN_M rows), where `warp_specialize` splits its loop into producer and consumers and
     `paired_k` takes two K steps an iteration (None: where the tile is one weight block wide).
     `wgmma` picks the Gluon kernel (`w8a8_wgmma`: two warpgroups, each rescaling while the
-    other's wgmma runs; sm_90 GPUs only, 128-wide blocks, block_n and num_stages apply, the latter
-    by default the kernel's own). None: on an sm_90 GPU where the TMA kernel would run, unless the
-    options ask for what it fixes (WGMMA_FIXED) or for the TMA kernel's own, as it ran 4-8%
-    faster there (raw/logs/h200-tune-dense-wgmma-*.csv).
+    other's wgmma runs; sm_90 GPUs only, 128-wide blocks; block_m (128 or 256 rows), block_n
+    and num_stages apply, block_m and num_stages by default the kernel's own). None: on an
+    sm_90 GPU where the TMA kernel would run, unless the options ask for what it fixes
+    (WGMMA_FIXED) or for the TMA kernel's own, as it ran 4-8% faster there (raw/logs/
+    h200-tune-dense-wgmma-*.csv).
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -151,10 +150,9 @@ def linear_w8a8(
             )
         with recording():
             values, scales = quantize_activations(x, weights.block, outer_major=True)
-            stages = options.get("num_stages") or WGMMA_STAGES
-            block_m = options.get("block_m") or WGMMA_BLOCK_M
-            return gemm_w8a8_wgmma(values, scales, weights, x.dtype, tiles.block_n, stages,
-                                   block_m=block_m)  # fmt: skip
+            return gemm_w8a8_wgmma(values, scales, weights, x.dtype, tiles.block_n,
+                                   options.get("num_stages"),
+                                   block_m=options.get("block_m"))  # fmt: skip
     if tma is None:
         tma = prefill
     if paired_k is None:

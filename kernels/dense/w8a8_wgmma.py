@@ -52,14 +52,18 @@ from kernels.moe.routing import planned_sms
 
 ROWS = 128  # a wave's rows: two warpgroups of wgmma's 64; a tile is one wave or two
 GROUP = gl.constexpr(8)  # row tiles walked together (grouped order)
-# Ring slots: a slot is refilled two steps after its use, so STAGES - 2 steps load ahead. On the
-# H200, 3 stages ran 1.7x slower than 6 (raw/logs/h200-tune-dense-wgmma-2678c54-*.csv), and 5
-# ran as fast as 6 at M=4096 and 4% faster at 16384 (h200-tune-dense-wgmma-a68971d-*.csv):
-# 5 x 32 KB of ring, and 2 x 16 KB of staging buffers.
-STAGES = 5
-# K steps between a slot's use and its refill by warpgroup 0, which waits for both warpgroups
-# to release it: 2 lets the other warpgroup fall a step behind without stalling the refill.
-REFILL_LAG = 2
+# Ring slots by tile rows: as many as shared memory holds beside the staging buffers (2 x 16
+# KB). On the H200, one-wave tiles ran 1.7x slower at 3 stages than at 6 (raw/logs/
+# h200-tune-dense-wgmma-2678c54-*.csv), and as fast at 5 as at 6 at M=4096 and 4% faster at
+# 16384 (h200-tune-dense-wgmma-a68971d-*.csv): 5 x 32 KB of ring. Two-wave tiles take 48 KB a
+# slot, so 4, which ran 1.5x faster than 3 (h200-tune-dense-wgmma-waves-*.csv).
+DEFAULT_STAGES = {128: 5, 256: 4}
+# K steps the ring loads ahead: a slot is refilled by warpgroup 0 `refill_lag` steps after its
+# use (once both warpgroups have released it), so num_stages - refill_lag steps ahead. On the
+# H200, two-wave tiles at 4 stages ran 0-6% faster refilled a step after use than two
+# (three ahead) and one-wave tiles at 5 stages within 1% either way (raw/logs/
+# h200-dense-w8a8-gemm-times-*.csv), so the default keeps three steps ahead.
+LOAD_AHEAD = 3
 
 
 @gluon.jit
@@ -273,6 +277,16 @@ def supported(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
 
 
+def default_block_m(m: int, n: int, block_n: int, sms: int) -> int:
+    """Two waves a tile (256 rows) where those tiles still number at least the SMs, else one:
+    on the H200 two-wave tiles ran each projection of a layer 10-20% faster at M=4096 and
+    16384 (raw/logs/h200-dense-w8a8-gemm-times-*.csv), one-wave tiles the layer 14-21% faster
+    at M=512 and 1024, where two-wave tiles leave SMs idle (raw/logs/
+    h200-tune-dense-wgmma-waves-*.csv)."""
+    two_wave_tiles = triton.cdiv(m, 2 * ROWS) * triton.cdiv(n, block_n)
+    return 2 * ROWS if two_wave_tiles >= sms else ROWS
+
+
 def descriptor(tensor: Tensor, block_shape: list[int]) -> TensorDescriptor:
     """A host TMA descriptor of a 2-D row-major tensor with the swizzle wgmma reads."""
     dtype = {torch.float8_e4m3fn: gl.float8e4nv, torch.bfloat16: gl.bfloat16,
@@ -287,25 +301,33 @@ def gemm_w8a8_wgmma(
     weights: DenseWeights,
     out_dtype: torch.dtype,
     block_n: int = 128,
-    num_stages: int = STAGES,
+    num_stages: int | None = None,
     consumer_regs: int = 232,
-    block_m: int = ROWS,
-    refill_lag: int = REFILL_LAG,
+    block_m: int | None = None,
+    refill_lag: int | None = None,
 ) -> Tensor:
     """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
     (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks.
 
-    Tiles are `block_m` rows (one wave of two warpgroups' 64 rows, or two waves) by `block_n`
-    columns, inside one weight block, so a K step takes one weight scale; `consumer_regs` is
-    the register budget Triton asks for each warpgroup (setmaxnreg); `refill_lag` the K steps
-    between a ring slot's use and warpgroup 0's refill of it (1 or more; the ring loads
-    num_stages - refill_lag steps ahead)."""
+    Tiles are `block_m` rows (one wave of two warpgroups' 64 rows, or two waves; None:
+    `default_block_m`) by `block_n` columns, inside one weight block, so a K step takes one
+    weight scale; `consumer_regs` is the register budget Triton asks for each warpgroup
+    (setmaxnreg); `num_stages` the ring's slots (None: DEFAULT_STAGES by block_m);
+    `refill_lag` the K steps between a ring slot's use and warpgroup 0's refill of it (1 or
+    more; None: LOAD_AHEAD steps ahead where the ring has them)."""
     check_tma_inputs("wgmma", scales, weights)
-    (m, k), n = values.shape, weights.out_features
     if block_n not in (32, 64, 128):
         raise ValueError(f"block_n must be 32, 64 or 128 (a power of two no wider than a "
                          f"weight block; wider, a warpgroup's two fp32 tiles overflow its "
                          f"registers), got {block_n}.")  # fmt: skip
+    (m, k), n = values.shape, weights.out_features
+    sms = planned_sms(values.device)
+    if block_m is None:
+        block_m = default_block_m(m, n, block_n, sms)
+    if num_stages is None:
+        num_stages = DEFAULT_STAGES.get(block_m, 3)
+    if refill_lag is None:
+        refill_lag = max(1, num_stages - LOAD_AHEAD)
     if block_m not in (ROWS, 2 * ROWS):
         raise ValueError(f"block_m must be {ROWS} or {2 * ROWS} (one or two waves of two "
                          f"warpgroups' 64 rows), got {block_m}.")  # fmt: skip
@@ -321,7 +343,7 @@ def gemm_w8a8_wgmma(
                          "leave wgmma unset to take the Triton kernels.")  # fmt: skip
     y = torch.empty(m, n, dtype=out_dtype, device=values.device)
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-    programs = min(tiles, planned_sms(values.device))
+    programs = min(tiles, sms)
     launch(
         _w8a8_wgmma_kernel, (programs,), descriptor(values, [block_m, BLOCK]),
         descriptor(weights.values, [block_n, BLOCK]), descriptor(y, [ROWS // 2, block_n]),
