@@ -81,10 +81,11 @@ MIDDLE_SPLITS = [{}, *(tiles(32, 64, 128, 4, 3) | DIRECT | {"split_k": s} for s 
                  tiles(16, 64, 128, 4, 4) | DIRECT,
                  tiles(16, 64, 128, 4, 4) | DIRECT | {"split_k": 2},
                  tiles(32, 32, 128, 4, 3) | DIRECT, tiles(32, 64, 128, 4, 4) | DIRECT]  # fmt: skip
-# The Gluon kernel's tiles of one wave (128 rows, the default) against two (256 rows sharing
-# each K step's weight tile: a quarter fewer bytes from L2 per FLOP).
-WGMMA_WAVES = [{}, *(WGMMA | {"block_m": 256, "num_stages": s} for s in (4, 3)),
-               WGMMA | {"num_stages": 4}]  # fmt: skip
+# The Gluon kernel's default tiles (w8a8_wgmma.default_block_m) against one wave (128 rows)
+# and two (256 rows sharing each K step's weight tile: a quarter fewer bytes from L2 per FLOP)
+# everywhere; the first H200 run of this grid also had two waves at 3 stages, 1.5x slower.
+WGMMA_WAVES = [{}, WGMMA | {"block_m": 128, "num_stages": 5},
+               WGMMA | {"block_m": 256, "num_stages": 4}]  # fmt: skip
 GRIDS = {  # --grid NAME: this grid alone, at every --m
     "pdl": ("w8a16", 128, PDL_AB),
     "middle-splits": ("w8a16", 128, MIDDLE_SPLITS),
