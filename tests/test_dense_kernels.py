@@ -395,3 +395,21 @@ def test_the_tma_kernel_takes_only_128_blocks_and_is_picked_for_them(monkeypatch
     assert list(dense.last_facts()) == ["quantize_rows_kernel", "w8a8_tma_kernel"]
     dense.linear_w8a8(*make(79, 64, 128, torch.bfloat16, block=128, device=device))
     assert list(dense.last_facts()) == ["quantize_rows_kernel", "w8a8_kernel"]
+
+
+def test_the_wgmma_kernel_takes_two_waves_where_one_wave_tiles_overflow_the_sms():
+    """256-row tiles where 128-row tiles would take the SMs more than one round (the H200
+    measurements behind it are in `default_block_m`'s docstring), else 128."""
+    from kernels.dense.w8a8_wgmma import default_block_m
+
+    assert default_block_m(4096, 5120, 128, sms=132) == 256  # o_b: 1,280 one-wave tiles
+    assert default_block_m(4096, 1024, 128, sms=132) == 256  # o_a: 256 one-wave tiles
+    assert default_block_m(2048, 1024, 128, sms=132) == 128  # 128 one-wave tiles fit
+    assert default_block_m(512, 1984, 128, sms=132) == 128  # qkv_a at 512 rows: 64
+
+
+def test_the_wgmma_kernels_ring_must_load_ahead(device):
+    x, weights = make(300, 256, 256, torch.bfloat16, block=128, device=device)
+    values, scales = quantize_activations(x, 128, outer_major=True)
+    with pytest.raises(ValueError, match="refill_lag must be at least 1 and below num_stages"):
+        gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16, num_stages=4, refill_lag=4)

@@ -17,16 +17,26 @@ What was tried, compiled for sm_90 and read off the SASS (scripts/dense_wgmma_sa
   tensor cores. A third, producer warpgroup would cap every warp's registers (168) below what
   two 64 x 128 fp32 tiles need, so warpgroup 0 refills the ring.
 
-Loads are TMA copies into a ring of STAGES slots, each with a `ready` barrier the copy
-completes and an `empty` barrier both warpgroups arrive at once their wgmma has read it.
-Programs are persistent, one per SM, walk their output tiles in grouped order, and the ring
-runs across tile boundaries, so the next tile's loads overlap this tile's last steps and its
-store (through a staging buffer per warpgroup, by TMA). On the H200 it runs a layer's
-projections 4-8% faster than the Triton kernel (raw/logs/h200-tune-dense-wgmma-a68971d-*.csv:
-1.003 against 1.043 ms at M=4096, 3.86 against 4.17 at 16384), and is the GPU's W8A8 kernel
-from `w8a8.TMA_MIN_M` rows. DeepGEMM, at 1.4x cuBLAS bf16 in the same bench, still leads:
-it multicasts each tile across a 2-CTA cluster (half the L2 reads of one operand), which
-Triton 3.6's Gluon cannot express for TMA loads.
+Loads are TMA copies into a ring of slots, each with a `ready` barrier the copy completes
+and an `empty` barrier both warpgroups arrive at once their wgmma has read it. Programs are
+persistent, one per SM, walk their output tiles in grouped order, and the ring runs across
+tile boundaries, so the next tile's loads overlap this tile's last steps and its store
+(through a staging buffer per warpgroup, by TMA). It is the GPU's W8A8 kernel from
+`w8a8.TMA_MIN_M` rows: with one-wave tiles it ran a layer's projections 4-8% faster than the
+Triton kernel (raw/logs/h200-tune-dense-wgmma-a68971d-*.csv).
+
+Tiles of 128 x 128 read 32 KB of ring a K step for 4 MFLOP, at the FP8 peak more than the L2
+serves an SM; Nsight Compute had the tensor pipe 54% busy on o_b at M=4096 (183.6 us, at
+8607ab0). DeepGEMM halves one operand's L2 reads by multicasting it across a 2-CTA cluster,
+which Triton 3.6's Gluon cannot express for TMA loads, and takes 256-row tiles as two waves
+of 128 (its WAVE_BLOCK_M). So does this kernel (`default_block_m`): the second wave reuses
+the step's weight tile, 48 KB of ring for 8 MFLOP. On the H200 that took o_b to 153.7 us
+with the tensor pipe 68% busy, the warps now waiting mostly on their own wgmma
+(ncu/dense-w8a8-T4096), and the layer from 0.983 to 0.880 ms at M=4096 and 4.04 to 3.38 at
+16384 (raw/logs/h200-tune-dense-wgmma-waves-*.csv). DeepGEMM's GEMMs alone remain 1.2x
+faster (raw/logs/h200-dense-w8a8-gemm-times-*.csv): o_b 0.125 against 0.152 ms, q_up 0.205
+against 0.246; shared_gate_up's 18 column tiles leave a third round of SMs mostly idle at
+either tile height (0.070 against 0.114), where DeepGEMM picks a tile width of its own.
 
 Gluon has no interpreter: the CPU tests check the compiled SASS and the host-side checks, and
 the GPU tests (WORKBENCH_GPU_TESTS=1) compare results with `w8a8_reference`."""
@@ -95,8 +105,8 @@ def _issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, pid_m, pid_n
 @gluon.jit
 def _row_scales(sa_ptr, rows, k_step, ok, M, stride_sak):
     """The row scales of a K step, loaded, not yet used: multiplying them in where they are
-    issued would wait for the load there (Nsight Compute found 16% of the kernel's stall
-    samples so, ncu/dense-w8a8-T4096.summary.txt), where the caller means to wait a step."""
+    issued would wait for the load there (16% of the kernel's stall samples in the capture of
+    ncu/dense-w8a8-T4096 at 8607ab0), where the caller means to wait a step."""
     return gl.load(sa_ptr + k_step * stride_sak + rows, mask=(rows < M) & ok, other=0.0)
 
 
@@ -278,13 +288,13 @@ def supported(device: torch.device) -> bool:
 
 
 def default_block_m(m: int, n: int, block_n: int, sms: int) -> int:
-    """Two waves a tile (256 rows) where those tiles still number at least the SMs, else one:
-    on the H200 two-wave tiles ran each projection of a layer 10-20% faster at M=4096 and
-    16384 (raw/logs/h200-dense-w8a8-gemm-times-*.csv), one-wave tiles the layer 14-21% faster
-    at M=512 and 1024, where two-wave tiles leave SMs idle (raw/logs/
-    h200-tune-dense-wgmma-waves-*.csv)."""
-    two_wave_tiles = triton.cdiv(m, 2 * ROWS) * triton.cdiv(n, block_n)
-    return 2 * ROWS if two_wave_tiles >= sms else ROWS
+    """Two waves a tile (256 rows) where one-wave tiles would take the SMs more than one round,
+    else one. On the H200, two-wave tiles ran each projection of a layer 0-17% faster at
+    M=4096 and 16384 (raw/logs/h200-dense-w8a8-gemm-times-*.csv), o_a's 128 tiles on 132 SMs
+    among them (0.036 ms against 0.043), and the layer 7-19% slower at M=512 and 1024 (raw/
+    logs/h200-tune-dense-wgmma-waves-*.csv), where one-wave tiles fit in one round."""
+    one_wave_tiles = triton.cdiv(m, ROWS) * triton.cdiv(n, block_n)
+    return 2 * ROWS if one_wave_tiles > sms else ROWS
 
 
 def descriptor(tensor: Tensor, block_shape: list[int]) -> TensorDescriptor:
