@@ -125,35 +125,3 @@ def test_a_layer_runs_its_output_projection_group_as_one_call():
     assert grouped == [((3, o_a.count, o_a.k), o_a.count)]
     assert len(single) == len(layer.projections) - 1
     assert stacked_stride([w.values for w in layer.fp8[0]][2 : 2 + o_a.count]) == o_a.n * o_a.k
-
-
-def test_a_group_stacks_as_one_weight_where_its_members_lie_back_to_back():
-    from kernels.dense.formats import stacked_weights
-
-    masters = [torch.randn(64, 96, generator=torch.Generator().manual_seed(g)) for g in range(3)]
-    group = DenseWeights.quantize_group(masters, "fp8", 32)
-    stacked = stacked_weights(group)
-    assert stacked.values.shape == (192, 96) and stacked.scales.shape == (6, 3)
-    want = torch.cat([w.dequantize() for w in group])
-    assert torch.equal(stacked.dequantize(), want)
-    loose = [DenseWeights.quantize(m, "fp8", 32) for m in masters]
-    assert stacked_weights(loose) is None  # three tensors: no one stack to read
-    _, ragged = group_inputs(2)  # N=48 is not a multiple of the 32-wide block
-    assert stacked_weights(ragged) is None
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("m", [300, 1100])
-def test_the_w8a8_group_launch_computes_what_its_members_do(m, device):
-    """At prefill sizes on an sm_90 GPU the W8A8 group runs as one Gluon GEMM over the stacked
-    members; per tile it does the members' own arithmetic, so the result is the same bits."""
-    if device.type != "cuda":
-        pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
-    gen = torch.Generator().manual_seed(3)
-    masters = [torch.randn(256, 384, generator=gen).to(device) / 20 for _ in range(4)]
-    group = DenseWeights.quantize_group(masters, "fp8", 128)
-    x = torch.randn(m, 4 * 384, generator=gen).to(device, torch.bfloat16).view(m, 4, 384)
-    out = dense.linear_w8a8_group(x, group)
-    assert torch.equal(out, dense.one_by_one(dense.linear_w8a8, x, group))
-    exact = torch.cat([dense.w8a8_reference(x[:, g], w) for g, w in enumerate(group)], 1)
-    assert relative_error(out, exact) < 1e-2

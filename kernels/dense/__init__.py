@@ -16,7 +16,7 @@ from kernels.compiled import last_facts
 from kernels.dense.formats import DEFAULT_BLOCK, FORMATS, DenseWeights
 from kernels.dense.grouped import GROUP_VARIANTS, group_linear, one_by_one
 from kernels.dense.hybrid import DEFAULT_HYBRID_M, hybrid_threshold, linear_hybrid
-from kernels.dense.w8a8 import linear_w8a8, linear_w8a8_group
+from kernels.dense.w8a8 import linear_w8a8
 from kernels.dense.w8a16 import linear_w8a16, linear_w8a16_group
 from kernels.fp8_quant import quantize_activations
 
@@ -45,7 +45,6 @@ __all__ = [
     "linear_w8a16",
     "linear_w8a16_group",
     "linear_w8a8",
-    "linear_w8a8_group",
     "one_by_one",
     "quantize_activations",
     "w8a8_reference",

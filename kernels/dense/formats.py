@@ -14,7 +14,7 @@ up to one bit of range: a block's largest value lands in [224, 448] instead of a
 computes the same exponent from the float's bits.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -246,28 +246,3 @@ def check_group_inputs(x: Tensor, group: Sequence[DenseWeights], fmt: str) -> tu
             "tensor; build them with DenseWeights.quantize_group."
         )
     return values, scales
-
-
-def one_by_one(linear: Callable, x: Tensor, group: Sequence) -> Tensor:
-    """The group through `linear(x_g, W_g)` member by member, concatenated."""
-    return torch.cat([linear(x[:, g], w) for g, w in enumerate(group)], 1)
-
-
-def stacked_weights(group: Sequence[DenseWeights]) -> DenseWeights | None:
-    """A group's FP8 members as one (G * N, K) weight, where they lie back to back in one
-    tensor (values and scales contiguous, each member right after the last) and N is a
-    multiple of the block (so the members' scale rows tile the stack's); else None."""
-    first = group[0]
-    values, scales = first.values, first.scales
-    if scales is None or values.shape[0] % first.block:
-        return None
-    if not (values.is_contiguous() and scales.is_contiguous()):
-        return None
-    steps = (stacked_stride([w.values for w in group]), stacked_stride([w.scales for w in group]))
-    if steps != (values.numel(), scales.numel()):
-        return None
-    g = len(group)
-    return DenseWeights(first.fmt, values.as_strided((g * values.shape[0], values.shape[1]),
-                                                     values.stride()),
-                        scales.as_strided((g * scales.shape[0], scales.shape[1]), scales.stride()),
-                        first.block)  # fmt: skip

@@ -12,22 +12,12 @@ every 32 of K, CUDA-core work the tensor cores wait on, since each product must 
 before it is scaled; `block=128` quarters it (DeepSeek's 128-wide blocks exist for this reason).
 """
 
-from collections.abc import Sequence
-from functools import partial
-
-import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
 from kernels.compiled import launch, recording
-from kernels.dense.formats import (
-    DenseWeights,
-    check_group_inputs,
-    check_linear_inputs,
-    one_by_one,
-    stacked_weights,
-)
+from kernels.dense.formats import DenseWeights, check_linear_inputs
 from kernels.dense.tiles import (
     GROUP_M,
     GemmTiles,
@@ -109,43 +99,6 @@ def _w8a8_kernel(
     store_tile(y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps, SPLIT)
 
 
-def _prefill_sized(m: int, weights: DenseWeights, options: dict) -> bool:
-    """A prefill size the persistent kernels take: 128-wide blocks, enough rows, K not split."""
-    return weights.block == TMA_BLOCK and m >= TMA_MIN_M and options.get("split_k") is None
-
-
-def _takes_wgmma(m: int, weights: DenseWeights, device: torch.device, wgmma: bool | None,
-                 tma_options: bool, options: dict) -> bool:  # fmt: skip
-    """Whether `linear_w8a8` runs the Gluon kernel (see its docstring); an error where wgmma=True
-    asks for what that kernel fixes."""
-    foreign = {key: value for key, value in options.items()
-               if value is not None and WGMMA_FIXED.get(key, value) != value}  # fmt: skip
-    if options.get("block_m") not in (None, *WGMMA_BLOCK_MS):
-        foreign["block_m"] = options["block_m"]
-    if wgmma is None:
-        wgmma = (_prefill_sized(m, weights, options) and not tma_options and not foreign
-                 and supported(device))  # fmt: skip
-    if wgmma and (tma_options or foreign):
-        raise ValueError(
-            f"the wgmma kernel takes block_m ({WGMMA_BLOCK_MS}), block_n and num_stages "
-            f"only ({WGMMA_FIXED} are fixed; "
-            f"no tma, warp_specialize, paired_k): leave out {sorted(foreign)} and the TMA "
-            "kernel's options, or pass wgmma=False."
-        )
-    return wgmma
-
-
-def _run_wgmma(x: Tensor, weights: DenseWeights, tiles: GemmTiles, options: dict,
-               groups: int = 1) -> Tensor:  # fmt: skip
-    """Quantise x (M, groups * K) and run the Gluon kernel over `weights` (stacked for a
-    group)."""
-    with recording():
-        values, scales = quantize_activations(x, weights.block, outer_major=True)
-        return gemm_w8a8_wgmma(values, scales, weights, x.dtype, tiles.block_n,
-                               options.get("num_stages"), block_m=options.get("block_m"),
-                               groups=groups)  # fmt: skip
-
-
 def linear_w8a8(
     x: Tensor,
     weights: DenseWeights,
@@ -178,10 +131,28 @@ def linear_w8a8(
         raise ValueError("pdl=True is a W8A16 option: the W8A8 kernels launch without PDL.")
     if tiles.swap_ab:
         raise ValueError("swap_ab is a W8A16 option; W8A8 multiplies x @ W.T as it is.")
-    prefill = _prefill_sized(m, weights, options)
+    # a prefill size the persistent kernels take: 128-wide blocks, enough rows, K not split
+    prefill = weights.block == TMA_BLOCK and m >= TMA_MIN_M and options.get("split_k") is None
     tma_options = tma is not None or warp_specialize or paired_k is not None
-    if _takes_wgmma(m, weights, x.device, wgmma, tma_options, options):
-        return _run_wgmma(x, weights, tiles, options)
+    foreign = {key: value for key, value in options.items()
+               if value is not None and WGMMA_FIXED.get(key, value) != value}  # fmt: skip
+    if options.get("block_m") not in (None, *WGMMA_BLOCK_MS):
+        foreign["block_m"] = options["block_m"]
+    if wgmma is None:
+        wgmma = prefill and not tma_options and not foreign and supported(x.device)
+    if wgmma:
+        if tma_options or foreign:
+            raise ValueError(
+                f"the wgmma kernel takes block_m ({WGMMA_BLOCK_MS}), block_n and num_stages "
+                f"only ({WGMMA_FIXED} are fixed; "
+                f"no tma, warp_specialize, paired_k): leave out {sorted(foreign)} and the TMA "
+                "kernel's options, or pass wgmma=False."
+            )
+        with recording():
+            values, scales = quantize_activations(x, weights.block, outer_major=True)
+            return gemm_w8a8_wgmma(values, scales, weights, x.dtype, tiles.block_n,
+                                   options.get("num_stages"),
+                                   block_m=options.get("block_m"))  # fmt: skip
     if tma is None:
         tma = prefill
     if paired_k is None:
@@ -216,34 +187,3 @@ def linear_w8a8(
             num_stages=tiles.num_stages,
         )  # fmt: skip
     return y
-
-
-def linear_w8a8_group(
-    x: Tensor,
-    group: Sequence[DenseWeights],
-    tma: bool | None = None,
-    warp_specialize: bool = False,
-    paired_k: bool | None = None,
-    wgmma: bool | None = None,
-    **options: int | None,
-) -> Tensor:
-    """cat_g(x[:, g] @ W_g.T) for x (M, G, K): one launch of the Gluon kernel over the members
-    stacked (G * N, K) where `linear_w8a8` would run that kernel on a member, the members lie
-    back to back (`DenseWeights.quantize_group` stacks them so) and each tile fits in one
-    member; else member by member (the keywords as `linear_w8a8` takes them). One launch
-    quantises x once and writes y (M, G * N) in place, where member by member takes G
-    quantiser launches, G GEMMs of a G-th of the tiles and a concatenation."""
-    check_group_inputs(x, group, "fp8")
-    (m, g, k), first = x.shape, group[0]
-    n = first.out_features
-    tiles = default_tiles(m).override(**options)
-    tiles.check()
-    tma_options = tma is not None or warp_specialize or paired_k is not None
-    one_launch = (not n % tiles.block_n and not k % TMA_BLOCK
-                  and _takes_wgmma(m, first, x.device, wgmma, tma_options, options))  # fmt: skip
-    stacked = stacked_weights(group) if one_launch else None
-    if stacked is None:
-        linear = partial(linear_w8a8, tma=tma, warp_specialize=warp_specialize,
-                         paired_k=paired_k, wgmma=wgmma, **options)  # fmt: skip
-        return one_by_one(linear, x, group)
-    return _run_wgmma(x.reshape(m, g * k), stacked, tiles, options, groups=g)

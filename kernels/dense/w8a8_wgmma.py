@@ -87,31 +87,19 @@ def _tile_of(tile, tiles_m, tiles_n):
 
 
 @gluon.jit
-def _issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, pid_m, pid_n, k_step,
-                group_n, k_steps):  # fmt: skip
+def _issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, pid_m, pid_n, k_step):
     """Start the TMA copies of this program's `step` (if it has one: step < total), K step
-    `k_step` of tile (pid_m, pid_n), into its ring slot. In a group (`_member`), the tile's
-    activations are its member's K columns."""
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    `k_step` of tile (pid_m, pid_n), into its ring slot."""
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     slot = step % SLOTS
     inside = step < total
     bar = ready.index(slot)
     mbarrier.expect(bar, a_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=inside)
-    off_k = k_step * BLOCK_K
-    a_k = _member(pid_n, w_desc, group_n) * k_steps * BLOCK_K + off_k
-    tma.async_copy_global_to_shared(a_desc, [pid_m * a_desc.block_type.shape[0], a_k], bar,
+    off_k = k_step * a_desc.block_type.shape[1]
+    tma.async_copy_global_to_shared(a_desc, [pid_m * a_desc.block_type.shape[0], off_k], bar,
                                     a_ring.index(slot), pred=inside)  # fmt: skip
     tma.async_copy_global_to_shared(w_desc, [pid_n * w_desc.block_type.shape[0], off_k], bar,
                                     w_ring.index(slot), pred=inside)  # fmt: skip
-
-
-@gluon.jit
-def _member(pid_n, w_desc, group_n):
-    """The group member column tile `pid_n` belongs to: a group's weights are stacked (G * N,
-    K) and its activations (M, G * K), so output columns [g N, g N + N) take K columns
-    [g K, g K + K); group_n = N. One weight is a group of one (group_n = its N)."""
-    return pid_n * w_desc.block_type.shape[0] // group_n
 
 
 @gluon.jit
@@ -131,7 +119,7 @@ def _weight_scale(sw_ptr, block_n, k_step, ok, stride_swn, stride_swk):
 
 @gluon.jit
 def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-              group_n, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
               LAG: gl.constexpr, WARPGROUP: gl.constexpr):  # fmt: skip
     """Rows 64 WARPGROUP + [0, 64) of every 128-row wave of every tile this program owns.
 
@@ -176,9 +164,8 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
         pid_m, pid_n = _tile_of(gl.program_id(0) + t * gl.num_programs(0), tiles_m, tiles_n)
         rows = pid_m * BLOCK_M + row_offsets
         weight_block = pid_n * BLOCK_N // BLOCK_K
-        scale_k0 = _member(pid_n, w_desc, group_n) * k_steps  # the member's first K block
-        sa = _row_scales(sa_ptr, rows, scale_k0, True, M, stride_sak)
-        sa_2 = _row_scales(sa_ptr, rows + WAVE, scale_k0, TWO_WAVES, M, stride_sak)
+        sa = _row_scales(sa_ptr, rows, 0, True, M, stride_sak)
+        sa_2 = _row_scales(sa_ptr, rows + WAVE, 0, TWO_WAVES, M, stride_sak)
         sw = _weight_scale(sw_ptr, weight_block, 0, True, stride_swn, stride_swk)
         acc = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)
         acc_2 = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)  # the second wave's
@@ -189,7 +176,7 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
             a_rows = a_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0)
             running = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product,
                                     use_acc=False, is_async=True)  # fmt: skip
-            next_sa = _row_scales(sa_ptr, rows, scale_k0 + k_step + 1, more, M, stride_sak)
+            next_sa = _row_scales(sa_ptr, rows, k_step + 1, more, M, stride_sak)
             next_sw = _weight_scale(sw_ptr, weight_block, k_step + 1, more, stride_swn,
                                     stride_swk)  # fmt: skip
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
@@ -200,15 +187,14 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
                 # with `product` there, it sinks below it and reads the wgmma's registers
                 running = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), acc,
                                         use_acc=False, is_async=True)  # fmt: skip
-                next_sa_2 = _row_scales(sa_ptr, rows + WAVE, scale_k0 + k_step + 1, more, M,
-                                        stride_sak)  # fmt: skip
+                next_sa_2 = _row_scales(sa_ptr, rows + WAVE, k_step + 1, more, M, stride_sak)
                 product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             mbarrier.arrive(empty.index(slot), count=1)
             if WARPGROUP == 0 and step >= LAG:
                 used = step - LAG
                 mbarrier.wait(empty.index(used % SLOTS), (used // SLOTS) & 1)
                 _issue_load(a_desc, w_desc, a_ring, w_ring, ready, used + SLOTS, total,
-                            load_m, load_n, load_k, group_n, k_steps)  # fmt: skip
+                            load_m, load_n, load_k)  # fmt: skip
                 load_k += 1
                 if load_k == k_steps:
                     load_k = 0
@@ -242,8 +228,8 @@ def _store_wave(y_desc, y_buf, acc, row, column):
 
 @gluon.jit
 def _w8a8_wgmma_kernel(
-    a_desc, w_desc, y_desc, sa_ptr, sw_ptr, M, N, K, group_n, stride_sak, stride_swn,
-    stride_swk, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, REFILL_LAG: gl.constexpr,
+    a_desc, w_desc, y_desc, sa_ptr, sw_ptr, M, N, K, stride_sak, stride_swn, stride_swk,
+    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, REFILL_LAG: gl.constexpr,
 ):  # fmt: skip
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -268,52 +254,37 @@ def _w8a8_wgmma_kernel(
         tile = gl.program_id(0) + (first // k_steps) * gl.num_programs(0)
         pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
         _issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_tiles * k_steps, pid_m,
-                    pid_n, first % k_steps, group_n, k_steps)  # fmt: skip
+                    pid_n, first % k_steps)  # fmt: skip
     args = (a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-            group_n, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+            k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
             REFILL_LAG)  # fmt: skip
     gl.warp_specialize([(_top_rows, args), (_bottom_rows, args)], [4], [CONSUMER_REGS])
 
 
 @gluon.jit
 def _top_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-              group_n, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
               LAG: gl.constexpr):  # fmt: skip
     """Warpgroup 0 (the default partition): each wave's first 64 rows, and the ring's refills."""
     _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-              group_n, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-              LAG, 0)  # fmt: skip
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, LAG,
+              0)  # fmt: skip
 
 
 @gluon.jit
 def _bottom_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr,
-                 M, group_n, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
-                 stride_swk, LAG: gl.constexpr):  # fmt: skip
+                 M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+                 LAG: gl.constexpr):  # fmt: skip
     """Warpgroup 1 (the worker partition): each wave's last 64 rows."""
     _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-              group_n, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-              LAG, 1)  # fmt: skip
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, LAG,
+              1)  # fmt: skip
 
 
 def supported(device: torch.device) -> bool:
     """Whether this kernel runs on `device`: wgmma exists on sm_90 only (Hopper; Blackwell's
     tensor cores take tcgen05 instead, Ampere's mma.sync), and Gluon has no interpreter."""
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
-
-
-def check_group_shape(values: Tensor, weights: DenseWeights, groups: int, block_n: int) -> None:
-    """A group's activations hold each member's K columns, and each tile lies in one member."""
-    n, k = weights.out_features, weights.in_features
-    if groups < 1 or n % groups:
-        raise ValueError(f"groups={groups} must be at least 1 and divide the stacked weights' "
-                         f"{n} rows.")  # fmt: skip
-    if values.shape[1] != groups * k:
-        raise ValueError(f"activations of {groups} members of K={k} must be (M, {groups * k}), "
-                         f"got {tuple(values.shape)}.")  # fmt: skip
-    if groups > 1 and ((n // groups) % block_n or k % BLOCK):
-        raise ValueError(f"a group's member N={n // groups} must be a multiple of block_n="
-                         f"{block_n} and K={k} of {BLOCK}, so each tile lies in one member; "
-                         "run the members one by one.")  # fmt: skip
 
 
 def default_block_m(m: int, n: int, block_n: int, sms: int) -> int:
@@ -344,7 +315,6 @@ def gemm_w8a8_wgmma(
     consumer_regs: int = 232,
     block_m: int | None = None,
     refill_lag: int | None = None,
-    groups: int = 1,
 ) -> Tensor:
     """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
     (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks.
@@ -354,19 +324,13 @@ def gemm_w8a8_wgmma(
     weight scale; `consumer_regs` is the register budget Triton asks for each warpgroup
     (setmaxnreg); `num_stages` the ring's slots (None: DEFAULT_STAGES by block_m);
     `refill_lag` the K steps between a ring slot's use and warpgroup 0's refill of it (1 or
-    more; None: LOAD_AHEAD steps ahead where the ring has them).
-
-    `groups` > 1 runs a group of projections of one shape (kernels.dense.grouped) as one GEMM:
-    `weights` are the members stacked (G * N, K), `values` the members' activations side by
-    side (M, G * K), and y (M, G * N) is cat_g(x_g @ W_g.T); each tile lies in one member, so
-    N must be a multiple of block_n and K of 128."""
+    more; None: LOAD_AHEAD steps ahead where the ring has them)."""
     check_tma_inputs("wgmma", scales, weights)
     if block_n not in (32, 64, 128):
         raise ValueError(f"block_n must be 32, 64 or 128 (a power of two no wider than a "
                          f"weight block; wider, a warpgroup's two fp32 tiles overflow its "
                          f"registers), got {block_n}.")  # fmt: skip
-    m, n, k = values.shape[0], weights.out_features, weights.in_features
-    check_group_shape(values, weights, groups, block_n)
+    (m, k), n = values.shape, weights.out_features
     sms = planned_sms(values.device)
     if block_m is None:
         block_m = default_block_m(m, n, block_n, sms)
@@ -393,7 +357,7 @@ def gemm_w8a8_wgmma(
     launch(
         _w8a8_wgmma_kernel, (programs,), descriptor(values, [block_m, BLOCK]),
         descriptor(weights.values, [block_n, BLOCK]), descriptor(y, [ROWS // 2, block_n]),
-        scales, weights.scales, m, n, k, n // groups, scales.stride(1), *weights.scales.stride(),
+        scales, weights.scales, m, n, k, scales.stride(1), *weights.scales.stride(),
         STAGES=num_stages,
         CONSUMER_REGS=consumer_regs, REFILL_LAG=refill_lag, num_warps=4,
     )  # fmt: skip
