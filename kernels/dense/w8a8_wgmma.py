@@ -70,9 +70,10 @@ GROUP = gl.constexpr(8)  # row tiles walked together (grouped order)
 DEFAULT_STAGES = {128: 5, 256: 4}
 # K steps the ring loads ahead: a slot is refilled by warpgroup 0 `refill_lag` steps after its
 # use (once both warpgroups have released it), so num_stages - refill_lag steps ahead. On the
-# H200, two-wave tiles at 4 stages ran 0-6% faster refilled a step after use than two
-# (three ahead) and one-wave tiles at 5 stages within 1% either way (raw/logs/
-# h200-dense-w8a8-gemm-times-*.csv), so the default keeps three steps ahead.
+# H200, two-wave tiles at 4 stages took 0-6% less time a projection at lag 1 (three steps
+# ahead) than at lag 2 (two), and one-wave tiles at 5 stages were within 1% between lag 2
+# (three ahead) and lag 1 (four) (raw/logs/h200-dense-w8a8-gemm-times-2e9b9f7-*.csv), so the
+# default keeps three steps ahead.
 LOAD_AHEAD = 3
 
 
@@ -289,10 +290,10 @@ def supported(device: torch.device) -> bool:
 
 def default_block_m(m: int, n: int, block_n: int, sms: int) -> int:
     """Two waves a tile (256 rows) where one-wave tiles would take the SMs more than one round,
-    else one. On the H200, two-wave tiles ran each projection of a layer 0-17% faster at
-    M=4096 and 16384 (raw/logs/h200-dense-w8a8-gemm-times-*.csv), o_a's 128 tiles on 132 SMs
-    among them (0.036 ms against 0.043), and the layer 7-19% slower at M=512 and 1024 (raw/
-    logs/h200-tune-dense-wgmma-waves-*.csv), where one-wave tiles fit in one round."""
+    else one. On the H200, two-wave tiles took 4-19% less time on each projection of a layer
+    at M=4096 and 16384 (raw/logs/h200-dense-w8a8-gemm-times-2e9b9f7-*.csv), o_a's 128 tiles
+    on 132 SMs among them (0.036 ms against 0.045), and the layer 9-26% more at M=512 and
+    1024 (raw/logs/h200-tune-dense-wgmma-waves-*.csv), where one-wave tiles fit in one round."""
     one_wave_tiles = triton.cdiv(m, ROWS) * triton.cdiv(n, block_n)
     return 2 * ROWS if one_wave_tiles > sms else ROWS
 
