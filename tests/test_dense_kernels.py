@@ -413,3 +413,5 @@ def test_the_wgmma_kernels_ring_must_load_ahead(device):
     values, scales = quantize_activations(x, 128, outer_major=True)
     with pytest.raises(ValueError, match="refill_lag must be at least 1 and below num_stages"):
         gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16, num_stages=4, refill_lag=4)
+    with pytest.raises(ValueError, match=r"needs 272 KB of shared memory.*num_stages <= 4"):
+        gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16, block_m=256, num_stages=5)

@@ -75,6 +75,7 @@ DEFAULT_STAGES = {128: 5, 256: 4}
 # (three ahead) and lag 1 (four) (raw/logs/h200-dense-w8a8-gemm-times-2e9b9f7-*.csv), so the
 # default keeps three steps ahead.
 LOAD_AHEAD = 3
+SHARED_MEMORY = 232448  # bytes a block may take on sm_90 (227 KB, opted in)
 
 
 @gluon.jit
@@ -342,6 +343,13 @@ def gemm_w8a8_wgmma(
     if block_m not in (ROWS, 2 * ROWS):
         raise ValueError(f"block_m must be {ROWS} or {2 * ROWS} (one or two waves of two "
                          f"warpgroups' 64 rows), got {block_m}.")  # fmt: skip
+    ring = num_stages * (block_m + block_n) * BLOCK  # FP8 operands: a byte an element
+    staging = 2 * (ROWS // 2) * block_n * torch.finfo(out_dtype).bits // 8
+    if ring + staging > SHARED_MEMORY:
+        fits = (SHARED_MEMORY - staging) // ((block_m + block_n) * BLOCK)
+        raise ValueError(f"num_stages={num_stages} with {block_m} x {block_n} tiles needs "
+                         f"{(ring + staging) // 1024} KB of shared memory, more than sm_90's "
+                         f"{SHARED_MEMORY // 1024} KB; use num_stages <= {fits}.")  # fmt: skip
     if not 1 <= refill_lag < num_stages:
         raise ValueError(f"refill_lag must be at least 1 and below num_stages (the ring must "
                          f"load a step ahead), got {refill_lag} with num_stages="
