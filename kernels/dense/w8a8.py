@@ -29,6 +29,7 @@ from kernels.dense.tiles import (
 )
 from kernels.dense.w8a8_tma import BLOCK as TMA_BLOCK
 from kernels.dense.w8a8_tma import gemm_w8a8_tma
+from kernels.dense.w8a8_wgmma import BLOCK_MS as WGMMA_BLOCK_MS
 from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma, supported
 from kernels.fp8_quant import quantize_activations
 
@@ -56,7 +57,6 @@ TMA_MIN_M = 257
 # 4 warps, one weight block a K step; and it never splits K. Options asking otherwise pick the
 # Triton kernels instead (the tile grids of scripts/tune_dense.py keep their meaning).
 WGMMA_FIXED = {"block_k": 128, "num_warps": 8, "split_k": None}
-WGMMA_BLOCK_MS = (128, 256)  # one wave a tile, or two (by default `default_block_m`)
 
 
 @triton.jit

@@ -61,6 +61,7 @@ from kernels.dense.w8a8_tma import BLOCK, check_tma_inputs
 from kernels.moe.routing import planned_sms
 
 ROWS = 128  # a wave's rows: two warpgroups of wgmma's 64; a tile is one wave or two
+BLOCK_MS = (ROWS, 2 * ROWS)  # a tile's rows: one wave or two
 GROUP = gl.constexpr(8)  # row tiles walked together (grouped order)
 # Ring slots by tile rows: as many as shared memory holds beside the staging buffers (2 x 16
 # KB). On the H200, one-wave tiles ran 1.7x slower at 3 stages than at 6 (raw/logs/
@@ -340,7 +341,7 @@ def gemm_w8a8_wgmma(
         num_stages = DEFAULT_STAGES.get(block_m, 3)
     if refill_lag is None:
         refill_lag = max(1, num_stages - LOAD_AHEAD)
-    if block_m not in (ROWS, 2 * ROWS):
+    if block_m not in BLOCK_MS:
         raise ValueError(f"block_m must be {ROWS} or {2 * ROWS} (one or two waves of two "
                          f"warpgroups' 64 rows), got {block_m}.")  # fmt: skip
     ring = num_stages * (block_m + block_n) * BLOCK  # FP8 operands: a byte an element
