@@ -41,7 +41,7 @@ def check_fp8_scales(scales: Tensor) -> None:
 # byte of a 16-bit half and its sign, replicated (selector bit 3), to the high byte. Shifted
 # left 4, a half holds the sign at bit 15 (and bits 11-14, masked off) and the low 7 bits of
 # the byte at bits 4-10, which are bf16's exponent low bits and 3 mantissa bits.
-_E4M3_TO_BF16 = tl.constexpr("""
+E4M3_TO_BF16_PTX = tl.constexpr("""
 {
 .reg .b32 t;
 prmt.b32 t, $2, 0, 0x9180;
@@ -50,6 +50,19 @@ and.b32 $0, t, 0x87f087f0;
 prmt.b32 t, $2, 0, 0xb3a2;
 shl.b32 t, t, 4;
 and.b32 $1, t, 0x87f087f0;
+}
+""")
+
+# The same for one pair of bytes, as a 16-bit register holds them: where the FP8 values come
+# from shared memory two bytes a load (wgmma's register layout for a bf16 operand holds pairs
+# of K), packing four into a word first took more permutes than the conversion.
+E4M3_PAIR_TO_BF16_PTX = tl.constexpr("""
+{
+.reg .b32 t;
+cvt.u32.u16 t, $1;
+prmt.b32 t, t, 0, 0x9180;
+shl.b32 t, t, 4;
+and.b32 $0, t, 0x87f087f0;
 }
 """)
 
@@ -83,7 +96,7 @@ def e4m3_as_bf16(w8):
     """The bf16 whose bits are E4M3 `w8`'s moved into place: the value times 2**-120.
     Multiply by `E4M3_BITS_SCALE` (folded into a scale) for the value."""
     return tl.inline_asm_elementwise(
-        _E4M3_TO_BF16,
+        E4M3_TO_BF16_PTX,
         "=r,=r,r",
         [w8.to(tl.uint8, bitcast=True)],
         dtype=tl.bfloat16,

@@ -1,0 +1,404 @@
+"""W8A16 dense GEMM for middle sizes in Gluon: the weights go from shared memory through the
+registers into bf16 wgmma, the activations by TMA.
+
+The Triton W8A16 kernel (`w8a16.py`) stays below cuBLAS bf16 from 64 to 256 rows: Nsight
+Compute found its swapped 128-row tile latency-bound at about ten instructions a weight value
+(cp.async predicates recomputed for every copy, the FP8 values converted through fp16 and fp32,
+two blocks an SM). This kernel computes the same y.T = W @ x.T tile by tile, with:
+- TMA copies of the FP8 weight tile and the bf16 activation tile into a ring of slots, so the
+  warps do no address arithmetic for them;
+- the weights as wgmma's first operand, read from registers: each warpgroup loads its 64 rows
+  of the slot from shared memory, turns them into bf16 by bit manipulation (`kernels.dequant`)
+  and multiplies them by the block's power-of-two scale (exact), so one accumulator runs
+  through every wgmma and the next step's conversion overlaps this step's wgmma;
+- the activations as the second operand, straight from their slot (the K-major transposed
+  view wgmma reads for 16-bit types).
+
+As in `w8a8_wgmma`, the two warpgroups are two partitions (`gl.warp_specialize`) that share only
+the ring's barriers: each releases a slot once its wgmma has read it, and warpgroup 0 refills
+the slot `LAG` steps behind. Narrow projections split K (grid axis 2, with the group's member)
+as the Triton kernels do: fp32 partial tiles, an arrival count a warpgroup tile, and the last
+to arrive sums the partials. A tile's result leaves through a staging buffer by TMA, which
+clips rows and columns past the output's edge.
+
+It takes DeepSeek's 128 x 128 weight blocks only: a tile's 128 weight rows then lie in one
+block, so a K step of 64 has one scale. Gluon has no interpreter: the CPU tests check the
+compiled SASS and the host checks, the GPU tests compare it with the Triton kernel.
+"""
+
+from collections.abc import Sequence
+
+import torch
+import triton
+from torch import Tensor
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from kernels.compiled import launch
+from kernels.dense.formats import DenseWeights, check_group_inputs, check_linear_inputs
+from kernels.dense.tiles import REDUCE_BYTES, outputs
+from kernels.dense.w8a8_wgmma import SHARED_MEMORY, descriptor, supported
+from kernels.dequant import E4M3_BITS_SCALE, E4M3_PAIR_TO_BF16_PTX
+from kernels.moe.routing import planned_sms
+
+ROWS = 128  # weight rows a tile: two warpgroups of wgmma's 64
+WG_ROWS = 64
+BLOCK = 128  # the weight block this kernel takes
+BLOCK_K = 64  # a K step: 128 bytes of bf16 activations a row, the widest TMA swizzle
+BLOCK_TS = (64, 128, 256)  # token columns a tile (wgmma's N)
+MAX_STAGES = 8
+_SCALE_BLOCK = gl.constexpr(BLOCK)  # the kernel's view of BLOCK
+
+
+@gluon.jit
+def _e4m3_as_bf16(w8):
+    """`kernels.dequant.e4m3_as_bf16` for Gluon tensors: the value times 2**-120 in bf16."""
+    return gl.inline_asm_elementwise(
+        E4M3_PAIR_TO_BF16_PTX,
+        "=r,h",
+        [w8.to(gl.uint8, bitcast=True)],
+        dtype=gl.bfloat16,
+        is_pure=True,
+        pack=2,
+    )
+
+
+@gluon.jit
+def _load_step(x_desc, w_desc, x_ring, w_ring, ready, step, steps, t_row, w_row, x_col, k_lo):
+    """Start the TMA copies of K step `step` of this program's range (if it has one) into its
+    ring slot: activations from column x_col, weights from row w_row."""
+    SLOTS: gl.constexpr = x_ring.type.shape[0]
+    slot = step % SLOTS
+    inside = step < steps
+    bar = ready.index(slot)
+    mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=inside)
+    k = (k_lo + step) * x_desc.block_type.shape[1]
+    tma.async_copy_global_to_shared(x_desc, [t_row, x_col + k], bar, x_ring.index(slot),
+                                    pred=inside)  # fmt: skip
+    tma.async_copy_global_to_shared(w_desc, [w_row, k], bar, w_ring.index(slot), pred=inside)
+
+
+@gluon.jit
+def _tile_range(K, steps_per_split, splits, BLOCK_K: gl.constexpr):
+    """(first K step, K steps) of this program's split of K."""
+    k_lo = (gl.program_id(2) % splits) * steps_per_split
+    return k_lo, gl.minimum(steps_per_split, gl.cdiv(K, BLOCK_K) - k_lo)
+
+
+@gluon.jit
+def _step(x_desc, w_desc, x_ring, w_ring, ready, empty, acc, sw, scales, i, steps, k_lo, t_row,
+          w_row, x_col, stride_sk, LAG: gl.constexpr, WARPGROUP: gl.constexpr,
+          FIRST: gl.constexpr):  # fmt: skip
+    """K step i of a warpgroup: (the accumulator with its wgmma in flight, the next scale).
+
+    Wait for the slot's copy, load this warpgroup's weight rows from it in wgmma's register
+    layout, convert and scale them, issue the wgmma and wait for the step before's (one stays
+    in flight, so the next step's conversion overlaps it); release that step's slot and
+    (warpgroup 0) refill the slot used LAG steps before once both have released it. The next
+    step's scale is loaded a step early: loaded where it is used, each step would wait for an
+    L2 round trip. The FIRST step starts the accumulator (use_acc=False), so no instruction
+    but a wgmma writes it while one is in flight (else ptxas serialises them, C7515)."""
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    WG_ROWS: gl.constexpr = w_desc.block_type.shape[0] // 2
+    SLOTS: gl.constexpr = x_ring.type.shape[0]
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout,
+                                                 k_width=2)  # fmt: skip
+    slot = i % SLOTS
+    mbarrier.wait(ready.index(slot), (i // SLOTS) & 1)
+    w8 = w_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0).load(a_layout)
+    next_sw = gl.load(scales + ((k_lo + i + 1) * BLOCK_K // _SCALE_BLOCK) * stride_sk,
+                      mask=i + 1 < steps, other=0.0)  # fmt: skip
+    w = _e4m3_as_bf16(w8) * (sw * E4M3_BITS_SCALE).to(gl.bfloat16)
+    acc = warpgroup_mma(w, x_ring.index(slot).permute((1, 0)), acc, use_acc=not FIRST,
+                        is_async=True)  # fmt: skip
+    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, w))[0]
+    if not FIRST:  # the step before's wgmma is done: its slot may be refilled
+        mbarrier.arrive(empty.index((i - 1) % SLOTS), count=1)
+    if WARPGROUP == 0 and i >= LAG:
+        used = i - LAG
+        mbarrier.wait(empty.index(used % SLOTS), (used // SLOTS) & 1)
+        _load_step(x_desc, w_desc, x_ring, w_ring, ready, used + SLOTS, steps, t_row, w_row,
+                   x_col, k_lo)  # fmt: skip
+    return acc, next_sw
+
+
+@gluon.jit
+def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, part_ptr,
+              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+              LAG: gl.constexpr, SPLIT: gl.constexpr, WARPGROUP: gl.constexpr):  # fmt: skip
+    """Weight rows 64 WARPGROUP + [0, 64) of this program's tile, over its split of K (at
+    least one step: the host plans no empty split)."""
+    BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    ROWS: gl.constexpr = w_desc.block_type.shape[0]
+    WG_ROWS: gl.constexpr = ROWS // 2
+    layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_T, 16]
+    )
+    group = gl.program_id(2) // splits
+    k_lo, steps = _tile_range(K, steps_per_split, splits, BLOCK_K)
+    t_row = gl.program_id(1) * BLOCK_T
+    w_row = group * N + gl.program_id(0) * ROWS
+    scales = s_ptr + group * stride_sg + (gl.program_id(0) * ROWS // _SCALE_BLOCK) * stride_sn
+    sw = gl.load(scales + (k_lo * BLOCK_K // _SCALE_BLOCK) * stride_sk)
+    acc = gl.zeros((WG_ROWS, BLOCK_T), gl.float32, layout)
+    acc, sw = _step(x_desc, w_desc, x_ring, w_ring, ready, empty, acc, sw, scales, 0, steps,
+                    k_lo, t_row, w_row, group * K, stride_sk, LAG, WARPGROUP, True)  # fmt: skip
+    for i in range(1, steps):
+        acc, sw = _step(x_desc, w_desc, x_ring, w_ring, ready, empty, acc, sw, scales, i,
+                        steps, k_lo, t_row, w_row, group * K, stride_sk, LAG, WARPGROUP,
+                        False)  # fmt: skip
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    y_buf = y_bufs.index(WARPGROUP)
+    rows = gl.program_id(0) * ROWS + WARPGROUP * WG_ROWS  # the first weight row, in its member
+    if SPLIT:
+        # The partials (G, splits, N, M), stored and summed four tokens a thread
+        sums: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
+        n = rows + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, sums))
+        t = t_row + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, sums))
+        inside = (n < N)[:, None] & (t < M)[None, :]
+        offsets = n.to(gl.int64)[:, None] * M + t[None, :]
+        member_parts = part_ptr + group.to(gl.int64) * splits * N * M
+        split = gl.program_id(2) % splits
+        gl.store(member_parts + split * N * M + offsets, gl.convert_layout(acc, sums), mask=inside)
+        gl.thread_barrier()  # every thread's partial before the count (acq_rel releases them)
+        tile = (group * gl.num_programs(0) + gl.program_id(0)) * gl.num_programs(1)
+        lock = locks_ptr + (tile + gl.program_id(1)) * 2 + WARPGROUP
+        if gl.atomic_add(lock, 1, sem="acq_rel") == splits - 1:
+            total = gl.zeros((WG_ROWS, BLOCK_T), gl.float32, sums)
+            for other in range(splits):
+                total += gl.load(member_parts + other * N * M + offsets, mask=inside, other=0.0,
+                                 cache_modifier=".cg")  # fmt: skip
+            _store(y_desc, y_buf, total, t_row, group * N + rows)
+            gl.atomic_xchg(lock, 0)  # zero for the next split GEMM on the stream
+    else:
+        _store(y_desc, y_buf, acc, t_row, group * N + rows)
+
+
+@gluon.jit
+def _store(y_desc, y_buf, acc, t_row, column):
+    """y[t_row + t, column + n] = acc[n, t] in y's dtype, through the staging buffer by TMA."""
+    y_buf.store(gl.permute(acc.to(y_desc.dtype), (1, 0)))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(y_desc, [t_row, column], y_buf)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _w8a16_wgmma_kernel(
+    x_desc, w_desc, y_desc, s_ptr, part_ptr, locks_ptr, M, N, K, steps_per_split, splits,
+    stride_sn, stride_sk, stride_sg, STAGES: gl.constexpr, LAG: gl.constexpr,
+    SPLIT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+):  # fmt: skip
+    BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    ROWS: gl.constexpr = w_desc.block_type.shape[0]
+    x_ring = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BLOCK_T, BLOCK_K], x_desc.layout)
+    w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, ROWS, BLOCK_K], w_desc.layout)
+    y_bufs = gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape,
+                                       y_desc.layout)  # one a warpgroup  # fmt: skip
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for first in gl.static_range(STAGES):
+        mbarrier.init(ready.index(first), count=1)
+        mbarrier.init(empty.index(first), count=2)  # one arrival a warpgroup
+    fence_async_shared()  # the initialised barriers, visible to TMA (the async proxy)
+    group = gl.program_id(2) // splits
+    k_lo, steps = _tile_range(K, steps_per_split, splits, BLOCK_K)
+    for first in gl.static_range(STAGES):
+        _load_step(x_desc, w_desc, x_ring, w_ring, ready, first, steps,
+                   gl.program_id(1) * BLOCK_T, group * N + gl.program_id(0) * ROWS, group * K,
+                   k_lo)  # fmt: skip
+    args = (
+        x_desc,
+        w_desc,
+        y_desc,
+        x_ring,
+        w_ring,
+        y_bufs,
+        ready,
+        empty,
+        s_ptr,
+        part_ptr,
+        locks_ptr,
+        M,
+        N,
+        K,
+        steps_per_split,
+        splits,
+        stride_sn,
+        stride_sk,
+        stride_sg,
+        LAG,
+    )
+    if SPLIT:
+        gl.warp_specialize([(_top_rows_split, args), (_bottom_rows_split, args)], [4],
+                           [CONSUMER_REGS])  # fmt: skip
+    else:
+        gl.warp_specialize([(_top_rows, args), (_bottom_rows, args)], [4], [CONSUMER_REGS])
+
+
+@gluon.jit
+def _top_rows(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, part_ptr,
+              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+              LAG: gl.constexpr):  # fmt: skip
+    """Warpgroup 0 (the default partition): the tile's first 64 weight rows, and the refills."""
+    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, part_ptr,
+              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+              LAG, False, 0)  # fmt: skip
+
+
+@gluon.jit
+def _bottom_rows(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, part_ptr,
+                 locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+                 LAG: gl.constexpr):  # fmt: skip
+    """Warpgroup 1 (the worker partition): the tile's last 64 weight rows."""
+    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, part_ptr,
+              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+              LAG, False, 1)  # fmt: skip
+
+
+@gluon.jit
+def _top_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr,
+                    part_ptr, locks_ptr, M, N, K, steps_per_split, splits, stride_sn,
+                    stride_sk, stride_sg, LAG: gl.constexpr):  # fmt: skip
+    """`_top_rows` of a split K (partition arguments lose constexpr-ness, hence four)."""
+    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, part_ptr,
+              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+              LAG, True, 0)  # fmt: skip
+
+
+@gluon.jit
+def _bottom_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr,
+                       part_ptr, locks_ptr, M, N, K, steps_per_split, splits, stride_sn,
+                       stride_sk, stride_sg, LAG: gl.constexpr):  # fmt: skip
+    """`_bottom_rows` of a split K."""
+    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, part_ptr,
+              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+              LAG, True, 1)  # fmt: skip
+
+
+def default_stages(block_t: int) -> int:
+    """As many ring slots as shared memory holds beside the staging buffers, up to MAX_STAGES."""
+    return min(MAX_STAGES, (SHARED_MEMORY - _staging_bytes(block_t)) // _slot_bytes(block_t))
+
+
+def default_block_t(m: int) -> int:
+    """The narrowest tile that takes all M tokens in one column of tiles, up to 256 (wgmma's
+    widest N); from 256 rows, tiles of 128 (the activations are read once a row tile)."""
+    return next((t for t in BLOCK_TS if m <= t), BLOCK_TS[1])
+
+
+def split_count(tiles: int, k_steps: int, block_t: int, sms: int) -> int:
+    """Splits of K that give about one program an SM (a program takes an SM's shared memory),
+    keeping the partial sums the last split of a tile adds under REDUCE_BYTES."""
+    want = triton.cdiv(sms, tiles)
+    return max(1, min(want, k_steps, REDUCE_BYTES // (4 * ROWS * block_t)))
+
+
+def _slot_bytes(block_t: int) -> int:
+    return block_t * BLOCK_K * 2 + ROWS * BLOCK_K  # bf16 activations, FP8 weights
+
+
+def _staging_bytes(block_t: int) -> int:
+    return 2 * block_t * WG_ROWS * 2  # a bf16 output tile a warpgroup
+
+
+def check_wgmma_inputs(x: Tensor, weights: DenseWeights, groups: int) -> str | None:
+    """Why this kernel cannot take x (M, G, K) and `weights`, or None if it can."""
+    (_, _, k), n = x.shape, weights.out_features
+    if not supported(x.device):
+        return "it needs an sm_90 (Hopper) GPU"
+    if weights.block != BLOCK:
+        return f"it takes 128 x 128 weight blocks, not {weights.block}"
+    if x.dtype != torch.bfloat16:
+        return f"it takes bf16 activations, not {x.dtype}"
+    if x.stride(2) != 1 or (groups > 1 and x.stride(1) != k):
+        return "the activations' members must be contiguous in each row"
+    if k % 16 or x.stride(0) % 8 or x.data_ptr() % 16 or (groups * n) % 8:
+        return "TMA needs 16-byte aligned rows (K a multiple of 16, N of 8)"
+    if groups > 1 and (n % ROWS or k % BLOCK_K):
+        return f"a group needs N a multiple of {ROWS} and K of {BLOCK_K}"
+    return None
+
+
+def gemm_w8a16_wgmma(
+    x: Tensor,
+    weights: DenseWeights,
+    group_strides: tuple[int, int] = (0, 0),
+    block_t: int | None = None,
+    num_stages: int | None = None,
+    split_k: int | None = None,
+    refill_lag: int | None = None,
+    consumer_regs: int = 232,
+) -> Tensor:
+    """cat_g(x[:, g] @ W_g.T) for bf16 x (M, G, K) and G FP8 weights from `weights` on, member g
+    `group_strides` (values, scales elements) after the first; (M, G * N) in bf16.
+
+    `block_t` is a tile's token columns (None: `default_block_t`), `num_stages` the ring's slots
+    (None: `default_stages`), `split_k` the splits of K (None: `split_count`), `refill_lag` the
+    K steps between a slot's use and its refill (None: 2 with six slots or more, else 1),
+    `consumer_regs` the registers Triton asks for each warpgroup (setmaxnreg)."""
+    (m, groups, k), n = x.shape, weights.out_features
+    why = check_wgmma_inputs(x, weights, groups)
+    if why is not None:
+        raise ValueError(f"the wgmma W8A16 kernel cannot run this GEMM: {why}; call "
+                         "linear_w8a16, which takes the Triton kernel then.")  # fmt: skip
+    block_t = default_block_t(m) if block_t is None else block_t
+    if block_t not in BLOCK_TS:
+        raise ValueError(f"block_t must be one of {BLOCK_TS} (wgmma's N), got {block_t}.")
+    num_stages = default_stages(block_t) if num_stages is None else num_stages
+    used = num_stages * _slot_bytes(block_t) + _staging_bytes(block_t)
+    if used > SHARED_MEMORY:
+        raise ValueError(f"num_stages={num_stages} with {block_t}-token tiles needs {used // 1024} "
+                         f"KB of shared memory, more than sm_90's {SHARED_MEMORY // 1024} KB; use "
+                         f"num_stages <= {default_stages(block_t)}.")  # fmt: skip
+    refill_lag = (2 if num_stages >= 6 else 1) if refill_lag is None else refill_lag
+    if not 1 <= refill_lag < num_stages:
+        raise ValueError(f"refill_lag must be at least 1 and below num_stages={num_stages}, got "
+                         f"{refill_lag}.")  # fmt: skip
+    tiles = triton.cdiv(n, ROWS) * triton.cdiv(m, block_t) * groups
+    k_steps = triton.cdiv(k, BLOCK_K)
+    splits = split_count(tiles, k_steps, block_t, planned_sms(x.device)) if split_k is None \
+        else split_k  # fmt: skip
+    if not isinstance(splits, int) or splits < 1:
+        raise ValueError(f"split_k={split_k!r} must be an integer >= 1; 1 means no split.")
+    per_split = triton.cdiv(k_steps, min(splits, k_steps))
+    splits = triton.cdiv(k_steps, per_split)
+    y, part, locks = outputs(m, n, 2 * tiles // groups, splits, x.dtype, x.device, groups)
+    x_2d = x.as_strided((m, groups * k), (x.stride(0), 1))
+    w_2d = weights.values.as_strided((groups * n, k), weights.values.stride())
+    if groups > 1 and group_strides[0] != n * k:
+        raise ValueError("a group's FP8 values must lie one after another (torch.stack); build "
+                         "them with DenseWeights.quantize_group.")  # fmt: skip
+    grid = (triton.cdiv(n, ROWS), triton.cdiv(m, block_t), splits * groups)
+    launch(
+        _w8a16_wgmma_kernel, grid, descriptor(x_2d, [block_t, BLOCK_K]),
+        descriptor(w_2d, [ROWS, BLOCK_K]), descriptor(y, [block_t, WG_ROWS]), weights.scales,
+        part, locks, m, n, k, per_split, splits, *weights.scales.stride(), group_strides[1],
+        STAGES=num_stages, LAG=refill_lag, SPLIT=splits > 1, CONSUMER_REGS=consumer_regs,
+        num_warps=4,
+    )  # fmt: skip
+    return y
+
+
+def linear_w8a16_wgmma(x: Tensor, weights: DenseWeights, **options: int | None) -> Tensor:
+    """x @ W.T for bf16 x (M, K) and FP8 `weights` (N, K) by this kernel; `options` as
+    `gemm_w8a16_wgmma` takes them."""
+    check_linear_inputs(x, weights, "fp8")
+    return gemm_w8a16_wgmma(x[:, None], weights, **options)
+
+
+def linear_w8a16_wgmma_group(x: Tensor, group: Sequence[DenseWeights],
+                             **options: int | None) -> Tensor:  # fmt: skip
+    """cat_g(x[:, g] @ W_g.T) in one launch for x (M, G, K) and G FP8 weights of one shape at
+    one stride (`formats.stacked_stride`)."""
+    strides = check_group_inputs(x, group, "fp8")
+    return gemm_w8a16_wgmma(x, group[0], strides, **options)

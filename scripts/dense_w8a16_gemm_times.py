@@ -1,0 +1,107 @@
+"""Time the Gluon W8A16 GEMM (kernels/dense/w8a16_wgmma.py) on each dense projection of one
+`dsv4-flash-tp2` layer under several settings, beside the Triton W8A16 kernel and cuBLAS bf16,
+and the layer's six calls in one CUDA graph for each, to choose its defaults and its range.
+
+    python scripts/dense_w8a16_gemm_times.py OUT.csv [M ...]        (default M: 32 64 128 256)
+
+Each setting is checked first against the dequantised weights in fp32 (as the bench checks
+W8A16); times are medians of CUDA-graph replays by the workbench's timer. A developer's tool,
+like dense_w8a8_gemm_times.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from functools import partial
+
+import pandas as pd
+import torch
+
+import kernels.dense as dense
+from kernels.dense.w8a16_wgmma import linear_w8a16_wgmma, linear_w8a16_wgmma_group
+from workbench.capture.bench_rows import time_call
+from workbench.presets import get_preset
+from workbench.workloads.checks import relative_error
+from workbench.workloads.dense import Layer, activations
+
+# name: linear_w8a16_wgmma options (none: its defaults)
+SETTINGS = {
+    "gluon": {},
+    "gluon-t64": dict(block_t=64),
+    "gluon-t128": dict(block_t=128),
+    "gluon-t256": dict(block_t=256),
+    "gluon-lag1": dict(refill_lag=1),
+    "gluon-lag2": dict(refill_lag=2),
+    "gluon-split1": dict(split_k=1),
+    "gluon-split2": dict(split_k=2),
+    "gluon-split4": dict(split_k=4),
+    "gluon-split8": dict(split_k=8),
+}
+WHOLE_LAYER = ("bf16", "triton", "gluon")  # timed as the layer's six calls in one graph too
+
+
+def variants() -> dict[str, tuple[Callable, Callable]]:
+    """name: (linear(x, w), linear_group(x (M, G, K), members)) of every variant timed."""
+    out = {
+        "bf16": (dense.linear, dense.group_linear("bf16", dense.linear)),
+        "triton": (dense.linear_w8a16, dense.linear_w8a16_group),
+    }
+    for name, options in SETTINGS.items():
+        out[name] = (partial(linear_w8a16_wgmma, **options),
+                     partial(linear_w8a16_wgmma_group, **options))  # fmt: skip
+    return out
+
+
+def reference(x: torch.Tensor, members: list, k: int) -> torch.Tensor:
+    """The projection in fp32 on the dequantised weights: member g reads x's g-th K columns."""
+    return torch.cat([x[:, g * k : (g + 1) * k].float() @ w.dequantize().T
+                      for g, w in enumerate(members)], 1)  # fmt: skip
+
+
+def run_all(calls: list[Callable]) -> None:
+    for call in calls:
+        call()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out")
+    parser.add_argument("m", type=int, nargs="*", default=[32, 64, 128, 256])
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    layer = Layer(get_preset("dsv4-flash-tp2").rank_shapes(), 1, 128, torch.bfloat16, device, 0)
+    rows = []
+    for m in args.m:
+        xs = activations(m, layer.input_widths, 0, device, torch.bfloat16)
+        for name, (linear, linear_group) in variants().items():
+            weights = layer.weights("bf16" if name == "bf16" else "w8a16")[0]
+            calls = layer.calls(linear, linear_group, xs, weights)
+            first = 0
+            for p, call in zip(layer.projections, calls, strict=True):
+                row = {"m": m, "proj": p.name, "n": p.n, "k": p.k * p.count, "setting": name}
+                members = layer.fp8[0][first : first + p.count]
+                first += p.count
+                try:
+                    x = xs[p.k * p.count]
+                    want = reference(x, members, p.k)
+                    row["rel_error"] = relative_error(call(), want)
+                    row["ms"] = time_call(call, device, m, graph=True)[0]
+                except Exception as err:  # noqa: BLE001 (a failing setting is a result)
+                    row["status"] = f"{type(err).__name__}: {str(err)[:120]}"
+                print(row, flush=True)
+                rows.append(row)
+            if name in WHOLE_LAYER:
+                row = {"m": m, "proj": "layer", "setting": name}
+                row["ms"] = time_call(partial(run_all, calls), device, m, graph=True)[0]
+                print(row, flush=True)
+                rows.append(row)
+    table = pd.DataFrame(rows)
+    table.to_csv(args.out, index=False)
+    pd.set_option("display.width", 250)
+    pd.set_option("display.max_columns", 30)
+    print(table.pivot_table(index=["m", "proj"], columns="setting", values="ms").round(4))
+
+
+if __name__ == "__main__":
+    main()
