@@ -93,10 +93,11 @@ def _tile_range(K, steps_per_split, splits, BLOCK_K: gl.constexpr):
 
 
 @gluon.jit
-def _step(x_desc, w_desc, x_ring, w_ring, ready, empty, acc, sw, scales, i, steps, k_lo, t_row,
-          w_row, x_col, stride_sk, LAG: gl.constexpr, WARPGROUP: gl.constexpr,
+def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, scales, steps,
+          k_lo, t_row, w_row, x_col, stride_sk, LAG: gl.constexpr, WARPGROUP: gl.constexpr,
           FIRST: gl.constexpr):  # fmt: skip
-    """K step i of a warpgroup: (the accumulator with its wgmma in flight, the next scale).
+    """K step i of a warpgroup: (the accumulator with its wgmma in flight, the weights in
+    registers that wgmma reads, the next step's scale).
 
     Wait for the slot's copy, load this warpgroup's weight rows from it in wgmma's register
     layout, convert and scale them, issue the wgmma and wait for the step before's (one stays
@@ -104,7 +105,12 @@ def _step(x_desc, w_desc, x_ring, w_ring, ready, empty, acc, sw, scales, i, step
     (warpgroup 0) refill the slot used LAG steps before once both have released it. The next
     step's scale is loaded a step early: loaded where it is used, each step would wait for an
     L2 round trip. The FIRST step starts the accumulator (use_acc=False), so no instruction
-    but a wgmma writes it while one is in flight (else ptxas serialises them, C7515)."""
+    but a wgmma writes it while one is in flight (else ptxas serialises them, C7515).
+
+    A wgmma in flight reads its register operand until it is waited for, and nothing tells
+    the compiler: the step before's weights (`w_before`) go into this step's wait as a
+    dependency, so their registers stay theirs until that wgmma is done (the caller unrolls
+    the loop so that no copy moves them)."""
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     WG_ROWS: gl.constexpr = w_desc.block_type.shape[0] // 2
     SLOTS: gl.constexpr = x_ring.type.shape[0]
@@ -118,7 +124,10 @@ def _step(x_desc, w_desc, x_ring, w_ring, ready, empty, acc, sw, scales, i, step
     w = _e4m3_as_bf16(w8) * (sw * E4M3_BITS_SCALE).to(gl.bfloat16)
     acc = warpgroup_mma(w, x_ring.index(slot).permute((1, 0)), acc, use_acc=not FIRST,
                         is_async=True)  # fmt: skip
-    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, w))[0]
+    if FIRST:
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+    else:
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, w_before))[0]
     if not FIRST:  # the step before's wgmma is done: its slot may be refilled
         mbarrier.arrive(empty.index((i - 1) % SLOTS), count=1)
     if WARPGROUP == 0 and i >= LAG:
@@ -126,7 +135,7 @@ def _step(x_desc, w_desc, x_ring, w_ring, ready, empty, acc, sw, scales, i, step
         mbarrier.wait(empty.index(used % SLOTS), (used // SLOTS) & 1)
         _load_step(x_desc, w_desc, x_ring, w_ring, ready, used + SLOTS, steps, t_row, w_row,
                    x_col, k_lo)  # fmt: skip
-    return acc, next_sw
+    return acc, w, next_sw
 
 
 @gluon.jit
@@ -149,30 +158,39 @@ def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_pt
     scales = s_ptr + group * stride_sg + (gl.program_id(0) * ROWS // _SCALE_BLOCK) * stride_sn
     sw = gl.load(scales + (k_lo * BLOCK_K // _SCALE_BLOCK) * stride_sk)
     acc = gl.zeros((WG_ROWS, BLOCK_T), gl.float32, layout)
-    acc, sw = _step(x_desc, w_desc, x_ring, w_ring, ready, empty, acc, sw, scales, 0, steps,
-                    k_lo, t_row, w_row, group * K, stride_sk, LAG, WARPGROUP, True)  # fmt: skip
-    for i in range(1, steps):
-        acc, sw = _step(x_desc, w_desc, x_ring, w_ring, ready, empty, acc, sw, scales, i,
-                        steps, k_lo, t_row, w_row, group * K, stride_sk, LAG, WARPGROUP,
-                        False)  # fmt: skip
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    step_args = (ready, empty, scales, steps, k_lo, t_row, w_row, group * K, stride_sk)
+    acc, w_b, sw = _step(x_desc, w_desc, x_ring, w_ring, acc, None, sw, 0, *step_args, LAG,
+                         WARPGROUP, True)  # fmt: skip
+    # Two steps an iteration, so each step's weights keep their registers through the loop:
+    # with one, the loop-carried weights were copied at the back edge and the next step's
+    # conversion wrote the registers the wgmma in flight was reading.
+    for i in range(1, steps - 1, 2):
+        acc, w_a, sw = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, sw, i, *step_args, LAG,
+                             WARPGROUP, False)  # fmt: skip
+        acc, w_b, sw = _step(x_desc, w_desc, x_ring, w_ring, acc, w_a, sw, i + 1, *step_args,
+                             LAG, WARPGROUP, False)  # fmt: skip
+    if steps % 2 == 0:  # one step left
+        acc, w_a, sw = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, sw, steps - 1,
+                             *step_args, LAG, WARPGROUP, False)  # fmt: skip
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w_a))[0]
+    else:
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w_b))[0]
     y_buf = y_bufs.index(WARPGROUP)
     rows = gl.program_id(0) * ROWS + WARPGROUP * WG_ROWS  # the first weight row, in its member
     if SPLIT:
-        # The partials (G, splits, N, M), stored and summed four tokens a thread
-        sums: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
-        n = rows + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, sums))
-        t = t_row + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, sums))
+        # The partials (G, splits, N, M): a thread's two neighbouring tokens are 8 bytes
+        n = rows + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, layout))
+        t = t_row + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, layout))
         inside = (n < N)[:, None] & (t < M)[None, :]
         offsets = n.to(gl.int64)[:, None] * M + t[None, :]
         member_parts = part_ptr + group.to(gl.int64) * splits * N * M
         split = gl.program_id(2) % splits
-        gl.store(member_parts + split * N * M + offsets, gl.convert_layout(acc, sums), mask=inside)
+        gl.store(member_parts + split * N * M + offsets, acc, mask=inside)
         gl.thread_barrier()  # every thread's partial before the count (acq_rel releases them)
         tile = (group * gl.num_programs(0) + gl.program_id(0)) * gl.num_programs(1)
         lock = locks_ptr + (tile + gl.program_id(1)) * 2 + WARPGROUP
         if gl.atomic_add(lock, 1, sem="acq_rel") == splits - 1:
-            total = gl.zeros((WG_ROWS, BLOCK_T), gl.float32, sums)
+            total = gl.zeros((WG_ROWS, BLOCK_T), gl.float32, layout)
             for other in range(splits):
                 total += gl.load(member_parts + other * N * M + offsets, mask=inside, other=0.0,
                                  cache_modifier=".cg")  # fmt: skip
