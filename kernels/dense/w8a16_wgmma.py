@@ -54,6 +54,7 @@ BLOCK = 128  # the weight block this kernel takes
 BLOCK_K = 64  # a K step: 128 bytes of bf16 activations a row, the widest TMA swizzle
 BLOCK_TS = (64, 128, 256)  # token columns a tile (wgmma's N)
 MAX_STAGES = 8
+SCALES_AHEAD = gl.constexpr(4)  # K steps between a scale's load and its use
 _SCALE_BLOCK = gl.constexpr(BLOCK)  # the kernel's view of BLOCK
 
 
@@ -96,16 +97,16 @@ def _tile_range(K, steps_per_split, splits, BLOCK_K: gl.constexpr):
 def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, scales, steps,
           k_lo, t_row, w_row, x_col, stride_sk, LAG: gl.constexpr, WARPGROUP: gl.constexpr,
           FIRST: gl.constexpr):  # fmt: skip
-    """K step i of a warpgroup: (the accumulator with its wgmma in flight, the weights in
-    registers that wgmma reads, the next step's scale).
+    """K step i of a warpgroup, with its scale `sw`: (the accumulator with its wgmma in
+    flight, the weights in registers that wgmma reads, the scale of step i + SCALES_AHEAD).
 
     Wait for the slot's copy, load this warpgroup's weight rows from it in wgmma's register
     layout, convert and scale them, issue the wgmma and wait for the step before's (one stays
     in flight, so the next step's conversion overlaps it); release that step's slot and
-    (warpgroup 0) refill the slot used LAG steps before once both have released it. The next
-    step's scale is loaded a step early: loaded where it is used, each step would wait for an
-    L2 round trip. The FIRST step starts the accumulator (use_acc=False), so no instruction
-    but a wgmma writes it while one is in flight (else ptxas serialises them, C7515).
+    (warpgroup 0) refill the slot used LAG steps before once both have released it. Scales
+    are loaded SCALES_AHEAD steps early: a step is shorter than an L2 round trip. The FIRST
+    step starts the accumulator (use_acc=False), so no instruction but a wgmma writes it
+    while one is in flight (else ptxas serialises them, C7515).
 
     A wgmma in flight reads its register operand until it is waited for, and nothing tells
     the compiler: the step before's weights (`w_before`) go into this step's wait as a
@@ -119,8 +120,9 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, sc
     slot = i % SLOTS
     mbarrier.wait(ready.index(slot), (i // SLOTS) & 1)
     w8 = w_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0).load(a_layout)
-    next_sw = gl.load(scales + ((k_lo + i + 1) * BLOCK_K // _SCALE_BLOCK) * stride_sk,
-                      mask=i + 1 < steps, other=0.0)  # fmt: skip
+    ahead = i + SCALES_AHEAD
+    next_sw = gl.load(scales + ((k_lo + ahead) * BLOCK_K // _SCALE_BLOCK) * stride_sk,
+                      mask=ahead < steps, other=0.0)  # fmt: skip
     w = _e4m3_as_bf16(w8) * (sw * E4M3_BITS_SCALE).to(gl.bfloat16)
     acc = warpgroup_mma(w, x_ring.index(slot).permute((1, 0)), acc, use_acc=not FIRST,
                         is_async=True)  # fmt: skip
@@ -136,6 +138,20 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, sc
         _load_step(x_desc, w_desc, x_ring, w_ring, ready, used + SLOTS, steps, t_row, w_row,
                    x_col, k_lo)  # fmt: skip
     return acc, w, next_sw
+
+
+@gluon.jit
+def _first_scales(scales, k_lo, steps, stride_sk, BLOCK_K: gl.constexpr):
+    """The weight scales of a program's first SCALES_AHEAD K steps (0 past its range)."""
+    gl.static_assert(SCALES_AHEAD == 4, "a queue of four scales")
+    first = gl.load(scales + (k_lo * BLOCK_K // _SCALE_BLOCK) * stride_sk)
+    second = gl.load(scales + ((k_lo + 1) * BLOCK_K // _SCALE_BLOCK) * stride_sk,
+                     mask=steps > 1, other=0.0)  # fmt: skip
+    third = gl.load(scales + ((k_lo + 2) * BLOCK_K // _SCALE_BLOCK) * stride_sk,
+                    mask=steps > 2, other=0.0)  # fmt: skip
+    fourth = gl.load(scales + ((k_lo + 3) * BLOCK_K // _SCALE_BLOCK) * stride_sk,
+                     mask=steps > 3, other=0.0)  # fmt: skip
+    return first, second, third, fourth
 
 
 @gluon.jit
@@ -156,22 +172,25 @@ def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_pt
     t_row = gl.program_id(1) * BLOCK_T
     w_row = group * N + gl.program_id(0) * ROWS
     scales = s_ptr + group * stride_sg + (gl.program_id(0) * ROWS // _SCALE_BLOCK) * stride_sn
-    sw = gl.load(scales + (k_lo * BLOCK_K // _SCALE_BLOCK) * stride_sk)
+    sw = _first_scales(scales, k_lo, steps, stride_sk, BLOCK_K)  # steps 0 .. SCALES_AHEAD - 1
     acc = gl.zeros((WG_ROWS, BLOCK_T), gl.float32, layout)
     step_args = (ready, empty, scales, steps, k_lo, t_row, w_row, group * K, stride_sk)
-    acc, w_b, sw = _step(x_desc, w_desc, x_ring, w_ring, acc, None, sw, 0, *step_args, LAG,
-                         WARPGROUP, True)  # fmt: skip
+    acc, w_b, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, None, sw[0], 0, *step_args,
+                            LAG, WARPGROUP, True)  # fmt: skip
+    sw = (sw[1], sw[2], sw[3], ahead)
     # Two steps an iteration, so each step's weights keep their registers through the loop:
     # with one, the loop-carried weights were copied at the back edge and the next step's
     # conversion wrote the registers the wgmma in flight was reading.
     for i in range(1, steps - 1, 2):
-        acc, w_a, sw = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, sw, i, *step_args, LAG,
-                             WARPGROUP, False)  # fmt: skip
-        acc, w_b, sw = _step(x_desc, w_desc, x_ring, w_ring, acc, w_a, sw, i + 1, *step_args,
-                             LAG, WARPGROUP, False)  # fmt: skip
+        acc, w_a, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, sw[0], i,
+                                *step_args, LAG, WARPGROUP, False)  # fmt: skip
+        sw = (sw[1], sw[2], sw[3], ahead)
+        acc, w_b, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, w_a, sw[0], i + 1,
+                                *step_args, LAG, WARPGROUP, False)  # fmt: skip
+        sw = (sw[1], sw[2], sw[3], ahead)
     if steps % 2 == 0:  # one step left
-        acc, w_a, sw = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, sw, steps - 1,
-                             *step_args, LAG, WARPGROUP, False)  # fmt: skip
+        acc, w_a, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, sw[0], steps - 1,
+                                *step_args, LAG, WARPGROUP, False)  # fmt: skip
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w_a))[0]
     else:
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w_b))[0]
