@@ -1,14 +1,16 @@
-"""What the Gluon W8A8 kernel (kernels/dense/w8a8_wgmma.py) compiles to for sm_90, without a GPU.
+"""What the Gluon W8A8 and W8A16 kernels (kernels/dense/w8a8_wgmma.py, w8a16_wgmma.py) compile
+to for sm_90, without a GPU.
 
     python scripts/dense_wgmma_sass.py [--block-m 128] [--block-n 128] [--stages 4]
+    python scripts/dense_wgmma_sass.py --kernel w8a16 [--block-t 64] [--stages 8] [--split]
 
 Prints the registers and spilled bytes ptxas reports, any "Potential Performance Loss" note
 it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
 C7512: too few registers), and, from the SASS, how many FP8 wgmma instructions (QGMMA) the
-kernel holds and how many waits for them (WARPGROUP.DEPBAR). The kernel's design rests on
-these: each warpgroup's four QGMMAs of a K step are one group with one wait, and ptxas
-serialises nothing. A developer's tool, like moe_compile_facts.py; the GPU answers the
-question of speed (scripts/tune_dense.py).
+kernel holds and how many waits for them (WARPGROUP.DEPBAR); for W8A16, its bf16 wgmmas
+(HGMMA). The kernels' design rests on these: each warpgroup's wgmmas of a K step are one
+group with one wait, and ptxas serialises nothing. A developer's tool, like
+moe_compile_facts.py; the GPU answers the question of speed (scripts/tune_dense.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
 
-from kernels.dense import w8a8_wgmma
+from kernels.dense import w8a8_wgmma, w8a16_wgmma
 
 SHAPE = (4096, 2048, 7168)  # (M, N, K): any shape whose rows are 16-byte aligned
 
@@ -44,7 +46,29 @@ def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int):
     }  # fmt: skip
     constants = {"STAGES": stages, "CONSUMER_REGS": consumer_regs,
                  "REFILL_LAG": max(1, stages - w8a8_wgmma.LOAD_AHEAD)}  # fmt: skip
-    kernel = w8a8_wgmma._w8a8_wgmma_kernel
+    return compile_gluon(w8a8_wgmma._w8a8_wgmma_kernel, descriptors, constants)
+
+
+def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int):
+    """The W8A16 kernel compiled for sm_90, as compile_kernel compiles the W8A8 one."""
+    m, n, k = SHAPE
+    rows, block_k = w8a16_wgmma.ROWS, w8a16_wgmma.BLOCK_K
+    descriptors = {
+        "x_desc": w8a8_wgmma.descriptor(torch.empty(m, k, dtype=torch.bfloat16),
+                                        [block_t, block_k]),
+        "w_desc": w8a8_wgmma.descriptor(torch.empty(n, k, dtype=torch.float8_e4m3fn),
+                                        [rows, block_k]),
+        "y_desc": w8a8_wgmma.descriptor(torch.empty(m, n, dtype=torch.bfloat16),
+                                        [block_t, rows // 2]),
+    }  # fmt: skip
+    constants = {"STAGES": stages, "LAG": 2 if stages >= 6 else 1, "SPLIT": split,
+                 "CONSUMER_REGS": consumer_regs}  # fmt: skip
+    return compile_gluon(w8a16_wgmma._w8a16_wgmma_kernel, descriptors, constants)
+
+
+def compile_gluon(kernel, descriptors: dict, constants: dict):
+    """A Gluon kernel compiled for sm_90: descriptors typed as a launch types them, pointers
+    fp32 (the counters int32), integers 16-divisible."""
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(kernel.arg_names):
         if name in descriptors:
@@ -53,7 +77,8 @@ def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int):
         if name in constants:
             signature[name], constexprs[(i,)] = "constexpr", constants[name]
             continue
-        signature[name] = "*fp32" if name.endswith("_ptr") else "i32"
+        pointer = "*i32" if name == "locks_ptr" else "*fp32"
+        signature[name] = pointer if name.endswith("_ptr") else "i32"
         attrs[(i,)] = [["tt.divisibility", 16]]
     source = GluonASTSource(kernel, signature, constexprs, attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
@@ -73,6 +98,7 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
     return {
         "notes": re.findall(r"\((C75\d\d)\) Potential Performance Loss", report),
         "qgmma": len(re.findall(r"\bQGMMA\.", sass)),
+        "hgmma": len(re.findall(r"\bHGMMA\.", sass)),
         "depbar": len(re.findall(r"WARPGROUP\.DEPBAR", sass)),
     }
 
@@ -83,19 +109,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block-n", type=int, choices=(32, 64, 128), default=128)
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--consumer-regs", type=int, default=232)
+    parser.add_argument("--kernel", choices=("w8a8", "w8a16"), default="w8a8")
+    parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.BLOCK_TS, default=64,
+                        help="W8A16: token columns a tile")  # fmt: skip
+    parser.add_argument("--split", action="store_true", help="W8A16: with split K")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         parser.error("TRITON_INTERPRET=1 is set; unset it to compile the kernel.")
-    compiled = compile_kernel(args.block_m, args.block_n, args.stages,
-                              args.consumer_regs)  # fmt: skip
+    if args.kernel == "w8a8":
+        compiled = compile_kernel(args.block_m, args.block_n, args.stages,
+                                  args.consumer_regs)  # fmt: skip
+        tile = f"{args.block_m} x {args.block_n} tiles"
+    else:
+        compiled = compile_w8a16(args.block_t, args.stages, args.split, args.consumer_regs)
+        tile = f"{w8a16_wgmma.ROWS} x {args.block_t} tiles{', split K' if args.split else ''}"
     registers, spills = ptxas_facts(compiled)
     facts = sass_facts(compiled)
-    tile = f"{args.block_m} x {args.block_n} tiles"
-    print(f"Triton {triton.__version__}, sm_90, {tile}, {args.stages} stages")
+    print(f"Triton {triton.__version__}, sm_90, {args.kernel}, {tile}, {args.stages} stages")
     print(f"registers: {registers}")
     print(f"spilled bytes: {spills}")
     print(f"ptxas notes: {' '.join(facts['notes']) or 'none'}")
     print(f"QGMMA: {facts['qgmma']}")
+    print(f"HGMMA: {facts['hgmma']}")
     print(f"WARPGROUP.DEPBAR: {facts['depbar']}")
 
 

@@ -11,6 +11,7 @@ from kernels.dense import DenseWeights, linear_reference, w8a8, w8a8_reference
 from kernels.dense.formats import pow2_scales
 from kernels.dense.reference import quantize_activations_reference
 from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma
+from kernels.dense.w8a16_wgmma import linear_w8a16_wgmma, linear_w8a16_wgmma_group
 from kernels.fp8_quant import quantize_activations
 
 
@@ -368,6 +369,62 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
     with pytest.raises(ValueError, match="block_m must be 128 or 256"):
         gemm_w8a8_wgmma(*quantize_activations(x, 128, outer_major=True), weights,
                         torch.bfloat16, block_m=64)  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("m", "n", "k", "options"),
+    [
+        (64, 1984, 5120, {}),  # qkv_a's N (a half-empty last tile), K split 9 ways
+        (128, 5120, 1152, {}),  # split 4 ways, the last split shorter
+        (256, 3072, 1280, {"split_k": 1}),  # one program a tile, 256-token tiles
+        (33, 2304, 640, {"split_k": 1, "block_t": 64}),  # an odd number of K steps (10 + 0)
+        (100, 1024, 4096, {"split_k": 3}),  # uneven splits: 22, 22, 20 steps
+        (300, 256, 384, {"block_t": 128, "num_stages": 4}),  # token tiles with a tail
+        (40, 384, 200, {"split_k": 2}),  # K past the last TMA box and its scale block
+    ],
+)
+def test_the_wgmma_w8a16_kernel_computes_w8a16(m, n, k, options, device):
+    """The Gluon W8A16 kernel (weights through registers into bf16 wgmma) against the fp32
+    product on the dequantised weights, as the Triton kernel is held to. GPU only (Gluon has
+    no interpreter); tests/test_dense_wgmma_sass.py checks what it compiles to on the CPU."""
+    if device.type != "cuda":
+        pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
+    x, weights = make(m, n, k, torch.bfloat16, block=128, seed=m, device=device)
+    out = linear_w8a16_wgmma(x, weights, **options)
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    assert relative_error(out, x.float() @ weights.dequantize().T) < 1e-2
+
+
+def test_the_wgmma_w8a16_kernel_runs_a_group_in_one_launch(device):
+    if device.type != "cuda":
+        pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
+    ws = [master(256, 512, seed).to(device) for seed in range(4)]
+    group = DenseWeights.quantize_group(ws, "fp8", 128)
+    x = torch.randn(48, 4 * 512, device=device).to(torch.bfloat16)
+    out = linear_w8a16_wgmma_group(x.view(48, 4, 512), group, split_k=2)
+    want = torch.cat([x[:, g * 512 : (g + 1) * 512].float() @ w.dequantize().T
+                      for g, w in enumerate(group)], 1)  # fmt: skip
+    assert relative_error(out, want) < 1e-2
+
+
+def test_the_wgmma_w8a16_kernel_refuses_what_it_cannot_take(device):
+    x, weights = make(64, 256, 256, torch.bfloat16, block=128, device=device)
+    if device.type != "cuda":
+        with pytest.raises(ValueError, match="needs an sm_90 \\(Hopper\\) GPU, got cpu"):
+            linear_w8a16_wgmma(x, weights)
+    with pytest.raises(ValueError, match="takes 128 x 128 weight blocks, not 32"):
+        linear_w8a16_wgmma(*make(64, 256, 256, torch.bfloat16, block=32, device=device))
+    with pytest.raises(ValueError, match="takes bf16 activations"):
+        linear_w8a16_wgmma(x.float(), weights)
+    with pytest.raises(ValueError, match="block_t must be one of"):
+        linear_w8a16_wgmma(x, weights, block_t=32)
+    with pytest.raises(ValueError, match="KB of shared memory.*use num_stages <= 8"):
+        linear_w8a16_wgmma(x, weights, block_t=128, num_stages=9)
+    with pytest.raises(ValueError, match="refill_lag must be at least 1"):
+        linear_w8a16_wgmma(x, weights, refill_lag=0)
+    with pytest.raises(ValueError, match="split_k=0 must be an integer >= 1"):
+        linear_w8a16_wgmma(x, weights, split_k=0)
 
 
 def test_the_tma_kernels_options_are_refused_elsewhere(device):

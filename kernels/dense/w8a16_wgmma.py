@@ -56,6 +56,8 @@ BLOCK_TS = (64, 128, 256)  # token columns a tile (wgmma's N)
 MAX_STAGES = 8
 SCALES_AHEAD = gl.constexpr(4)  # K steps between a scale's load and its use
 _SCALE_BLOCK = gl.constexpr(BLOCK)  # the kernel's view of BLOCK
+# The threads' barrier: Triton 3.6's Gluon calls it thread_barrier, 3.7's barrier.
+_threads_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
 
 
 @gluon.jit
@@ -205,7 +207,7 @@ def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_pt
         member_parts = part_ptr + group.to(gl.int64) * splits * N * M
         split = gl.program_id(2) % splits
         gl.store(member_parts + split * N * M + offsets, acc, mask=inside)
-        gl.thread_barrier()  # every thread's partial before the count (acq_rel releases them)
+        _threads_barrier()  # every thread's partial before the count (acq_rel releases them)
         tile = (group * gl.num_programs(0) + gl.program_id(0)) * gl.num_programs(1)
         lock = locks_ptr + (tile + gl.program_id(1)) * 2 + WARPGROUP
         if gl.atomic_add(lock, 1, sem="acq_rel") == splits - 1:
@@ -351,8 +353,6 @@ def _staging_bytes(block_t: int) -> int:
 def check_wgmma_inputs(x: Tensor, weights: DenseWeights, groups: int) -> str | None:
     """Why this kernel cannot take x (M, G, K) and `weights`, or None if it can."""
     (_, _, k), n = x.shape, weights.out_features
-    if not supported(x.device):
-        return "it needs an sm_90 (Hopper) GPU"
     if weights.block != BLOCK:
         return f"it takes 128 x 128 weight blocks, not {weights.block}"
     if x.dtype != torch.bfloat16:
@@ -363,6 +363,8 @@ def check_wgmma_inputs(x: Tensor, weights: DenseWeights, groups: int) -> str | N
         return "TMA needs 16-byte aligned rows (K a multiple of 16, N of 8)"
     if groups > 1 and (n % ROWS or k % BLOCK_K):
         return f"a group needs N a multiple of {ROWS} and K of {BLOCK_K}"
+    if not supported(x.device):
+        return f"it needs an sm_90 (Hopper) GPU, got {x.device}"
     return None
 
 
@@ -384,10 +386,6 @@ def gemm_w8a16_wgmma(
     K steps between a slot's use and its refill (None: 2 with six slots or more, else 1),
     `consumer_regs` the registers Triton asks for each warpgroup (setmaxnreg)."""
     (m, groups, k), n = x.shape, weights.out_features
-    why = check_wgmma_inputs(x, weights, groups)
-    if why is not None:
-        raise ValueError(f"the wgmma W8A16 kernel cannot run this GEMM: {why}; call "
-                         "linear_w8a16, which takes the Triton kernel then.")  # fmt: skip
     block_t = default_block_t(m) if block_t is None else block_t
     if block_t not in BLOCK_TS:
         raise ValueError(f"block_t must be one of {BLOCK_TS} (wgmma's N), got {block_t}.")
@@ -401,12 +399,16 @@ def gemm_w8a16_wgmma(
     if not 1 <= refill_lag < num_stages:
         raise ValueError(f"refill_lag must be at least 1 and below num_stages={num_stages}, got "
                          f"{refill_lag}.")  # fmt: skip
+    if split_k is not None and (not isinstance(split_k, int) or split_k < 1):
+        raise ValueError(f"split_k={split_k!r} must be an integer >= 1; 1 means no split.")
+    why = check_wgmma_inputs(x, weights, groups)
+    if why is not None:
+        raise ValueError(f"the wgmma W8A16 kernel cannot run this GEMM: {why}; call "
+                         "linear_w8a16, which takes the Triton kernel then.")  # fmt: skip
     tiles = triton.cdiv(n, ROWS) * triton.cdiv(m, block_t) * groups
     k_steps = triton.cdiv(k, BLOCK_K)
     splits = split_count(tiles, k_steps, block_t, planned_sms(x.device)) if split_k is None \
         else split_k  # fmt: skip
-    if not isinstance(splits, int) or splits < 1:
-        raise ValueError(f"split_k={split_k!r} must be an integer >= 1; 1 means no split.")
     per_split = triton.cdiv(k_steps, min(splits, k_steps))
     splits = triton.cdiv(k_steps, per_split)
     y, part, locks = outputs(m, n, 2 * tiles // groups, splits, x.dtype, x.device, groups)
