@@ -1,7 +1,8 @@
 """scripts/dense_wgmma_sass.py compiles the Gluon W8A8 and W8A16 kernels for sm_90 on the CPU
-(Triton's bundled ptxas and nvdisasm) and reads what their design rests on off the SASS. Gluon has no
-interpreter, so this is the CPU's check of the kernel; tests/test_dense_kernels.py runs it on
-a GPU. Its own process: the tests import the kernels under the interpreter."""
+(Triton's bundled ptxas and nvdisasm) and reads what their design rests on off the SASS.
+Gluon has no interpreter, so this is the CPU's check of the kernels;
+tests/test_dense_kernels.py runs them on a GPU. Its own process: the tests import the kernels
+under the interpreter."""
 
 import pytest
 from helpers import run_compile_script
