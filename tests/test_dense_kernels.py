@@ -375,13 +375,14 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
 @pytest.mark.parametrize(
     ("m", "n", "k", "options"),
     [
-        (64, 1984, 5120, {}),  # qkv_a's N (a half-empty last tile), K split 9 ways
-        (128, 5120, 1152, {}),  # split 4 ways, the last split shorter
-        (256, 3072, 1280, {"split_k": 1}),  # one program a tile, 256-token tiles
-        (33, 2304, 640, {"split_k": 1, "block_t": 64}),  # an odd number of K steps (10 + 0)
-        (100, 1024, 4096, {"split_k": 3}),  # uneven splits: 22, 22, 20 steps
+        (64, 1984, 5120, {}),  # qkv_a's N (a half-empty last tile), K split 8 ways
+        (128, 5120, 1152, {}),  # K split 3 ways (9 steps of 128)
+        (256, 3072, 1280, {"split_k": 1}),  # one program a tile, two token tiles
+        (33, 2304, 640, {"split_k": 1, "block_t": 64}),  # an odd number of K steps (5)
+        (48, 640, 768, {"split_k": 1}),  # an even number (6): the loop's tail step
+        (100, 1024, 4096, {"split_k": 3}),  # uneven splits: 11, 11, 10 steps
         (300, 256, 384, {"block_t": 128, "num_stages": 4}),  # token tiles with a tail
-        (40, 384, 208, {"split_k": 2}),  # K past the last full TMA box and scale block
+        (40, 384, 208, {"split_k": 2}),  # one step a split; K past the last full TMA box
     ],
 )
 def test_the_wgmma_w8a16_kernel_computes_w8a16(m, n, k, options, device):
@@ -419,7 +420,7 @@ def test_the_wgmma_w8a16_kernel_refuses_what_it_cannot_take(device):
         linear_w8a16_wgmma(x.float(), weights)
     with pytest.raises(ValueError, match="block_t must be one of"):
         linear_w8a16_wgmma(x, weights, block_t=32)
-    with pytest.raises(ValueError, match="KB of shared memory.*use num_stages <= 8"):
+    with pytest.raises(ValueError, match="KB of shared memory.*use num_stages <= 4"):
         linear_w8a16_wgmma(x, weights, block_t=128, num_stages=9)
     with pytest.raises(ValueError, match="refill_lag must be at least 1"):
         linear_w8a16_wgmma(x, weights, refill_lag=0)

@@ -59,8 +59,8 @@ from kernels.moe.routing import planned_sms
 ROWS = 128  # weight rows a tile: two warpgroups of wgmma's 64
 WG_ROWS = 64
 BLOCK = 128  # the weight block this kernel takes
-BLOCK_K = 64  # a K step: 128 bytes of bf16 activations a row, the widest TMA swizzle
-BLOCK_TS = (64, 128, 256)  # token columns a tile (wgmma's N)
+BLOCK_K = 128  # a K step: one scale block; 128-byte weight rows (the activations in two TMA boxes)
+BLOCK_TS = (64, 128)  # token columns a tile (wgmma's N); at 256, ptxas serialises (C7512)
 MAX_STAGES = 8
 SCALES_AHEAD = gl.constexpr(4)  # K steps between a scale's load and its use
 _SCALE_BLOCK = gl.constexpr(BLOCK)  # the kernel's view of BLOCK
@@ -338,9 +338,8 @@ def default_stages(block_t: int) -> int:
 
 
 def default_block_t(m: int) -> int:
-    """The narrowest tile that takes all M tokens in one column of tiles, up to 256 (wgmma's
-    widest N); from 256 rows, tiles of 128 (the activations are read once a row tile)."""
-    return next((t for t in BLOCK_TS if m <= t), BLOCK_TS[1])
+    """64 token columns a tile up to 64 rows, else 128."""
+    return BLOCK_TS[0] if m <= BLOCK_TS[0] else BLOCK_TS[1]
 
 
 def split_count(tiles: int, k_steps: int, block_t: int, sms: int) -> int:
