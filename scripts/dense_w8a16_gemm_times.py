@@ -2,7 +2,8 @@
 `dsv4-flash-tp2` layer under several settings, beside the Triton W8A16 kernel and cuBLAS bf16,
 and the layer's six calls in one CUDA graph for each, to choose its defaults and its range.
 
-    python scripts/dense_w8a16_gemm_times.py OUT.csv [M ...]        (default M: 32 64 128 256)
+    python scripts/dense_w8a16_gemm_times.py OUT.csv [M ...] [--settings gluon ...]
+                                                              (default M: 32 64 128 256)
 
 Each setting is checked first against the dequantised weights in fp32 (as the bench checks
 W8A16); times are medians of CUDA-graph replays by the workbench's timer. A developer's tool,
@@ -41,13 +42,16 @@ SETTINGS = {
 WHOLE_LAYER = ("bf16", "triton", "gluon")  # timed as the layer's six calls in one graph too
 
 
-def variants() -> dict[str, tuple[Callable, Callable]]:
-    """name: (linear(x, w), linear_group(x (M, G, K), members)) of every variant timed."""
+def variants(settings: list[str] | None = None) -> dict[str, tuple[Callable, Callable]]:
+    """name: (linear(x, w), linear_group(x (M, G, K), members)) of the variants timed: bf16,
+    triton and the Gluon `settings` (None: all of SETTINGS)."""
     out = {
         "bf16": (dense.linear, dense.group_linear("bf16", dense.linear)),
         "triton": (dense.linear_w8a16, dense.linear_w8a16_group),
     }
     for name, options in SETTINGS.items():
+        if settings is not None and name not in settings:
+            continue
         out[name] = (partial(linear_w8a16_wgmma, **options),
                      partial(linear_w8a16_wgmma_group, **options))  # fmt: skip
     return out
@@ -68,13 +72,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
     parser.add_argument("m", type=int, nargs="*", default=[32, 64, 128, 256])
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), help="Gluon settings "
+                        "to time beside bf16 and triton (default: all)")  # fmt: skip
     args = parser.parse_args()
     device = torch.device("cuda")
     layer = Layer(get_preset("dsv4-flash-tp2").rank_shapes(), 1, 128, torch.bfloat16, device, 0)
     rows = []
     for m in args.m:
         xs = activations(m, layer.input_widths, 0, device, torch.bfloat16)
-        for name, (linear, linear_group) in variants().items():
+        for name, (linear, linear_group) in variants(args.settings).items():
             weights = layer.weights("bf16" if name == "bf16" else "w8a16")[0]
             calls = layer.calls(linear, linear_group, xs, weights)
             first = 0

@@ -51,7 +51,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from kernels.compiled import launch
 from kernels.dense.formats import DenseWeights, check_group_inputs, check_linear_inputs
-from kernels.dense.tiles import REDUCE_BYTES, outputs
+from kernels.dense.tiles import outputs
 from kernels.dense.w8a8_wgmma import SHARED_MEMORY, descriptor, supported
 from kernels.dequant import E4M3_BITS_SCALE, E4M3_PAIR_TO_BF16_PTX
 from kernels.moe.routing import planned_sms
@@ -62,6 +62,7 @@ BLOCK = 128  # the weight block this kernel takes
 BLOCK_K = 128  # a K step: one scale block; 128-byte weight rows (the activations in two TMA boxes)
 BLOCK_TS = (64, 128)  # token columns a tile (wgmma's N); at 256, ptxas serialises (C7512)
 MAX_STAGES = 8
+MIN_SPLIT_STEPS = 8  # K steps a split takes at least, by default
 SCALES_AHEAD = gl.constexpr(4)  # K steps between a scale's load and its use
 _SCALE_BLOCK = gl.constexpr(BLOCK)  # the kernel's view of BLOCK
 # The threads' barrier: Triton 3.6's Gluon calls it thread_barrier, 3.7's barrier.
@@ -342,11 +343,13 @@ def default_block_t(m: int) -> int:
     return BLOCK_TS[0] if m <= BLOCK_TS[0] else BLOCK_TS[1]
 
 
-def split_count(tiles: int, k_steps: int, block_t: int, sms: int) -> int:
-    """Splits of K that give about one program an SM (a program takes an SM's shared memory),
-    keeping the partial sums the last split of a tile adds under REDUCE_BYTES."""
-    want = triton.cdiv(sms, tiles)
-    return max(1, min(want, k_steps, REDUCE_BYTES // (4 * ROWS * block_t)))
+def split_count(tiles: int, k_steps: int, sms: int) -> int:
+    """Splits of K for about one program every two SMs, each split at least MIN_SPLIT_STEPS
+    K steps. On the H200 (raw/logs/h200-dense-w8a16-gluon-times-*.csv) that was the fastest
+    of 1, 2, 4 and 8 splits, or within 5% of it, for every projection of a layer from 32 to
+    256 rows: filling every SM took 20-40% longer (each split pays its pipeline's ramp and
+    its partial sums), and splits of a few steps longer still."""
+    return max(1, min(round(sms / (2 * tiles)), k_steps // MIN_SPLIT_STEPS))
 
 
 def _slot_bytes(block_t: int) -> int:
@@ -414,8 +417,7 @@ def gemm_w8a16_wgmma(
                          "linear_w8a16, which takes the Triton kernel then.")  # fmt: skip
     tiles = triton.cdiv(n, ROWS) * triton.cdiv(m, block_t) * groups
     k_steps = triton.cdiv(k, BLOCK_K)
-    splits = split_count(tiles, k_steps, block_t, planned_sms(x.device)) if split_k is None \
-        else split_k  # fmt: skip
+    splits = split_count(tiles, k_steps, planned_sms(x.device)) if split_k is None else split_k
     per_split = triton.cdiv(k_steps, min(splits, k_steps))
     splits = triton.cdiv(k_steps, per_split)
     y, part, locks = outputs(m, n, 2 * tiles // groups, splits, x.dtype, x.device, groups)
