@@ -220,7 +220,7 @@ def test_hybrid_switches_at_hybrid_m(monkeypatch):
     monkeypatch.setattr(hybrid, "linear_w8a16", lambda x, w: calls.append("w8a16"))
     monkeypatch.setattr(hybrid, "linear_w8a8", lambda x, w: calls.append("w8a8"))
     monkeypatch.delenv("DENSE_HYBRID_M", raising=False)
-    for m in (1, 64, 65):
+    for m in (1, 256, 257):
         hybrid.linear_hybrid(torch.zeros(m, 8), None)
     assert calls == ["w8a16", "w8a16", "w8a8"]
     monkeypatch.setenv("DENSE_HYBRID_M", "4")
@@ -426,6 +426,27 @@ def test_the_wgmma_w8a16_kernel_refuses_what_it_cannot_take(device):
         linear_w8a16_wgmma(x, weights, refill_lag=0)
     with pytest.raises(ValueError, match="split_k=0 must be an integer >= 1"):
         linear_w8a16_wgmma(x, weights, split_k=0)
+
+
+def test_w8a16_takes_the_wgmma_kernel_where_it_can_and_was_faster(device):
+    """From WGMMA_MIN_M rows, bf16 activations, 128-wide blocks, an sm_90 GPU and no Triton
+    tile option: the Gluon kernel; anything else the Triton kernel, which takes all of them."""
+    gpu = device.type == "cuda"
+    x, weights = make(64, 256, 256, torch.bfloat16, block=128, device=device)
+    dense.linear_w8a16(x, weights)
+    assert list(dense.last_facts()) == ["w8a16_wgmma_kernel" if gpu else "w8a16_kernel"]
+    for other in (x[:32], x.float()):  # too few rows; fp32 activations
+        dense.linear_w8a16(other, weights)
+        assert list(dense.last_facts()) == ["w8a16_kernel"]
+    dense.linear_w8a16(x, weights, block_m=32)  # a Triton option
+    assert list(dense.last_facts()) == ["w8a16_kernel"]
+    dense.linear_w8a16(x, weights, wgmma=False)
+    assert list(dense.last_facts()) == ["w8a16_kernel"]
+    with pytest.raises(ValueError, match="takes none of the Triton kernel's options"):
+        dense.linear_w8a16(x, weights, wgmma=True, block_m=32)
+    if not gpu:
+        with pytest.raises(ValueError, match="needs an sm_90"):
+            dense.linear_w8a16(x, weights, wgmma=True)
 
 
 def test_the_tma_kernels_options_are_refused_elsewhere(device):

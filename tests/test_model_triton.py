@@ -92,7 +92,7 @@ def _resolve(dense, hybrid_m=None, dense_pdl=False):
 
 def test_profile_records_the_hybrid_threshold_it_used(monkeypatch):
     monkeypatch.delenv("DENSE_HYBRID_M", raising=False)
-    assert _resolve("hybrid").hybrid_m == 64
+    assert _resolve("hybrid").hybrid_m == 256
     assert _resolve("hybrid", 16).hybrid_m == 16
     assert _resolve("w8a16").hybrid_m is None
     monkeypatch.setenv("DENSE_HYBRID_M", "64")

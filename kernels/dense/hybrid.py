@@ -19,12 +19,16 @@ from kernels.dense.w8a16 import linear_w8a16
 # 0.135, raw/logs/h200-tune-dense-graphs.csv.) With W8A16's direct 32-row middle tiles it
 # still does: 0.111 against 0.148 at M=64, 0.177 against 0.150 at 128
 # (raw/logs/h200-bench-dense-peers-m1-128-partial-*.txt). The seed's DENSE_HYBRID_M was 128.
-DEFAULT_HYBRID_M = 64
+# W8A16's Gluon kernel (from 48 rows) moved the crossing: a layer took 0.126 ms in W8A16 at 128
+# rows, 0.159 at 256, 0.245 at 512 and 0.403 at 1024 (raw/logs/h200-dense-w8a16-gluon-times-
+# de08917-*.csv) where W8A8 took 0.150, 0.180 (raw/bench-dense-*T010924), 0.243 and 0.344
+# (raw/logs/h200-tune-dense-wgmma-waves-*.csv): W8A16 up to 256 rows, about even at 512.
+DEFAULT_HYBRID_M = 256
 ENV = "DENSE_HYBRID_M"
 
 
 def hybrid_threshold(hybrid_m: int | None = None) -> int:
-    """The largest M that takes W8A16: `hybrid_m`, else $DENSE_HYBRID_M, else 64."""
+    """The largest M that takes W8A16: `hybrid_m`, else $DENSE_HYBRID_M, else 256."""
     source = "hybrid_m"
     if hybrid_m is None:
         text = os.environ.get(ENV)

@@ -77,10 +77,16 @@ from kernels.dense.tiles import (
     split_plan,
     store_tile,
 )
+from kernels.dense.w8a16_wgmma import check_wgmma_inputs, gemm_w8a16_wgmma
 from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_bf16
 from kernels.moe.routing import dot_options
 from kernels.pdl import prefetch_rows_to_l2, prefetchable
 
+# From here the Gluon kernel (`w8a16_wgmma`) takes bf16 GEMMs with 128-wide blocks on sm_90: on
+# the H200 (raw/logs/h200-dense-w8a16-gluon-times-*.csv) a layer took 0.095 ms at 48 rows
+# against the Triton kernel's 0.110, 0.099 against 0.111 at 64, 0.159 against 0.262 at 256 and
+# 1.36 against 2.13 at 4096; at 32 rows it took 0.104 against 0.081 (33 to 47 not measured).
+WGMMA_MIN_M = 48
 # Of each weight row, prefetched before the PDL wait: the pipeline's first two 128-wide K tiles.
 PREFETCH_BYTES = tl.constexpr(256)
 # block_m: tokens per tile, block_n: weight rows per tile (the MMA's N and M sides when swapped).
@@ -231,21 +237,48 @@ def _w8a16_kernel(
     store_tile(y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps, SPLIT)
 
 
-def linear_w8a16(x: Tensor, weights: DenseWeights, **options: int | None) -> Tensor:
+def linear_w8a16(
+    x: Tensor, weights: DenseWeights, wgmma: bool | None = None, **options: int | None
+) -> Tensor:
     """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
 
-    `options` override the tiles (block_m, block_n, block_k, num_warps, num_stages, split_k,
-    swap_ab); by default they follow M (see `default_tiles`) and split_k fills the GPU.
+    `options` override the Triton kernel's tiles (block_m, block_n, block_k, num_warps,
+    num_stages, split_k, swap_ab); by default they follow M (see `default_tiles`) and split_k
+    fills the GPU. `wgmma` picks the Gluon kernel (`w8a16_wgmma`; sm_90, bf16 activations,
+    128-wide blocks); None: from WGMMA_MIN_M rows where it can run and no Triton option is
+    given.
     """
     check_linear_inputs(x, weights, "fp8")
+    if _takes_wgmma(x[:, None], weights, wgmma, options):
+        with recording():
+            return gemm_w8a16_wgmma(x[:, None], weights)
     return _launch(x[:, None], weights, (0, 0), options)
 
 
-def linear_w8a16_group(x: Tensor, group: Sequence[DenseWeights], **options: int | None) -> Tensor:
+def linear_w8a16_group(
+    x: Tensor, group: Sequence[DenseWeights], wgmma: bool | None = None, **options: int | None
+) -> Tensor:
     """cat_g(x[:, g] @ W_g.T) in one launch, for x (M, G, K) and G FP8 weights of one shape
-    laid out at one stride (`formats.stacked_stride`); (M, G * N) in x's dtype."""
+    laid out at one stride (`formats.stacked_stride`); (M, G * N) in x's dtype. `wgmma` and
+    `options` as `linear_w8a16` takes them."""
     strides = check_group_inputs(x, group, "fp8")
+    if _takes_wgmma(x, group[0], wgmma, options):
+        with recording():
+            return gemm_w8a16_wgmma(x, group[0], strides)
     return _launch(x, group[0], strides, options)
+
+
+def _takes_wgmma(x: Tensor, weights: DenseWeights, wgmma: bool | None, options: dict) -> bool:
+    """Whether x (M, G, K) goes to the Gluon kernel: `wgmma`, or (None) from WGMMA_MIN_M rows
+    where it can run. The Triton kernel's tile options do not apply to it."""
+    given = sorted(key for key, value in options.items() if value is not None)
+    if wgmma is None:
+        return (not given and x.shape[0] >= WGMMA_MIN_M
+                and check_wgmma_inputs(x, weights, x.shape[1]) is None)  # fmt: skip
+    if wgmma and given:
+        raise ValueError(f"the wgmma W8A16 kernel takes none of the Triton kernel's options; "
+                         f"leave out {given} or pass wgmma=False.")  # fmt: skip
+    return wgmma
 
 
 def _launch(

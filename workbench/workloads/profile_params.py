@@ -76,7 +76,7 @@ PARAMS: tuple[Param, ...] = (
     Param("device", None, str, "cuda or cpu (default: cuda when a GPU is visible)"),
     Param("tp", None, _optional_int, "tensor parallelism: N ranks through torch.distributed"),
     Param("cuda_graphs", None, _optional_bool, "replay decode steps as CUDA graphs (GPU: on)"),
-    Param("hybrid_m", None, _optional_int, "dense=hybrid: largest M sent to W8A16 (64)"),
+    Param("hybrid_m", None, _optional_int, "dense=hybrid: largest M sent to W8A16 (256)"),
     Param(
         "dense_pdl",
         False,
