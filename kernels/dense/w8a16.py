@@ -39,10 +39,12 @@ whole K range, made a layer slower on the H200 (blocks of the next grid waiting 
 filled ahead of use), and so did PDL at M=64 (raw/logs/h200-pdl-probe-*.csv). It is off by
 default: back-to-back GEMMs gain up to 5%, but the served decode step lost 0.30 ms.
 
-From 17 to 32 rows the kernel about ties cuBLAS bf16 (1.02-1.03x), from 64 to 256 it stays
-below (0.79x to 0.42x, raw/bench-dense-*T234818): on the H200 (ncu, the swapped 128x64 tile, a
-128-row q_up) a program issues about ten instructions a
-weight value (the FP8 values come out of shared memory two bytes a load, go through fp16 and
+From 17 to 32 rows the kernel about ties cuBLAS bf16 (1.02-1.03x), from 64 to 256 it stayed
+below (0.79x to 0.42x, raw/bench-dense-*T234818), so from WGMMA_MIN_M rows the Gluon kernel
+(`w8a16_wgmma`) takes bf16 GEMMs with 128-wide blocks on sm_90 (0.90x to 0.69x in
+raw/bench-dense-*T030543). Why the Triton kernel stays below: on the H200 (ncu, the
+swapped 128x64 tile, a 128-row q_up) a program issues about ten instructions a weight value
+(the FP8 values come out of shared memory two bytes a load, go through fp16 and
 fp32 to bf16, and every cp.async recomputes its predicates), at 1.42 instructions a cycle with
 two blocks an SM (shared memory): latency-bound, neither the tensor pipe nor HBM busy
 (raw/logs/h200-ncu-w8a16-swapped-qup-m128-*.txt, raw/logs/h200-w8a16-swapped-tiles-*.csv).
