@@ -51,7 +51,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from kernels.compiled import launch
 from kernels.dense.formats import DenseWeights, check_group_inputs, check_linear_inputs
 from kernels.dense.tiles import outputs
-from kernels.dense.w8a8_wgmma import SHARED_MEMORY, descriptor, supported
+from kernels.dense.w8a8_wgmma import SHARED_MEMORY, allocate_ring, descriptor, supported
 from kernels.dequant import E4M3_BITS_SCALE, E4M3_PAIR_TO_BF16_PTX
 from kernels.moe.routing import planned_sms
 
@@ -247,16 +247,7 @@ def _w8a16_wgmma_kernel(
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     ROWS: gl.constexpr = w_desc.block_type.shape[0]
-    x_ring = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BLOCK_T, BLOCK_K], x_desc.layout)
-    w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, ROWS, BLOCK_K], w_desc.layout)
-    y_bufs = gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape,
-                                       y_desc.layout)  # one a warpgroup  # fmt: skip
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for first in gl.static_range(STAGES):
-        mbarrier.init(ready.index(first), count=1)
-        mbarrier.init(empty.index(first), count=2)  # one arrival a warpgroup
-    fence_async_shared()  # the initialised barriers, visible to TMA (the async proxy)
+    x_ring, w_ring, y_bufs, ready, empty = allocate_ring(x_desc, w_desc, y_desc, STAGES)
     group = gl.program_id(2) // splits
     k_lo, steps = _tile_range(K, steps_per_split, splits, BLOCK_K)
     for first in gl.static_range(STAGES):

@@ -80,6 +80,27 @@ SHARED_MEMORY = 232448  # bytes a block may take on sm_90 (227 KB, opted in)
 
 
 @gluon.jit
+def allocate_ring(a_desc, w_desc, y_desc, STAGES: gl.constexpr):
+    """(a_ring, w_ring, y_bufs, ready, empty): STAGES slots of both operands' TMA tiles, a
+    staging buffer of y's tile for each of two warpgroups, and each slot's `ready` barrier
+    (the copy completes it) and `empty` barrier (both warpgroups arrive once done with the
+    slot), initialised. The Gluon W8A8 and W8A16 kernels share this ring."""
+    a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
+                                       a_desc.layout)  # fmt: skip
+    w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape,
+                                       w_desc.layout)  # fmt: skip
+    y_bufs = gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape,
+                                       y_desc.layout)  # one a warpgroup  # fmt: skip
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for first in gl.static_range(STAGES):
+        mbarrier.init(ready.index(first), count=1)
+        mbarrier.init(empty.index(first), count=2)  # one arrival a warpgroup
+    fence_async_shared()  # the initialised barriers, visible to TMA (the async proxy)
+    return a_ring, w_ring, y_bufs, ready, empty
+
+
+@gluon.jit
 def _tile_of(tile, tiles_m, tiles_n):
     """(pid_m, pid_n) of a tile index walked in groups of GROUP row tiles, so programs running
     at the same time share weight columns in L2."""
@@ -238,16 +259,7 @@ def _w8a8_wgmma_kernel(
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     gl.static_assert((BLOCK_M == 128) | (BLOCK_M == 256), "one or two waves of 128 rows")
-    a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
-    w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
-    y_bufs = gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape,
-                                       y_desc.layout)  # one a warpgroup  # fmt: skip
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for first in gl.static_range(STAGES):
-        mbarrier.init(ready.index(first), count=1)
-        mbarrier.init(empty.index(first), count=2)  # one arrival a warpgroup
-    fence_async_shared()  # the initialised barriers, visible to TMA (the async proxy)
+    a_ring, w_ring, y_bufs, ready, empty = allocate_ring(a_desc, w_desc, y_desc, STAGES)
 
     tiles_m = gl.cdiv(M, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)
