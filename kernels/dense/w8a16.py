@@ -87,7 +87,8 @@ from kernels.pdl import prefetch_rows_to_l2, prefetchable
 # From here the Gluon kernel (`w8a16_wgmma`) takes bf16 GEMMs with 128-wide blocks on sm_90: on
 # the H200 (raw/logs/h200-dense-w8a16-gluon-times-*.csv) a layer took 0.095 ms at 48 rows
 # against the Triton kernel's 0.110, 0.099 against 0.111 at 64, 0.159 against 0.262 at 256 and
-# 1.36 against 2.13 at 4096; at 32 rows it took 0.104 against 0.081 (33 to 47 not measured).
+# 1.36 against 2.13 at 4096; at 32 rows it took 0.104 against 0.081, and from 33 to 47 it was
+# within 6% either way in another run (0.105 against 0.110 at 33, 0.114 against 0.110 at 47).
 WGMMA_MIN_M = 48
 # Of each weight row, prefetched before the PDL wait: the pipeline's first two 128-wide K tiles.
 PREFETCH_BYTES = tl.constexpr(256)
