@@ -57,10 +57,16 @@ def variants(settings: list[str] | None = None) -> dict[str, tuple[Callable, Cal
     return out
 
 
-def reference(x: torch.Tensor, members: list, k: int) -> torch.Tensor:
-    """The projection in fp32 on the dequantised weights: member g reads x's g-th K columns."""
-    return torch.cat([x[:, g * k : (g + 1) * k].float() @ w.dequantize().T
-                      for g, w in enumerate(members)], 1)  # fmt: skip
+def references(layer: Layer, xs: dict[int, torch.Tensor]) -> list[torch.Tensor]:
+    """Each projection in fp32 on the dequantised weights; member g of a group reads its
+    input's g-th K columns."""
+    out, first = [], 0
+    for p in layer.projections:
+        x, members = xs[p.k * p.count], layer.fp8[0][first : first + p.count]
+        first += p.count
+        out.append(torch.cat([x[:, g * p.k : (g + 1) * p.k].float() @ w.dequantize().T
+                              for g, w in enumerate(members)], 1))  # fmt: skip
+    return out
 
 
 def run_all(calls: list[Callable]) -> None:
@@ -80,17 +86,13 @@ def main() -> None:
     rows = []
     for m in args.m:
         xs = activations(m, layer.input_widths, 0, device, torch.bfloat16)
+        wants = references(layer, xs)  # once an M: every variant is checked against them
         for name, (linear, linear_group) in variants(args.settings).items():
             weights = layer.weights("bf16" if name == "bf16" else "w8a16")[0]
             calls = layer.calls(linear, linear_group, xs, weights)
-            first = 0
-            for p, call in zip(layer.projections, calls, strict=True):
+            for p, call, want in zip(layer.projections, calls, wants, strict=True):
                 row = {"m": m, "proj": p.name, "n": p.n, "k": p.k * p.count, "setting": name}
-                members = layer.fp8[0][first : first + p.count]
-                first += p.count
                 try:
-                    x = xs[p.k * p.count]
-                    want = reference(x, members, p.k)
                     row["rel_error"] = relative_error(call(), want)
                     row["ms"] = time_call(call, device, m, graph=True)[0]
                 except Exception as err:  # noqa: BLE001 (a failing setting is a result)

@@ -122,7 +122,6 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, sc
     the compiler: the step before's weights (`w_before`) go into this step's wait as a
     dependency, so their registers stay theirs until that wgmma is done (the caller unrolls
     the loop so that no copy moves them)."""
-    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     WG_ROWS: gl.constexpr = w_desc.block_type.shape[0] // 2
     SLOTS: gl.constexpr = x_ring.type.shape[0]
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout,
@@ -130,9 +129,7 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, sc
     slot = i % SLOTS
     mbarrier.wait(ready.index(slot), (i // SLOTS) & 1)
     w8 = w_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0).load(a_layout)
-    ahead = i + SCALES_AHEAD
-    next_sw = gl.load(scales + ((k_lo + ahead) * BLOCK_K // _SCALE_BLOCK) * stride_sk,
-                      mask=ahead < steps, other=0.0)  # fmt: skip
+    next_sw = _scale(scales, i + SCALES_AHEAD, k_lo, steps, stride_sk)
     w = _e4m3_as_bf16(w8) * (sw * E4M3_BITS_SCALE).to(gl.bfloat16)
     acc = warpgroup_mma(w, x_ring.index(slot).permute((1, 0)), acc, use_acc=not FIRST,
                         is_async=True)  # fmt: skip
@@ -140,7 +137,7 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, sc
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
     else:
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, w_before))[0]
-    if not FIRST:  # the step before's wgmma is done: its slot may be refilled
+        # the step before's wgmma is done: its slot may be refilled
         mbarrier.arrive(empty.index((i - 1) % SLOTS), count=1)
     if WARPGROUP == 0 and i >= LAG:
         used = i - LAG
@@ -151,17 +148,19 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, sc
 
 
 @gluon.jit
-def _first_scales(scales, k_lo, steps, stride_sk, BLOCK_K: gl.constexpr):
-    """The weight scales of a program's first SCALES_AHEAD K steps (0 past its range)."""
+def _scale(scales, step, k_lo, steps, stride_sk):
+    """The weight scale of K step `step` of a program's range (a K step is one scale block
+    wide); 0 past the range."""
+    return gl.load(scales + (k_lo + step) * stride_sk, mask=step < steps, other=0.0)
+
+
+@gluon.jit
+def _first_scales(scales, k_lo, steps, stride_sk):
+    """The weight scales of a program's first SCALES_AHEAD K steps."""
     gl.static_assert(SCALES_AHEAD == 4, "a queue of four scales")
-    first = gl.load(scales + (k_lo * BLOCK_K // _SCALE_BLOCK) * stride_sk)
-    second = gl.load(scales + ((k_lo + 1) * BLOCK_K // _SCALE_BLOCK) * stride_sk,
-                     mask=steps > 1, other=0.0)  # fmt: skip
-    third = gl.load(scales + ((k_lo + 2) * BLOCK_K // _SCALE_BLOCK) * stride_sk,
-                    mask=steps > 2, other=0.0)  # fmt: skip
-    fourth = gl.load(scales + ((k_lo + 3) * BLOCK_K // _SCALE_BLOCK) * stride_sk,
-                     mask=steps > 3, other=0.0)  # fmt: skip
-    return first, second, third, fourth
+    return (_scale(scales, 0, k_lo, steps, stride_sk), _scale(scales, 1, k_lo, steps, stride_sk),
+            _scale(scales, 2, k_lo, steps, stride_sk),
+            _scale(scales, 3, k_lo, steps, stride_sk))  # fmt: skip
 
 
 @gluon.jit
@@ -182,7 +181,8 @@ def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_pt
     t_row = gl.program_id(1) * BLOCK_T
     w_row = group * N + gl.program_id(0) * ROWS
     scales = s_ptr + group * stride_sg + (gl.program_id(0) * ROWS // _SCALE_BLOCK) * stride_sn
-    sw = _first_scales(scales, k_lo, steps, stride_sk, BLOCK_K)  # steps 0 .. SCALES_AHEAD - 1
+    gl.static_assert(BLOCK_K == _SCALE_BLOCK, "a K step is one scale block")
+    sw = _first_scales(scales, k_lo, steps, stride_sk)  # steps 0 .. SCALES_AHEAD - 1
     acc = gl.zeros((WG_ROWS, BLOCK_T), gl.float32, layout)
     step_args = (ready, empty, scales, steps, k_lo, t_row, w_row, group * K, stride_sk)
     acc, w_b, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, None, sw[0], 0, *step_args,
