@@ -1,8 +1,9 @@
-"""What the Gluon W8A8 and W8A16 kernels (kernels/dense/w8a8_wgmma.py, w8a16_wgmma.py) compile
-to for sm_90, without a GPU.
+"""What the Gluon W8A8 and W8A16 kernels (kernels/dense/w8a8_wgmma.py, w8a16_wgmma.py) and the
+MoE down kernel (kernels/moe/w8a8_wgmma.py) compile to for sm_90, without a GPU.
 
     python scripts/dense_wgmma_sass.py [--block-m 128] [--block-n 128] [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel w8a16 [--block-t 64] [--stages 8] [--split]
+    python scripts/dense_wgmma_sass.py --kernel moe-down [--stages 6]
 
 Prints the registers and spilled bytes ptxas reports, any "Potential Performance Loss" note
 it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
@@ -29,6 +30,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
 
 from kernels.dense import w8a8_wgmma, w8a16_wgmma
+from kernels.moe import w8a8_wgmma as moe_w8a8_wgmma
 
 SHAPE = (4096, 2048, 7168)  # (M, N, K): any shape whose rows are 16-byte aligned
 
@@ -66,10 +68,29 @@ def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int):
     return compile_gluon(w8a16_wgmma._w8a16_wgmma_kernel, descriptors, constants)
 
 
-def compile_gluon(kernel, descriptors: dict, constants: dict):
+def compile_moe_down(stages: int, consumer_regs: int):
+    """The MoE down kernel compiled for sm_90 at the dsv4-flash TP2 rank's shape."""
+    experts, hidden, inter, slots = 384, 5120, 1152, 4096 * 6
+    h8 = torch.empty(slots, inter, dtype=torch.float8_e4m3fn)
+    down = torch.empty(experts, hidden, inter, dtype=torch.float8_e4m3fn)
+    h_desc, w_desc = moe_w8a8_wgmma.down_descriptors(h8, down)
+    constants = {
+        "STEPS": (experts - 1).bit_length(),
+        "STAGES": stages,
+        "LAG": stages - moe_w8a8_wgmma.LOAD_AHEAD,
+        "CONSUMER_REGS": consumer_regs,
+    }
+    pointers = {"y_ptr": "*bf16", "sorted_slots_ptr": "*i32", "counts_ptr": "*i32",
+                "offsets_ptr": "*i32", "tile_offsets_ptr": "*i32"}  # fmt: skip
+    return compile_gluon(moe_w8a8_wgmma._w8a8_down_wgmma_kernel,
+                         {"h_desc": h_desc, "w_desc": w_desc}, constants, pointers)  # fmt: skip
+
+
+def compile_gluon(kernel, descriptors: dict, constants: dict, pointers: dict | None = None):
     """A Gluon kernel compiled for sm_90: descriptors typed as a launch types them, pointers
-    fp32 (the counters int32), integers 16-divisible."""
+    fp32 unless `pointers` types them (the counters int32), integers 16-divisible."""
     signature, constexprs, attrs = {}, {}, {}
+    pointers = {"locks_ptr": "*i32", **(pointers or {})}
     for i, name in enumerate(kernel.arg_names):
         if name in descriptors:
             signature[name] = mangle_type(descriptors[name])
@@ -77,7 +98,7 @@ def compile_gluon(kernel, descriptors: dict, constants: dict):
         if name in constants:
             signature[name], constexprs[(i,)] = "constexpr", constants[name]
             continue
-        pointer = "*i32" if name == "locks_ptr" else "*fp32"
+        pointer = pointers.get(name, "*fp32")
         signature[name] = pointer if name.endswith("_ptr") else "i32"
         attrs[(i,)] = [["tt.divisibility", 16]]
     source = GluonASTSource(kernel, signature, constexprs, attrs)
@@ -109,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block-n", type=int, choices=(32, 64, 128), default=128)
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--consumer-regs", type=int, default=232)
-    parser.add_argument("--kernel", choices=("w8a8", "w8a16"), default="w8a8")
+    parser.add_argument("--kernel", choices=("w8a8", "w8a16", "moe-down"), default="w8a8")
     parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.BLOCK_TS, default=64,
                         help="W8A16: token columns a tile")  # fmt: skip
     parser.add_argument("--split", action="store_true", help="W8A16: with split K")
@@ -120,9 +141,12 @@ def main(argv: list[str] | None = None) -> None:
         compiled = compile_kernel(args.block_m, args.block_n, args.stages,
                                   args.consumer_regs)  # fmt: skip
         tile = f"{args.block_m} x {args.block_n} tiles"
-    else:
+    elif args.kernel == "w8a16":
         compiled = compile_w8a16(args.block_t, args.stages, args.split, args.consumer_regs)
         tile = f"{w8a16_wgmma.ROWS} x {args.block_t} tiles{', split K' if args.split else ''}"
+    else:
+        compiled = compile_moe_down(args.stages, args.consumer_regs)
+        tile = f"{moe_w8a8_wgmma.ROWS} x {moe_w8a8_wgmma.BLOCK} items"
     registers, spills = ptxas_facts(compiled)
     facts = sass_facts(compiled)
     print(f"Triton {triton.__version__}, sm_90, {args.kernel}, {tile}, {args.stages} stages")

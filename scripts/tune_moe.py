@@ -97,9 +97,10 @@ GRIDS = {"decode-fine": DECODE_FINE}
 CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),
          ("bf16", 6, DECODE[:4] + PROGRAMS), ("int4", 6, DECODE),
          ("int4", 33863, PREFILL)]  # fmt: skip
-# the W8A8 path (FP8 experts only, 128-column tiles): rows a tile, warps and stages
-W8A8 = [{}, dict(num_stages=4), dict(block_m=64), dict(block_m=64, num_stages=4),
-        dict(block_m=128, num_stages=2), dict(block_m=64, num_warps=4)]  # fmt: skip
+# the W8A8 path (FP8 experts only, 128-column tiles): the Triton down kernel in place of the
+# Gluon one (the default on sm_90 at 128-row tiles), rows a tile, warps and stages
+W8A8 = [{}, dict(wgmma=False), dict(num_stages=4), dict(block_m=64),
+        dict(block_m=64, num_stages=4), dict(block_m=64, num_warps=4)]  # fmt: skip
 W8A8_CASES = [("fp8", 4096, W8A8), ("fp8", 33863, W8A8)]
 
 

@@ -51,7 +51,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from kernels.compiled import launch
 from kernels.dense.formats import DenseWeights, check_group_inputs, check_linear_inputs
 from kernels.dense.tiles import outputs
-from kernels.dense.w8a8_wgmma import SHARED_MEMORY, allocate_ring, descriptor, supported
+from kernels.dense.w8a8_wgmma import (
+    SHARED_MEMORY,
+    allocate_ring,
+    allocate_staging,
+    descriptor,
+    supported,
+)
 from kernels.dequant import E4M3_BITS_SCALE, E4M3_PAIR_TO_BF16_PTX
 from kernels.moe.routing import planned_sms
 
@@ -247,7 +253,8 @@ def _w8a16_wgmma_kernel(
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     ROWS: gl.constexpr = w_desc.block_type.shape[0]
-    x_ring, w_ring, y_bufs, ready, empty = allocate_ring(x_desc, w_desc, y_desc, STAGES)
+    x_ring, w_ring, ready, empty = allocate_ring(x_desc, w_desc, STAGES)
+    y_bufs = allocate_staging(y_desc)
     group = gl.program_id(2) // splits
     k_lo, steps = _tile_range(K, steps_per_split, splits, BLOCK_K)
     for first in gl.static_range(STAGES):

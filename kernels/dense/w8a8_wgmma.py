@@ -80,24 +80,27 @@ SHARED_MEMORY = 232448  # bytes a block may take on sm_90 (227 KB, opted in)
 
 
 @gluon.jit
-def allocate_ring(a_desc, w_desc, y_desc, STAGES: gl.constexpr):
-    """(a_ring, w_ring, y_bufs, ready, empty): STAGES slots of both operands' TMA tiles, a
-    staging buffer of y's tile for each of two warpgroups, and each slot's `ready` barrier
-    (the copy completes it) and `empty` barrier (both warpgroups arrive once done with the
-    slot), initialised. The Gluon W8A8 and W8A16 kernels share this ring."""
+def allocate_ring(a_desc, w_desc, STAGES: gl.constexpr):
+    """(a_ring, w_ring, ready, empty): STAGES slots of both operands' TMA tiles, and each
+    slot's `ready` barrier (the copy completes it) and `empty` barrier (both warpgroups arrive
+    once done with the slot), initialised. The Gluon W8A8, W8A16 and MoE kernels share it."""
     a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
                                        a_desc.layout)  # fmt: skip
     w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape,
                                        w_desc.layout)  # fmt: skip
-    y_bufs = gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape,
-                                       y_desc.layout)  # one a warpgroup  # fmt: skip
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for first in gl.static_range(STAGES):
         mbarrier.init(ready.index(first), count=1)
         mbarrier.init(empty.index(first), count=2)  # one arrival a warpgroup
     fence_async_shared()  # the initialised barriers, visible to TMA (the async proxy)
-    return a_ring, w_ring, y_bufs, ready, empty
+    return a_ring, w_ring, ready, empty
+
+
+@gluon.jit
+def allocate_staging(y_desc):
+    """A staging buffer of y's TMA tile for each of the two warpgroups' stores."""
+    return gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape, y_desc.layout)
 
 
 @gluon.jit
@@ -111,19 +114,20 @@ def _tile_of(tile, tiles_m, tiles_n):
 
 
 @gluon.jit
-def _issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, pid_m, pid_n, k_step):
+def issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, a_row, w_row, k_step):
     """Start the TMA copies of this program's `step` (if it has one: step < total), K step
-    `k_step` of tile (pid_m, pid_n), into its ring slot."""
+    `k_step` of the tiles whose first rows are a_row (activations) and w_row (weights), into
+    its ring slot."""
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     slot = step % SLOTS
     inside = step < total
     bar = ready.index(slot)
     mbarrier.expect(bar, a_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=inside)
     off_k = k_step * a_desc.block_type.shape[1]
-    tma.async_copy_global_to_shared(a_desc, [pid_m * a_desc.block_type.shape[0], off_k], bar,
-                                    a_ring.index(slot), pred=inside)  # fmt: skip
-    tma.async_copy_global_to_shared(w_desc, [pid_n * w_desc.block_type.shape[0], off_k], bar,
-                                    w_ring.index(slot), pred=inside)  # fmt: skip
+    tma.async_copy_global_to_shared(a_desc, [a_row, off_k], bar, a_ring.index(slot),
+                                    pred=inside)  # fmt: skip
+    tma.async_copy_global_to_shared(w_desc, [w_row, off_k], bar, w_ring.index(slot),
+                                    pred=inside)  # fmt: skip
 
 
 @gluon.jit
@@ -217,8 +221,8 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
             if WARPGROUP == 0 and step >= LAG:
                 used = step - LAG
                 mbarrier.wait(empty.index(used % SLOTS), (used // SLOTS) & 1)
-                _issue_load(a_desc, w_desc, a_ring, w_ring, ready, used + SLOTS, total,
-                            load_m, load_n, load_k)  # fmt: skip
+                issue_load(a_desc, w_desc, a_ring, w_ring, ready, used + SLOTS, total,
+                           load_m * BLOCK_M, load_n * BLOCK_N, load_k)  # fmt: skip
                 load_k += 1
                 if load_k == k_steps:
                     load_k = 0
@@ -259,7 +263,8 @@ def _w8a8_wgmma_kernel(
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     gl.static_assert((BLOCK_M == 128) | (BLOCK_M == 256), "one or two waves of 128 rows")
-    a_ring, w_ring, y_bufs, ready, empty = allocate_ring(a_desc, w_desc, y_desc, STAGES)
+    a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES)
+    y_bufs = allocate_staging(y_desc)
 
     tiles_m = gl.cdiv(M, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)
@@ -268,8 +273,8 @@ def _w8a8_wgmma_kernel(
     for first in gl.static_range(STAGES):
         tile = gl.program_id(0) + (first // k_steps) * gl.num_programs(0)
         pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
-        _issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_tiles * k_steps, pid_m,
-                    pid_n, first % k_steps)  # fmt: skip
+        issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_tiles * k_steps,
+                   pid_m * BLOCK_M, pid_n * BLOCK_N, first % k_steps)  # fmt: skip
     args = (a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
             k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
             REFILL_LAG)  # fmt: skip

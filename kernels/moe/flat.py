@@ -92,14 +92,29 @@ def _locate(
     num_experts, BLOCK_M: tl.constexpr, STEPS: tl.constexpr,
 ):  # fmt: skip
     """(expert, slots int64, row_ok, column tile, split) of a work item."""
+    expert, positions, row_ok, col_tile, split = locate_rows(
+        item, splits, col_tiles, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts,
+        BLOCK_M, STEPS,
+    )  # fmt: skip
+    slots = tl.load(sorted_slots_ptr + positions, mask=row_ok, other=0)
+    return expert, slots.to(tl.int64), row_ok, col_tile, split
+
+
+@triton.jit
+def locate_rows(
+    item, splits, col_tiles, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts,
+    BLOCK_M: tl.constexpr, STEPS: tl.constexpr,
+):  # fmt: skip
+    """(expert, sorted positions int64, row_ok, column tile, split) of a work item: its rows'
+    places in the slots sorted by expert."""
     split = item % splits
     col_tile = (item // splits) % col_tiles
     row_tile = item // (splits * col_tiles)
     expert = find_expert(tile_offsets_ptr, row_tile, num_experts, STEPS)
     rows = (row_tile - tl.load(tile_offsets_ptr + expert)) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < tl.load(counts_ptr + expert)
-    slots = tl.load(sorted_slots_ptr + tl.load(offsets_ptr + expert) + rows, mask=row_ok, other=0)
-    return expert, slots.to(tl.int64), row_ok, col_tile, split
+    positions = tl.load(offsets_ptr + expert) + rows
+    return expert, positions.to(tl.int64), row_ok, col_tile, split
 
 
 @triton.jit

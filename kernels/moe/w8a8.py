@@ -40,12 +40,15 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.compiled import launch, recording
+from kernels.dense.w8a8_wgmma import supported
 from kernels.fp8_quant import pow2_scale, quantize_activations, round_to_e4m3
-from kernels.moe.flat import CPU_PROGRAMS, FlatLayout, _locate, moe_flat, prefill_sized
+from kernels.moe.flat import CPU_PROGRAMS, FlatLayout, locate_rows, moe_flat, prefill_sized
 from kernels.moe.formats import MoeWeights, as_moe_weights
 from kernels.moe.routing import MoeShape, sm_count, validate_moe_inputs
 from kernels.moe.routing_kernels import combine
 from kernels.moe.tiles import store_down
+from kernels.moe.w8a8_wgmma import ROWS as DOWN_ROWS
+from kernels.moe.w8a8_wgmma import down_wgmma
 
 BLOCK = 128  # the weight block, a tile's width and a K step
 DEFAULT_ROWS = 128
@@ -65,20 +68,23 @@ def _k_step(acc, a_ptrs, row_ok, w_ptrs, scale):
 def _w8a8_gate_up_kernel(
     x8_ptr, xs_ptr, h8_ptr, hs_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr,
     tile_offsets_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_se, stride_sn, stride_sk,
-    num_experts, hidden, inter, stride_xt, stride_xst, stride_hr, stride_hsr,
+    num_experts, hidden, inter, stride_xt, stride_xst, stride_hr, stride_hsk,
     TOP_K: tl.constexpr, STEPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """h8[slot, cols], hs[slot, col tile] = FP8 silu(gate) * up of each item's rows and one
-    128-column tile, quantised per row as `quantize_activations` quantises."""
+    """h8[row, cols], hs[col tile, row] = FP8 silu(gate) * up of each item's rows and one
+    128-column tile, quantised per row as `quantize_activations` quantises; a row is the
+    slot's place in sorted order, so an expert's rows lie together (the down kernels read
+    them as tiles)."""
     col_tiles = inter // BLOCK_K
     num_items = tl.load(tile_offsets_ptr + num_experts) * col_tiles
     k = tl.arange(0, BLOCK_K)
     for item in range(tl.program_id(0), num_items, tl.num_programs(0)):
-        expert, slots, row_ok, col_tile, _ = _locate(
-            item, 1, col_tiles, tile_offsets_ptr, offsets_ptr, counts_ptr, sorted_slots_ptr,
-            num_experts, BLOCK_M, STEPS,
+        expert, rows, row_ok, col_tile, _ = locate_rows(
+            item, 1, col_tiles, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts,
+            BLOCK_M, STEPS,
         )  # fmt: skip
-        tokens = slots // TOP_K
+        slots = tl.load(sorted_slots_ptr + rows, mask=row_ok, other=0)
+        tokens = (slots // TOP_K).to(tl.int64)
         cols = col_tile * BLOCK_K + k
         w_e = w_ptr + expert.to(tl.int64) * stride_we
         s_e = s_ptr + expert.to(tl.int64) * stride_se
@@ -101,35 +107,37 @@ def _w8a8_gate_up_kernel(
         h = gate * tl.sigmoid(gate) * up
         scale, inverse = pow2_scale(tl.max(tl.abs(h), axis=1))
         h8 = round_to_e4m3(h * inverse[:, None]).to(tl.float8e4nv)  # the scaling is exact
-        tl.store(h8_ptr + slots[:, None] * stride_hr + cols[None, :], h8, mask=row_ok[:, None])
-        tl.store(hs_ptr + slots * stride_hsr + col_tile, scale, mask=row_ok)
+        tl.store(h8_ptr + rows[:, None] * stride_hr + cols[None, :], h8, mask=row_ok[:, None])
+        tl.store(hs_ptr + col_tile * stride_hsk + rows, scale, mask=row_ok)
 
 
 @triton.jit
 def _w8a8_down_kernel(
     h8_ptr, hs_ptr, y_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
     slot_weights_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_se, stride_sn, stride_sk,
-    num_experts, hidden, inter, stride_hr, stride_hsr, stride_yr,
+    num_experts, hidden, inter, stride_hr, stride_hsk, stride_yr,
     STEPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """y[slot, cols] = routing weight * h8[slot] @ down[cols].T for each item's rows and one
-    128-column tile of H, in y's dtype (the activations') for `combine` to sum in fp32."""
+    """y[slot, cols] = routing weight * h8[row] @ down[cols].T for each item's rows (their
+    sorted places) and one 128-column tile of H, in y's dtype (the activations') for
+    `combine` to sum in fp32."""
     col_tiles = hidden // BLOCK_K
     num_items = tl.load(tile_offsets_ptr + num_experts) * col_tiles
     k = tl.arange(0, BLOCK_K)
     for item in range(tl.program_id(0), num_items, tl.num_programs(0)):
-        expert, slots, row_ok, col_tile, _ = _locate(
-            item, 1, col_tiles, tile_offsets_ptr, offsets_ptr, counts_ptr, sorted_slots_ptr,
-            num_experts, BLOCK_M, STEPS,
+        expert, rows, row_ok, col_tile, _ = locate_rows(
+            item, 1, col_tiles, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts,
+            BLOCK_M, STEPS,
         )  # fmt: skip
+        slots = tl.load(sorted_slots_ptr + rows, mask=row_ok, other=0).to(tl.int64)
         cols = col_tile * BLOCK_K + k
         w_ptrs = (w_ptr + expert.to(tl.int64) * stride_we + cols[None, :] * stride_wn
                   + k[:, None])  # fmt: skip
         w_scales = s_ptr + expert.to(tl.int64) * stride_se + col_tile * stride_sn
-        a_ptrs = h8_ptr + slots[:, None] * stride_hr + k[None, :]
+        a_ptrs = h8_ptr + rows[:, None] * stride_hr + k[None, :]
         acc = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
         for step in range(0, inter // BLOCK_K):
-            scale = tl.load(hs_ptr + slots * stride_hsr + step, mask=row_ok, other=0.0)
+            scale = tl.load(hs_ptr + step * stride_hsk + rows, mask=row_ok, other=0.0)
             acc = _k_step(acc, a_ptrs, row_ok, w_ptrs,
                           scale * tl.load(w_scales + step * stride_sk))  # fmt: skip
             a_ptrs += BLOCK_K
@@ -167,22 +175,26 @@ def moe_w8a8(
     num_warps: int = DEFAULT_WARPS,
     num_stages: int = DEFAULT_STAGES,
     num_programs: int | None = None,
+    wgmma: bool | None = None,
 ) -> Tensor:
     """Routed-expert output (T, H) in x.dtype, as `reference.moe_w8a8_reference` defines it
     (moe_reference with x and h quantised to FP8 per token and 128-wide block). FP8 weights in
     128 x 128 blocks only. Five launches: x's quantiser, the routing layout (three), gate/up,
-    down, combine; num_programs defaults to the SM count (4 on the CPU)."""
+    down, combine; num_programs defaults to the SM count (4 on the CPU). `wgmma` runs the down
+    projection on the Gluon kernel (`w8a8_wgmma`): None where it runs (sm_90, 128-row
+    tiles), True or an error, False never."""
     with recording():
         weights = as_moe_weights(weights, w_down)
         shape = validate_moe_inputs(x, topk_ids, topk_weights, weights)
         _check(weights, shape, block_m, num_warps)
+        gluon_down = _gluon_down(wgmma, x.device, block_m)
         programs = num_programs or sm_count(x.device) or CPU_PROGRAMS
         slots = shape.tokens * shape.top_k
         layout = FlatLayout.of(topk_ids, topk_weights, shape, block_m)
         counts, offsets, tile_offsets, sorted_slots, slot_weights, row_tiles = layout
         x8, xs = quantize_activations(x, BLOCK)
         h8 = torch.empty(slots, shape.inter, dtype=torch.float8_e4m3fn, device=x.device)
-        hs = torch.empty(slots, shape.inter // BLOCK, dtype=torch.float32, device=x.device)
+        hs = torch.empty(shape.inter // BLOCK, slots, dtype=torch.float32, device=x.device)
         y = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
         common = {"STEPS": max(shape.experts - 1, 0).bit_length(), "BLOCK_M": block_m,
                   "BLOCK_K": BLOCK, "num_warps": num_warps, "num_stages": num_stages}  # fmt: skip
@@ -194,6 +206,9 @@ def moe_w8a8(
             gate_up.stride(1), *gs.stride(), shape.experts, shape.hidden, shape.inter,
             x8.stride(0), xs.stride(0), h8.stride(0), hs.stride(0), TOP_K=shape.top_k, **common,
         )  # fmt: skip
+        if gluon_down:
+            down_wgmma(h8, hs, y, weights.down, weights.down_scale, layout, programs)
+            return combine(y, shape.tokens, shape.top_k, x.dtype)
         launch(
             _w8a8_down_kernel, (min(programs, row_tiles * (shape.hidden // BLOCK)),), h8, hs, y,
             sorted_slots, counts, offsets, tile_offsets, slot_weights, down, ds, down.stride(0),
@@ -201,6 +216,18 @@ def moe_w8a8(
             h8.stride(0), hs.stride(0), y.stride(0), **common,
         )  # fmt: skip
         return combine(y, shape.tokens, shape.top_k, x.dtype)
+
+
+def _gluon_down(wgmma: bool | None, device: torch.device, block_m: int) -> bool:
+    """Whether the down projection runs on the Gluon kernel (`moe_w8a8`'s `wgmma`)."""
+    if wgmma is not None and not isinstance(wgmma, bool):
+        raise ValueError(f"wgmma={wgmma!r} must be True, False or None (where it runs).")
+    runs = supported(device) and block_m == DOWN_ROWS
+    if wgmma and not runs:
+        raise ValueError(f"wgmma=True needs an sm_90 (Hopper) GPU and block_m={DOWN_ROWS}; got "
+                         f"{device} and block_m={block_m}. Pass wgmma=None to use it where "
+                         "it runs.")  # fmt: skip
+    return runs if wgmma is None else wgmma
 
 
 def moe_flat_w8a8(
