@@ -74,14 +74,10 @@ def compile_moe_down(stages: int, consumer_regs: int):
     h8 = torch.empty(slots, inter, dtype=torch.float8_e4m3fn)
     down = torch.empty(experts, hidden, inter, dtype=torch.float8_e4m3fn)
     h_desc, w_desc = moe_w8a8_wgmma.down_descriptors(h8, down)
-    constants = {
-        "STEPS": (experts - 1).bit_length(),
-        "STAGES": stages,
-        "LAG": stages - moe_w8a8_wgmma.LOAD_AHEAD,
-        "CONSUMER_REGS": consumer_regs,
-    }
-    pointers = {"y_ptr": "*bf16", "sorted_slots_ptr": "*i32", "counts_ptr": "*i32",
-                "offsets_ptr": "*i32", "tile_offsets_ptr": "*i32"}  # fmt: skip
+    constants = {"STAGES": stages, "LAG": stages - moe_w8a8_wgmma.LOAD_AHEAD,
+                 "CONSUMER_REGS": consumer_regs}  # fmt: skip
+    pointers = {"y_ptr": "*bf16", "sorted_slots_ptr": "*i32", "tile_info_ptr": "*i32",
+                "tile_offsets_ptr": "*i32"}  # fmt: skip
     return compile_gluon(moe_w8a8_wgmma._w8a8_down_wgmma_kernel,
                          {"h_desc": h_desc, "w_desc": w_desc}, constants, pointers)  # fmt: skip
 

@@ -67,14 +67,17 @@ def _k_step(acc, a_ptrs, row_ok, w_ptrs, scale):
 @triton.jit
 def _w8a8_gate_up_kernel(
     x8_ptr, xs_ptr, h8_ptr, hs_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr,
-    tile_offsets_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_se, stride_sn, stride_sk,
-    num_experts, hidden, inter, stride_xt, stride_xst, stride_hr, stride_hsk,
-    TOP_K: tl.constexpr, STEPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    tile_offsets_ptr, slot_weights_ptr, row_weights_ptr, tile_info_ptr, w_ptr, s_ptr,
+    stride_we, stride_wn, stride_se, stride_sn, stride_sk, num_experts, hidden, inter,
+    stride_xt, stride_xst, stride_hr, stride_hsk, TOP_K: tl.constexpr, STEPS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """h8[row, cols], hs[col tile, row] = FP8 silu(gate) * up of each item's rows and one
     128-column tile, quantised per row as `quantize_activations` quantises; a row is the
     slot's place in sorted order, so an expert's rows lie together (the down kernels read
-    them as tiles)."""
+    them as tiles). The items of column tile 0 also write what the Gluon down kernel reads
+    per row tile and row, so it needs no search: tile_info[row tile] = (expert, first row,
+    rows it owns) and row_weights[row] = the slot's routing weight."""
     col_tiles = inter // BLOCK_K
     num_items = tl.load(tile_offsets_ptr + num_experts) * col_tiles
     k = tl.arange(0, BLOCK_K)
@@ -84,6 +87,16 @@ def _w8a8_gate_up_kernel(
             BLOCK_M, STEPS,
         )  # fmt: skip
         slots = tl.load(sorted_slots_ptr + rows, mask=row_ok, other=0)
+        if col_tile == 0:
+            weight = tl.load(slot_weights_ptr + slots, mask=row_ok, other=0.0)
+            tl.store(row_weights_ptr + rows, weight, mask=row_ok)
+            fields = tl.arange(0, 4)
+            info = tl.where(
+                fields == 0,
+                expert,
+                tl.where(fields == 1, tl.min(rows, axis=0), tl.sum(row_ok.to(tl.int32), axis=0)),
+            )
+            tl.store(tile_info_ptr + (item // col_tiles) * 4 + fields, info, mask=fields < 3)
         tokens = (slots // TOP_K).to(tl.int64)
         cols = col_tile * BLOCK_K + k
         w_e = w_ptr + expert.to(tl.int64) * stride_we
@@ -196,18 +209,22 @@ def moe_w8a8(
         h8 = torch.empty(slots, shape.inter, dtype=torch.float8_e4m3fn, device=x.device)
         hs = torch.empty(shape.inter // BLOCK, slots, dtype=torch.float32, device=x.device)
         y = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
+        row_weights = torch.empty(slots, dtype=torch.float32, device=x.device)
+        tile_info = torch.empty(row_tiles, 4, dtype=torch.int32, device=x.device)
         common = {"STEPS": max(shape.experts - 1, 0).bit_length(), "BLOCK_M": block_m,
                   "BLOCK_K": BLOCK, "num_warps": num_warps, "num_stages": num_stages}  # fmt: skip
         gate_up, down = weights.gate_up, weights.down
         gs, ds = weights.gate_up_scale, weights.down_scale
         launch(
             _w8a8_gate_up_kernel, (min(programs, row_tiles * (shape.inter // BLOCK)),), x8, xs,
-            h8, hs, sorted_slots, counts, offsets, tile_offsets, gate_up, gs, gate_up.stride(0),
-            gate_up.stride(1), *gs.stride(), shape.experts, shape.hidden, shape.inter,
+            h8, hs, sorted_slots, counts, offsets, tile_offsets, slot_weights, row_weights,
+            tile_info, gate_up, gs, gate_up.stride(0), gate_up.stride(1), *gs.stride(),
+            shape.experts, shape.hidden, shape.inter,
             x8.stride(0), xs.stride(0), h8.stride(0), hs.stride(0), TOP_K=shape.top_k, **common,
         )  # fmt: skip
         if gluon_down:
-            down_wgmma(h8, hs, y, weights.down, weights.down_scale, layout, programs)
+            down_wgmma(h8, hs, y, weights.down, weights.down_scale, sorted_slots, row_weights,
+                       tile_info, tile_offsets, programs)  # fmt: skip
             return combine(y, shape.tokens, shape.top_k, x.dtype)
         launch(
             _w8a8_down_kernel, (min(programs, row_tiles * (shape.hidden // BLOCK)),), h8, hs, y,

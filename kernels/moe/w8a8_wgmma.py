@@ -45,48 +45,33 @@ LOAD_AHEAD = 3  # K steps the ring loads ahead (the dense kernel's measured choi
 
 
 @gluon.jit
-def _find_expert(tile_offsets_ptr, tile, num_experts, steps):
-    """The expert owning global row tile `tile`: the largest e with tile_offsets[e] <= tile,
-    by a binary search of `steps` = ceil(log2(E)) halvings, as `tiles.find_expert` finds it
-    (a runtime loop: a constexpr passed through `warp_specialize`'s arguments arrives as a
-    runtime value)."""
-    lo = tile * 0
-    hi = lo + num_experts
-    for _ in range(steps):
-        mid = (lo + hi) // 2
-        go_right = gl.load(tile_offsets_ptr + mid) <= tile
-        lo = gl.where(go_right, mid, lo)
-        hi = gl.where(go_right, hi, mid)
-    return lo
-
-
-@gluon.jit
-def _item(item, col_tiles, hidden, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts,
-          STEPS: gl.constexpr):  # fmt: skip
-    """(expert, first sorted row, rows the expert owns from it, first weight row, column
-    tile) of work item `item`: row tile item // col_tiles, column tile item % col_tiles."""
-    tile = item // col_tiles
+def _item(item, items, col_tiles, hidden, tile_info_ptr):
+    """(expert, first sorted row, rows it owns, first weight row, column tile) of work item
+    `item` (row tile item // col_tiles, column tile item % col_tiles), from the table gate/up
+    wrote; an item past `items` owns no rows. Three loads side by side, where a binary search
+    over the experts would chain nine."""
     col_tile = item % col_tiles
-    expert = _find_expert(tile_offsets_ptr, tile, num_experts, STEPS)
-    within = (tile - gl.load(tile_offsets_ptr + expert)) * _ROWS
-    first_row = gl.load(offsets_ptr + expert) + within
-    owned = gl.load(counts_ptr + expert) - within
+    info = tile_info_ptr + 4 * (gl.maximum(gl.minimum(item, items - 1), 0) // col_tiles)
+    expert = gl.load(info)
+    first_row = gl.load(info + 1)
+    owned = gl.where(item < items, gl.load(info + 2), 0)
     return expert, first_row, owned, expert * hidden + col_tile * _BLOCK, col_tile
 
 
 @gluon.jit
 def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,
-              sorted_slots_ptr, slot_weights_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
-              num_experts, hidden, k_steps, my_items, stride_hsk, stride_wse, stride_wsn,
-              stride_wsk, stride_yr, STEPS: gl.constexpr, LAG: gl.constexpr,
-              WARPGROUP: gl.constexpr):  # fmt: skip
+              sorted_slots_ptr, row_weights_ptr, tile_info_ptr, items, hidden, k_steps,
+              my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr,
+              LAG: gl.constexpr, WARPGROUP: gl.constexpr):  # fmt: skip
     """Rows 64 WARPGROUP + [0, 64) of every item this program owns.
 
-    Per K step: wait for the slot's copy, issue the wgmma, load the next step's scales while
-    it runs, wait for it, release the slot, and fold the product into the accumulator with
-    the scales loaded a step before. Warpgroup 0 also refills the slot used LAG steps before
-    (once both warpgroups have released it) with the step SLOTS ahead, whose item and K
-    step advance as a cursor.
+    Per K step: wait for the slot's copy, issue the wgmma, load the next step's scales (after
+    an item's last step, the next item's first) while it runs, wait for it, release the
+    slot, and fold the product into the accumulator with the scales loaded a step before.
+    What an item's epilogue and the next item need (its rows' slots and routing weights, the
+    next item's place) is loaded when the item starts, so no round trip to L2 stands between
+    two items. Warpgroup 0 also refills the slot used LAG steps before (once both warpgroups
+    have released it) with the step SLOTS ahead, whose item and K step advance as a cursor.
     """
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -100,21 +85,23 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
     total = my_items * k_steps
     step = 0
     # The refill cursor: step SLOTS (the prologue loaded 0 .. SLOTS - 1), as an item and K step.
-    load_item = SLOTS // k_steps
+    load_item = gl.program_id(0) + (SLOTS // k_steps) * programs
     load_k = SLOTS % k_steps
-    _, load_row, _, load_w_row, _ = _item(gl.program_id(0) + load_item * programs, col_tiles,
-                                          hidden, tile_offsets_ptr, offsets_ptr, counts_ptr,
-                                          num_experts, STEPS)  # fmt: skip
-    for i in range(my_items):
-        expert, first_row, owned, _, col_tile = _item(
-            gl.program_id(0) + i * programs, col_tiles, hidden, tile_offsets_ptr, offsets_ptr,
-            counts_ptr, num_experts, STEPS,
-        )  # fmt: skip
+    _, load_row, _, load_w_row, _ = _item(load_item, items, col_tiles, hidden, tile_info_ptr)
+    item = gl.program_id(0)
+    expert, first_row, owned, _, col_tile = _item(item, items, col_tiles, hidden, tile_info_ptr)
+    w_scales = ws_ptr + expert * stride_wse + col_tile * stride_wsn
+    sa = gl.load(hs_ptr + first_row + offsets, mask=offsets < owned, other=0.0)
+    sw = gl.load(w_scales)
+    for _ in range(my_items):
         rows = first_row + offsets
         mine = offsets < owned
-        w_scales = ws_ptr + expert * stride_wse + col_tile * stride_wsn
-        sa = gl.load(hs_ptr + rows, mask=mine, other=0.0)
-        sw = gl.load(w_scales)
+        slots = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
+        weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
+        next_expert, next_row, next_owned, _, next_col = _item(item + programs, items,
+                                                               col_tiles, hidden,
+                                                               tile_info_ptr)  # fmt: skip
+        next_w_scales = ws_ptr + next_expert * stride_wse + next_col * stride_wsn
         acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
         for k_step in range(k_steps):
             slot = step % SLOTS
@@ -123,9 +110,12 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
             a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
             running = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product,
                                     use_acc=False, is_async=True)  # fmt: skip
-            next_sa = gl.load(hs_ptr + (k_step + 1) * stride_hsk + rows, mask=mine & more,
-                              other=0.0)  # fmt: skip
-            next_sw = gl.load(w_scales + (k_step + 1) * stride_wsk, mask=more, other=0.0)
+            next_sa = gl.load(
+                hs_ptr + gl.where(more, (k_step + 1) * stride_hsk + rows, next_row + offsets),
+                mask=gl.where(more, mine, offsets < next_owned), other=0.0,
+            )  # fmt: skip
+            next_sw = gl.load(gl.where(more, w_scales + (k_step + 1) * stride_wsk,
+                                       next_w_scales))  # fmt: skip
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             mbarrier.arrive(empty.index(slot), count=1)
             if WARPGROUP == 0 and step >= LAG:
@@ -136,28 +126,27 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
                 load_k += 1
                 if load_k == k_steps:
                     load_k = 0
-                    load_item += 1
-                    _, load_row, _, load_w_row, _ = _item(
-                        gl.program_id(0) + load_item * programs, col_tiles, hidden,
-                        tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts, STEPS,
-                    )  # fmt: skip
+                    load_item += programs
+                    _, load_row, _, load_w_row, _ = _item(load_item, items, col_tiles, hidden,
+                                                          tile_info_ptr)  # fmt: skip
             acc += product * (sa * sw)[:, None]
             sa, sw = next_sa, next_sw
             step += 1
-        slots = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
-        weights = gl.load(slot_weights_ptr + slots, mask=mine, other=0.0)
         out = (acc * weights[:, None]).to(y_ptr.dtype.element_ty)
         cols = col_tile * _BLOCK + columns
         y_ptrs = y_ptr + slots[:, None] * stride_yr + cols[None, :]
         gl.store(y_ptrs, out, mask=mine[:, None] & (cols < hidden)[None, :])
+        item += programs
+        expert, first_row, owned, col_tile = next_expert, next_row, next_owned, next_col
+        w_scales = next_w_scales
 
 
 @gluon.jit
 def _w8a8_down_wgmma_kernel(
-    h_desc, w_desc, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr, slot_weights_ptr, counts_ptr,
-    offsets_ptr, tile_offsets_ptr, num_experts, hidden, inter, stride_hsk, stride_wse,
-    stride_wsn, stride_wsk, stride_yr, STEPS: gl.constexpr, STAGES: gl.constexpr,
-    LAG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    h_desc, w_desc, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr, row_weights_ptr, tile_info_ptr,
+    tile_offsets_ptr, num_experts, hidden, inter, stride_hsk, stride_wse, stride_wsn,
+    stride_wsk, stride_yr, STAGES: gl.constexpr, LAG: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     a_ring, w_ring, ready, empty = allocate_ring(h_desc, w_desc, STAGES)
     col_tiles = hidden // _BLOCK
@@ -165,41 +154,39 @@ def _w8a8_down_wgmma_kernel(
     items = gl.load(tile_offsets_ptr + num_experts) * col_tiles
     my_items = gl.cdiv(items - gl.program_id(0), gl.num_programs(0))
     for first in gl.static_range(STAGES):
-        _, first_row, _, w_row, _ = _item(
-            gl.program_id(0) + (first // k_steps) * gl.num_programs(0), col_tiles, hidden,
-            tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts, STEPS,
-        )  # fmt: skip
+        item = gl.program_id(0) + (first // k_steps) * gl.num_programs(0)
+        _, first_row, _, w_row, _ = _item(item, items, col_tiles, hidden, tile_info_ptr)
         issue_load(h_desc, w_desc, a_ring, w_ring, ready, first, my_items * k_steps, first_row,
                    w_row, first % k_steps)  # fmt: skip
     args = (h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,
-            sorted_slots_ptr, slot_weights_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
-            num_experts, hidden, k_steps, my_items, stride_hsk, stride_wse, stride_wsn,
-            stride_wsk, stride_yr, STEPS, LAG)  # fmt: skip
+            sorted_slots_ptr, row_weights_ptr, tile_info_ptr, items, hidden, k_steps,
+            my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr,
+            LAG)  # fmt: skip
     gl.warp_specialize([(_top_rows, args), (_bottom_rows, args)], [4], [CONSUMER_REGS])
 
 
 @gluon.jit
 def _top_rows(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,
-              sorted_slots_ptr, slot_weights_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
-              num_experts, hidden, k_steps, my_items, stride_hsk, stride_wse, stride_wsn,
-              stride_wsk, stride_yr, STEPS: gl.constexpr, LAG: gl.constexpr):  # fmt: skip
+              sorted_slots_ptr, row_weights_ptr, tile_info_ptr, items, hidden, k_steps,
+              my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr,
+              LAG: gl.constexpr):  # fmt: skip
     """Warpgroup 0 (the default partition): each item's first 64 rows, and the refills."""
     _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,
-              sorted_slots_ptr, slot_weights_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
-              num_experts, hidden, k_steps, my_items, stride_hsk, stride_wse, stride_wsn,
-              stride_wsk, stride_yr, STEPS, LAG, 0)  # fmt: skip
+              sorted_slots_ptr, row_weights_ptr, tile_info_ptr, items, hidden, k_steps,
+              my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr, LAG,
+              0)  # fmt: skip
 
 
 @gluon.jit
 def _bottom_rows(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,
-                 sorted_slots_ptr, slot_weights_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
-                 num_experts, hidden, k_steps, my_items, stride_hsk, stride_wse, stride_wsn,
-                 stride_wsk, stride_yr, STEPS: gl.constexpr, LAG: gl.constexpr):  # fmt: skip
+                 sorted_slots_ptr, row_weights_ptr, tile_info_ptr, items, hidden, k_steps,
+                 my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr,
+                 LAG: gl.constexpr):  # fmt: skip
     """Warpgroup 1 (the worker partition): each item's last 64 rows."""
     _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,
-              sorted_slots_ptr, slot_weights_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
-              num_experts, hidden, k_steps, my_items, stride_hsk, stride_wse, stride_wsn,
-              stride_wsk, stride_yr, STEPS, LAG, 1)  # fmt: skip
+              sorted_slots_ptr, row_weights_ptr, tile_info_ptr, items, hidden, k_steps,
+              my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr, LAG,
+              1)  # fmt: skip
 
 
 def down_descriptors(h8: Tensor, down: Tensor):
@@ -215,16 +202,20 @@ def down_wgmma(
     y: Tensor,
     down: Tensor,
     down_scale: Tensor,
-    layout: tuple,
+    sorted_slots: Tensor,
+    row_weights: Tensor,
+    tile_info: Tensor,
+    tile_offsets: Tensor,
     programs: int,
     num_stages: int = DEFAULT_STAGES,
     consumer_regs: int = 232,
 ) -> None:
     """y[slot] = routing weight * (h8 * hs)[sorted row] @ down[expert].T for every routed
-    slot, in y's dtype: h8 (slots, I) FP8 in sorted order, hs (I / 128, slots) its scales,
-    down (E, H, I) FP8 in 128 x 128 blocks with down_scale (E, H / 128, I / 128); `layout`
-    a `flat.FlatLayout` built with 128-row tiles, `programs` persistent programs."""
-    counts, offsets, tile_offsets, sorted_slots, slot_weights, row_tiles = layout
+    slot, in y's dtype: h8 (slots, I) FP8 in sorted order and hs (I / 128, slots) its
+    scales, down (E, H, I) FP8 in 128 x 128 blocks with down_scale (E, H / 128, I / 128);
+    sorted_slots and row_weights each sorted row's slot and routing weight, tile_info the
+    (expert, first row, rows owned) of each 128-row tile and tile_offsets its scan per
+    expert (`flat.FlatLayout`), as gate/up wrote them; `programs` persistent programs."""
     experts, hidden, inter = down.shape
     if hidden % BLOCK or inter % BLOCK or not down.is_contiguous() or not h8.is_contiguous():
         raise ValueError(
@@ -238,10 +229,10 @@ def down_wgmma(
             f"slots of {(ROWS + BLOCK) * BLOCK // 1024} KB), got {num_stages}."
         )
     h_desc, w_desc = down_descriptors(h8, down)
+    grid = max(1, min(programs, tile_info.shape[0] * (hidden // BLOCK)))
     launch(
-        _w8a8_down_wgmma_kernel, (max(1, min(programs, row_tiles * (hidden // BLOCK))),),
-        h_desc, w_desc, hs, down_scale, y, sorted_slots, slot_weights, counts, offsets,
-        tile_offsets, experts, hidden, inter, hs.stride(0), *down_scale.stride(),
-        y.stride(0), STEPS=max(experts - 1, 0).bit_length(), STAGES=num_stages,
-        LAG=num_stages - LOAD_AHEAD, CONSUMER_REGS=consumer_regs, num_warps=4,
+        _w8a8_down_wgmma_kernel, (grid,), h_desc, w_desc, hs, down_scale, y, sorted_slots,
+        row_weights, tile_info, tile_offsets, experts, hidden, inter, hs.stride(0),
+        *down_scale.stride(), y.stride(0), STAGES=num_stages, LAG=num_stages - LOAD_AHEAD,
+        CONSUMER_REGS=consumer_regs, num_warps=4,
     )  # fmt: skip
