@@ -3,7 +3,7 @@ MoE down kernel (kernels/moe/w8a8_wgmma.py) compile to for sm_90, without a GPU.
 
     python scripts/dense_wgmma_sass.py [--block-m 128] [--block-n 128] [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel w8a16 [--block-t 64] [--stages 8] [--split]
-    python scripts/dense_wgmma_sass.py --kernel moe-down [--stages 6]
+    python scripts/dense_wgmma_sass.py --kernel moe-down [--stages 4]
 
 Prints the registers and spilled bytes ptxas reports, any "Potential Performance Loss" note
 it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
@@ -74,7 +74,7 @@ def compile_moe_down(stages: int, consumer_regs: int):
     h8 = torch.empty(slots, inter, dtype=torch.float8_e4m3fn)
     down = torch.empty(experts, hidden, inter, dtype=torch.float8_e4m3fn)
     h_desc, w_desc = moe_w8a8_wgmma.down_descriptors(h8, down)
-    constants = {"STAGES": stages, "LAG": stages - moe_w8a8_wgmma.LOAD_AHEAD,
+    constants = {"STAGES": stages, "LAG": max(1, stages - moe_w8a8_wgmma.LOAD_AHEAD),
                  "CONSUMER_REGS": consumer_regs}  # fmt: skip
     pointers = {"y_ptr": "*bf16", "sorted_slots_ptr": "*i32", "tile_info_ptr": "*i32",
                 "tile_offsets_ptr": "*i32"}  # fmt: skip
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
         tile = f"{w8a16_wgmma.ROWS} x {args.block_t} tiles{', split K' if args.split else ''}"
     else:
         compiled = compile_moe_down(args.stages, args.consumer_regs)
-        tile = f"{moe_w8a8_wgmma.ROWS} x {moe_w8a8_wgmma.BLOCK} items"
+        tile = f"{moe_w8a8_wgmma.ROWS} x {moe_w8a8_wgmma.WIDE} items"
     registers, spills = ptxas_facts(compiled)
     facts = sass_facts(compiled)
     print(f"Triton {triton.__version__}, sm_90, {args.kernel}, {tile}, {args.stages} stages")

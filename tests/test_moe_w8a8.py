@@ -119,7 +119,7 @@ def test_flat_w8a8_runs_w8a8_at_prefill_sizes_and_flat_at_decode(device, monkeyp
 def test_the_gluon_down_kernel_matches_the_triton_one(case, programs):
     """The Gluon down projection (kernels/moe/w8a8_wgmma.py) against the Triton one on the
     same h: one or three programs make each walk several items, so its ring runs across items
-    and experts (2 K steps an item, 6 slots: the prologue already loads three items)."""
+    and experts (2 K steps an item, 4 slots: the prologue already loads two items)."""
     x, ids, route, weights = problem(ROUTINGS[case], torch.device("cuda"))
     gluon = moe_w8a8(x, ids, route, weights, num_programs=programs, wgmma=True)
     triton_down = moe_w8a8(x, ids, route, weights, num_programs=programs, wgmma=False)
@@ -131,5 +131,5 @@ def test_the_gluon_down_kernel_is_refused_where_it_cannot_run(device):
     x, ids, route, weights = problem(ROUTINGS["one-token"], device)
     with pytest.raises(ValueError, match="must be True, False or None"):
         moe_w8a8(x, ids, route, weights, wgmma="yes")
-    with pytest.raises(ValueError, match="wgmma=True needs an sm_90 .* block_m=128"):
+    with pytest.raises(ValueError, match="wgmma=True needs an sm_90 .* block_m=128 and H a"):
         moe_w8a8(x, ids, route, weights, block_m=64, wgmma=True)

@@ -48,7 +48,9 @@ from kernels.moe.routing import MoeShape, sm_count, validate_moe_inputs
 from kernels.moe.routing_kernels import combine
 from kernels.moe.tiles import store_down
 from kernels.moe.w8a8_wgmma import ROWS as DOWN_ROWS
+from kernels.moe.w8a8_wgmma import WIDE as DOWN_WIDE
 from kernels.moe.w8a8_wgmma import down_wgmma
+from kernels.moe.w8a8_wgmma import runs_on as down_runs_on
 
 BLOCK = 128  # the weight block, a tile's width and a K step
 DEFAULT_ROWS = 128
@@ -195,12 +197,12 @@ def moe_w8a8(
     128 x 128 blocks only. Five launches: x's quantiser, the routing layout (three), gate/up,
     down, combine; num_programs defaults to the SM count (4 on the CPU). `wgmma` runs the down
     projection on the Gluon kernel (`w8a8_wgmma`): None where it runs (sm_90, 128-row
-    tiles), True or an error, False never."""
+    tiles, H a multiple of 256), True or an error, False never."""
     with recording():
         weights = as_moe_weights(weights, w_down)
         shape = validate_moe_inputs(x, topk_ids, topk_weights, weights)
         _check(weights, shape, block_m, num_warps)
-        gluon_down = _gluon_down(wgmma, x.device, block_m)
+        gluon_down = _gluon_down(wgmma, x.device, block_m, shape)
         programs = num_programs or sm_count(x.device) or CPU_PROGRAMS
         slots = shape.tokens * shape.top_k
         layout = FlatLayout.of(topk_ids, topk_weights, shape, block_m)
@@ -235,15 +237,15 @@ def moe_w8a8(
         return combine(y, shape.tokens, shape.top_k, x.dtype)
 
 
-def _gluon_down(wgmma: bool | None, device: torch.device, block_m: int) -> bool:
+def _gluon_down(wgmma: bool | None, device: torch.device, block_m: int, shape: MoeShape) -> bool:
     """Whether the down projection runs on the Gluon kernel (`moe_w8a8`'s `wgmma`)."""
     if wgmma is not None and not isinstance(wgmma, bool):
         raise ValueError(f"wgmma={wgmma!r} must be True, False or None (where it runs).")
-    runs = supported(device) and block_m == DOWN_ROWS
+    runs = supported(device) and block_m == DOWN_ROWS and down_runs_on(shape.hidden, shape.inter)
     if wgmma and not runs:
-        raise ValueError(f"wgmma=True needs an sm_90 (Hopper) GPU and block_m={DOWN_ROWS}; got "
-                         f"{device} and block_m={block_m}. Pass wgmma=None to use it where "
-                         "it runs.")  # fmt: skip
+        raise ValueError(f"wgmma=True needs an sm_90 (Hopper) GPU, block_m={DOWN_ROWS} and H a "
+                         f"multiple of {DOWN_WIDE}; got {device}, block_m={block_m} and "
+                         f"H={shape.hidden}. Pass wgmma=None to use it where it runs.")  # fmt: skip
     return runs if wgmma is None else wgmma
 
 

@@ -36,11 +36,13 @@ from kernels.dense.w8a8_wgmma import SHARED_MEMORY, allocate_ring, descriptor, i
 BLOCK = 128  # the weight block: an item's width and a K step
 ROWS = 128  # an item's rows: one expert row tile, two warpgroups of wgmma's 64
 WG_ROWS = 64
+WIDE = 2 * BLOCK  # an item's columns: two weight blocks, which share the step's rows of h
 _BLOCK = gl.constexpr(BLOCK)
 _ROWS = gl.constexpr(ROWS)
 _WG_ROWS = gl.constexpr(WG_ROWS)
-# Ring slots: 32 KB each, as many as shared memory holds with room to spare.
-DEFAULT_STAGES = 6
+_WIDE = gl.constexpr(WIDE)
+# Ring slots: 48 KB each (h's 128 x 128 and the weights' 256 x 128), as many as fit.
+DEFAULT_STAGES = 4
 LOAD_AHEAD = 3  # K steps the ring loads ahead (the dense kernel's measured choice)
 
 
@@ -55,7 +57,7 @@ def _item(item, items, col_tiles, hidden, tile_info_ptr):
     expert = gl.load(info)
     first_row = gl.load(info + 1)
     owned = gl.where(item < items, gl.load(info + 2), 0)
-    return expert, first_row, owned, expert * hidden + col_tile * _BLOCK, col_tile
+    return expert, first_row, owned, expert * hidden + col_tile * _WIDE, col_tile
 
 
 @gluon.jit
@@ -79,7 +81,7 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
     )
     offsets = WARPGROUP * _WG_ROWS + gl.arange(0, _WG_ROWS, layout=gl.SliceLayout(1, layout))
     columns = gl.arange(0, _BLOCK, layout=gl.SliceLayout(0, layout))
-    col_tiles = hidden // _BLOCK
+    col_tiles = hidden // _WIDE
     programs = gl.num_programs(0)
     product = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
     total = my_items * k_steps
@@ -90,9 +92,10 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
     _, load_row, _, load_w_row, _ = _item(load_item, items, col_tiles, hidden, tile_info_ptr)
     item = gl.program_id(0)
     expert, first_row, owned, _, col_tile = _item(item, items, col_tiles, hidden, tile_info_ptr)
-    w_scales = ws_ptr + expert * stride_wse + col_tile * stride_wsn
+    w_scales = ws_ptr + expert * stride_wse + 2 * col_tile * stride_wsn
     sa = gl.load(hs_ptr + first_row + offsets, mask=offsets < owned, other=0.0)
     sw = gl.load(w_scales)
+    sw_2 = gl.load(w_scales + stride_wsn)
     for _ in range(my_items):
         rows = first_row + offsets
         mine = offsets < owned
@@ -101,21 +104,30 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
         next_expert, next_row, next_owned, _, next_col = _item(item + programs, items,
                                                                col_tiles, hidden,
                                                                tile_info_ptr)  # fmt: skip
-        next_w_scales = ws_ptr + next_expert * stride_wse + next_col * stride_wsn
+        next_w_scales = ws_ptr + next_expert * stride_wse + 2 * next_col * stride_wsn
         acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
+        acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # the second column tile's
         for k_step in range(k_steps):
             slot = step % SLOTS
             more = k_step + 1 < k_steps
             mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
             a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
-            running = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product,
-                                    use_acc=False, is_async=True)  # fmt: skip
+            w_tile = w_ring.index(slot)
+            running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
+                                    product, use_acc=False, is_async=True)  # fmt: skip
             next_sa = gl.load(
                 hs_ptr + gl.where(more, (k_step + 1) * stride_hsk + rows, next_row + offsets),
                 mask=gl.where(more, mine, offsets < next_owned), other=0.0,
             )  # fmt: skip
-            next_sw = gl.load(gl.where(more, w_scales + (k_step + 1) * stride_wsk,
-                                       next_w_scales))  # fmt: skip
+            next_sw_ptr = gl.where(more, w_scales + (k_step + 1) * stride_wsk, next_w_scales)
+            next_sw = gl.load(next_sw_ptr)
+            next_sw_2 = gl.load(next_sw_ptr + stride_wsn)
+            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+            acc += product * (sa * sw)[:, None]
+            # `acc` as the (unused) input holds the rescale above before this wgmma; with
+            # `product` there, it sinks below it and reads the wgmma's registers
+            running = warpgroup_mma(a_rows, w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)),
+                                    acc, use_acc=False, is_async=True)  # fmt: skip
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             mbarrier.arrive(empty.index(slot), count=1)
             if WARPGROUP == 0 and step >= LAG:
@@ -129,13 +141,14 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
                     load_item += programs
                     _, load_row, _, load_w_row, _ = _item(load_item, items, col_tiles, hidden,
                                                           tile_info_ptr)  # fmt: skip
-            acc += product * (sa * sw)[:, None]
-            sa, sw = next_sa, next_sw
+            acc_2 += product * (sa * sw_2)[:, None]
+            sa, sw, sw_2 = next_sa, next_sw, next_sw_2
             step += 1
-        out = (acc * weights[:, None]).to(y_ptr.dtype.element_ty)
-        cols = col_tile * _BLOCK + columns
-        y_ptrs = y_ptr + slots[:, None] * stride_yr + cols[None, :]
-        gl.store(y_ptrs, out, mask=mine[:, None] & (cols < hidden)[None, :])
+        y_ptrs = y_ptr + slots[:, None] * stride_yr + (col_tile * _WIDE + columns)[None, :]
+        gl.store(y_ptrs, (acc * weights[:, None]).to(y_ptr.dtype.element_ty), mask=mine[:, None])
+        y_ptrs += _BLOCK
+        gl.store(y_ptrs, (acc_2 * weights[:, None]).to(y_ptr.dtype.element_ty),
+                 mask=mine[:, None])  # fmt: skip
         item += programs
         expert, first_row, owned, col_tile = next_expert, next_row, next_owned, next_col
         w_scales = next_w_scales
@@ -149,7 +162,7 @@ def _w8a8_down_wgmma_kernel(
     CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     a_ring, w_ring, ready, empty = allocate_ring(h_desc, w_desc, STAGES)
-    col_tiles = hidden // _BLOCK
+    col_tiles = hidden // _WIDE
     k_steps = inter // _BLOCK
     items = gl.load(tile_offsets_ptr + num_experts) * col_tiles
     my_items = gl.cdiv(items - gl.program_id(0), gl.num_programs(0))
@@ -189,11 +202,16 @@ def _bottom_rows(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y
               1)  # fmt: skip
 
 
+def runs_on(hidden: int, inter: int) -> bool:
+    """Whether the kernel takes these expert shapes: H in whole items, I in whole K steps."""
+    return hidden % WIDE == 0 and inter % BLOCK == 0
+
+
 def down_descriptors(h8: Tensor, down: Tensor):
     """(h_desc, w_desc): TMA descriptors of the sorted FP8 rows h8 (slots, I) and of the
     experts' FP8 down weights (E, H, I) viewed as (E * H, I), both in 128 x 128 boxes."""
     return descriptor(h8, [ROWS, BLOCK]), descriptor(down.reshape(-1, down.shape[-1]),
-                                                     [BLOCK, BLOCK])  # fmt: skip
+                                                     [WIDE, BLOCK])  # fmt: skip
 
 
 def down_wgmma(
@@ -217,22 +235,23 @@ def down_wgmma(
     (expert, first row, rows owned) of each 128-row tile and tile_offsets its scan per
     expert (`flat.FlatLayout`), as gate/up wrote them; `programs` persistent programs."""
     experts, hidden, inter = down.shape
-    if hidden % BLOCK or inter % BLOCK or not down.is_contiguous() or not h8.is_contiguous():
+    if not runs_on(hidden, inter) or not down.is_contiguous() or not h8.is_contiguous():
         raise ValueError(
-            f"the wgmma down kernel takes contiguous h8 and down weights with H "
-            f"and I in whole {BLOCK}-wide blocks; got down {tuple(down.shape)}."
+            f"the wgmma down kernel takes contiguous h8 and down weights with H in whole "
+            f"{WIDE}-wide items and I in {BLOCK}-wide blocks; got down {tuple(down.shape)}."
         )
-    stages_fit = (SHARED_MEMORY - 4096) // ((ROWS + BLOCK) * BLOCK)
-    if not LOAD_AHEAD < num_stages <= stages_fit:
+    slot_bytes = (ROWS + WIDE) * BLOCK
+    stages_fit = (SHARED_MEMORY - 4096) // slot_bytes
+    if not 2 <= num_stages <= stages_fit:
         raise ValueError(
-            f"num_stages must be from {LOAD_AHEAD + 1} to {stages_fit} (ring "
-            f"slots of {(ROWS + BLOCK) * BLOCK // 1024} KB), got {num_stages}."
+            f"num_stages must be from 2 to {stages_fit} (ring slots of "
+            f"{slot_bytes // 1024} KB), got {num_stages}."
         )
     h_desc, w_desc = down_descriptors(h8, down)
-    grid = max(1, min(programs, tile_info.shape[0] * (hidden // BLOCK)))
+    grid = max(1, min(programs, tile_info.shape[0] * (hidden // WIDE)))
     launch(
         _w8a8_down_wgmma_kernel, (grid,), h_desc, w_desc, hs, down_scale, y, sorted_slots,
         row_weights, tile_info, tile_offsets, experts, hidden, inter, hs.stride(0),
-        *down_scale.stride(), y.stride(0), STAGES=num_stages, LAG=num_stages - LOAD_AHEAD,
+        *down_scale.stride(), y.stride(0), STAGES=num_stages, LAG=max(1, num_stages - LOAD_AHEAD),
         CONSUMER_REGS=consumer_regs, num_warps=4,
     )  # fmt: skip
