@@ -80,7 +80,6 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BLOCK, 32]
     )
     offsets = WARPGROUP * _WG_ROWS + gl.arange(0, _WG_ROWS, layout=gl.SliceLayout(1, layout))
-    columns = gl.arange(0, _BLOCK, layout=gl.SliceLayout(0, layout))
     col_tiles = hidden // _WIDE
     programs = gl.num_programs(0)
     product = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
@@ -144,14 +143,27 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
             acc_2 += product * (sa * sw_2)[:, None]
             sa, sw, sw_2 = next_sa, next_sw, next_sw_2
             step += 1
-        y_ptrs = y_ptr + slots[:, None] * stride_yr + (col_tile * _WIDE + columns)[None, :]
-        gl.store(y_ptrs, (acc * weights[:, None]).to(y_ptr.dtype.element_ty), mask=mine[:, None])
-        y_ptrs += _BLOCK
-        gl.store(y_ptrs, (acc_2 * weights[:, None]).to(y_ptr.dtype.element_ty),
-                 mask=mine[:, None])  # fmt: skip
+        _store_rows(y_ptr, slots, mine, col_tile * _WIDE, acc * weights[:, None], stride_yr)
+        _store_rows(y_ptr, slots, mine, col_tile * _WIDE + _BLOCK, acc_2 * weights[:, None],
+                    stride_yr)  # fmt: skip
         item += programs
         expert, first_row, owned, col_tile = next_expert, next_row, next_owned, next_col
         w_scales = next_w_scales
+
+
+@gluon.jit
+def _store_rows(y_ptr, slots, mine, first_col, values, stride_yr):
+    """y[slots, first_col + [0, 128)] = values (this warpgroup's rows of one column tile) in
+    y's dtype, 16 bytes a thread: each warp writes two whole 256-byte rows an instruction,
+    where the wgmma layout's pairs would write 4 bytes a thread, 16 bytes a row."""
+    rows_layout: gl.constexpr = gl.BlockedLayout(
+        size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0]
+    )
+    out = gl.convert_layout(values.to(y_ptr.dtype.element_ty), rows_layout)
+    slots = gl.convert_layout(slots, gl.SliceLayout(1, rows_layout))
+    mine = gl.convert_layout(mine, gl.SliceLayout(1, rows_layout))
+    cols = first_col + gl.arange(0, _BLOCK, layout=gl.SliceLayout(0, rows_layout))
+    gl.store(y_ptr + slots[:, None] * stride_yr + cols[None, :], out, mask=mine[:, None])
 
 
 @gluon.jit
