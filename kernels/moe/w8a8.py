@@ -22,13 +22,20 @@ nothing but took 16.5-16.7 ms.
 
 Work is the flat scheduler's (`flat`): the same routing layout (slots sorted by expert, row
 tiles numbered globally), one persistent program per SM walking (row tile, column tile) items,
-without split-K (prefill has rows enough). Gate/up gathers x8[slot // K] and writes h8[slot];
-down reads h8[slot] and writes each slot's weighted row in the activations' dtype, which
-`combine` sums per token in fp32. Those rows are T * top_k * H values, 4.2 GB in fp32 at
-T=33,863: in bf16 the path took 12.4 ms there against 14.3, with 4.6689e-2 of error against
-4.6660e-2 (one run, raw/logs/h200-tune-moe-w8a8-d1d882d-*.csv). In the same run, running the
-K loop across items (`tl.range(flatten=True)`) made both kernels slower: 13.6 ms with it on
-down, 17.9 on both (gate/up then spills 18 bytes).
+without split-K (prefill has rows enough). Gate/up gathers x8[slot // K] and writes h8 in
+sorted order (row r of h8 is the r-th sorted slot), so an expert's rows lie together; down
+reads them as tiles and writes each slot's weighted row in the activations' dtype, which
+`combine` sums per token in fp32. On sm_90 down is the Gluon kernel (`w8a8_wgmma`: 1.13 times
+as fast as this module's Triton one at T=33,863 on the H200); elsewhere, and with wgmma=False,
+the Triton one. With h in sorted order the Triton down kernel reads whole rows of one expert:
+12.05 ms a call at T=33,863 against 12.43 before, in two runs, not one (raw/logs/
+h200-tune-moe-w8a8-8c652c9-20261202T0420.csv and h200-tune-moe-w8a8-ece554c-*; the Gluon
+kernel's probe had the Triton one at 12.40 in a third).
+The slots' output rows are T * top_k * H values, 4.2 GB in fp32 at T=33,863: in bf16 the path
+took 12.4 ms there against 14.3, with 4.6689e-2 of error against 4.6660e-2 (one run,
+raw/logs/h200-tune- moe-w8a8-d1d882d-*.csv). In the same run, running the K loop across items
+(`tl.range(flatten=True)`) made both kernels slower: 13.6 ms with it on down, 17.9 on both
+(gate/up then spills 18 bytes).
 
 Tiles are 128 columns wide, one weight block, so each K step has one weight scale per tile
 (gate's and up's); the weights must be FP8 in 128 x 128 blocks and H and I multiples of 128.

@@ -8,13 +8,25 @@ w8a8_wgmma`, whose ring and load this kernel shares), programs are persistent an
 ring runs across items, so the next item's loads overlap this one's last steps and its store.
 
 TMA needs each tile's rows contiguous: gate/up writes h in sorted order (an expert's rows
-together, `FlatLayout`), so an item, one expert row tile of 128 rows and one 128-column
-tile of H, reads rows offsets[e] + 128 r ... of h as one box (rows past the expert's count
-belong to the next expert or lie past the end, where TMA reads zeros; their results are not
-stored) and rows e * H + 128 c ... of the experts' down weights viewed as (E * H, I).
-Each warpgroup rescales its 64 rows' fp32 products by the rows' activation scales (stored
-K block by K block, rows fastest) and the tile's weight scale, as the dense kernel does,
-and stores each row, times its routing weight, at its slot of y for `combine`.
+together, `FlatLayout`), so an item, one expert row tile of 128 rows and 256 columns of H (two
+weight blocks), reads rows offsets[e] + 128 r ... of h as one box (rows past the expert's
+count belong to the next expert or lie past the end, where TMA reads zeros; their results are
+not stored) and rows e * H + 256 c ... of the experts' down weights viewed as (E * H, I). The
+two column tiles share the step's rows of h, so a K step reads 48 KB of ring for 8 MFLOP where
+one would read 32 KB for 4, as the dense kernel's two-wave tiles share the weights. Each
+warpgroup rescales its 64 rows' fp32 products by the rows' activation scales (stored K block
+by K block, rows fastest) and the blocks' weight scales, as the dense kernel does, and stores
+each row, times its routing weight, at its slot of y for `combine`.
+
+What each step bought on the H200 (moe_w8a8 at the TP2 rank's shape, one session a commit,
+raw/logs/h200-moe-w8a8-gluon-down-probe-20261202T0430.csv and
+h200-tune-moe-w8a8-8c652c9-20261202T0420.csv): with 128-column items, an expert searched for per
+item and 4-byte stores from the wgmma layout it was 3% slower than the Triton kernel at
+T=33,863; with the tile table gate/up writes (below) 2% slower there and 10% faster at 4,096;
+with 256-column items a tie and 19% faster; with the rows stored 16 bytes a thread 11.8% and
+13% faster (10.94 against 12.40 ms, 2.60 against 3.00), results identical to the Triton
+kernel's. In ncu at T=33,863 (ncu/moe-w8a8-T33863-fmtfp8) it took 2.79 ms with the tensor
+pipe 54% busy.
 
 Gluon has no interpreter: the CPU tests compile it for sm_90 and read its SASS
 (scripts/dense_wgmma_sass.py --kernel moe-down); the GPU tests compare `moe_w8a8` with and
