@@ -56,6 +56,7 @@ from kernels.dense.w8a8_wgmma import (
     allocate_ring,
     allocate_staging,
     descriptor,
+    released_slot,
     supported,
 )
 from kernels.dequant import E4M3_BITS_SCALE, E4M3_PAIR_TO_BF16_PTX
@@ -146,10 +147,8 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, sc
         # the step before's wgmma is done: its slot may be refilled
         mbarrier.arrive(empty.index((i - 1) % SLOTS), count=1)
     if WARPGROUP == 0 and i >= LAG:
-        used = i - LAG
-        mbarrier.wait(empty.index(used % SLOTS), (used // SLOTS) & 1)
-        _load_step(x_desc, w_desc, x_ring, w_ring, ready, used + SLOTS, steps, t_row, w_row,
-                   x_col, k_lo)  # fmt: skip
+        _load_step(x_desc, w_desc, x_ring, w_ring, ready, released_slot(empty, i, LAG), steps,
+                   t_row, w_row, x_col, k_lo)  # fmt: skip
     return acc, w, next_sw
 
 

@@ -104,6 +104,16 @@ def allocate_staging(y_desc):
 
 
 @gluon.jit
+def released_slot(empty, step, LAG):
+    """Wait until both warpgroups have released the slot used LAG steps before `step`; return
+    the step it is refilled for (SLOTS steps after that use). The Gluon kernels share it."""
+    SLOTS: gl.constexpr = empty.type.shape[0]
+    used = step - LAG
+    mbarrier.wait(empty.index(used % SLOTS), (used // SLOTS) & 1)
+    return used + SLOTS
+
+
+@gluon.jit
 def _tile_of(tile, tiles_m, tiles_n):
     """(pid_m, pid_n) of a tile index walked in groups of GROUP row tiles, so programs running
     at the same time share weight columns in L2."""
@@ -219,9 +229,8 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
                 product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             mbarrier.arrive(empty.index(slot), count=1)
             if WARPGROUP == 0 and step >= LAG:
-                used = step - LAG
-                mbarrier.wait(empty.index(used % SLOTS), (used // SLOTS) & 1)
-                issue_load(a_desc, w_desc, a_ring, w_ring, ready, used + SLOTS, total,
+                issue_load(a_desc, w_desc, a_ring, w_ring, ready, released_slot(empty, step, LAG),
+                           total,
                            load_m * BLOCK_M, load_n * BLOCK_N, load_k)  # fmt: skip
                 load_k += 1
                 if load_k == k_steps:

@@ -33,7 +33,7 @@ h200-tune-moe-w8a8-8c652c9-20261202T0420.csv and h200-tune-moe-w8a8-ece554c-*; t
 kernel's probe had the Triton one at 12.40 in a third).
 The slots' output rows are T * top_k * H values, 4.2 GB in fp32 at T=33,863: in bf16 the path
 took 12.4 ms there against 14.3, with 4.6689e-2 of error against 4.6660e-2 (one run,
-raw/logs/h200-tune- moe-w8a8-d1d882d-*.csv). In the same run, running the K loop across items
+raw/logs/h200-tune-moe-w8a8-d1d882d-*.csv). In the same run, running the K loop across items
 (`tl.range(flatten=True)`) made both kernels slower: 13.6 ms with it on down, 17.9 on both
 (gate/up then spills 18 bytes).
 

@@ -43,7 +43,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from kernels.compiled import launch
-from kernels.dense.w8a8_wgmma import SHARED_MEMORY, allocate_ring, descriptor, issue_load
+from kernels.dense.w8a8_wgmma import (
+    SHARED_MEMORY,
+    allocate_ring,
+    descriptor,
+    issue_load,
+    released_slot,
+)
 
 BLOCK = 128  # the weight block: an item's width and a K step
 ROWS = 128  # an item's rows: one expert row tile, two warpgroups of wgmma's 64
@@ -142,9 +148,8 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             mbarrier.arrive(empty.index(slot), count=1)
             if WARPGROUP == 0 and step >= LAG:
-                used = step - LAG
-                mbarrier.wait(empty.index(used % SLOTS), (used // SLOTS) & 1)
-                issue_load(h_desc, w_desc, a_ring, w_ring, ready, used + SLOTS, total,
+                issue_load(h_desc, w_desc, a_ring, w_ring, ready, released_slot(empty, step, LAG),
+                           total,
                            load_row, load_w_row, load_k)  # fmt: skip
                 load_k += 1
                 if load_k == k_steps:
