@@ -1,9 +1,10 @@
 """What the Gluon W8A8 and W8A16 kernels (kernels/dense/w8a8_wgmma.py, w8a16_wgmma.py) and the
-MoE down kernel (kernels/moe/w8a8_wgmma.py) compile to for sm_90, without a GPU.
+MoE kernels (kernels/moe/w8a8_wgmma.py, bf16_wgmma.py) compile to for sm_90, without a GPU.
 
     python scripts/dense_wgmma_sass.py [--block-m 128] [--block-n 128] [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel w8a16 [--block-t 64] [--stages 8] [--split]
     python scripts/dense_wgmma_sass.py --kernel moe-down [--stages 4]
+    python scripts/dense_wgmma_sass.py --kernel moe-bf16-gate-up|moe-bf16-down [--stages 4]
 
 Prints the registers and spilled bytes ptxas reports, any "Potential Performance Loss" note
 it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
@@ -30,6 +31,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
 
 from kernels.dense import w8a8_wgmma, w8a16_wgmma
+from kernels.moe import bf16_wgmma as moe_bf16_wgmma
 from kernels.moe import w8a8_wgmma as moe_w8a8_wgmma
 
 SHAPE = (4096, 2048, 7168)  # (M, N, K): any shape whose rows are 16-byte aligned
@@ -82,6 +84,23 @@ def compile_moe_down(stages: int, consumer_regs: int):
                          {"h_desc": h_desc, "w_desc": w_desc}, constants, pointers)  # fmt: skip
 
 
+def compile_moe_bf16(swiglu: bool, stages: int, consumer_regs: int):
+    """The MoE bf16 gate/up (swiglu) or down kernel compiled for sm_90 at the TP2 rank's shape."""
+    experts, hidden, inter, slots = 384, 5120, 1152, 4096 * 6
+    depth, width = (hidden, 2 * inter) if swiglu else (inter, hidden)
+    rows = torch.empty(slots, depth, dtype=torch.bfloat16)
+    weights = torch.empty(experts * width, depth, dtype=torch.bfloat16)
+    descriptors = {
+        "a_desc": w8a8_wgmma.descriptor(rows, [moe_bf16_wgmma.ROWS, moe_bf16_wgmma.BLOCK_K]),
+        "w_desc": w8a8_wgmma.descriptor(weights, [moe_bf16_wgmma.BOX, moe_bf16_wgmma.BLOCK_K]),
+    }
+    constants = {"STAGES": stages, "LAG": moe_bf16_wgmma.DEFAULT_LAG, "SWIGLU": swiglu,
+                 "CONSUMER_REGS": consumer_regs}  # fmt: skip
+    pointers = {"out_ptr": "*bf16", "sorted_slots_ptr": "*i32", "tile_info_ptr": "*i32",
+                "tile_offsets_ptr": "*i32"}  # fmt: skip
+    return compile_gluon(moe_bf16_wgmma._bf16_wgmma_kernel, descriptors, constants, pointers)
+
+
 def compile_gluon(kernel, descriptors: dict, constants: dict, pointers: dict | None = None):
     """A Gluon kernel compiled for sm_90: descriptors typed as a launch types them, pointers
     fp32 unless `pointers` types them (the counters int32), integers 16-divisible."""
@@ -126,7 +145,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block-n", type=int, choices=(32, 64, 128), default=128)
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--consumer-regs", type=int, default=232)
-    parser.add_argument("--kernel", choices=("w8a8", "w8a16", "moe-down"), default="w8a8")
+    parser.add_argument("--kernel", default="w8a8",
+                        choices=("w8a8", "w8a16", "moe-down", "moe-bf16-gate-up",
+                                 "moe-bf16-down"))  # fmt: skip
     parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.BLOCK_TS, default=64,
                         help="W8A16: token columns a tile")  # fmt: skip
     parser.add_argument("--split", action="store_true", help="W8A16: with split K")
@@ -140,9 +161,13 @@ def main(argv: list[str] | None = None) -> None:
     elif args.kernel == "w8a16":
         compiled = compile_w8a16(args.block_t, args.stages, args.split, args.consumer_regs)
         tile = f"{w8a16_wgmma.ROWS} x {args.block_t} tiles{', split K' if args.split else ''}"
-    else:
+    elif args.kernel == "moe-down":
         compiled = compile_moe_down(args.stages, args.consumer_regs)
         tile = f"{moe_w8a8_wgmma.ROWS} x {moe_w8a8_wgmma.WIDE} items"
+    else:
+        compiled = compile_moe_bf16(args.kernel == "moe-bf16-gate-up", args.stages,
+                                    args.consumer_regs)  # fmt: skip
+        tile = f"{moe_bf16_wgmma.ROWS} x {2 * moe_bf16_wgmma.BOX} items"
     registers, spills = ptxas_facts(compiled)
     facts = sass_facts(compiled)
     print(f"Triton {triton.__version__}, sm_90, {args.kernel}, {tile}, {args.stages} stages")

@@ -80,13 +80,15 @@ SHARED_MEMORY = 232448  # bytes a block may take on sm_90 (227 KB, opted in)
 
 
 @gluon.jit
-def allocate_ring(a_desc, w_desc, STAGES: gl.constexpr):
-    """(a_ring, w_ring, ready, empty): STAGES slots of both operands' TMA tiles, and each
-    slot's `ready` barrier (the copy completes it) and `empty` barrier (both warpgroups arrive
-    once done with the slot), initialised. The Gluon W8A8, W8A16 and MoE kernels share it."""
+def allocate_ring(a_desc, w_desc, STAGES: gl.constexpr, W_BOXES: gl.constexpr = 1):
+    """(a_ring, w_ring, ready, empty): STAGES slots of the activations' TMA tile and W_BOXES
+    of the weights' (stacked), and each slot's `ready` barrier (the copies complete it) and
+    `empty` barrier (both warpgroups arrive once done with the slot), initialised. The Gluon
+    W8A8, W8A16 and MoE kernels share it."""
     a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
                                        a_desc.layout)  # fmt: skip
-    w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape,
+    w_rows: gl.constexpr = W_BOXES * w_desc.block_type.shape[0]
+    w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, w_rows, w_desc.block_type.shape[1]],
                                        w_desc.layout)  # fmt: skip
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -124,20 +126,32 @@ def _tile_of(tile, tiles_m, tiles_n):
 
 
 @gluon.jit
-def issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, a_row, w_row, k_step):
+def issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, a_row, w_row, k_step,
+               w_row_2=0):  # fmt: skip
     """Start the TMA copies of this program's `step` (if it has one: step < total), K step
-    `k_step` of the tiles whose first rows are a_row (activations) and w_row (weights), into
-    its ring slot."""
+    `k_step` of the tiles whose first rows are a_row (activations) and w_row (weights; with
+    two boxes a slot, `allocate_ring`'s W_BOXES, the second's are w_row_2), into its slot."""
     SLOTS: gl.constexpr = a_ring.type.shape[0]
+    BOX: gl.constexpr = w_desc.block_type.shape[0]
+    W_BOXES: gl.constexpr = w_ring.type.shape[1] // BOX
     slot = step % SLOTS
     inside = step < total
     bar = ready.index(slot)
-    mbarrier.expect(bar, a_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=inside)
+    mbarrier.expect(bar, a_desc.block_type.nbytes + W_BOXES * w_desc.block_type.nbytes,
+                    pred=inside)  # fmt: skip
     off_k = k_step * a_desc.block_type.shape[1]
     tma.async_copy_global_to_shared(a_desc, [a_row, off_k], bar, a_ring.index(slot),
                                     pred=inside)  # fmt: skip
-    tma.async_copy_global_to_shared(w_desc, [w_row, off_k], bar, w_ring.index(slot),
-                                    pred=inside)  # fmt: skip
+    if W_BOXES == 1:
+        tma.async_copy_global_to_shared(w_desc, [w_row, off_k], bar, w_ring.index(slot),
+                                        pred=inside)  # fmt: skip
+    else:
+        gl.static_assert(W_BOXES == 2, "one or two weight boxes a slot")
+        w_slot = w_ring.index(slot)
+        tma.async_copy_global_to_shared(w_desc, [w_row, off_k], bar, w_slot.slice(0, BOX),
+                                        pred=inside)  # fmt: skip
+        tma.async_copy_global_to_shared(w_desc, [w_row_2, off_k], bar, w_slot.slice(BOX, BOX),
+                                        pred=inside)  # fmt: skip
 
 
 @gluon.jit

@@ -29,6 +29,8 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.compiled import launch, recording
+from kernels.dense.w8a8_wgmma import supported
+from kernels.moe import bf16_wgmma
 from kernels.moe.formats import MoeWeights
 from kernels.moe.launch import (
     INT4_PREFILL_TILES,
@@ -48,8 +50,8 @@ from kernels.moe.routing_kernels import (
 )
 from kernels.moe.tiles import (
     down_tile,
-    find_expert,
     gate_up_tile,
+    locate_rows,
     store_down,
     store_gate_up,
 )
@@ -98,23 +100,6 @@ def _locate(
     )  # fmt: skip
     slots = tl.load(sorted_slots_ptr + positions, mask=row_ok, other=0)
     return expert, slots.to(tl.int64), row_ok, col_tile, split
-
-
-@triton.jit
-def locate_rows(
-    item, splits, col_tiles, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts,
-    BLOCK_M: tl.constexpr, STEPS: tl.constexpr,
-):  # fmt: skip
-    """(expert, sorted positions int64, row_ok, column tile, split) of a work item: its rows'
-    places in the slots sorted by expert."""
-    split = item % splits
-    col_tile = (item // splits) % col_tiles
-    row_tile = item // (splits * col_tiles)
-    expert = find_expert(tile_offsets_ptr, row_tile, num_experts, STEPS)
-    rows = (row_tile - tl.load(tile_offsets_ptr + expert)) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ok = rows < tl.load(counts_ptr + expert)
-    positions = tl.load(offsets_ptr + expert) + rows
-    return expert, positions.to(tl.int64), row_ok, col_tile, split
 
 
 @triton.jit
@@ -321,18 +306,25 @@ def moe_flat(
     num_warps: int | None = None,
     num_stages: int | None = None,
     swap_ab: bool | None = None,
+    wgmma: bool | None = None,
 ) -> Tensor:
     """Routed-expert output (T, H) in x.dtype, same contract as moe_reference.
 
     num_programs defaults to the SM count (4 on the CPU), times DECODE_PROGRAMS_PER_SM at
     decode sizes (`default_programs`). None tile options come from
     default_tiles(shape, fmt); split_k None picks a split per projection (auto_split_k), an int
-    applies to both. Kernel facts of the call: kernels.moe.last_facts().
+    applies to both. `wgmma` runs bf16 experts on the Gluon kernels (`bf16_wgmma`): None where
+    they run and pay (sm_90, bf16, prefill sizes, H a multiple of 256 and I of 128, no tile
+    options or ticket schedule, which are the Triton kernels'), True or an error, False never.
+    Kernel facts of the call: kernels.moe.last_facts().
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule={schedule!r} must be one of {SCHEDULES}.")
     if num_programs is not None and (not isinstance(num_programs, int) or num_programs < 1):
         raise ValueError(f"num_programs={num_programs!r} must be an integer >= 1 (or None).")
+    triton_options = {"block_m": block_m, "block_n": block_n, "block_k": block_k,
+                      "split_k": split_k, "num_warps": num_warps, "num_stages": num_stages,
+                      "swap_ab": swap_ab}  # fmt: skip
     with recording():
         weights, shape, tiles = prepare(
             x,
@@ -350,8 +342,48 @@ def moe_flat(
             swap_ab=swap_ab,
         )
         sms = sm_count(x.device) or CPU_PROGRAMS
+        if _gluon_bf16(wgmma, x, weights, shape, schedule, triton_options):
+            layout = FlatLayout.of(topk_ids, topk_weights, shape, bf16_wgmma.ROWS)
+            return bf16_wgmma.moe_bf16_wgmma(x, weights.gate_up, weights.down, layout, shape,
+                                             num_programs or sms)  # fmt: skip
         programs = num_programs or default_programs(shape, weights.fmt, sms)
         return _run_flat(x, topk_ids, topk_weights, weights, shape, tiles, schedule, programs)
+
+
+def _gluon_bf16(wgmma: bool | None, x: Tensor, weights: MoeWeights, shape: MoeShape,
+                schedule: str, triton_options: dict[str, object]) -> bool:  # fmt: skip
+    """Whether moe_flat runs on the Gluon bf16 kernels (its `wgmma`)."""
+    if wgmma is not None and not isinstance(wgmma, bool):
+        raise ValueError(f"wgmma={wgmma!r} must be True, False or None (where it runs).")
+    missing = [
+        need
+        for need, met in (
+            ("an sm_90 (Hopper) GPU", supported(x.device)),
+            (
+                "bf16 activations and weights",
+                weights.fmt == "bf16" and x.dtype == weights.gate_up.dtype == torch.bfloat16,
+            ),
+            (
+                f"H a multiple of {2 * bf16_wgmma.BOX} and I of {bf16_wgmma.BOX}",
+                bf16_wgmma.runs_on(shape.hidden, shape.inter),
+            ),
+            (
+                "contiguous expert weights",
+                weights.gate_up.is_contiguous() and weights.down.is_contiguous(),
+            ),
+            (
+                "no Triton tile options or ticket schedule",
+                schedule == "static" and all(v is None for v in triton_options.values()),
+            ),
+        )
+        if not met
+    ]
+    if wgmma and missing:
+        raise ValueError(f"wgmma=True needs {', '.join(missing)}; pass wgmma=None to use the "
+                         "Gluon kernels where they run.")  # fmt: skip
+    if wgmma is None:
+        return not missing and prefill_sized(shape.tokens * shape.top_k, shape.experts)
+    return wgmma
 
 
 def _run_flat(

@@ -436,3 +436,38 @@ def silu_reduce_kernel(
         p += stride_ps
     h = gate * tl.sigmoid(gate) * up
     tl.store(h_ptr + rows[:, None] * stride_hr + cols[None, :], h.to(h_ptr.dtype.element_ty), mask)
+
+
+@triton.jit
+def locate_rows(
+    item, splits, col_tiles, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts,
+    BLOCK_M: tl.constexpr, STEPS: tl.constexpr,
+):  # fmt: skip
+    """(expert, sorted positions int64, row_ok, column tile, split) of a work item: its rows'
+    places in the slots sorted by expert."""
+    split = item % splits
+    col_tile = (item // splits) % col_tiles
+    row_tile = item // (splits * col_tiles)
+    expert = find_expert(tile_offsets_ptr, row_tile, num_experts, STEPS)
+    rows = (row_tile - tl.load(tile_offsets_ptr + expert)) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < tl.load(counts_ptr + expert)
+    positions = tl.load(offsets_ptr + expert) + rows
+    return expert, positions.to(tl.int64), row_ok, col_tile, split
+
+
+@triton.jit
+def write_tile_info(row_tile, expert, rows, row_ok, slots, slot_weights_ptr, row_weights_ptr,
+                    tile_info_ptr):  # fmt: skip
+    """What the Gluon kernels read per row tile and sorted row in place of a search:
+    tile_info[row_tile] = (expert, first sorted row, rows it owns) and row_weights[rows] =
+    their slots' routing weights (rows, row_ok and slots as `locate_rows` and the sorted
+    slots give them)."""
+    weight = tl.load(slot_weights_ptr + slots, mask=row_ok, other=0.0)
+    tl.store(row_weights_ptr + rows, weight, mask=row_ok)
+    fields = tl.arange(0, 4)
+    info = tl.where(
+        fields == 0,
+        expert,
+        tl.where(fields == 1, tl.min(rows, axis=0), tl.sum(row_ok.to(tl.int32), axis=0)),
+    )
+    tl.store(tile_info_ptr + row_tile * 4 + fields, info, mask=fields < 3)

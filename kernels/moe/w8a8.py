@@ -49,11 +49,11 @@ from torch import Tensor
 from kernels.compiled import launch, recording
 from kernels.dense.w8a8_wgmma import supported
 from kernels.fp8_quant import pow2_scale, quantize_activations, round_to_e4m3
-from kernels.moe.flat import CPU_PROGRAMS, FlatLayout, locate_rows, moe_flat, prefill_sized
+from kernels.moe.flat import CPU_PROGRAMS, FlatLayout, moe_flat, prefill_sized
 from kernels.moe.formats import MoeWeights, as_moe_weights
 from kernels.moe.routing import MoeShape, sm_count, validate_moe_inputs
 from kernels.moe.routing_kernels import combine
-from kernels.moe.tiles import store_down
+from kernels.moe.tiles import locate_rows, store_down, write_tile_info
 from kernels.moe.w8a8_wgmma import ROWS as DOWN_ROWS
 from kernels.moe.w8a8_wgmma import WIDE as DOWN_WIDE
 from kernels.moe.w8a8_wgmma import down_wgmma
@@ -97,15 +97,8 @@ def _w8a8_gate_up_kernel(
         )  # fmt: skip
         slots = tl.load(sorted_slots_ptr + rows, mask=row_ok, other=0)
         if col_tile == 0:
-            weight = tl.load(slot_weights_ptr + slots, mask=row_ok, other=0.0)
-            tl.store(row_weights_ptr + rows, weight, mask=row_ok)
-            fields = tl.arange(0, 4)
-            info = tl.where(
-                fields == 0,
-                expert,
-                tl.where(fields == 1, tl.min(rows, axis=0), tl.sum(row_ok.to(tl.int32), axis=0)),
-            )
-            tl.store(tile_info_ptr + (item // col_tiles) * 4 + fields, info, mask=fields < 3)
+            write_tile_info(item // col_tiles, expert, rows, row_ok, slots, slot_weights_ptr,
+                            row_weights_ptr, tile_info_ptr)  # fmt: skip
         tokens = (slots // TOP_K).to(tl.int64)
         cols = col_tile * BLOCK_K + k
         w_e = w_ptr + expert.to(tl.int64) * stride_we

@@ -65,17 +65,18 @@ LOAD_AHEAD = 3  # K steps the ring loads ahead (the dense kernel's measured choi
 
 
 @gluon.jit
-def _item(item, items, col_tiles, hidden, tile_info_ptr):
+def item_place(item, items, col_tiles, expert_rows, col_rows, tile_info_ptr):
     """(expert, first sorted row, rows it owns, first weight row, column tile) of work item
-    `item` (row tile item // col_tiles, column tile item % col_tiles), from the table gate/up
-    wrote; an item past `items` owns no rows. Three loads side by side, where a binary search
-    over the experts would chain nine."""
+    `item` (row tile item // col_tiles, column tile item % col_tiles), from the table of row
+    tiles (`tiles.write_tile_info`), with the experts' weights stacked expert_rows apart and an
+    item's col_rows weight rows wide; an item past `items` owns no rows. Three loads side by
+    side, where a binary search over the experts would chain nine. The bf16 kernels share it."""
     col_tile = item % col_tiles
     info = tile_info_ptr + 4 * (gl.maximum(gl.minimum(item, items - 1), 0) // col_tiles)
     expert = gl.load(info)
     first_row = gl.load(info + 1)
     owned = gl.where(item < items, gl.load(info + 2), 0)
-    return expert, first_row, owned, expert * hidden + col_tile * _WIDE, col_tile
+    return expert, first_row, owned, expert * expert_rows + col_tile * col_rows, col_tile
 
 
 @gluon.jit
@@ -106,9 +107,11 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
     # The refill cursor: step SLOTS (the prologue loaded 0 .. SLOTS - 1), as an item and K step.
     load_item = gl.program_id(0) + (SLOTS // k_steps) * programs
     load_k = SLOTS % k_steps
-    _, load_row, _, load_w_row, _ = _item(load_item, items, col_tiles, hidden, tile_info_ptr)
+    _, load_row, _, load_w_row, _ = item_place(load_item, items, col_tiles, hidden, _WIDE,
+                                               tile_info_ptr)  # fmt: skip
     item = gl.program_id(0)
-    expert, first_row, owned, _, col_tile = _item(item, items, col_tiles, hidden, tile_info_ptr)
+    expert, first_row, owned, _, col_tile = item_place(item, items, col_tiles, hidden, _WIDE,
+                                                       tile_info_ptr)  # fmt: skip
     w_scales = ws_ptr + expert * stride_wse + 2 * col_tile * stride_wsn
     sa = gl.load(hs_ptr + first_row + offsets, mask=offsets < owned, other=0.0)
     sw = gl.load(w_scales)
@@ -118,9 +121,9 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
         mine = offsets < owned
         slots = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
         weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
-        next_expert, next_row, next_owned, _, next_col = _item(item + programs, items,
-                                                               col_tiles, hidden,
-                                                               tile_info_ptr)  # fmt: skip
+        next_expert, next_row, next_owned, _, next_col = item_place(
+            item + programs, items, col_tiles, hidden, _WIDE, tile_info_ptr
+        )
         next_w_scales = ws_ptr + next_expert * stride_wse + 2 * next_col * stride_wsn
         acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
         acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # the second column tile's
@@ -155,13 +158,14 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
                 if load_k == k_steps:
                     load_k = 0
                     load_item += programs
-                    _, load_row, _, load_w_row, _ = _item(load_item, items, col_tiles, hidden,
-                                                          tile_info_ptr)  # fmt: skip
+                    _, load_row, _, load_w_row, _ = item_place(
+                        load_item, items, col_tiles, hidden, _WIDE, tile_info_ptr
+                    )
             acc_2 += product * (sa * sw_2)[:, None]
             sa, sw, sw_2 = next_sa, next_sw, next_sw_2
             step += 1
-        _store_rows(y_ptr, slots, mine, col_tile * _WIDE, acc * weights[:, None], stride_yr)
-        _store_rows(y_ptr, slots, mine, col_tile * _WIDE + _BLOCK, acc_2 * weights[:, None],
+        store_rows(y_ptr, slots, mine, col_tile * _WIDE, acc * weights[:, None], stride_yr)
+        store_rows(y_ptr, slots, mine, col_tile * _WIDE + _BLOCK, acc_2 * weights[:, None],
                     stride_yr)  # fmt: skip
         item += programs
         expert, first_row, owned, col_tile = next_expert, next_row, next_owned, next_col
@@ -169,7 +173,7 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
 
 
 @gluon.jit
-def _store_rows(y_ptr, slots, mine, first_col, values, stride_yr):
+def store_rows(y_ptr, slots, mine, first_col, values, stride_yr):
     """y[slots, first_col + [0, 128)] = values (this warpgroup's rows of one column tile) in
     y's dtype, 16 bytes a thread: each warp writes two whole 256-byte rows an instruction,
     where the wgmma layout's pairs would write 4 bytes a thread, 16 bytes a row."""
@@ -197,7 +201,8 @@ def _w8a8_down_wgmma_kernel(
     my_items = gl.cdiv(items - gl.program_id(0), gl.num_programs(0))
     for first in gl.static_range(STAGES):
         item = gl.program_id(0) + (first // k_steps) * gl.num_programs(0)
-        _, first_row, _, w_row, _ = _item(item, items, col_tiles, hidden, tile_info_ptr)
+        _, first_row, _, w_row, _ = item_place(item, items, col_tiles, hidden, _WIDE,
+                                               tile_info_ptr)  # fmt: skip
         issue_load(h_desc, w_desc, a_ring, w_ring, ready, first, my_items * k_steps, first_row,
                    w_row, first % k_steps)  # fmt: skip
     args = (h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,

@@ -1,0 +1,341 @@
+"""The routed experts' bf16 prefill on Hopper's wgmma, in Gluon: gate/up and down as persistent
+grouped GEMMs over rows sorted by expert.
+
+At T=33,863 the flat scheduler's Triton kernels ran the TP2 rank's bf16 experts at 48% of
+cuBLAS's dense bf16 rate, slower than torch's bare `_grouped_mm` pair: Triton pipelines a work
+item's loads inside the item, so each 128 x 128 item fills its pipeline from memory and drains
+it, and its activation rows are gathered by per-row pointers. Here both projections run as the
+W8A8 down kernel (`w8a8_wgmma`) runs: persistent programs whose TMA ring runs across items, two
+consumer warpgroups of 64 rows, an item 128 rows by two 128-row weight boxes. Without FP8's
+scales there is nothing to promote, so each box's product accumulates in its wgmma, and a
+step's two wgmmas stay in flight while the next step's are issued (one wait a step, for the
+step before, whose slot is then released).
+
+TMA cannot gather rows, so `sort_rows` first copies x into sorted order (row p is the token of
+the p-th slot sorted by expert), with each row's routing weight and the table of row tiles
+(expert, first row, rows owned) the kernels read in place of a search. Then:
+- gate/up: an item is one expert row tile and 128 columns of I; its two boxes are those
+  columns' gate rows and up rows of (E * 2I, H), and the epilogue stores silu(gate) * up in
+  bf16 at the rows' sorted places of h;
+- down: an item is one row tile and 256 columns of H (two boxes of (E * H, I)); the epilogue
+  stores each row times its routing weight at its slot of y for `combine`.
+Rows of a tile past the expert's count belong to the next expert or lie past the end (TMA
+reads zeros there); their results are not stored.
+
+Gluon has no interpreter: the CPU tests compile both kernels for sm_90 and read their SASS
+(scripts/dense_wgmma_sass.py --kernel moe-bf16-gate-up / moe-bf16-down); the GPU tests compare
+them with the flat scheduler's Triton kernels.
+"""
+
+from typing import TYPE_CHECKING
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from kernels.compiled import launch
+from kernels.dense.w8a8_wgmma import (
+    SHARED_MEMORY,
+    allocate_ring,
+    descriptor,
+    issue_load,
+    released_slot,
+)
+from kernels.moe.routing import MoeShape
+from kernels.moe.routing_kernels import combine
+from kernels.moe.tiles import locate_rows, write_tile_info
+from kernels.moe.w8a8_wgmma import item_place, store_rows
+
+if TYPE_CHECKING:  # flat imports this module to run it
+    from kernels.moe.flat import FlatLayout
+
+ROWS = 128  # an item's rows: one expert row tile, two warpgroups of wgmma's 64
+WG_ROWS = 64
+BOX = 128  # weight rows a TMA box, an accumulator's columns; an item has two boxes
+BLOCK_K = 64  # a K step: 128-byte rows of bf16, TMA's widest swizzle
+_ROWS = gl.constexpr(ROWS)
+_WG_ROWS = gl.constexpr(WG_ROWS)
+_BOX = gl.constexpr(BOX)
+# Ring slots: 48 KB each (the rows' 128 x 64 and the two boxes' 256 x 64), as many as fit
+# beside the epilogue's layout conversion.
+DEFAULT_STAGES = 4
+DEFAULT_LAG = 0  # the slot refilled is the one just released: loads run STAGES - 1 steps ahead
+SORT_COLUMNS = 256  # columns of x a sort_rows step copies
+
+
+@triton.jit
+def _sort_rows_kernel(
+    x_ptr, xs_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
+    slot_weights_ptr, row_weights_ptr, tile_info_ptr, num_experts, hidden, stride_xt,
+    stride_xs, TOP_K: tl.constexpr, STEPS: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):  # fmt: skip
+    """Row tile program_id(0): its rows of x in sorted order, routing weights and table entry."""
+    row_tile = tl.program_id(0)
+    if row_tile < tl.load(tile_offsets_ptr + num_experts):
+        expert, rows, row_ok, _, _ = locate_rows(
+            row_tile, 1, 1, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts, BLOCK_M, STEPS
+        )
+        slots = tl.load(sorted_slots_ptr + rows, mask=row_ok, other=0)
+        write_tile_info(row_tile, expert, rows, row_ok, slots, slot_weights_ptr,
+                        row_weights_ptr, tile_info_ptr)  # fmt: skip
+        tokens = (slots // TOP_K).to(tl.int64)
+        cols = tl.arange(0, BLOCK_H)
+        for first in range(0, hidden, BLOCK_H):
+            inside = row_ok[:, None] & (first + cols < hidden)[None, :]
+            values = tl.load(x_ptr + tokens[:, None] * stride_xt + first + cols[None, :],
+                             mask=inside)  # fmt: skip
+            tl.store(xs_ptr + rows[:, None] * stride_xs + first + cols[None, :], values,
+                     mask=inside)  # fmt: skip
+
+
+@gluon.jit
+def _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP: gl.constexpr,
+           USE_ACC: gl.constexpr):  # fmt: skip
+    """Wait for `step`'s copy and issue this warpgroup's wgmmas of its slot, one a box."""
+    SLOTS: gl.constexpr = a_ring.type.shape[0]
+    slot = step % SLOTS
+    mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
+    a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
+    w_tile = w_ring.index(slot)
+    acc = warpgroup_mma(a_rows, w_tile.slice(0, _BOX, dim=0).permute((1, 0)), acc,
+                        use_acc=USE_ACC, is_async=True)  # fmt: skip
+    acc_2 = warpgroup_mma(a_rows, w_tile.slice(_BOX, _BOX, dim=0).permute((1, 0)), acc_2,
+                          use_acc=USE_ACC, is_async=True)  # fmt: skip
+    return acc, acc_2
+
+
+@gluon.jit
+def _release(a_desc, w_desc, a_ring, w_ring, ready, empty, released, total, cursor, k_steps,
+             tile_info_ptr, items, col_tiles, expert_rows, col_rows, second, LAG: gl.constexpr,
+             WARPGROUP: gl.constexpr):  # fmt: skip
+    """Release the slot of step `released`; warpgroup 0 then refills the slot released LAG
+    steps before (once both warpgroups have) with the step the cursor (item, K step, its
+    rows' and first box's first rows) points at, and returns the cursor advanced."""
+    SLOTS: gl.constexpr = a_ring.type.shape[0]
+    load_item, load_k, load_row, load_w_row = cursor
+    mbarrier.arrive(empty.index(released % SLOTS), count=1)
+    if WARPGROUP == 0 and released >= LAG:
+        issue_load(a_desc, w_desc, a_ring, w_ring, ready,
+                   released_slot(empty, released, LAG), total, load_row, load_w_row, load_k,
+                   load_w_row + second)  # fmt: skip
+        load_k += 1
+        if load_k == k_steps:
+            load_k = 0
+            load_item += gl.num_programs(0)
+            _, load_row, _, load_w_row, _ = item_place(load_item, items, col_tiles,
+                                                       expert_rows, col_rows,
+                                                       tile_info_ptr)  # fmt: skip
+    return load_item, load_k, load_row, load_w_row
+
+
+@gluon.jit
+def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
+              second, my_items, stride_out, LAG: gl.constexpr, WARPGROUP: gl.constexpr,
+              SWIGLU: gl.constexpr):  # fmt: skip
+    """Rows 64 WARPGROUP + [0, 64) of every item this program owns: per K step, wait for the
+    slot's copy, issue the two boxes' wgmmas, wait for the step before's and release its
+    slot (the first step starts the accumulators, so only wgmmas write them while one is in
+    flight); after an item's last step, wait for all and store (module docstring)."""
+    SLOTS: gl.constexpr = a_ring.type.shape[0]
+    layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BOX, 16]
+    )
+    offsets = WARPGROUP * _WG_ROWS + gl.arange(0, _WG_ROWS, layout=gl.SliceLayout(1, layout))
+    programs = gl.num_programs(0)
+    total = my_items * k_steps
+    places = (tile_info_ptr, items, col_tiles, expert_rows, col_rows)
+    # The refill cursor: step SLOTS (the prologue loaded 0 .. SLOTS - 1), as an item and K step.
+    load_item = gl.program_id(0) + (SLOTS // k_steps) * programs
+    _, load_row, _, load_w_row, _ = item_place(load_item, items, col_tiles, expert_rows,
+                                               col_rows, tile_info_ptr)  # fmt: skip
+    cursor = (load_item, SLOTS % k_steps, load_row, load_w_row)
+    acc = gl.zeros((_WG_ROWS, _BOX), gl.float32, layout)
+    acc_2 = gl.zeros((_WG_ROWS, _BOX), gl.float32, layout)  # the second box's columns
+    step = 0
+    item = gl.program_id(0)
+    for _ in range(my_items):
+        _, first_row, owned, _, col_tile = item_place(item, items, col_tiles, expert_rows,
+                                                      col_rows, tile_info_ptr)  # fmt: skip
+        rows = first_row + offsets
+        mine = offsets < owned
+        if SWIGLU:
+            out_rows = rows.to(gl.int64)
+        else:
+            out_rows = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
+            weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
+        acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, False)
+        # waits for nothing (both stay in flight): the loop carries tensors, not tokens
+        acc, acc_2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_2))
+        step += 1
+        for _k in range(1, k_steps):
+            acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, True)
+            acc, acc_2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_2))
+            cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
+                              cursor, k_steps, *places, second, LAG, WARPGROUP)  # fmt: skip
+            step += 1
+        acc, acc_2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_2))
+        cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
+                          cursor, k_steps, *places, second, LAG, WARPGROUP)  # fmt: skip
+        if SWIGLU:
+            h = acc / (1.0 + gl.exp(-acc)) * acc_2
+            store_rows(out_ptr, out_rows, mine, col_tile * _BOX, h, stride_out)
+        else:
+            store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX, acc * weights[:, None],
+                       stride_out)  # fmt: skip
+            store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX + _BOX,
+                       acc_2 * weights[:, None], stride_out)  # fmt: skip
+        item += programs
+
+
+@gluon.jit
+def _bf16_wgmma_kernel(
+    a_desc, w_desc, out_ptr, sorted_slots_ptr, row_weights_ptr, tile_info_ptr,
+    tile_offsets_ptr, num_experts, col_tiles, k_steps, expert_rows, col_rows, second,
+    stride_out, STAGES: gl.constexpr, LAG: gl.constexpr, SWIGLU: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+):  # fmt: skip
+    a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES, 2)
+    items = gl.load(tile_offsets_ptr + num_experts) * col_tiles
+    my_items = gl.cdiv(items - gl.program_id(0), gl.num_programs(0))
+    for first in gl.static_range(STAGES):
+        item = gl.program_id(0) + (first // k_steps) * gl.num_programs(0)
+        _, first_row, _, w_row, _ = item_place(item, items, col_tiles, expert_rows, col_rows,
+                                               tile_info_ptr)  # fmt: skip
+        issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_items * k_steps, first_row,
+                   w_row, first % k_steps, w_row + second)  # fmt: skip
+    args = (a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+            row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
+            second, my_items, stride_out, LAG)  # fmt: skip
+    if SWIGLU:
+        gl.warp_specialize([(_gate_up_top, args), (_gate_up_bottom, args)], [4],
+                           [CONSUMER_REGS])  # fmt: skip
+    else:
+        gl.warp_specialize([(_down_top, args), (_down_bottom, args)], [4], [CONSUMER_REGS])
+
+
+# A constexpr passed through warp_specialize arrives as a runtime value, so each partition
+# of each projection has its own wrapper that names its warpgroup and epilogue.
+@gluon.jit
+def _gate_up_top(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+                 row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
+                 col_rows, second, my_items, stride_out, LAG: gl.constexpr):  # fmt: skip
+    """Gate/up, warpgroup 0 (the default partition): each item's first 64 rows, and refills."""
+    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
+              second, my_items, stride_out, LAG, 0, True)  # fmt: skip
+
+
+@gluon.jit
+def _gate_up_bottom(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+                    row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
+                    col_rows, second, my_items, stride_out, LAG: gl.constexpr):  # fmt: skip
+    """Gate/up, warpgroup 1 (the worker partition): each item's last 64 rows."""
+    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
+              second, my_items, stride_out, LAG, 1, True)  # fmt: skip
+
+
+@gluon.jit
+def _down_top(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
+              col_rows, second, my_items, stride_out, LAG: gl.constexpr):  # fmt: skip
+    """Down, warpgroup 0 (the default partition): each item's first 64 rows, and refills."""
+    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
+              second, my_items, stride_out, LAG, 0, False)  # fmt: skip
+
+
+@gluon.jit
+def _down_bottom(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+                 row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
+                 col_rows, second, my_items, stride_out, LAG: gl.constexpr):  # fmt: skip
+    """Down, warpgroup 1 (the worker partition): each item's last 64 rows."""
+    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
+              second, my_items, stride_out, LAG, 1, False)  # fmt: skip
+
+
+def runs_on(hidden: int, inter: int) -> bool:
+    """Whether the kernels take these expert shapes: I in whole gate/up items and down K
+    steps, H in whole down items and gate/up K steps."""
+    return inter % BOX == 0 and hidden % (2 * BOX) == 0
+
+
+def check_stages(num_stages: int) -> None:
+    """Ring slots are 48 KB: from 2 to as many as fit beside the epilogue's scratch."""
+    slot_bytes = 2 * (ROWS + 2 * BOX) * BLOCK_K
+    stages_fit = (SHARED_MEMORY - 2 * WG_ROWS * BOX * 2) // slot_bytes
+    if not isinstance(num_stages, int) or not 2 <= num_stages <= stages_fit:
+        raise ValueError(f"num_stages must be from 2 to {stages_fit} (ring slots of "
+                         f"{slot_bytes // 1024} KB), got {num_stages!r}.")  # fmt: skip
+
+
+def projection(
+    rows: Tensor,
+    weights: Tensor,
+    out: Tensor,
+    layout: "FlatLayout",
+    row_weights: Tensor,
+    tile_info: Tensor,
+    programs: int,
+    *,
+    swiglu: bool,
+    num_stages: int = DEFAULT_STAGES,
+    lag: int = DEFAULT_LAG,
+    consumer_regs: int = 232,
+) -> None:
+    """One projection over the sorted rows (slots, K) in bf16: gate/up (`swiglu`, weights
+    (E, 2I, H)) writes silu(gate) * up at the rows' places of out (slots, I); down (weights
+    (E, H, I)) writes each row times its routing weight at its slot of out (slots, H)."""
+    check_stages(num_stages)
+    experts, width, depth = weights.shape
+    a_desc = descriptor(rows, [ROWS, BLOCK_K])
+    w_desc = descriptor(weights.reshape(-1, depth), [BOX, BLOCK_K])
+    if swiglu:  # an item: 128 columns of I, its gate rows and, I rows below, its up rows
+        col_tiles, col_rows, second = width // 2 // BOX, BOX, width // 2
+    else:  # an item: 256 columns of H, two adjacent boxes
+        col_tiles, col_rows, second = width // (2 * BOX), 2 * BOX, BOX
+    grid = max(1, min(programs, tile_info.shape[0] * col_tiles))
+    launch(
+        _bf16_wgmma_kernel, (grid,), a_desc, w_desc, out, layout.sorted_slots, row_weights,
+        tile_info, layout.tile_offsets, experts, col_tiles, depth // BLOCK_K, width, col_rows,
+        second, out.stride(0), STAGES=num_stages, LAG=lag, SWIGLU=swiglu,
+        CONSUMER_REGS=consumer_regs, num_warps=4,
+    )  # fmt: skip
+
+
+def moe_bf16_wgmma(
+    x: Tensor, weights_gate_up: Tensor, weights_down: Tensor, layout: "FlatLayout",
+    shape: MoeShape, programs: int, num_stages: int = DEFAULT_STAGES, lag: int = DEFAULT_LAG,
+) -> Tensor:  # fmt: skip
+    """Routed-expert output (T, H) of bf16 x and experts on the layout's 128-row tiles: rows
+    sorted (`sort_rows`), gate/up, down, `combine`; five launches after the layout's."""
+    slots = shape.tokens * shape.top_k
+    xs = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
+    row_weights = torch.empty(slots, dtype=torch.float32, device=x.device)
+    tile_info = torch.empty(layout.row_tiles, 4, dtype=torch.int32, device=x.device)
+    launch(
+        _sort_rows_kernel, (max(1, layout.row_tiles),), x, xs, layout.sorted_slots,
+        layout.counts, layout.offsets, layout.tile_offsets, layout.slot_weights, row_weights,
+        tile_info, shape.experts, shape.hidden, x.stride(0), xs.stride(0), TOP_K=shape.top_k,
+        STEPS=max(shape.experts - 1, 0).bit_length(), BLOCK_M=ROWS, BLOCK_H=SORT_COLUMNS,
+        num_warps=8,
+    )  # fmt: skip
+    h = torch.empty(slots, shape.inter, dtype=x.dtype, device=x.device)
+    options = {"num_stages": num_stages, "lag": lag}
+    projection(xs, weights_gate_up, h, layout, row_weights, tile_info, programs, swiglu=True,
+               **options)  # fmt: skip
+    y = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
+    projection(h, weights_down, y, layout, row_weights, tile_info, programs, swiglu=False,
+               **options)  # fmt: skip
+    return combine(y, shape.tokens, shape.top_k, x.dtype)
