@@ -271,13 +271,16 @@ def runs_on(hidden: int, inter: int) -> bool:
     return inter % BOX == 0 and hidden % (2 * BOX) == 0
 
 
-def check_stages(num_stages: int) -> None:
-    """Ring slots are 48 KB: from 2 to as many as fit beside the epilogue's scratch."""
+def check_ring(num_stages: int, lag: int) -> None:
+    """Ring slots are 48 KB: from 2 to as many as fit beside the epilogue's scratch; a slot is
+    refilled from 0 to num_stages - 2 steps after its release (the refill must stay ahead)."""
     slot_bytes = 2 * (ROWS + 2 * BOX) * BLOCK_K
     stages_fit = (SHARED_MEMORY - 2 * WG_ROWS * BOX * 2) // slot_bytes
     if not isinstance(num_stages, int) or not 2 <= num_stages <= stages_fit:
         raise ValueError(f"num_stages must be from 2 to {stages_fit} (ring slots of "
                          f"{slot_bytes // 1024} KB), got {num_stages!r}.")  # fmt: skip
+    if not isinstance(lag, int) or not 0 <= lag <= num_stages - 2:
+        raise ValueError(f"lag must be from 0 to num_stages - 2 = {num_stages - 2}, got {lag!r}.")
 
 
 def projection(
@@ -297,7 +300,7 @@ def projection(
     """One projection over the sorted rows (slots, K) in bf16: gate/up (`swiglu`, weights
     (E, 2I, H)) writes silu(gate) * up at the rows' places of out (slots, I); down (weights
     (E, H, I)) writes each row times its routing weight at its slot of out (slots, H)."""
-    check_stages(num_stages)
+    check_ring(num_stages, lag)
     experts, width, depth = weights.shape
     a_desc = descriptor(rows, [ROWS, BLOCK_K])
     w_desc = descriptor(weights.reshape(-1, depth), [BOX, BLOCK_K])
@@ -314,12 +317,10 @@ def projection(
     )  # fmt: skip
 
 
-def moe_bf16_wgmma(
-    x: Tensor, weights_gate_up: Tensor, weights_down: Tensor, layout: "FlatLayout",
-    shape: MoeShape, programs: int, num_stages: int = DEFAULT_STAGES, lag: int = DEFAULT_LAG,
-) -> Tensor:  # fmt: skip
-    """Routed-expert output (T, H) of bf16 x and experts on the layout's 128-row tiles: rows
-    sorted (`sort_rows`), gate/up, down, `combine`; five launches after the layout's."""
+def sort_rows(x: Tensor, layout: "FlatLayout", shape: MoeShape) -> tuple[Tensor, Tensor, Tensor]:
+    """(xs, row_weights, tile_info): x's rows in sorted order (row p is the token of the p-th
+    slot sorted by expert), each sorted row's routing weight, and each 128-row tile's
+    (expert, first row, rows owned) (`tiles.write_tile_info`). Rows no tile owns stay unset."""
     slots = shape.tokens * shape.top_k
     xs = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
     row_weights = torch.empty(slots, dtype=torch.float32, device=x.device)
@@ -331,11 +332,21 @@ def moe_bf16_wgmma(
         STEPS=max(shape.experts - 1, 0).bit_length(), BLOCK_M=ROWS, BLOCK_H=SORT_COLUMNS,
         num_warps=8,
     )  # fmt: skip
-    h = torch.empty(slots, shape.inter, dtype=x.dtype, device=x.device)
+    return xs, row_weights, tile_info
+
+
+def moe_bf16_wgmma(
+    x: Tensor, weights_gate_up: Tensor, weights_down: Tensor, layout: "FlatLayout",
+    shape: MoeShape, programs: int, num_stages: int = DEFAULT_STAGES, lag: int = DEFAULT_LAG,
+) -> Tensor:  # fmt: skip
+    """Routed-expert output (T, H) of bf16 x and experts on the layout's 128-row tiles: rows
+    sorted (`sort_rows`), gate/up, down, `combine`; four launches after the layout's."""
+    xs, row_weights, tile_info = sort_rows(x, layout, shape)
+    h = torch.empty(xs.shape[0], shape.inter, dtype=x.dtype, device=x.device)
     options = {"num_stages": num_stages, "lag": lag}
     projection(xs, weights_gate_up, h, layout, row_weights, tile_info, programs, swiglu=True,
                **options)  # fmt: skip
-    y = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
+    y = torch.empty(xs.shape[0], shape.hidden, dtype=x.dtype, device=x.device)
     projection(h, weights_down, y, layout, row_weights, tile_info, programs, swiglu=False,
                **options)  # fmt: skip
     return combine(y, shape.tokens, shape.top_k, x.dtype)

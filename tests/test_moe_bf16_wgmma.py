@@ -1,0 +1,105 @@
+"""The Gluon bf16 MoE kernels (kernels/moe/bf16_wgmma.py) that moe_flat runs at prefill sizes
+on sm_90: the row sort they start from (a Triton kernel, so the interpreter runs it), when
+moe_flat takes them and its refusals, and on a GPU, their results against the Triton kernels'
+at ragged routings with few programs (the ring then runs across items and experts)."""
+
+import pytest
+import torch
+from helpers import relative_error
+
+from kernels.moe import MoeWeights, moe_flat, moe_reference
+from kernels.moe import bf16_wgmma as module
+from kernels.moe import flat as flat_module
+from kernels.moe.flat import FlatLayout
+from kernels.moe.routing import MoeShape
+
+EXPERTS, TOP_K, HIDDEN, INTER = 6, 2, 256, 256  # one 256-wide down item, two gate/up items
+ROUTINGS = {
+    "uniform": torch.stack(
+        [
+            torch.randperm(EXPERTS, generator=torch.Generator().manual_seed(t))[:TOP_K]
+            for t in range(150)
+        ]
+    ),  # fmt: skip  # 300 rows: three row tiles of most experts, the last partly filled
+    "empty-experts": torch.tensor([[0, 2], [5, 0], [2, 5], [0, 5], [5, 2]]),  # 1, 3, 4: none
+    "one-expert": torch.tensor([[4, 4]] * 140),  # 280 rows: three tiles of one expert
+    "one-token": torch.tensor([[3, 1]]),
+}
+
+
+def problem(ids: torch.Tensor, device, seed=0):
+    """(x bf16, ids, routing weights, bf16 experts) for topk_ids `ids`."""
+    gen = torch.Generator().manual_seed(seed)
+    tokens = ids.shape[0]
+    x = torch.randn(tokens, HIDDEN, generator=gen).to(torch.bfloat16)
+    gate_up = torch.randn(EXPERTS, 2 * INTER, HIDDEN, generator=gen) * HIDDEN**-0.5
+    down = torch.randn(EXPERTS, HIDDEN, INTER, generator=gen) * INTER**-0.5
+    route = torch.softmax(torch.randn(tokens, TOP_K, generator=gen), dim=1)
+    weights = MoeWeights.quantize(gate_up.to(torch.bfloat16).to(device),
+                                  down.to(torch.bfloat16).to(device), "bf16")  # fmt: skip
+    return x.to(device), ids.to(torch.int32).to(device), route.to(device), weights
+
+
+@pytest.mark.parametrize("case", ["uniform", "one-expert", "empty-experts"])
+def test_sort_rows_puts_each_slots_token_at_its_sorted_place(case, device):
+    x, ids, route, _ = problem(ROUTINGS[case], device)
+    shape = MoeShape(tokens=x.shape[0], hidden=HIDDEN, experts=EXPERTS, inter=INTER, top_k=TOP_K)
+    layout = FlatLayout.of(ids, route, shape, module.ROWS)
+    xs, row_weights, tile_info = module.sort_rows(x, layout, shape)
+    slots = layout.sorted_slots.long()
+    assert torch.equal(xs, x[slots // TOP_K])
+    assert torch.equal(row_weights, route.reshape(-1).float()[slots])
+    counts, offsets = layout.counts.tolist(), layout.offsets.tolist()
+    table = [
+        [expert, offsets[expert] + first, min(module.ROWS, counts[expert] - first)]
+        for expert in range(EXPERTS)
+        for first in range(0, counts[expert], module.ROWS)
+    ]
+    assert tile_info[: len(table), :3].tolist() == table
+
+
+def test_moe_flat_takes_the_gluon_kernels_where_they_run_and_pay(device, monkeypatch):
+    """On sm_90 (stood in for here), bf16 experts at prefill sizes without Triton options."""
+    ran = []
+    monkeypatch.setattr(flat_module, "supported", lambda _device: True)
+    monkeypatch.setattr(module, "moe_bf16_wgmma", lambda x, *a, **k: ran.append(1) or x)
+    prefill = problem(ROUTINGS["one-expert"], device)  # 280 rows on one expert
+    decode = problem(ROUTINGS["one-token"], device)
+    moe_flat(*prefill)
+    assert ran == [1]
+    moe_flat(*decode)  # decode sizes: the Triton kernels stream the weights
+    moe_flat(*prefill, block_m=64)  # a Triton tile option
+    moe_flat(*prefill, schedule="ticket")
+    moe_flat(*prefill, wgmma=False)
+    assert ran == [1]
+    moe_flat(*decode, wgmma=True)  # asked for: runs at any size
+    assert ran == [1, 1]
+
+
+def test_the_gluon_kernels_are_refused_where_they_cannot_run(device):
+    x, ids, route, weights = problem(ROUTINGS["one-token"], device)
+    with pytest.raises(ValueError, match="must be True, False or None"):
+        moe_flat(x, ids, route, weights, wgmma="yes")
+    fp8 = MoeWeights.quantize(weights.gate_up, weights.down, "fp8")
+    message = "wgmma=True needs .*bf16 activations and weights.*no Triton tile options"
+    with pytest.raises(ValueError, match=message):
+        moe_flat(x, ids, route, fp8, block_n=64, wgmma=True)
+    if device.type == "cpu":
+        with pytest.raises(ValueError, match=r"needs an sm_90 \(Hopper\) GPU; pass wgmma=None"):
+            moe_flat(x, ids, route, weights, wgmma=True)
+    for stages, lag, what in ((5, 0, "num_stages must be from 2 to 4"), (4, 3, "lag must be")):
+        with pytest.raises(ValueError, match=what):
+            module.check_ring(stages, lag)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(ROUTINGS))
+@pytest.mark.parametrize("programs", [1, 3, None])
+def test_the_gluon_kernels_match_the_triton_ones(case, programs):
+    """4 K steps an item (H / 64 in gate/up, I / 64 in down) and 4 slots: one program loads
+    its second item in the prologue; three leave a remainder of items."""
+    x, ids, route, weights = problem(ROUTINGS[case], torch.device("cuda"))
+    gluon = moe_flat(x, ids, route, weights, num_programs=programs, wgmma=True)
+    triton_kernels = moe_flat(x, ids, route, weights, num_programs=programs, wgmma=False)
+    assert relative_error(gluon, triton_kernels) < 5e-3
+    assert relative_error(gluon, moe_reference(x, ids, route, weights)) < 1e-2
