@@ -34,20 +34,22 @@ def problem(ids: torch.Tensor, device, seed=0):
     x = torch.randn(tokens, HIDDEN, generator=gen).to(torch.bfloat16)
     gate_up = torch.randn(EXPERTS, 2 * INTER, HIDDEN, generator=gen) * HIDDEN**-0.5
     down = torch.randn(EXPERTS, HIDDEN, INTER, generator=gen) * INTER**-0.5
-    route = torch.softmax(torch.randn(tokens, TOP_K, generator=gen), dim=1)
+    route = torch.softmax(torch.randn(tokens, ids.shape[1], generator=gen), dim=1)
     weights = MoeWeights.quantize(gate_up.to(torch.bfloat16).to(device),
                                   down.to(torch.bfloat16).to(device), "bf16")  # fmt: skip
     return x.to(device), ids.to(torch.int32).to(device), route.to(device), weights
 
 
-@pytest.mark.parametrize("case", ["uniform", "one-expert", "empty-experts"])
+@pytest.mark.parametrize("case", ["uniform", "one-expert", "empty-experts", "top-3"])
 def test_sort_rows_puts_each_slots_token_at_its_sorted_place(case, device):
-    x, ids, route, _ = problem(ROUTINGS[case], device)
-    shape = MoeShape(tokens=x.shape[0], hidden=HIDDEN, experts=EXPERTS, inter=INTER, top_k=TOP_K)
+    ids = torch.tensor([[0, 5, 2], [1, 2, 3]] * 70) if case == "top-3" else ROUTINGS[case]
+    x, ids, route, _ = problem(ids, device)
+    top_k = ids.shape[1]
+    shape = MoeShape(tokens=x.shape[0], hidden=HIDDEN, experts=EXPERTS, inter=INTER, top_k=top_k)
     layout = FlatLayout.of(ids, route, shape, module.ROWS)
     xs, row_weights, tile_info = module.sort_rows(x, layout, shape)
     slots = layout.sorted_slots.long()
-    assert torch.equal(xs, x[slots // TOP_K])
+    assert torch.equal(xs, x[slots // top_k])
     assert torch.equal(row_weights, route.reshape(-1).float()[slots])
     counts, offsets = layout.counts.tolist(), layout.offsets.tolist()
     table = [

@@ -12,8 +12,9 @@ step's two wgmmas stay in flight while the next step's are issued (one wait a st
 step before, whose slot is then released).
 
 TMA cannot gather rows, so `sort_rows` first copies x into sorted order (row p is the token of
-the p-th slot sorted by expert), with each row's routing weight and the table of row tiles
-(expert, first row, rows owned) the kernels read in place of a search. Then:
+the p-th slot sorted by expert), reading each token's row once and writing it top_k times, with
+each row's routing weight and the table of row tiles (expert, first row, rows owned) the
+kernels read in place of a search. Then:
 - gate/up: an item is one expert row tile and 128 columns of I; its two boxes are those
   columns' gate rows and up rows of (E * 2I, H), and the epilogue stores silu(gate) * up in
   bf16 at the rows' sorted places of h;
@@ -68,33 +69,49 @@ _BOX = gl.constexpr(BOX)
 # beside the epilogue's layout conversion.
 DEFAULT_STAGES = 4
 DEFAULT_LAG = 0  # the slot refilled is the one just released: loads run STAGES - 1 steps ahead
-SORT_COLUMNS = 256  # columns of x a sort_rows step copies
+SORT_TOKENS = 4  # tokens a sort_rows program copies
+SORT_COLUMNS = 512  # columns of x a sort_rows step copies
+POSITIONS_BLOCK = 1024
+
+
+@triton.jit
+def _positions_kernel(sorted_slots_ptr, positions_ptr, num_slots, BLOCK: tl.constexpr):
+    """positions[slot] = its place in sorted order: the inverse of the sorted slots."""
+    places = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = places < num_slots
+    slots = tl.load(sorted_slots_ptr + places, mask=inside)
+    tl.store(positions_ptr + slots, places, mask=inside)
 
 
 @triton.jit
 def _sort_rows_kernel(
-    x_ptr, xs_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
-    slot_weights_ptr, row_weights_ptr, tile_info_ptr, num_experts, hidden, stride_xt,
-    stride_xs, TOP_K: tl.constexpr, STEPS: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_H: tl.constexpr,
+    x_ptr, xs_ptr, positions_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
+    slot_weights_ptr, row_weights_ptr, tile_info_ptr, num_tokens, num_experts, hidden,
+    stride_xt, stride_xs, TOP_K: tl.constexpr, STEPS: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
 ):  # fmt: skip
-    """Row tile program_id(0): its rows of x in sorted order, routing weights and table entry."""
-    row_tile = tl.program_id(0)
-    if row_tile < tl.load(tile_offsets_ptr + num_experts):
+    """Tokens BLOCK_T program_id(0) + [0, BLOCK_T): each row of x read once and written at its
+    slots' sorted places, with their routing weights; and the table entry of row tile
+    program_id(0), if it is one."""
+    pid = tl.program_id(0)
+    if pid < tl.load(tile_offsets_ptr + num_experts):
         expert, rows, row_ok, _, _ = locate_rows(
-            row_tile, 1, 1, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts, BLOCK_M, STEPS
+            pid, 1, 1, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts, BLOCK_M, STEPS
         )
         slots = tl.load(sorted_slots_ptr + rows, mask=row_ok, other=0)
-        write_tile_info(row_tile, expert, rows, row_ok, slots, slot_weights_ptr,
-                        row_weights_ptr, tile_info_ptr)  # fmt: skip
-        tokens = (slots // TOP_K).to(tl.int64)
-        cols = tl.arange(0, BLOCK_H)
-        for first in range(0, hidden, BLOCK_H):
-            inside = row_ok[:, None] & (first + cols < hidden)[None, :]
-            values = tl.load(x_ptr + tokens[:, None] * stride_xt + first + cols[None, :],
-                             mask=inside)  # fmt: skip
-            tl.store(xs_ptr + rows[:, None] * stride_xs + first + cols[None, :], values,
-                     mask=inside)  # fmt: skip
+        write_tile_info(pid, expert, rows, row_ok, slots, slot_weights_ptr, row_weights_ptr,
+                        tile_info_ptr)  # fmt: skip
+    tokens = pid * BLOCK_T + tl.arange(0, BLOCK_T)
+    token_ok = tokens < num_tokens
+    cols = tl.arange(0, BLOCK_H)
+    for first in range(0, hidden, BLOCK_H):
+        inside = token_ok[:, None] & (first + cols < hidden)[None, :]
+        values = tl.load(x_ptr + tokens.to(tl.int64)[:, None] * stride_xt + first + cols[None, :],
+                         mask=inside)  # fmt: skip
+        for k in tl.static_range(TOP_K):  # top_k need not be a power of two
+            place = tl.load(positions_ptr + tokens * TOP_K + k, mask=token_ok, other=0)
+            tl.store(xs_ptr + place.to(tl.int64)[:, None] * stride_xs + first + cols[None, :],
+                     values, mask=inside)  # fmt: skip
 
 
 @gluon.jit
@@ -322,15 +339,19 @@ def sort_rows(x: Tensor, layout: "FlatLayout", shape: MoeShape) -> tuple[Tensor,
     slot sorted by expert), each sorted row's routing weight, and each 128-row tile's
     (expert, first row, rows owned) (`tiles.write_tile_info`). Rows no tile owns stay unset."""
     slots = shape.tokens * shape.top_k
+    positions = torch.empty(slots, dtype=torch.int32, device=x.device)
+    launch(_positions_kernel, (triton.cdiv(slots, POSITIONS_BLOCK),), layout.sorted_slots,
+           positions, slots, BLOCK=POSITIONS_BLOCK)  # fmt: skip
     xs = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
     row_weights = torch.empty(slots, dtype=torch.float32, device=x.device)
     tile_info = torch.empty(layout.row_tiles, 4, dtype=torch.int32, device=x.device)
+    grid = max(1, layout.row_tiles, triton.cdiv(shape.tokens, SORT_TOKENS))
     launch(
-        _sort_rows_kernel, (max(1, layout.row_tiles),), x, xs, layout.sorted_slots,
-        layout.counts, layout.offsets, layout.tile_offsets, layout.slot_weights, row_weights,
-        tile_info, shape.experts, shape.hidden, x.stride(0), xs.stride(0), TOP_K=shape.top_k,
-        STEPS=max(shape.experts - 1, 0).bit_length(), BLOCK_M=ROWS, BLOCK_H=SORT_COLUMNS,
-        num_warps=8,
+        _sort_rows_kernel, (grid,), x, xs, positions, layout.sorted_slots, layout.counts,
+        layout.offsets, layout.tile_offsets, layout.slot_weights, row_weights, tile_info,
+        shape.tokens, shape.experts, shape.hidden, x.stride(0), xs.stride(0),
+        TOP_K=shape.top_k, STEPS=max(shape.experts - 1, 0).bit_length(), BLOCK_M=ROWS,
+        BLOCK_T=SORT_TOKENS, BLOCK_H=SORT_COLUMNS, num_warps=4,
     )  # fmt: skip
     return xs, row_weights, tile_info
 
