@@ -22,8 +22,7 @@ ROUTINGS = {
         ]
     ),  # fmt: skip  # 300 rows: three row tiles of most experts, the last partly filled
     "empty-experts": torch.tensor([[0, 2], [5, 0], [2, 5], [0, 5], [5, 2]]),  # 1, 3, 4: none
-    "one-expert": torch.tensor([[4, 4]] * 140),  # 280 rows: tiles of 128, 128 and 24 rows
-    "two-experts": torch.tensor([[4, 1]] * 100),  # one tile of 100 rows each: 64 + 36
+    "one-expert": torch.tensor([[4, 4]] * 140),  # 280 rows: three tiles of one expert
     "one-token": torch.tensor([[3, 1]]),
 }
 
@@ -100,8 +99,7 @@ def test_the_gluon_kernels_are_refused_where_they_cannot_run(device):
 @pytest.mark.parametrize("programs", [1, 3, None])
 def test_the_gluon_kernels_match_the_triton_ones(case, programs):
     """4 K steps an item (H / 64 in gate/up, I / 64 in down) and 4 slots: one program loads
-    its second item in the prologue; three leave a remainder of items. Tiles of 64 rows or
-    fewer leave the second warpgroup idle (`_pass`), tiles of more share them."""
+    its second item in the prologue; three leave a remainder of items."""
     x, ids, route, weights = problem(ROUTINGS[case], torch.device("cuda"))
     gluon = moe_flat(x, ids, route, weights, num_programs=programs, wgmma=True)
     triton_kernels = moe_flat(x, ids, route, weights, num_programs=programs, wgmma=False)

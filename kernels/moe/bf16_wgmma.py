@@ -131,19 +131,6 @@ def _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP: gl.constexpr,
 
 
 @gluon.jit
-def _pass(ready, empty, step, k_steps):
-    """Release an item's slots without multiplying: the warpgroup whose 64 rows hold none of
-    the tile's (an expert's last tile, 64 rows or fewer) leaves the tensor cores to the other.
-    Each slot is still waited for, so no release runs ahead of its slot's use."""
-    SLOTS: gl.constexpr = ready.type.shape[0]
-    for _k in range(k_steps):
-        mbarrier.wait(ready.index(step % SLOTS), (step // SLOTS) & 1)
-        mbarrier.arrive(empty.index(step % SLOTS), count=1)
-        step += 1
-    return step
-
-
-@gluon.jit
 def _release(a_desc, w_desc, a_ring, w_ring, ready, empty, released, total, cursor, k_steps,
              tile_info_ptr, items, col_tiles, expert_rows, col_rows, second, LAG: gl.constexpr,
              WARPGROUP: gl.constexpr):  # fmt: skip
@@ -196,37 +183,34 @@ def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slot
     for _ in range(my_items):
         _, first_row, owned, _, col_tile = item_place(item, items, col_tiles, expert_rows,
                                                       col_rows, tile_info_ptr)  # fmt: skip
-        if owned <= WARPGROUP * _WG_ROWS:  # none of this warpgroup's rows: a tile's last
-            step = _pass(ready, empty, step, k_steps)
+        rows = first_row + offsets
+        mine = offsets < owned
+        if SWIGLU:
+            out_rows = rows.to(gl.int64)
         else:
-            rows = first_row + offsets
-            mine = offsets < owned
-            if SWIGLU:
-                out_rows = rows.to(gl.int64)
-            else:
-                out_rows = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
-                weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
-            acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, False)
-            # waits for nothing (both stay in flight): the loop carries tensors, not tokens
+            out_rows = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
+            weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
+        acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, False)
+        # waits for nothing (both stay in flight): the loop carries tensors, not tokens
+        acc, acc_2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_2))
+        step += 1
+        for _k in range(1, k_steps):
+            acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, True)
             acc, acc_2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_2))
-            step += 1
-            for _k in range(1, k_steps):
-                acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, True)
-                acc, acc_2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_2))
-                cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
-                                  cursor, k_steps, *places, second, LAG, WARPGROUP)  # fmt: skip
-                step += 1
-            acc, acc_2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_2))
             cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
                               cursor, k_steps, *places, second, LAG, WARPGROUP)  # fmt: skip
-            if SWIGLU:
-                h = acc / (1.0 + gl.exp(-acc)) * acc_2
-                store_rows(out_ptr, out_rows, mine, col_tile * _BOX, h, stride_out)
-            else:
-                store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX, acc * weights[:, None],
-                           stride_out)  # fmt: skip
-                store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX + _BOX,
-                           acc_2 * weights[:, None], stride_out)  # fmt: skip
+            step += 1
+        acc, acc_2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_2))
+        cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
+                          cursor, k_steps, *places, second, LAG, WARPGROUP)  # fmt: skip
+        if SWIGLU:
+            h = acc / (1.0 + gl.exp(-acc)) * acc_2
+            store_rows(out_ptr, out_rows, mine, col_tile * _BOX, h, stride_out)
+        else:
+            store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX, acc * weights[:, None],
+                       stride_out)  # fmt: skip
+            store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX + _BOX,
+                       acc_2 * weights[:, None], stride_out)  # fmt: skip
         item += programs
 
 
