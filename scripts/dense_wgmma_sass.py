@@ -94,10 +94,11 @@ def compile_moe_bf16(swiglu: bool, stages: int, consumer_regs: int):
         "a_desc": w8a8_wgmma.descriptor(rows, [moe_bf16_wgmma.ROWS, moe_bf16_wgmma.BLOCK_K]),
         "w_desc": w8a8_wgmma.descriptor(weights, [moe_bf16_wgmma.BOX, moe_bf16_wgmma.BLOCK_K]),
     }
+    gather = swiglu and os.environ.get("GATHER") == "1"
     constants = {"STAGES": stages, "LAG": moe_bf16_wgmma.DEFAULT_LAG, "SWIGLU": swiglu,
-                 "CONSUMER_REGS": consumer_regs}  # fmt: skip
-    pointers = {"out_ptr": "*bf16", "sorted_slots_ptr": "*i32", "tile_info_ptr": "*i32",
-                "tile_offsets_ptr": "*i32"}  # fmt: skip
+                 "GATHER": gather, "CONSUMER_REGS": 224 if gather else consumer_regs}  # fmt: skip
+    pointers = {"out_ptr": "*bf16", "x_ptr": "*bf16", "sorted_slots_ptr": "*i32",
+                "tile_info_ptr": "*i32", "tile_offsets_ptr": "*i32"}  # fmt: skip
     return compile_gluon(moe_bf16_wgmma._bf16_wgmma_kernel, descriptors, constants, pointers)
 
 

@@ -80,11 +80,13 @@ SHARED_MEMORY = 232448  # bytes a block may take on sm_90 (227 KB, opted in)
 
 
 @gluon.jit
-def allocate_ring(a_desc, w_desc, STAGES: gl.constexpr, W_BOXES: gl.constexpr = 1):
+def allocate_ring(a_desc, w_desc, STAGES: gl.constexpr, W_BOXES: gl.constexpr = 1,
+                  READY_ARRIVALS: gl.constexpr = 1):  # fmt: skip
     """(a_ring, w_ring, ready, empty): STAGES slots of the activations' TMA tile and W_BOXES
     of the weights' (stacked), and each slot's `ready` barrier (the copies complete it) and
-    `empty` barrier (both warpgroups arrive once done with the slot), initialised. The Gluon
-    W8A8, W8A16 and MoE kernels share it."""
+    `empty` barrier (both warpgroups arrive once done with the slot), initialised; `ready`
+    expects READY_ARRIVALS arrivals (one: the TMA copies' expect; more for threads' cp.async).
+    The Gluon W8A8, W8A16 and MoE kernels share it."""
     a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
                                        a_desc.layout)  # fmt: skip
     w_rows: gl.constexpr = W_BOXES * w_desc.block_type.shape[0]
@@ -93,7 +95,7 @@ def allocate_ring(a_desc, w_desc, STAGES: gl.constexpr, W_BOXES: gl.constexpr = 
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for first in gl.static_range(STAGES):
-        mbarrier.init(ready.index(first), count=1)
+        mbarrier.init(ready.index(first), count=READY_ARRIVALS)
         mbarrier.init(empty.index(first), count=2)  # one arrival a warpgroup
     fence_async_shared()  # the initialised barriers, visible to TMA (the async proxy)
     return a_ring, w_ring, ready, empty

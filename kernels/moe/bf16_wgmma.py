@@ -36,8 +36,11 @@ import triton.language as tl
 from torch import Tensor
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
     mbarrier,
+    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -88,7 +91,7 @@ def _sort_rows_kernel(
     x_ptr, xs_ptr, positions_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
     slot_weights_ptr, row_weights_ptr, tile_info_ptr, num_tokens, num_experts, hidden,
     stride_xt, stride_xs, TOP_K: tl.constexpr, STEPS: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, COPY: tl.constexpr,
 ):  # fmt: skip
     """Tokens BLOCK_T program_id(0) + [0, BLOCK_T): each row of x read once and written at its
     slots' sorted places, with their routing weights; and the table entry of row tile
@@ -102,9 +105,9 @@ def _sort_rows_kernel(
         write_tile_info(pid, expert, rows, row_ok, slots, slot_weights_ptr, row_weights_ptr,
                         tile_info_ptr)  # fmt: skip
     tokens = pid * BLOCK_T + tl.arange(0, BLOCK_T)
-    token_ok = tokens < num_tokens
+    token_ok = (tokens < num_tokens) & COPY
     cols = tl.arange(0, BLOCK_H)
-    for first in range(0, hidden, BLOCK_H):
+    for first in range(0, hidden * COPY, BLOCK_H):
         inside = token_ok[:, None] & (first + cols < hidden)[None, :]
         values = tl.load(x_ptr + tokens.to(tl.int64)[:, None] * stride_xt + first + cols[None, :],
                          mask=inside)  # fmt: skip
@@ -116,11 +119,15 @@ def _sort_rows_kernel(
 
 @gluon.jit
 def _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP: gl.constexpr,
-           USE_ACC: gl.constexpr):  # fmt: skip
-    """Wait for `step`'s copy and issue this warpgroup's wgmmas of its slot, one a box."""
+           USE_ACC: gl.constexpr, GATHERED: gl.constexpr):  # fmt: skip
+    """Wait for `step`'s copy and issue this warpgroup's wgmmas of its slot, one a box. Rows
+    the threads' cp.async wrote (GATHERED) are fenced for wgmma, which reads them through the
+    async proxy."""
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     slot = step % SLOTS
     mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
+    if GATHERED:
+        fence_async_shared()
     a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
     w_tile = w_ring.index(slot)
     acc = warpgroup_mma(a_rows, w_tile.slice(0, _BOX, dim=0).permute((1, 0)), acc,
@@ -132,7 +139,7 @@ def _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP: gl.constexpr,
 
 @gluon.jit
 def _release(a_desc, w_desc, a_ring, w_ring, ready, empty, released, total, cursor, k_steps,
-             tile_info_ptr, items, col_tiles, expert_rows, col_rows, second, LAG: gl.constexpr,
+             tile_info_ptr, items, col_tiles, expert_rows, col_rows, second, LAG,
              WARPGROUP: gl.constexpr):  # fmt: skip
     """Release the slot of step `released`; warpgroup 0 then refills the slot released LAG
     steps before (once both warpgroups have) with the step the cursor (item, K step, its
@@ -155,9 +162,56 @@ def _release(a_desc, w_desc, a_ring, w_ring, ready, empty, released, total, curs
 
 
 @gluon.jit
+def _gather_loads(x_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty,
+                  sorted_slots_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
+                  col_rows, second, my_items):  # fmt: skip
+    """The gate/up load warps: every step of this program's items in order, once both
+    warpgroups have released the step SLOTS before: the two weight boxes by TMA, and the
+    item's 128 rows of x, gathered by token, by the threads' cp.async, 16 bytes a copy."""
+    SLOTS: gl.constexpr = a_ring.type.shape[0]
+    A_ROWS: gl.constexpr = a_ring.type.shape[1]
+    A_COLS: gl.constexpr = a_ring.type.shape[2]
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    offsets = gl.arange(0, A_ROWS, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, A_COLS, layout=gl.SliceLayout(0, layout))
+    total = my_items * k_steps
+    item = gl.program_id(0)
+    k_step = 0
+    _, first_row, owned, w_row, _ = item_place(item, items, col_tiles, expert_rows, col_rows,
+                                               tile_info_ptr)  # fmt: skip
+    mine = offsets < owned
+    tokens = gl.load(sorted_slots_ptr + first_row + offsets, mask=mine, other=0) // top_k
+    row_ptrs = x_ptr + tokens.to(gl.int64) * stride_x
+    for step in range(total):
+        slot = step % SLOTS
+        if step >= SLOTS:
+            released_slot(empty, step, SLOTS)
+        bar = ready.index(slot)
+        mbarrier.expect(bar, 2 * w_desc.block_type.nbytes)
+        w_slot = w_ring.index(slot)
+        k = k_step * A_COLS
+        tma.async_copy_global_to_shared(w_desc, [w_row, k], bar, w_slot.slice(0, _BOX))
+        tma.async_copy_global_to_shared(w_desc, [w_row + second, k], bar,
+                                        w_slot.slice(_BOX, _BOX))  # fmt: skip
+        async_copy.async_copy_global_to_shared(a_ring.index(slot),
+                                               row_ptrs[:, None] + (k + cols)[None, :],
+                                               mask=mine[:, None])  # fmt: skip
+        async_copy.mbarrier_arrive(bar, increment_count=False)
+        k_step += 1
+        if k_step == k_steps:
+            k_step = 0
+            item += gl.num_programs(0)
+            _, first_row, owned, w_row, _ = item_place(item, items, col_tiles, expert_rows,
+                                                       col_rows, tile_info_ptr)  # fmt: skip
+            mine = offsets < owned
+            tokens = gl.load(sorted_slots_ptr + first_row + offsets, mask=mine, other=0) // top_k
+            row_ptrs = x_ptr + tokens.to(gl.int64) * stride_x
+
+
+@gluon.jit
 def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
               row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
-              second, my_items, stride_out, LAG: gl.constexpr, WARPGROUP: gl.constexpr,
+              second, my_items, stride_out, LAG, WARPGROUP: gl.constexpr,
               SWIGLU: gl.constexpr):  # fmt: skip
     """Rows 64 WARPGROUP + [0, 64) of every item this program owns: per K step, wait for the
     slot's copy, issue the two boxes' wgmmas, wait for the step before's and release its
@@ -190,12 +244,12 @@ def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slot
         else:
             out_rows = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
             weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
-        acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, False)
+        acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, False, SWIGLU)
         # waits for nothing (both stay in flight): the loop carries tensors, not tokens
         acc, acc_2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_2))
         step += 1
         for _k in range(1, k_steps):
-            acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, True)
+            acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, True, SWIGLU)
             acc, acc_2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_2))
             cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
                               cursor, k_steps, *places, second, LAG, WARPGROUP)  # fmt: skip
@@ -216,24 +270,35 @@ def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slot
 
 @gluon.jit
 def _bf16_wgmma_kernel(
-    a_desc, w_desc, out_ptr, sorted_slots_ptr, row_weights_ptr, tile_info_ptr,
-    tile_offsets_ptr, num_experts, col_tiles, k_steps, expert_rows, col_rows, second,
-    stride_out, STAGES: gl.constexpr, LAG: gl.constexpr, SWIGLU: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr,
+    a_desc, w_desc, out_ptr, x_ptr, stride_x, top_k, sorted_slots_ptr, row_weights_ptr,
+    tile_info_ptr, tile_offsets_ptr, num_experts, col_tiles, k_steps, expert_rows, col_rows,
+    second, stride_out, STAGES: gl.constexpr, LAG: gl.constexpr, SWIGLU: gl.constexpr,
+    GATHER: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
-    a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES, 2)
+    LOADERS: gl.constexpr = 4  # warps of the gather partition
+    a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES, 2,
+                                                 1 + 32 * LOADERS if GATHER else 1)  # fmt: skip
     items = gl.load(tile_offsets_ptr + num_experts) * col_tiles
     my_items = gl.cdiv(items - gl.program_id(0), gl.num_programs(0))
-    for first in gl.static_range(STAGES):
-        item = gl.program_id(0) + (first // k_steps) * gl.num_programs(0)
-        _, first_row, _, w_row, _ = item_place(item, items, col_tiles, expert_rows, col_rows,
-                                               tile_info_ptr)  # fmt: skip
-        issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_items * k_steps, first_row,
-                   w_row, first % k_steps, w_row + second)  # fmt: skip
+    if not GATHER:
+        for first in gl.static_range(STAGES):
+            item = gl.program_id(0) + (first // k_steps) * gl.num_programs(0)
+            _, first_row, _, w_row, _ = item_place(item, items, col_tiles, expert_rows,
+                                                   col_rows, tile_info_ptr)  # fmt: skip
+            issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_items * k_steps,
+                       first_row, w_row, first % k_steps, w_row + second)  # fmt: skip
+    lag = 1 << 30 if GATHER else LAG  # with the gather warps, the consumers refill nothing
     args = (a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
             row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
-            second, my_items, stride_out, LAG)  # fmt: skip
-    if SWIGLU:
+            second, my_items, stride_out, lag)  # fmt: skip
+    loads = (x_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty, sorted_slots_ptr,
+             tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows, second,
+             my_items)  # fmt: skip
+    if GATHER:
+        gl.warp_specialize([(_gate_up_top, args), (_gate_up_bottom, args),
+                            (_gather_loads, loads)], [4, LOADERS],
+                           [CONSUMER_REGS, 64])  # fmt: skip
+    elif SWIGLU:
         gl.warp_specialize([(_gate_up_top, args), (_gate_up_bottom, args)], [4],
                            [CONSUMER_REGS])  # fmt: skip
     else:
@@ -245,7 +310,7 @@ def _bf16_wgmma_kernel(
 @gluon.jit
 def _gate_up_top(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
                  row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
-                 col_rows, second, my_items, stride_out, LAG: gl.constexpr):  # fmt: skip
+                 col_rows, second, my_items, stride_out, LAG):  # fmt: skip
     """Gate/up, warpgroup 0 (the default partition): each item's first 64 rows, and refills."""
     _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
               row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
@@ -255,7 +320,7 @@ def _gate_up_top(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_s
 @gluon.jit
 def _gate_up_bottom(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
                     row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
-                    col_rows, second, my_items, stride_out, LAG: gl.constexpr):  # fmt: skip
+                    col_rows, second, my_items, stride_out, LAG):  # fmt: skip
     """Gate/up, warpgroup 1 (the worker partition): each item's last 64 rows."""
     _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
               row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
@@ -265,7 +330,7 @@ def _gate_up_bottom(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorte
 @gluon.jit
 def _down_top(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
               row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
-              col_rows, second, my_items, stride_out, LAG: gl.constexpr):  # fmt: skip
+              col_rows, second, my_items, stride_out, LAG):  # fmt: skip
     """Down, warpgroup 0 (the default partition): each item's first 64 rows, and refills."""
     _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
               row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
@@ -275,7 +340,7 @@ def _down_top(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slot
 @gluon.jit
 def _down_bottom(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
                  row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
-                 col_rows, second, my_items, stride_out, LAG: gl.constexpr):  # fmt: skip
+                 col_rows, second, my_items, stride_out, LAG):  # fmt: skip
     """Down, warpgroup 1 (the worker partition): each item's last 64 rows."""
     _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
               row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
@@ -310,11 +375,14 @@ def projection(
     programs: int,
     *,
     swiglu: bool,
+    top_k: int = 1,
+    gather: bool = False,
     num_stages: int = DEFAULT_STAGES,
     lag: int = DEFAULT_LAG,
     consumer_regs: int = 232,
 ) -> None:
-    """One projection over the sorted rows (slots, K) in bf16: gate/up (`swiglu`, weights
+    """One projection over the rows (slots, K) in bf16, sorted, or with `gather` x (T, K),
+    whose row token = slot // top_k the load warps gather: gate/up (`swiglu`, weights
     (E, 2I, H)) writes silu(gate) * up at the rows' places of out (slots, I); down (weights
     (E, H, I)) writes each row times its routing weight at its slot of out (slots, H)."""
     check_ring(num_stages, lag)
@@ -327,47 +395,54 @@ def projection(
         col_tiles, col_rows, second = width // (2 * BOX), 2 * BOX, BOX
     grid = max(1, min(programs, tile_info.shape[0] * col_tiles))
     launch(
-        _bf16_wgmma_kernel, (grid,), a_desc, w_desc, out, layout.sorted_slots, row_weights,
-        tile_info, layout.tile_offsets, experts, col_tiles, depth // BLOCK_K, width, col_rows,
-        second, out.stride(0), STAGES=num_stages, LAG=lag, SWIGLU=swiglu,
-        CONSUMER_REGS=consumer_regs, num_warps=4,
+        _bf16_wgmma_kernel, (grid,), a_desc, w_desc, out, rows, rows.stride(0), top_k,
+        layout.sorted_slots, row_weights, tile_info, layout.tile_offsets, experts, col_tiles,
+        depth // BLOCK_K, width, col_rows, second, out.stride(0), STAGES=num_stages, LAG=lag,
+        SWIGLU=swiglu, GATHER=gather, CONSUMER_REGS=224 if gather else consumer_regs,
+        num_warps=4,
     )  # fmt: skip
 
 
-def sort_rows(x: Tensor, layout: "FlatLayout", shape: MoeShape) -> tuple[Tensor, Tensor, Tensor]:
+def sort_rows(
+    x: Tensor, layout: "FlatLayout", shape: MoeShape, copy: bool = True
+) -> tuple[Tensor | None, Tensor, Tensor]:
     """(xs, row_weights, tile_info): x's rows in sorted order (row p is the token of the p-th
-    slot sorted by expert), each sorted row's routing weight, and each 128-row tile's
-    (expert, first row, rows owned) (`tiles.write_tile_info`). Rows no tile owns stay unset."""
+    slot sorted by expert; None without `copy`), each sorted row's routing weight, and each
+    128-row tile's (expert, first row, rows owned) (`tiles.write_tile_info`)."""
     slots = shape.tokens * shape.top_k
-    positions = torch.empty(slots, dtype=torch.int32, device=x.device)
-    launch(_positions_kernel, (triton.cdiv(slots, POSITIONS_BLOCK),), layout.sorted_slots,
-           positions, slots, BLOCK=POSITIONS_BLOCK)  # fmt: skip
-    xs = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
+    positions = xs = layout.sorted_slots  # what the kernel never reads without `copy`
+    if copy:
+        positions = torch.empty(slots, dtype=torch.int32, device=x.device)
+        launch(_positions_kernel, (triton.cdiv(slots, POSITIONS_BLOCK),), layout.sorted_slots,
+               positions, slots, BLOCK=POSITIONS_BLOCK)  # fmt: skip
+        xs = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
     row_weights = torch.empty(slots, dtype=torch.float32, device=x.device)
     tile_info = torch.empty(layout.row_tiles, 4, dtype=torch.int32, device=x.device)
-    grid = max(1, layout.row_tiles, triton.cdiv(shape.tokens, SORT_TOKENS))
+    grid = max(1, layout.row_tiles, triton.cdiv(shape.tokens, SORT_TOKENS) if copy else 1)
     launch(
         _sort_rows_kernel, (grid,), x, xs, positions, layout.sorted_slots, layout.counts,
         layout.offsets, layout.tile_offsets, layout.slot_weights, row_weights, tile_info,
         shape.tokens, shape.experts, shape.hidden, x.stride(0), xs.stride(0),
         TOP_K=shape.top_k, STEPS=max(shape.experts - 1, 0).bit_length(), BLOCK_M=ROWS,
-        BLOCK_T=SORT_TOKENS, BLOCK_H=SORT_COLUMNS, num_warps=4,
+        BLOCK_T=SORT_TOKENS, BLOCK_H=SORT_COLUMNS, COPY=copy, num_warps=4,
     )  # fmt: skip
-    return xs, row_weights, tile_info
+    return (xs if copy else None), row_weights, tile_info
 
 
 def moe_bf16_wgmma(
     x: Tensor, weights_gate_up: Tensor, weights_down: Tensor, layout: "FlatLayout",
     shape: MoeShape, programs: int, num_stages: int = DEFAULT_STAGES, lag: int = DEFAULT_LAG,
+    gather: bool = False,
 ) -> Tensor:  # fmt: skip
     """Routed-expert output (T, H) of bf16 x and experts on the layout's 128-row tiles: rows
-    sorted (`sort_rows`), gate/up, down, `combine`; four launches after the layout's."""
-    xs, row_weights, tile_info = sort_rows(x, layout, shape)
-    h = torch.empty(xs.shape[0], shape.inter, dtype=x.dtype, device=x.device)
+    sorted (`sort_rows`) or gathered, gate/up, down, `combine`."""
+    slots = shape.tokens * shape.top_k
+    xs, row_weights, tile_info = sort_rows(x, layout, shape, copy=not gather)
+    h = torch.empty(slots, shape.inter, dtype=x.dtype, device=x.device)
     options = {"num_stages": num_stages, "lag": lag}
-    projection(xs, weights_gate_up, h, layout, row_weights, tile_info, programs, swiglu=True,
-               **options)  # fmt: skip
-    y = torch.empty(xs.shape[0], shape.hidden, dtype=x.dtype, device=x.device)
+    projection(x if gather else xs, weights_gate_up, h, layout, row_weights, tile_info, programs,
+               swiglu=True, top_k=shape.top_k, gather=gather, **options)  # fmt: skip
+    y = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
     projection(h, weights_down, y, layout, row_weights, tile_info, programs, swiglu=False,
                **options)  # fmt: skip
     return combine(y, shape.tokens, shape.top_k, x.dtype)
