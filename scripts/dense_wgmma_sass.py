@@ -9,9 +9,10 @@ MoE kernels (kernels/moe/w8a8_wgmma.py, bf16_wgmma.py) compile to for sm_90, wit
 Prints the registers and spilled bytes ptxas reports, any "Potential Performance Loss" note
 it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
 C7512: too few registers), and, from the SASS, how many FP8 wgmma instructions (QGMMA) the
-kernel holds and how many waits for them (WARPGROUP.DEPBAR); for W8A16, its bf16 wgmmas
-(HGMMA). The kernels' design rests on these: each warpgroup's wgmmas of a K step are one
-group with one wait, and ptxas serialises nothing. A developer's tool, like
+kernel holds and how many waits for them (WARPGROUP.DEPBAR); for W8A16 and the MoE bf16
+kernels, their bf16 wgmmas (HGMMA), and the 16-byte cp.async copies (LDGSTS.128) of the
+gate/up kernel's load warps. The kernels' design rests on these: each warpgroup's wgmmas of
+a K step are one group with one wait, and ptxas serialises nothing. A developer's tool, like
 moe_compile_facts.py; the GPU answers the question of speed (scripts/tune_dense.py).
 """
 
@@ -84,8 +85,9 @@ def compile_moe_down(stages: int, consumer_regs: int):
                          {"h_desc": h_desc, "w_desc": w_desc}, constants, pointers)  # fmt: skip
 
 
-def compile_moe_bf16(swiglu: bool, stages: int, consumer_regs: int):
-    """The MoE bf16 gate/up (swiglu) or down kernel compiled for sm_90 at the TP2 rank's shape."""
+def compile_moe_bf16(swiglu: bool, stages: int):
+    """The MoE bf16 gate/up (swiglu) or down kernel compiled for sm_90 at the TP2 rank's shape,
+    with the consumer registers the host gives it."""
     experts, hidden, inter, slots = 384, 5120, 1152, 4096 * 6
     depth, width = (hidden, 2 * inter) if swiglu else (inter, hidden)
     rows = torch.empty(slots, depth, dtype=torch.bfloat16)
@@ -94,9 +96,8 @@ def compile_moe_bf16(swiglu: bool, stages: int, consumer_regs: int):
         "a_desc": w8a8_wgmma.descriptor(rows, [moe_bf16_wgmma.ROWS, moe_bf16_wgmma.BLOCK_K]),
         "w_desc": w8a8_wgmma.descriptor(weights, [moe_bf16_wgmma.BOX, moe_bf16_wgmma.BLOCK_K]),
     }
-    gather = swiglu and os.environ.get("GATHER") == "1"
     constants = {"STAGES": stages, "LAG": moe_bf16_wgmma.DEFAULT_LAG, "SWIGLU": swiglu,
-                 "GATHER": gather, "CONSUMER_REGS": 224 if gather else consumer_regs}  # fmt: skip
+                 "CONSUMER_REGS": moe_bf16_wgmma.CONSUMER_REGS[swiglu]}  # fmt: skip
     pointers = {"out_ptr": "*bf16", "x_ptr": "*bf16", "sorted_slots_ptr": "*i32",
                 "tile_info_ptr": "*i32", "tile_offsets_ptr": "*i32"}  # fmt: skip
     return compile_gluon(moe_bf16_wgmma._bf16_wgmma_kernel, descriptors, constants, pointers)
@@ -122,7 +123,8 @@ def compile_gluon(kernel, descriptors: dict, constants: dict, pointers: dict | N
 
 
 def sass_facts(compiled) -> dict[str, int | list[str]]:
-    """ptxas's performance notes, and the QGMMA and WARPGROUP.DEPBAR counts of the SASS."""
+    """ptxas's performance notes, and the QGMMA, HGMMA, WARPGROUP.DEPBAR and 16-byte LDGSTS
+    counts of the SASS."""
     tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     with tempfile.TemporaryDirectory() as folder:
         ptx, cubin = os.path.join(folder, "k.ptx"), os.path.join(folder, "k.cubin")
@@ -137,6 +139,7 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         "qgmma": len(re.findall(r"\bQGMMA\.", sass)),
         "hgmma": len(re.findall(r"\bHGMMA\.", sass)),
         "depbar": len(re.findall(r"WARPGROUP\.DEPBAR", sass)),
+        "ldgsts": len(re.findall(r"\bLDGSTS\.E\.BYPASS\.128\b", sass)),
     }
 
 
@@ -166,8 +169,7 @@ def main(argv: list[str] | None = None) -> None:
         compiled = compile_moe_down(args.stages, args.consumer_regs)
         tile = f"{moe_w8a8_wgmma.ROWS} x {moe_w8a8_wgmma.WIDE} items"
     else:
-        compiled = compile_moe_bf16(args.kernel == "moe-bf16-gate-up", args.stages,
-                                    args.consumer_regs)  # fmt: skip
+        compiled = compile_moe_bf16(args.kernel == "moe-bf16-gate-up", args.stages)
         tile = f"{moe_bf16_wgmma.ROWS} x {2 * moe_bf16_wgmma.BOX} items"
     registers, spills = ptxas_facts(compiled)
     facts = sass_facts(compiled)
@@ -178,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"QGMMA: {facts['qgmma']}")
     print(f"HGMMA: {facts['hgmma']}")
     print(f"WARPGROUP.DEPBAR: {facts['depbar']}")
+    print(f"LDGSTS.128: {facts['ldgsts']}")
 
 
 if __name__ == "__main__":

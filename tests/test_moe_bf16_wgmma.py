@@ -1,5 +1,5 @@
 """The Gluon bf16 MoE kernels (kernels/moe/bf16_wgmma.py) that moe_flat runs at prefill sizes
-on sm_90: the row sort they start from (a Triton kernel, so the interpreter runs it), when
+on sm_90: the table of row tiles they read (a Triton kernel, so the interpreter runs it), when
 moe_flat takes them and its refusals, and on a GPU, their results against the Triton kernels'
 at ragged routings with few programs (the ring then runs across items and experts)."""
 
@@ -41,15 +41,14 @@ def problem(ids: torch.Tensor, device, seed=0):
 
 
 @pytest.mark.parametrize("case", ["uniform", "one-expert", "empty-experts", "top-3"])
-def test_sort_rows_puts_each_slots_token_at_its_sorted_place(case, device):
+def test_the_row_table_names_each_tiles_expert_rows_and_weights(case, device):
     ids = torch.tensor([[0, 5, 2], [1, 2, 3]] * 70) if case == "top-3" else ROUTINGS[case]
     x, ids, route, _ = problem(ids, device)
     top_k = ids.shape[1]
     shape = MoeShape(tokens=x.shape[0], hidden=HIDDEN, experts=EXPERTS, inter=INTER, top_k=top_k)
     layout = FlatLayout.of(ids, route, shape, module.ROWS)
-    xs, row_weights, tile_info = module.sort_rows(x, layout, shape)
+    row_weights, tile_info = module.row_table(layout, shape)
     slots = layout.sorted_slots.long()
-    assert torch.equal(xs, x[slots // top_k])
     assert torch.equal(row_weights, route.reshape(-1).float()[slots])
     counts, offsets = layout.counts.tolist(), layout.offsets.tolist()
     table = [

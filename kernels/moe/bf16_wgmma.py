@@ -11,17 +11,20 @@ scales there is nothing to promote, so each box's product accumulates in its wgm
 step's two wgmmas stay in flight while the next step's are issued (one wait a step, for the
 step before, whose slot is then released).
 
-TMA cannot gather rows, so `sort_rows` first copies x into sorted order (row p is the token of
-the p-th slot sorted by expert), reading each token's row once and writing it top_k times, with
-each row's routing weight and the table of row tiles (expert, first row, rows owned) the
-kernels read in place of a search. Then:
+Both kernels read a table of row tiles (expert, first sorted row, rows owned) and each sorted
+row's routing weight, which `row_table` writes, in place of a search. Then:
 - gate/up: an item is one expert row tile and 128 columns of I; its two boxes are those
-  columns' gate rows and up rows of (E * 2I, H), and the epilogue stores silu(gate) * up in
+  columns' gate rows and up rows of (E * 2I, H). Hopper's TMA cannot gather rows, so a third
+  partition of four load warps copies the item's 128 rows of x, row p being the token of the
+  p-th slot sorted by expert, into the slot with cp.async, 16 bytes a copy, and arrives on
+  the slot's barrier when its copies land (the weight boxes still come by TMA); the
+  consumers fence the rows for wgmma's async proxy. The epilogue stores silu(gate) * up in
   bf16 at the rows' sorted places of h;
-- down: an item is one row tile and 256 columns of H (two boxes of (E * H, I)); the epilogue
-  stores each row times its routing weight at its slot of y for `combine`.
-Rows of a tile past the expert's count belong to the next expert or lie past the end (TMA
-reads zeros there); their results are not stored.
+- down: an item is one row tile and 256 columns of H (two boxes of (E * H, I)), the rows of h
+  by TMA, issued by warpgroup 0 between its steps; the epilogue stores each row times its
+  routing weight at its slot of y for `combine`.
+Rows of a tile past the expert's count are not stored: down's TMA reads the next expert's
+rows there (or zeros past the end), gate/up's load warps copy nothing for them.
 
 Gluon has no interpreter: the CPU tests compile both kernels for sm_90 and read their SASS
 (scripts/dense_wgmma_sass.py --kernel moe-bf16-gate-up / moe-bf16-down); the GPU tests compare
@@ -72,49 +75,25 @@ _BOX = gl.constexpr(BOX)
 # beside the epilogue's layout conversion.
 DEFAULT_STAGES = 4
 DEFAULT_LAG = 0  # the slot refilled is the one just released: loads run STAGES - 1 steps ahead
-SORT_TOKENS = 4  # tokens a sort_rows program copies
-SORT_COLUMNS = 512  # columns of x a sort_rows step copies
-POSITIONS_BLOCK = 1024
+LOAD_WARPS = gl.constexpr(4)  # gate/up's load partition: 128 threads, 8 16-byte copies each
+LOAD_REGS = gl.constexpr(64)
+CONSUMER_REGS = {True: 224, False: 232}  # by SWIGLU: what the load warps leave of 64K
 
 
 @triton.jit
-def _positions_kernel(sorted_slots_ptr, positions_ptr, num_slots, BLOCK: tl.constexpr):
-    """positions[slot] = its place in sorted order: the inverse of the sorted slots."""
-    places = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    inside = places < num_slots
-    slots = tl.load(sorted_slots_ptr + places, mask=inside)
-    tl.store(positions_ptr + slots, places, mask=inside)
-
-
-@triton.jit
-def _sort_rows_kernel(
-    x_ptr, xs_ptr, positions_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr,
-    slot_weights_ptr, row_weights_ptr, tile_info_ptr, num_tokens, num_experts, hidden,
-    stride_xt, stride_xs, TOP_K: tl.constexpr, STEPS: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, COPY: tl.constexpr,
+def _row_table_kernel(
+    sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr, slot_weights_ptr,
+    row_weights_ptr, tile_info_ptr, num_experts, STEPS: tl.constexpr, BLOCK_M: tl.constexpr,
 ):  # fmt: skip
-    """Tokens BLOCK_T program_id(0) + [0, BLOCK_T): each row of x read once and written at its
-    slots' sorted places, with their routing weights; and the table entry of row tile
-    program_id(0), if it is one."""
-    pid = tl.program_id(0)
-    if pid < tl.load(tile_offsets_ptr + num_experts):
+    """Row tile program_id(0), if it is one: its table entry and its rows' routing weights."""
+    row_tile = tl.program_id(0)
+    if row_tile < tl.load(tile_offsets_ptr + num_experts):
         expert, rows, row_ok, _, _ = locate_rows(
-            pid, 1, 1, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts, BLOCK_M, STEPS
+            row_tile, 1, 1, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts, BLOCK_M, STEPS
         )
         slots = tl.load(sorted_slots_ptr + rows, mask=row_ok, other=0)
-        write_tile_info(pid, expert, rows, row_ok, slots, slot_weights_ptr, row_weights_ptr,
-                        tile_info_ptr)  # fmt: skip
-    tokens = pid * BLOCK_T + tl.arange(0, BLOCK_T)
-    token_ok = (tokens < num_tokens) & COPY
-    cols = tl.arange(0, BLOCK_H)
-    for first in range(0, hidden * COPY, BLOCK_H):
-        inside = token_ok[:, None] & (first + cols < hidden)[None, :]
-        values = tl.load(x_ptr + tokens.to(tl.int64)[:, None] * stride_xt + first + cols[None, :],
-                         mask=inside)  # fmt: skip
-        for k in tl.static_range(TOP_K):  # top_k need not be a power of two
-            place = tl.load(positions_ptr + tokens * TOP_K + k, mask=token_ok, other=0)
-            tl.store(xs_ptr + place.to(tl.int64)[:, None] * stride_xs + first + cols[None, :],
-                     values, mask=inside)  # fmt: skip
+        write_tile_info(row_tile, expert, rows, row_ok, slots, slot_weights_ptr,
+                        row_weights_ptr, tile_info_ptr)  # fmt: skip
 
 
 @gluon.jit
@@ -140,14 +119,15 @@ def _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP: gl.constexpr,
 @gluon.jit
 def _release(a_desc, w_desc, a_ring, w_ring, ready, empty, released, total, cursor, k_steps,
              tile_info_ptr, items, col_tiles, expert_rows, col_rows, second, LAG,
-             WARPGROUP: gl.constexpr):  # fmt: skip
-    """Release the slot of step `released`; warpgroup 0 then refills the slot released LAG
-    steps before (once both warpgroups have) with the step the cursor (item, K step, its
-    rows' and first box's first rows) points at, and returns the cursor advanced."""
+             WARPGROUP: gl.constexpr, REFILLS: gl.constexpr):  # fmt: skip
+    """Release the slot of step `released`; where the consumers load (REFILLS: down),
+    warpgroup 0 then refills the slot released LAG steps before (once both warpgroups have)
+    with the step the cursor (item, K step, its rows' and first box's first rows) points at,
+    and returns the cursor advanced."""
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     load_item, load_k, load_row, load_w_row = cursor
     mbarrier.arrive(empty.index(released % SLOTS), count=1)
-    if WARPGROUP == 0 and released >= LAG:
+    if REFILLS and WARPGROUP == 0 and released >= LAG:
         issue_load(a_desc, w_desc, a_ring, w_ring, ready,
                    released_slot(empty, released, LAG), total, load_row, load_w_row, load_k,
                    load_w_row + second)  # fmt: skip
@@ -252,11 +232,13 @@ def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slot
             acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, True, SWIGLU)
             acc, acc_2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_2))
             cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
-                              cursor, k_steps, *places, second, LAG, WARPGROUP)  # fmt: skip
+                              cursor, k_steps, *places, second, LAG, WARPGROUP,
+                              not SWIGLU)  # fmt: skip
             step += 1
         acc, acc_2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_2))
         cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
-                          cursor, k_steps, *places, second, LAG, WARPGROUP)  # fmt: skip
+                          cursor, k_steps, *places, second, LAG, WARPGROUP,
+                          not SWIGLU)  # fmt: skip
         if SWIGLU:
             h = acc / (1.0 + gl.exp(-acc)) * acc_2
             store_rows(out_ptr, out_rows, mine, col_tile * _BOX, h, stride_out)
@@ -273,35 +255,31 @@ def _bf16_wgmma_kernel(
     a_desc, w_desc, out_ptr, x_ptr, stride_x, top_k, sorted_slots_ptr, row_weights_ptr,
     tile_info_ptr, tile_offsets_ptr, num_experts, col_tiles, k_steps, expert_rows, col_rows,
     second, stride_out, STAGES: gl.constexpr, LAG: gl.constexpr, SWIGLU: gl.constexpr,
-    GATHER: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
-    LOADERS: gl.constexpr = 4  # warps of the gather partition
+    """Gate/up (SWIGLU: rows gathered from x by the load warps) or down (rows of h by TMA,
+    which warpgroup 0 issues between its steps)."""
     a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES, 2,
-                                                 1 + 32 * LOADERS if GATHER else 1)  # fmt: skip
+                                                 1 + 32 * LOAD_WARPS if SWIGLU else 1)  # fmt: skip
     items = gl.load(tile_offsets_ptr + num_experts) * col_tiles
     my_items = gl.cdiv(items - gl.program_id(0), gl.num_programs(0))
-    if not GATHER:
+    args = (a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+            row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
+            second, my_items, stride_out, LAG)  # fmt: skip
+    if SWIGLU:
+        loads = (x_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty,
+                 sorted_slots_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
+                 col_rows, second, my_items)  # fmt: skip
+        gl.warp_specialize([(_gate_up_top, args), (_gate_up_bottom, args),
+                            (_gather_loads, loads)], [4, LOAD_WARPS],
+                           [CONSUMER_REGS, LOAD_REGS])  # fmt: skip
+    else:
         for first in gl.static_range(STAGES):
             item = gl.program_id(0) + (first // k_steps) * gl.num_programs(0)
             _, first_row, _, w_row, _ = item_place(item, items, col_tiles, expert_rows,
                                                    col_rows, tile_info_ptr)  # fmt: skip
             issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_items * k_steps,
                        first_row, w_row, first % k_steps, w_row + second)  # fmt: skip
-    lag = 1 << 30 if GATHER else LAG  # with the gather warps, the consumers refill nothing
-    args = (a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-            row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
-            second, my_items, stride_out, lag)  # fmt: skip
-    loads = (x_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty, sorted_slots_ptr,
-             tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows, second,
-             my_items)  # fmt: skip
-    if GATHER:
-        gl.warp_specialize([(_gate_up_top, args), (_gate_up_bottom, args),
-                            (_gather_loads, loads)], [4, LOADERS],
-                           [CONSUMER_REGS, 64])  # fmt: skip
-    elif SWIGLU:
-        gl.warp_specialize([(_gate_up_top, args), (_gate_up_bottom, args)], [4],
-                           [CONSUMER_REGS])  # fmt: skip
-    else:
         gl.warp_specialize([(_down_top, args), (_down_bottom, args)], [4], [CONSUMER_REGS])
 
 
@@ -376,18 +354,16 @@ def projection(
     *,
     swiglu: bool,
     top_k: int = 1,
-    gather: bool = False,
     num_stages: int = DEFAULT_STAGES,
     lag: int = DEFAULT_LAG,
-    consumer_regs: int = 232,
 ) -> None:
-    """One projection over the rows (slots, K) in bf16, sorted, or with `gather` x (T, K),
-    whose row token = slot // top_k the load warps gather: gate/up (`swiglu`, weights
-    (E, 2I, H)) writes silu(gate) * up at the rows' places of out (slots, I); down (weights
-    (E, H, I)) writes each row times its routing weight at its slot of out (slots, H)."""
+    """One projection in bf16: gate/up (`swiglu`: rows is x (T, H), sorted row p's token is
+    sorted_slots[p] // top_k; weights (E, 2I, H)) writes silu(gate) * up at the rows' sorted
+    places of out (slots, I); down (rows is h, sorted; weights (E, H, I)) writes each row
+    times its routing weight at its slot of out (slots, H)."""
     check_ring(num_stages, lag)
     experts, width, depth = weights.shape
-    a_desc = descriptor(rows, [ROWS, BLOCK_K])
+    a_desc = descriptor(rows, [ROWS, BLOCK_K])  # gate/up: the slots' shape and swizzle only
     w_desc = descriptor(weights.reshape(-1, depth), [BOX, BLOCK_K])
     if swiglu:  # an item: 128 columns of I, its gate rows and, I rows below, its up rows
         col_tiles, col_rows, second = width // 2 // BOX, BOX, width // 2
@@ -398,50 +374,37 @@ def projection(
         _bf16_wgmma_kernel, (grid,), a_desc, w_desc, out, rows, rows.stride(0), top_k,
         layout.sorted_slots, row_weights, tile_info, layout.tile_offsets, experts, col_tiles,
         depth // BLOCK_K, width, col_rows, second, out.stride(0), STAGES=num_stages, LAG=lag,
-        SWIGLU=swiglu, GATHER=gather, CONSUMER_REGS=224 if gather else consumer_regs,
-        num_warps=4,
+        SWIGLU=swiglu, CONSUMER_REGS=CONSUMER_REGS[swiglu], num_warps=4,
     )  # fmt: skip
 
 
-def sort_rows(
-    x: Tensor, layout: "FlatLayout", shape: MoeShape, copy: bool = True
-) -> tuple[Tensor | None, Tensor, Tensor]:
-    """(xs, row_weights, tile_info): x's rows in sorted order (row p is the token of the p-th
-    slot sorted by expert; None without `copy`), each sorted row's routing weight, and each
-    128-row tile's (expert, first row, rows owned) (`tiles.write_tile_info`)."""
+def row_table(layout: "FlatLayout", shape: MoeShape) -> tuple[Tensor, Tensor]:
+    """(row_weights, tile_info): each sorted row's routing weight, and each 128-row tile's
+    (expert, first row, rows owned) (`tiles.write_tile_info`)."""
     slots = shape.tokens * shape.top_k
-    positions = xs = layout.sorted_slots  # what the kernel never reads without `copy`
-    if copy:
-        positions = torch.empty(slots, dtype=torch.int32, device=x.device)
-        launch(_positions_kernel, (triton.cdiv(slots, POSITIONS_BLOCK),), layout.sorted_slots,
-               positions, slots, BLOCK=POSITIONS_BLOCK)  # fmt: skip
-        xs = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
-    row_weights = torch.empty(slots, dtype=torch.float32, device=x.device)
-    tile_info = torch.empty(layout.row_tiles, 4, dtype=torch.int32, device=x.device)
-    grid = max(1, layout.row_tiles, triton.cdiv(shape.tokens, SORT_TOKENS) if copy else 1)
+    device = layout.sorted_slots.device
+    row_weights = torch.empty(slots, dtype=torch.float32, device=device)
+    tile_info = torch.empty(layout.row_tiles, 4, dtype=torch.int32, device=device)
     launch(
-        _sort_rows_kernel, (grid,), x, xs, positions, layout.sorted_slots, layout.counts,
+        _row_table_kernel, (max(1, layout.row_tiles),), layout.sorted_slots, layout.counts,
         layout.offsets, layout.tile_offsets, layout.slot_weights, row_weights, tile_info,
-        shape.tokens, shape.experts, shape.hidden, x.stride(0), xs.stride(0),
-        TOP_K=shape.top_k, STEPS=max(shape.experts - 1, 0).bit_length(), BLOCK_M=ROWS,
-        BLOCK_T=SORT_TOKENS, BLOCK_H=SORT_COLUMNS, COPY=copy, num_warps=4,
+        shape.experts, STEPS=max(shape.experts - 1, 0).bit_length(), BLOCK_M=ROWS, num_warps=4,
     )  # fmt: skip
-    return (xs if copy else None), row_weights, tile_info
+    return row_weights, tile_info
 
 
 def moe_bf16_wgmma(
     x: Tensor, weights_gate_up: Tensor, weights_down: Tensor, layout: "FlatLayout",
     shape: MoeShape, programs: int, num_stages: int = DEFAULT_STAGES, lag: int = DEFAULT_LAG,
-    gather: bool = False,
 ) -> Tensor:  # fmt: skip
-    """Routed-expert output (T, H) of bf16 x and experts on the layout's 128-row tiles: rows
-    sorted (`sort_rows`) or gathered, gate/up, down, `combine`."""
+    """Routed-expert output (T, H) of bf16 x and experts on the layout's 128-row tiles: the
+    row table, gate/up, down, `combine`; four launches after the layout's."""
     slots = shape.tokens * shape.top_k
-    xs, row_weights, tile_info = sort_rows(x, layout, shape, copy=not gather)
+    row_weights, tile_info = row_table(layout, shape)
     h = torch.empty(slots, shape.inter, dtype=x.dtype, device=x.device)
     options = {"num_stages": num_stages, "lag": lag}
-    projection(x if gather else xs, weights_gate_up, h, layout, row_weights, tile_info, programs,
-               swiglu=True, top_k=shape.top_k, gather=gather, **options)  # fmt: skip
+    projection(x, weights_gate_up, h, layout, row_weights, tile_info, programs, swiglu=True,
+               top_k=shape.top_k, **options)  # fmt: skip
     y = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
     projection(h, weights_down, y, layout, row_weights, tile_info, programs, swiglu=False,
                **options)  # fmt: skip
