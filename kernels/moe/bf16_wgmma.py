@@ -68,7 +68,6 @@ ROWS = 128  # an item's rows: one expert row tile, two warpgroups of wgmma's 64
 WG_ROWS = 64
 BOX = 128  # weight rows a TMA box, an accumulator's columns; an item has two boxes
 BLOCK_K = 64  # a K step: 128-byte rows of bf16, TMA's widest swizzle
-_ROWS = gl.constexpr(ROWS)
 _WG_ROWS = gl.constexpr(WG_ROWS)
 _BOX = gl.constexpr(BOX)
 # Ring slots: 48 KB each (the rows' 128 x 64 and the two boxes' 256 x 64), as many as fit
