@@ -4,7 +4,7 @@ MoE kernels (kernels/moe/w8a8_wgmma.py, bf16_wgmma.py) compile to for sm_90, wit
     python scripts/dense_wgmma_sass.py [--block-m 128] [--block-n 128] [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel w8a16 [--block-t 64] [--stages 8] [--split]
     python scripts/dense_wgmma_sass.py --kernel moe-down [--stages 4]
-    python scripts/dense_wgmma_sass.py --kernel moe-bf16-gate-up|moe-bf16-down [--stages 4]
+    python scripts/dense_wgmma_sass.py --kernel moe-w8a8-gate-up|moe-bf16-gate-up|moe-bf16-down
 
 Prints the registers and spilled bytes ptxas reports, any "Potential Performance Loss" note
 it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
@@ -33,6 +33,7 @@ from triton.runtime.jit import mangle_type
 
 from kernels.dense import w8a8_wgmma, w8a16_wgmma
 from kernels.moe import bf16_wgmma as moe_bf16_wgmma
+from kernels.moe import w8a8_gate_up_wgmma as moe_w8a8_gate_up_wgmma
 from kernels.moe import w8a8_wgmma as moe_w8a8_wgmma
 
 SHAPE = (4096, 2048, 7168)  # (M, N, K): any shape whose rows are 16-byte aligned
@@ -83,6 +84,19 @@ def compile_moe_down(stages: int, consumer_regs: int):
                 "tile_offsets_ptr": "*i32"}  # fmt: skip
     return compile_gluon(moe_w8a8_wgmma._w8a8_down_wgmma_kernel,
                          {"h_desc": h_desc, "w_desc": w_desc}, constants, pointers)  # fmt: skip
+
+
+def compile_moe_w8a8_gate_up(stages: int):
+    """The MoE W8A8 gate/up kernel compiled for sm_90 at the TP2 rank's shape."""
+    experts, hidden, inter, tokens = 384, 5120, 1152, 4096
+    x8 = torch.empty(tokens, hidden, dtype=torch.float8_e4m3fn)
+    gate_up = torch.empty(experts, 2 * inter, hidden, dtype=torch.float8_e4m3fn)
+    a_desc, w_desc = moe_w8a8_gate_up_wgmma.gate_up_descriptors(x8, gate_up)
+    constants = {"STAGES": stages, "CONSUMER_REGS": moe_w8a8_gate_up_wgmma.CONSUMER_REGS}
+    pointers = {"x8_ptr": "*fp8e4nv", "h8_ptr": "*fp8e4nv", "sorted_slots_ptr": "*i32",
+                "tile_info_ptr": "*i32", "tile_offsets_ptr": "*i32"}  # fmt: skip
+    return compile_gluon(moe_w8a8_gate_up_wgmma._w8a8_gate_up_wgmma_kernel,
+                         {"a_desc": a_desc, "w_desc": w_desc}, constants, pointers)  # fmt: skip
 
 
 def compile_moe_bf16(swiglu: bool, stages: int):
@@ -150,8 +164,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--consumer-regs", type=int, default=232)
     parser.add_argument("--kernel", default="w8a8",
-                        choices=("w8a8", "w8a16", "moe-down", "moe-bf16-gate-up",
-                                 "moe-bf16-down"))  # fmt: skip
+                        choices=("w8a8", "w8a16", "moe-down", "moe-w8a8-gate-up",
+                                 "moe-bf16-gate-up", "moe-bf16-down"))  # fmt: skip
     parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.BLOCK_TS, default=64,
                         help="W8A16: token columns a tile")  # fmt: skip
     parser.add_argument("--split", action="store_true", help="W8A16: with split K")
@@ -168,6 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     elif args.kernel == "moe-down":
         compiled = compile_moe_down(args.stages, args.consumer_regs)
         tile = f"{moe_w8a8_wgmma.ROWS} x {moe_w8a8_wgmma.WIDE} items"
+    elif args.kernel == "moe-w8a8-gate-up":
+        compiled = compile_moe_w8a8_gate_up(args.stages)
+        tile = f"{moe_w8a8_wgmma.ROWS} x 2 x {moe_w8a8_wgmma.BLOCK} items"
     else:
         compiled = compile_moe_bf16(args.kernel == "moe-bf16-gate-up", args.stages)
         tile = f"{moe_bf16_wgmma.ROWS} x {2 * moe_bf16_wgmma.BOX} items"

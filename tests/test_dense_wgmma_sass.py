@@ -77,3 +77,16 @@ def test_the_moe_bf16_kernels_keep_a_step_of_wgmmas_in_flight(kernel, copies):
     assert facts["ptxas notes"] == "none"
     assert (facts["HGMMA"], facts["WARPGROUP.DEPBAR"]) == ("32", "6")
     assert facts["LDGSTS.128"] == copies
+
+
+def test_the_moe_w8a8_gate_up_kernel_rescales_each_box_and_gathers_its_rows():
+    """The MoE W8A8 gate/up kernel (kernels/moe/w8a8_gate_up_wgmma.py): per warpgroup and K
+    step, the gate box's and the up box's four m64n128k32 FP8 wgmmas, one wait each (the
+    product is rescaled between them), and the load warps' 8 16-byte cp.async a thread; no
+    spills and nothing serialised."""
+    done = run("--kernel", "moe-w8a8-gate-up", "--stages", "4")
+    assert done.returncode == 0, done.stderr
+    facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+    assert facts["spilled bytes"] == "0"
+    assert facts["ptxas notes"] == "none"
+    assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"], facts["LDGSTS.128"]) == ("16", "4", "8")

@@ -116,10 +116,11 @@ def test_flat_w8a8_runs_w8a8_at_prefill_sizes_and_flat_at_decode(device, monkeyp
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", list(ROUTINGS))
 @pytest.mark.parametrize("programs", [1, 3, None])
-def test_the_gluon_down_kernel_matches_the_triton_one(case, programs):
-    """The Gluon down projection (kernels/moe/w8a8_wgmma.py) against the Triton one on the
-    same h: one or three programs make each walk several items, so its ring runs across items
-    and experts (2 K steps an item, 4 slots: the prologue already loads two items)."""
+def test_the_gluon_kernels_match_the_triton_ones(case, programs):
+    """The Gluon gate/up and down projections (kernels/moe/w8a8_gate_up_wgmma.py,
+    w8a8_wgmma.py) against the Triton ones: one or three programs make each walk several
+    items, so the rings run across items and experts (2 K steps an item, 4 slots), and
+    gate/up's load warps gather rows of whole, partial and one-row tiles."""
     x, ids, route, weights = problem(ROUTINGS[case], torch.device("cuda"))
     gluon = moe_w8a8(x, ids, route, weights, num_programs=programs, wgmma=True)
     triton_down = moe_w8a8(x, ids, route, weights, num_programs=programs, wgmma=False)
@@ -127,7 +128,7 @@ def test_the_gluon_down_kernel_matches_the_triton_one(case, programs):
     assert relative_error(gluon, moe_w8a8_reference(x, ids, route, weights)) < 1e-2
 
 
-def test_the_gluon_down_kernel_is_refused_where_it_cannot_run(device):
+def test_the_gluon_kernels_are_refused_where_they_cannot_run(device):
     x, ids, route, weights = problem(ROUTINGS["one-token"], device)
     with pytest.raises(ValueError, match="must be True, False or None"):
         moe_w8a8(x, ids, route, weights, wgmma="yes")

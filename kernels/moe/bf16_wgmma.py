@@ -26,6 +26,17 @@ row's routing weight, which `row_table` writes, in place of a search. Then:
 Rows of a tile past the expert's count are not stored: down's TMA reads the next expert's
 rows there (or zeros past the end), gate/up's load warps copy nothing for them.
 
+On the H200 at the TP2 rank's shape (T=33,863, uniform routing), the call takes 14.60 ms in
+the bench, 62.3% of cuBLAS's dense bf16 rate, against 18.68 ms for the Triton kernels and
+15.48 for torch's bare `_grouped_mm` pair (raw/bench-moe-dsv4-flash-tp2-20261202T062755 and
+…T043943). Each step, in one probe run a commit (raw/logs/h200-moe-bf16-gluon-probe-*.csv):
+the first version, with x copied into sorted order before gate/up, 15.64 ms against the
+Triton kernels' 19.31 (the copy 1.03 ms); the copy reading each token's row once, 0.66 ms; a
+TMA producer warp in place of warpgroup 0's refills, no gain; the rows gathered in gate/up,
+no copy, gate/up 0.2 ms slower, the call's GPU time 0.41 ms less. In ncu
+(ncu/moe-flat-T33863-fmtbf16) the tensor pipe is 87% busy in gate/up and 85% in down: the
+padding rows of each expert's last tile (17% of the MMA work here) are what is left.
+
 Gluon has no interpreter: the CPU tests compile both kernels for sm_90 and read their SASS
 (scripts/dense_wgmma_sass.py --kernel moe-bf16-gate-up / moe-bf16-down); the GPU tests compare
 them with the flat scheduler's Triton kernels.
@@ -39,11 +50,9 @@ import triton.language as tl
 from torch import Tensor
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
-    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -59,7 +68,7 @@ from kernels.dense.w8a8_wgmma import (
 from kernels.moe.routing import MoeShape
 from kernels.moe.routing_kernels import combine
 from kernels.moe.tiles import locate_rows, write_tile_info
-from kernels.moe.w8a8_wgmma import item_place, store_rows
+from kernels.moe.w8a8_wgmma import LOAD_REGS, LOAD_WARPS, gather_loads, item_place, store_rows
 
 if TYPE_CHECKING:  # flat imports this module to run it
     from kernels.moe.flat import FlatLayout
@@ -74,8 +83,6 @@ _BOX = gl.constexpr(BOX)
 # beside the epilogue's layout conversion.
 DEFAULT_STAGES = 4
 DEFAULT_LAG = 0  # the slot refilled is the one just released: loads run STAGES - 1 steps ahead
-LOAD_WARPS = gl.constexpr(4)  # gate/up's load partition: 128 threads, 8 16-byte copies each
-LOAD_REGS = gl.constexpr(64)
 CONSUMER_REGS = {True: 224, False: 232}  # by SWIGLU: what the load warps leave of 64K
 
 
@@ -138,53 +145,6 @@ def _release(a_desc, w_desc, a_ring, w_ring, ready, empty, released, total, curs
                                                        expert_rows, col_rows,
                                                        tile_info_ptr)  # fmt: skip
     return load_item, load_k, load_row, load_w_row
-
-
-@gluon.jit
-def _gather_loads(x_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty,
-                  sorted_slots_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
-                  col_rows, second, my_items):  # fmt: skip
-    """The gate/up load warps: every step of this program's items in order, once both
-    warpgroups have released the step SLOTS before: the two weight boxes by TMA, and the
-    item's 128 rows of x, gathered by token, by the threads' cp.async, 16 bytes a copy."""
-    SLOTS: gl.constexpr = a_ring.type.shape[0]
-    A_ROWS: gl.constexpr = a_ring.type.shape[1]
-    A_COLS: gl.constexpr = a_ring.type.shape[2]
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    offsets = gl.arange(0, A_ROWS, layout=gl.SliceLayout(1, layout))
-    cols = gl.arange(0, A_COLS, layout=gl.SliceLayout(0, layout))
-    total = my_items * k_steps
-    item = gl.program_id(0)
-    k_step = 0
-    _, first_row, owned, w_row, _ = item_place(item, items, col_tiles, expert_rows, col_rows,
-                                               tile_info_ptr)  # fmt: skip
-    mine = offsets < owned
-    tokens = gl.load(sorted_slots_ptr + first_row + offsets, mask=mine, other=0) // top_k
-    row_ptrs = x_ptr + tokens.to(gl.int64) * stride_x
-    for step in range(total):
-        slot = step % SLOTS
-        if step >= SLOTS:
-            released_slot(empty, step, SLOTS)
-        bar = ready.index(slot)
-        mbarrier.expect(bar, 2 * w_desc.block_type.nbytes)
-        w_slot = w_ring.index(slot)
-        k = k_step * A_COLS
-        tma.async_copy_global_to_shared(w_desc, [w_row, k], bar, w_slot.slice(0, _BOX))
-        tma.async_copy_global_to_shared(w_desc, [w_row + second, k], bar,
-                                        w_slot.slice(_BOX, _BOX))  # fmt: skip
-        async_copy.async_copy_global_to_shared(a_ring.index(slot),
-                                               row_ptrs[:, None] + (k + cols)[None, :],
-                                               mask=mine[:, None])  # fmt: skip
-        async_copy.mbarrier_arrive(bar, increment_count=False)
-        k_step += 1
-        if k_step == k_steps:
-            k_step = 0
-            item += gl.num_programs(0)
-            _, first_row, owned, w_row, _ = item_place(item, items, col_tiles, expert_rows,
-                                                       col_rows, tile_info_ptr)  # fmt: skip
-            mine = offsets < owned
-            tokens = gl.load(sorted_slots_ptr + first_row + offsets, mask=mine, other=0) // top_k
-            row_ptrs = x_ptr + tokens.to(gl.int64) * stride_x
 
 
 @gluon.jit
@@ -270,7 +230,7 @@ def _bf16_wgmma_kernel(
                  sorted_slots_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
                  col_rows, second, my_items)  # fmt: skip
         gl.warp_specialize([(_gate_up_top, args), (_gate_up_bottom, args),
-                            (_gather_loads, loads)], [4, LOAD_WARPS],
+                            (gather_loads, loads)], [4, LOAD_WARPS],
                            [CONSUMER_REGS, LOAD_REGS])  # fmt: skip
     else:
         for first in gl.static_range(STAGES):

@@ -49,11 +49,13 @@ from torch import Tensor
 from kernels.compiled import launch, recording
 from kernels.dense.w8a8_wgmma import supported
 from kernels.fp8_quant import pow2_scale, quantize_activations, round_to_e4m3
+from kernels.moe.bf16_wgmma import row_table
 from kernels.moe.flat import CPU_PROGRAMS, FlatLayout, moe_flat, prefill_sized
 from kernels.moe.formats import MoeWeights, as_moe_weights
 from kernels.moe.routing import MoeShape, sm_count, validate_moe_inputs
 from kernels.moe.routing_kernels import combine
-from kernels.moe.tiles import locate_rows, store_down, write_tile_info
+from kernels.moe.tiles import locate_rows, store_down
+from kernels.moe.w8a8_gate_up_wgmma import gate_up_wgmma
 from kernels.moe.w8a8_wgmma import ROWS as DOWN_ROWS
 from kernels.moe.w8a8_wgmma import WIDE as DOWN_WIDE
 from kernels.moe.w8a8_wgmma import down_wgmma
@@ -76,17 +78,15 @@ def _k_step(acc, a_ptrs, row_ok, w_ptrs, scale):
 @triton.jit
 def _w8a8_gate_up_kernel(
     x8_ptr, xs_ptr, h8_ptr, hs_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr,
-    tile_offsets_ptr, slot_weights_ptr, row_weights_ptr, tile_info_ptr, w_ptr, s_ptr,
-    stride_we, stride_wn, stride_se, stride_sn, stride_sk, num_experts, hidden, inter,
+    tile_offsets_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_se, stride_sn, stride_sk,
+    num_experts, hidden, inter,
     stride_xt, stride_xst, stride_hr, stride_hsk, TOP_K: tl.constexpr, STEPS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """h8[row, cols], hs[col tile, row] = FP8 silu(gate) * up of each item's rows and one
     128-column tile, quantised per row as `quantize_activations` quantises; a row is the
     slot's place in sorted order, so an expert's rows lie together (the down kernels read
-    them as tiles). The items of column tile 0 also write what the Gluon down kernel reads
-    per row tile and row, so it needs no search: tile_info[row tile] = (expert, first row,
-    rows it owns) and row_weights[row] = the slot's routing weight."""
+    them as tiles)."""
     col_tiles = inter // BLOCK_K
     num_items = tl.load(tile_offsets_ptr + num_experts) * col_tiles
     k = tl.arange(0, BLOCK_K)
@@ -96,9 +96,6 @@ def _w8a8_gate_up_kernel(
             BLOCK_M, STEPS,
         )  # fmt: skip
         slots = tl.load(sorted_slots_ptr + rows, mask=row_ok, other=0)
-        if col_tile == 0:
-            write_tile_info(item // col_tiles, expert, rows, row_ok, slots, slot_weights_ptr,
-                            row_weights_ptr, tile_info_ptr)  # fmt: skip
         tokens = (slots // TOP_K).to(tl.int64)
         cols = col_tile * BLOCK_K + k
         w_e = w_ptr + expert.to(tl.int64) * stride_we
@@ -195,14 +192,15 @@ def moe_w8a8(
     """Routed-expert output (T, H) in x.dtype, as `reference.moe_w8a8_reference` defines it
     (moe_reference with x and h quantised to FP8 per token and 128-wide block). FP8 weights in
     128 x 128 blocks only. Five launches: x's quantiser, the routing layout (three), gate/up,
-    down, combine; num_programs defaults to the SM count (4 on the CPU). `wgmma` runs the down
-    projection on the Gluon kernel (`w8a8_wgmma`): None where it runs (sm_90, 128-row
-    tiles, H a multiple of 256), True or an error, False never."""
+    down, combine; num_programs defaults to the SM count (4 on the CPU). `wgmma` runs gate/up
+    and down on the Gluon kernels (`w8a8_gate_up_wgmma`, `w8a8_wgmma`, after the row table
+    they read, `bf16_wgmma.row_table`): None where they run (sm_90, 128-row tiles, H a
+    multiple of 256), True or an error, False never."""
     with recording():
         weights = as_moe_weights(weights, w_down)
         shape = validate_moe_inputs(x, topk_ids, topk_weights, weights)
         _check(weights, shape, block_m, num_warps)
-        gluon_down = _gluon_down(wgmma, x.device, block_m, shape)
+        gluon = _gluon(wgmma, x.device, block_m, shape)
         programs = num_programs or sm_count(x.device) or CPU_PROGRAMS
         slots = shape.tokens * shape.top_k
         layout = FlatLayout.of(topk_ids, topk_weights, shape, block_m)
@@ -211,22 +209,25 @@ def moe_w8a8(
         h8 = torch.empty(slots, shape.inter, dtype=torch.float8_e4m3fn, device=x.device)
         hs = torch.empty(shape.inter // BLOCK, slots, dtype=torch.float32, device=x.device)
         y = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
-        row_weights = torch.empty(slots, dtype=torch.float32, device=x.device)
-        tile_info = torch.empty(row_tiles, 4, dtype=torch.int32, device=x.device)
         common = {"STEPS": max(shape.experts - 1, 0).bit_length(), "BLOCK_M": block_m,
                   "BLOCK_K": BLOCK, "num_warps": num_warps, "num_stages": num_stages}  # fmt: skip
         gate_up, down = weights.gate_up, weights.down
         gs, ds = weights.gate_up_scale, weights.down_scale
-        launch(
-            _w8a8_gate_up_kernel, (min(programs, row_tiles * (shape.inter // BLOCK)),), x8, xs,
-            h8, hs, sorted_slots, counts, offsets, tile_offsets, slot_weights, row_weights,
-            tile_info, gate_up, gs, gate_up.stride(0), gate_up.stride(1), *gs.stride(),
-            shape.experts, shape.hidden, shape.inter,
-            x8.stride(0), xs.stride(0), h8.stride(0), hs.stride(0), TOP_K=shape.top_k, **common,
-        )  # fmt: skip
-        if gluon_down:
-            down_wgmma(h8, hs, y, weights.down, weights.down_scale, sorted_slots, row_weights,
-                       tile_info, tile_offsets, programs)  # fmt: skip
+        if gluon:
+            row_weights, tile_info = row_table(layout, shape)
+        if gluon and _GLUON_GATE_UP:
+            gate_up_wgmma(x8, xs, h8, hs, gate_up, gs, layout, tile_info, shape.top_k, programs)
+        else:
+            launch(
+                _w8a8_gate_up_kernel, (min(programs, row_tiles * (shape.inter // BLOCK)),), x8,
+                xs, h8, hs, sorted_slots, counts, offsets, tile_offsets, gate_up, gs,
+                gate_up.stride(0), gate_up.stride(1), *gs.stride(), shape.experts, shape.hidden,
+                shape.inter, x8.stride(0), xs.stride(0), h8.stride(0), hs.stride(0),
+                TOP_K=shape.top_k, **common,
+            )  # fmt: skip
+        if gluon:
+            down_wgmma(h8, hs, y, down, ds, sorted_slots, row_weights, tile_info, tile_offsets,
+                       programs)  # fmt: skip
             return combine(y, shape.tokens, shape.top_k, x.dtype)
         launch(
             _w8a8_down_kernel, (min(programs, row_tiles * (shape.hidden // BLOCK)),), h8, hs, y,
@@ -237,15 +238,19 @@ def moe_w8a8(
         return combine(y, shape.tokens, shape.top_k, x.dtype)
 
 
-def _gluon_down(wgmma: bool | None, device: torch.device, block_m: int, shape: MoeShape) -> bool:
-    """Whether the down projection runs on the Gluon kernel (`moe_w8a8`'s `wgmma`)."""
+_GLUON_GATE_UP = True
+
+
+def _gluon(wgmma: bool | None, device: torch.device, block_m: int, shape: MoeShape) -> bool:
+    """Whether gate/up and down run on the Gluon kernels (`moe_w8a8`'s `wgmma`)."""
     if wgmma is not None and not isinstance(wgmma, bool):
         raise ValueError(f"wgmma={wgmma!r} must be True, False or None (where it runs).")
     runs = supported(device) and block_m == DOWN_ROWS and down_runs_on(shape.hidden, shape.inter)
     if wgmma and not runs:
         raise ValueError(f"wgmma=True needs an sm_90 (Hopper) GPU, block_m={DOWN_ROWS} and H a "
                          f"multiple of {DOWN_WIDE}; got {device}, block_m={block_m} and "
-                         f"H={shape.hidden}. Pass wgmma=None to use it where it runs.")  # fmt: skip
+                         f"H={shape.hidden}. Pass wgmma=None to use them where they "
+                         "run.")  # fmt: skip
     return runs if wgmma is None else wgmma
 
 

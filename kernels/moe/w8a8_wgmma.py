@@ -36,8 +36,10 @@ without it.
 from torch import Tensor
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
+    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -62,6 +64,8 @@ _WIDE = gl.constexpr(WIDE)
 # Ring slots: 48 KB each (h's 128 x 128 and the weights' 256 x 128), as many as fit.
 DEFAULT_STAGES = 4
 LOAD_AHEAD = 3  # K steps the ring loads ahead (the dense kernel's measured choice)
+LOAD_WARPS = gl.constexpr(4)  # gate/up's load partition: 128 threads, 8 16-byte copies each
+LOAD_REGS = gl.constexpr(64)
 
 
 @gluon.jit
@@ -170,6 +174,57 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
         item += programs
         expert, first_row, owned, col_tile = next_expert, next_row, next_owned, next_col
         w_scales = next_w_scales
+
+
+@gluon.jit
+def gather_loads(x_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty,
+                  sorted_slots_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
+                  col_rows, second, my_items):  # fmt: skip
+    """The gate/up load warps (LOAD_WARPS, a partition of their own): every step of this
+    program's items in order, once both warpgroups have released the step SLOTS before: the
+    two weight boxes by TMA, and the item's 128 rows of x (bf16 or FP8, 128 bytes a step),
+    gathered by token, by the threads' cp.async, 16 bytes a copy; each thread arrives on the
+    slot's barrier when its copies land. The MoE bf16 and W8A8 gate/up kernels share it."""
+    SLOTS: gl.constexpr = a_ring.type.shape[0]
+    A_ROWS: gl.constexpr = a_ring.type.shape[1]
+    A_COLS: gl.constexpr = a_ring.type.shape[2]
+    gl.static_assert(A_COLS * a_ring.dtype.primitive_bitwidth == 1024, "128-byte rows a step")
+    layout: gl.constexpr = gl.BlockedLayout([1, A_COLS // 8], [4, 8], [LOAD_WARPS, 1], [1, 0])
+    offsets = gl.arange(0, A_ROWS, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, A_COLS, layout=gl.SliceLayout(0, layout))
+    BOX: gl.constexpr = w_desc.block_type.shape[0]
+    total = my_items * k_steps
+    item = gl.program_id(0)
+    k_step = 0
+    _, first_row, owned, w_row, _ = item_place(item, items, col_tiles, expert_rows, col_rows,
+                                               tile_info_ptr)  # fmt: skip
+    mine = offsets < owned
+    tokens = gl.load(sorted_slots_ptr + first_row + offsets, mask=mine, other=0) // top_k
+    row_ptrs = x_ptr + tokens.to(gl.int64) * stride_x
+    for step in range(total):
+        slot = step % SLOTS
+        if step >= SLOTS:
+            released_slot(empty, step, SLOTS)
+        bar = ready.index(slot)
+        mbarrier.expect(bar, 2 * w_desc.block_type.nbytes)
+        w_slot = w_ring.index(slot)
+        k = k_step * A_COLS
+        tma.async_copy_global_to_shared(w_desc, [w_row, k], bar, w_slot.slice(0, BOX))
+        tma.async_copy_global_to_shared(w_desc, [w_row + second, k], bar,
+                                        w_slot.slice(BOX, BOX))  # fmt: skip
+        async_copy.async_copy_global_to_shared(a_ring.index(slot),
+                                               row_ptrs[:, None] + (k + cols)[None, :],
+                                               mask=mine[:, None])  # fmt: skip
+        async_copy.mbarrier_arrive(bar, increment_count=False)
+        k_step += 1
+        if k_step == k_steps:
+            k_step = 0
+            item += gl.num_programs(0)
+            _, first_row, owned, w_row, _ = item_place(item, items, col_tiles, expert_rows,
+                                                       col_rows, tile_info_ptr)  # fmt: skip
+            mine = offsets < owned
+            tokens = gl.load(sorted_slots_ptr + first_row + offsets, mask=mine, other=0) // top_k
+            row_ptrs = x_ptr + tokens.to(gl.int64) * stride_x
 
 
 @gluon.jit

@@ -1,0 +1,195 @@
+"""The routed experts' W8A8 gate/up projection on Hopper's wgmma, in Gluon.
+
+With the down projection on Gluon (`w8a8_wgmma`), the Triton gate/up kernel was two thirds of
+`moe_w8a8` at T=33,863 (6.34 of 9.7 ms in ncu/moe-w8a8-T33863-fmtfp8, the tensor pipe 45%
+busy). Here gate/up runs as the Gluon kernels do: persistent programs, an item one expert row
+tile of 128 rows and one 128-column block of I, whose two weight boxes are that block's gate
+rows and up rows of (E * 2I, H); each K step is one 128-wide block, so each box has one weight
+scale a step. TMA cannot gather rows: the load warps (`w8a8_wgmma.gather_loads`, shared with
+the bf16 kernel) copy the item's 128 rows of the FP8 activations, row p being the token of the
+p-th slot sorted by expert, with cp.async, and the weight boxes by TMA. Each warpgroup's 64
+rows promote and rescale as the down kernel's do (each step's fp32 product times the rows'
+activation scales and the box's weight scale, added on the CUDA cores), and the epilogue
+quantises silu(gate) * up per row over the block's 128 columns, exactly as the Triton kernel
+(`w8a8._w8a8_gate_up_kernel`) does, into h8 at the rows' sorted places and hs[block, row].
+
+Gluon has no interpreter: the CPU tests compile it for sm_90 and read its SASS
+(scripts/dense_wgmma_sass.py --kernel moe-w8a8-gate-up); the GPU tests compare `moe_w8a8` on
+the Gluon kernels with the Triton ones.
+"""
+
+from typing import TYPE_CHECKING
+
+from torch import Tensor
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from kernels.compiled import launch
+from kernels.dense.w8a8_wgmma import allocate_ring, descriptor
+from kernels.fp8_quant import pow2_scale, round_to_e4m3
+from kernels.moe.w8a8_wgmma import (
+    BLOCK,
+    DEFAULT_STAGES,
+    LOAD_REGS,
+    LOAD_WARPS,
+    ROWS,
+    gather_loads,
+    item_place,
+    store_rows,
+)
+
+if TYPE_CHECKING:
+    from kernels.moe.flat import FlatLayout
+
+_BLOCK = gl.constexpr(BLOCK)
+_WG_ROWS = gl.constexpr(ROWS // 2)
+CONSUMER_REGS = 224  # what the load warps leave of 64K registers to each consumer thread
+
+
+@gluon.jit
+def _consumer(a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr,
+              tile_info_ptr, items, col_tiles, k_steps, top_k, inter, my_items, stride_xst,
+              stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk,
+              WARPGROUP: gl.constexpr):  # fmt: skip
+    """Rows 64 WARPGROUP + [0, 64) of every item this program owns. Per K step: wait for the
+    slot, fence the gathered rows for wgmma, issue the gate box's wgmma, load the next step's
+    scales while it runs, fold its product in, the same for the up box, release the slot."""
+    SLOTS: gl.constexpr = a_ring.type.shape[0]
+    layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BLOCK, 32]
+    )
+    offsets = WARPGROUP * _WG_ROWS + gl.arange(0, _WG_ROWS, layout=gl.SliceLayout(1, layout))
+    up_scales = (inter // _BLOCK) * stride_wsn  # the up blocks' scales, below the gate blocks'
+    product = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
+    step = 0
+    item = gl.program_id(0)
+    for _ in range(my_items):
+        expert, first_row, owned, _, col_tile = item_place(item, items, col_tiles, 2 * inter,
+                                                           _BLOCK, tile_info_ptr)  # fmt: skip
+        rows = first_row + offsets
+        mine = offsets < owned
+        tokens = gl.load(sorted_slots_ptr + rows, mask=mine, other=0) // top_k
+        a_scales = xs_ptr + tokens.to(gl.int64) * stride_xst
+        w_scales = ws_ptr + expert * stride_wse + col_tile * stride_wsn
+        sa = gl.load(a_scales, mask=mine, other=0.0)
+        sw = gl.load(w_scales)
+        sw_2 = gl.load(w_scales + up_scales)
+        acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
+        acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # up's
+        for k_step in range(k_steps):
+            slot = step % SLOTS
+            mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
+            fence_async_shared()  # the rows came by the load warps' cp.async
+            a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
+            w_tile = w_ring.index(slot)
+            running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
+                                    product, use_acc=False, is_async=True)  # fmt: skip
+            ahead = gl.minimum(k_step + 1, k_steps - 1)  # the last step loads its own again
+            next_sa = gl.load(a_scales + ahead, mask=mine, other=0.0)
+            next_sw = gl.load(w_scales + ahead * stride_wsk)
+            next_sw_2 = gl.load(w_scales + up_scales + ahead * stride_wsk)
+            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+            acc += product * (sa * sw)[:, None]
+            # `acc` as the (unused) input holds the rescale above before this wgmma
+            running = warpgroup_mma(a_rows, w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)),
+                                    acc, use_acc=False, is_async=True)  # fmt: skip
+            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+            mbarrier.arrive(empty.index(slot), count=1)
+            acc_2 += product * (sa * sw_2)[:, None]
+            sa, sw, sw_2 = next_sa, next_sw, next_sw_2
+            step += 1
+        h = acc / (1.0 + gl.exp(-acc)) * acc_2
+        scale, inverse = pow2_scale(gl.max(gl.abs(h), axis=1))
+        h8 = round_to_e4m3(h * inverse[:, None]).to(gl.float8e4nv)  # the scaling is exact
+        store_rows(h8_ptr, rows.to(gl.int64), mine, col_tile * _BLOCK, h8, stride_hr)
+        gl.store(hs_ptr + col_tile * stride_hsk + rows, scale, mask=mine)
+        item += gl.num_programs(0)
+
+
+@gluon.jit
+def _w8a8_gate_up_wgmma_kernel(
+    a_desc, w_desc, x8_ptr, stride_x, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr,
+    tile_info_ptr, tile_offsets_ptr, num_experts, hidden, inter, top_k, stride_xst,
+    stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+):  # fmt: skip
+    a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES, 2, 1 + 32 * LOAD_WARPS)
+    col_tiles = inter // _BLOCK
+    k_steps = hidden // _BLOCK
+    items = gl.load(tile_offsets_ptr + num_experts) * col_tiles
+    my_items = gl.cdiv(items - gl.program_id(0), gl.num_programs(0))
+    args = (a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr,
+            tile_info_ptr, items, col_tiles, k_steps, top_k, inter, my_items, stride_xst,
+            stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk)  # fmt: skip
+    loads = (x8_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty, sorted_slots_ptr,
+             tile_info_ptr, items, col_tiles, k_steps, 2 * inter, _BLOCK, inter,
+             my_items)  # fmt: skip
+    gl.warp_specialize([(_top_rows, args), (_bottom_rows, args), (gather_loads, loads)],
+                       [4, LOAD_WARPS], [CONSUMER_REGS, LOAD_REGS])  # fmt: skip
+
+
+# A constexpr passed through warp_specialize arrives as a runtime value: each warpgroup has
+# its own wrapper that names it.
+@gluon.jit
+def _top_rows(a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr,
+              tile_info_ptr, items, col_tiles, k_steps, top_k, inter, my_items, stride_xst,
+              stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk):  # fmt: skip
+    """Warpgroup 0 (the default partition): each item's first 64 rows."""
+    _consumer(a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr,
+              tile_info_ptr, items, col_tiles, k_steps, top_k, inter, my_items, stride_xst,
+              stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk, 0)  # fmt: skip
+
+
+@gluon.jit
+def _bottom_rows(a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr,
+                 sorted_slots_ptr, tile_info_ptr, items, col_tiles, k_steps, top_k, inter,
+                 my_items, stride_xst, stride_wse, stride_wsn, stride_wsk, stride_hr,
+                 stride_hsk):  # fmt: skip
+    """Warpgroup 1 (a worker partition): each item's last 64 rows."""
+    _consumer(a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr,
+              tile_info_ptr, items, col_tiles, k_steps, top_k, inter, my_items, stride_xst,
+              stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk, 1)  # fmt: skip
+
+
+def gate_up_descriptors(x8: Tensor, gate_up: Tensor):
+    """(a_desc, w_desc): the activation slots' shape and swizzle (their rows are gathered, not
+    copied by TMA) and the experts' FP8 gate/up weights (E, 2I, H) as (E * 2I, H), both in
+    128 x 128 boxes."""
+    return descriptor(x8, [ROWS, BLOCK]), descriptor(gate_up.reshape(-1, gate_up.shape[-1]),
+                                                     [BLOCK, BLOCK])  # fmt: skip
+
+
+def gate_up_wgmma(
+    x8: Tensor,
+    xs: Tensor,
+    h8: Tensor,
+    hs: Tensor,
+    gate_up: Tensor,
+    gate_up_scale: Tensor,
+    layout: "FlatLayout",
+    tile_info: Tensor,
+    top_k: int,
+    programs: int,
+    num_stages: int = DEFAULT_STAGES,
+) -> None:
+    """h8[row], hs[block, row] = FP8 silu(gate) * up of every sorted row (its token's x8 row
+    times the expert's gate/up), quantised per row and 128-column block, as the Triton kernel
+    writes them: x8 (T, H) FP8 with scales xs (T, H / 128), gate_up (E, 2I, H) FP8 in
+    128 x 128 blocks with gate_up_scale (E, 2I / 128, H / 128), tile_info the row table
+    (`bf16_wgmma.row_table`); `programs` persistent programs."""
+    experts, width, hidden = gate_up.shape
+    inter = width // 2
+    a_desc, w_desc = gate_up_descriptors(x8, gate_up)
+    grid = max(1, min(programs, tile_info.shape[0] * (inter // BLOCK)))
+    launch(
+        _w8a8_gate_up_wgmma_kernel, (grid,), a_desc, w_desc, x8, x8.stride(0), xs,
+        gate_up_scale, h8, hs, layout.sorted_slots, tile_info, layout.tile_offsets, experts,
+        hidden, inter, top_k, xs.stride(0), *gate_up_scale.stride(), h8.stride(0),
+        hs.stride(0), STAGES=num_stages, CONSUMER_REGS=CONSUMER_REGS, num_warps=4,
+    )  # fmt: skip
