@@ -16,21 +16,25 @@ running sum in the current step's units and handing it to the MMA as its accumul
 before each step) saves the product's registers, but on the H200 at the TP2-rank shape it was
 both less exact, 1.6e-2 from the W8A8 reference at T=4,096 against 4.2e-3, and slower, 16.1 ms
 at T=33,863 against 14.2 (one run, raw/logs/h200-moe-w8a8-tiles-20261201T1656.csv): each
-step's MMA then waits for the last one's sum. The price is registers: gate/up at 128 x 128 on
-8 warps (the defaults) takes 255 and spills 6 bytes, one program an SM; 64-row tiles spill
-nothing but took 16.5-16.7 ms.
+step's MMA then waits for the last one's sum. The price is registers: the Triton gate/up at
+128 x 128 on 8 warps (the defaults) takes 255 and spills 6 bytes, one program an SM; 64-row
+tiles spill nothing but took 16.5-16.7 ms. The Gluon kernels hold each warpgroup's two
+accumulators and product in 224 to 232 registers without spills.
 
 Work is the flat scheduler's (`flat`): the same routing layout (slots sorted by expert, row
 tiles numbered globally), one persistent program per SM walking (row tile, column tile) items,
 without split-K (prefill has rows enough). Gate/up gathers x8[slot // K] and writes h8 in
 sorted order (row r of h8 is the r-th sorted slot), so an expert's rows lie together; down
 reads them as tiles and writes each slot's weighted row in the activations' dtype, which
-`combine` sums per token in fp32. On sm_90 down is the Gluon kernel (`w8a8_wgmma`: 1.13 times
-as fast as this module's Triton one at T=33,863 on the H200); elsewhere, and with wgmma=False,
-the Triton one. With h in sorted order the Triton down kernel reads whole rows of one expert:
-12.05 ms a call at T=33,863 against 12.43 before, in two runs, not one (raw/logs/
-h200-tune-moe-w8a8-8c652c9-20261202T0420.csv and h200-tune-moe-w8a8-ece554c-*; the Gluon
-kernel's probe had the Triton one at 12.40 in a third).
+`combine` sums per token in fp32. On sm_90 both projections are Gluon kernels, after a small
+kernel writes the row table they read (`bf16_wgmma.row_table`): down (`w8a8_wgmma`: 1.13
+times as fast as this module's Triton one at T=33,863 on the H200) and gate/up
+(`w8a8_gate_up_wgmma`, its rows gathered by cp.async: the call 9.72 ms against 10.88 with the
+Triton gate/up in one run, raw/logs/h200-moe-w8a8-gluon-gate-up-probe-6f5efc6-*.csv, no
+spills); elsewhere, and with wgmma=False, the Triton ones. With h in sorted order the Triton
+down kernel reads whole rows of one expert: 12.05 ms a call at T=33,863 against 12.43 before,
+in two runs, not one (raw/logs/h200-tune-moe-w8a8-8c652c9-20261202T0420.csv and
+h200-tune-moe-w8a8-ece554c-*; the Gluon kernel's probe had the Triton one at 12.40 in a third).
 The slots' output rows are T * top_k * H values, 4.2 GB in fp32 at T=33,863: in bf16 the path
 took 12.4 ms there against 14.3, with 4.6689e-2 of error against 4.6660e-2 (one run,
 raw/logs/h200-tune-moe-w8a8-d1d882d-*.csv). In the same run, running the K loop across items
@@ -215,7 +219,6 @@ def moe_w8a8(
         gs, ds = weights.gate_up_scale, weights.down_scale
         if gluon:
             row_weights, tile_info = row_table(layout, shape)
-        if gluon and _GLUON_GATE_UP:
             gate_up_wgmma(x8, xs, h8, hs, gate_up, gs, layout, tile_info, shape.top_k, programs)
         else:
             launch(
@@ -236,9 +239,6 @@ def moe_w8a8(
             h8.stride(0), hs.stride(0), y.stride(0), **common,
         )  # fmt: skip
         return combine(y, shape.tokens, shape.top_k, x.dtype)
-
-
-_GLUON_GATE_UP = True
 
 
 def _gluon(wgmma: bool | None, device: torch.device, block_m: int, shape: MoeShape) -> bool:

@@ -1,4 +1,6 @@
-"""The routed experts' W8A8 down projection on Hopper's wgmma, in Gluon.
+"""The routed experts' W8A8 down projection on Hopper's wgmma, in Gluon, and what the MoE
+Gluon kernels share: an item's place from the row table, the rows' 16-byte stores, and the
+load warps that gather gate/up's rows.
 
 The Triton down kernel (`w8a8._w8a8_down_kernel`) took 43% of `moe_w8a8`'s time at
 T=33,863 for a third of its FLOPs: its K loop is I / 128 = 9 steps, and Triton pipelines the
@@ -22,7 +24,8 @@ What each step bought on the H200 (moe_w8a8 at the TP2 rank's shape, one session
 raw/logs/h200-moe-w8a8-gluon-down-probe-20261202T0430.csv and
 h200-tune-moe-w8a8-8c652c9-20261202T0420.csv): with 128-column items, an expert searched for per
 item and 4-byte stores from the wgmma layout it was 3% slower than the Triton kernel at
-T=33,863; with the tile table gate/up writes (below) 2% slower there and 10% faster at 4,096;
+T=33,863; with a table of row tiles (then written by gate/up, now by
+`bf16_wgmma.row_table`) 2% slower there and 10% faster at 4,096;
 with 256-column items a tie and 19% faster; with the rows stored 16 bytes a thread 11.8% and
 13% faster (10.94 against 12.40 ms, 2.60 against 3.00), results identical to the Triton
 kernel's. In ncu at T=33,863 (ncu/moe-w8a8-T33863-fmtfp8) it took 2.79 ms with the tensor
@@ -322,7 +325,7 @@ def down_wgmma(
     scales, down (E, H, I) FP8 in 128 x 128 blocks with down_scale (E, H / 128, I / 128);
     sorted_slots and row_weights each sorted row's slot and routing weight, tile_info the
     (expert, first row, rows owned) of each 128-row tile and tile_offsets its scan per
-    expert (`flat.FlatLayout`), as gate/up wrote them; `programs` persistent programs."""
+    expert (`bf16_wgmma.row_table`, `flat.FlatLayout`); `programs` persistent programs."""
     experts, hidden, inter = down.shape
     if not runs_on(hidden, inter) or not down.is_contiguous() or not h8.is_contiguous():
         raise ValueError(
