@@ -318,11 +318,12 @@ def test_every_rule_has_an_example():
 
 
 def test_every_launched_workbench_kernel_has_a_rule(resolver):
-    """Each `@triton.jit` function of kernels/ named `*_kernel` is claimed by name, so a
-    CUDA-graph replay of the workbench's own model read without its signature still counts
-    it (the replay loses the scopes)."""
+    """Each `@triton.jit` or `@gluon.jit` function of kernels/ named `*_kernel` is claimed by
+    name, so a CUDA-graph replay of the workbench's own model read without its signature
+    still counts it (the replay loses the scopes)."""
     source = "\n".join(p.read_text() for p in (ROOT / "kernels").rglob("*.py"))
-    names = set(re.findall(r"@triton\.jit\s*\ndef (\w+_kernel)\(", source))
+    names = set(re.findall(r"@(?:triton|gluon)\.jit\s*\ndef (\w+_kernel)\(", source))
+    assert {"_bf16_wgmma_kernel", "_w8a8_gate_up_wgmma_kernel"} <= names
     assert len(names) >= 15
     unclaimed = {n for n in names if resolver.resolve((), n).source != "kernel"}
     assert unclaimed == set()

@@ -92,14 +92,17 @@ class Rule:
 KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
     # The workbench's own Triton kernels (kernels/, `@triton.jit` functions that are launched).
     ("workbench MoE GEMM",
-     r"^_(stock|flat|padded|w8a8)_(gate_up|down)_kernel$|^silu_reduce_kernel$", MOE,
-     "kernels/moe: stock, flat, padded and W8A8 expert GEMMs and the split-K gate/up reduce"),
+     r"^_(stock|flat|padded|w8a8)_(gate_up|down)(_wgmma)?_kernel$|^_bf16_wgmma_kernel$"
+     r"|^silu_reduce_kernel$", MOE,
+     "kernels/moe: stock, flat, padded and W8A8 expert GEMMs (Triton, and on sm_90 the Gluon "
+     "W8A8 and bf16 ones) and the split-K gate/up reduce"),
     ("workbench MoE routing",
      r"^_(counts|offsets_serial|offsets_parallel|permute|small_layout|block_experts|combine|"
-     r"router_topk)_kernel$", MOE, "kernels/moe routing: expert counts, offsets, permutation "
-     "(all three in one launch at decode sizes) and the weighted combine; the router's fused "
-     "top-k and softmax (kernels/glue)"),
-    ("workbench dense GEMM", r"^_(w8a16|w8a8|w8a8_tma|w8a8_wgmma|quantize_rows)_kernel$",
+     r"row_table|router_topk)_kernel$", MOE, "kernels/moe routing: expert counts, offsets, "
+     "permutation (all three in one launch at decode sizes), the Gluon kernels' table of row "
+     "tiles and the weighted combine; the router's fused top-k and softmax (kernels/glue)"),
+    ("workbench dense GEMM",
+     r"^_(w8a16|w8a16_wgmma|w8a8|w8a8_tma|w8a8_wgmma|quantize_rows)_kernel$",
      DENSE, "kernels/dense: W8A16 and W8A8 GEMMs (Triton and Gluon) and the W8A8 activation "
      "quantizer"),
     ("workbench sparse attention",
