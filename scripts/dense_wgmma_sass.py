@@ -77,7 +77,9 @@ def compile_moe_down(stages: int, consumer_regs: int):
     experts, hidden, inter, slots = 384, 5120, 1152, 4096 * 6
     h8 = torch.empty(slots, inter, dtype=torch.float8_e4m3fn)
     down = torch.empty(experts, hidden, inter, dtype=torch.float8_e4m3fn)
-    h_desc, w_desc = moe_w8a8_wgmma.down_descriptors(h8, down)
+    h_desc, w_desc = moe_w8a8_wgmma.expert_descriptors(
+        h8, down, moe_w8a8_wgmma.WIDE, moe_w8a8_wgmma.BLOCK
+    )
     constants = {"STAGES": stages, "LAG": max(1, stages - moe_w8a8_wgmma.LOAD_AHEAD),
                  "CONSUMER_REGS": consumer_regs}  # fmt: skip
     pointers = {"y_ptr": "*bf16", "sorted_slots_ptr": "*i32", "tile_info_ptr": "*i32",
@@ -91,7 +93,8 @@ def compile_moe_w8a8_gate_up(stages: int):
     experts, hidden, inter, tokens = 384, 5120, 1152, 4096
     x8 = torch.empty(tokens, hidden, dtype=torch.float8_e4m3fn)
     gate_up = torch.empty(experts, 2 * inter, hidden, dtype=torch.float8_e4m3fn)
-    a_desc, w_desc = moe_w8a8_gate_up_wgmma.gate_up_descriptors(x8, gate_up)
+    block = moe_w8a8_wgmma.BLOCK
+    a_desc, w_desc = moe_w8a8_wgmma.expert_descriptors(x8, gate_up, block, block)
     constants = {"STAGES": stages, "CONSUMER_REGS": moe_w8a8_gate_up_wgmma.CONSUMER_REGS}
     pointers = {"x8_ptr": "*fp8e4nv", "h8_ptr": "*fp8e4nv", "sorted_slots_ptr": "*i32",
                 "tile_info_ptr": "*i32", "tile_offsets_ptr": "*i32"}  # fmt: skip
@@ -105,11 +108,10 @@ def compile_moe_bf16(swiglu: bool, stages: int):
     experts, hidden, inter, slots = 384, 5120, 1152, 4096 * 6
     depth, width = (hidden, 2 * inter) if swiglu else (inter, hidden)
     rows = torch.empty(slots, depth, dtype=torch.bfloat16)
-    weights = torch.empty(experts * width, depth, dtype=torch.bfloat16)
-    descriptors = {
-        "a_desc": w8a8_wgmma.descriptor(rows, [moe_bf16_wgmma.ROWS, moe_bf16_wgmma.BLOCK_K]),
-        "w_desc": w8a8_wgmma.descriptor(weights, [moe_bf16_wgmma.BOX, moe_bf16_wgmma.BLOCK_K]),
-    }
+    weights = torch.empty(experts, width, depth, dtype=torch.bfloat16)
+    a_desc, w_desc = moe_w8a8_wgmma.expert_descriptors(rows, weights, moe_bf16_wgmma.BOX,
+                                                       moe_bf16_wgmma.BLOCK_K)  # fmt: skip
+    descriptors = {"a_desc": a_desc, "w_desc": w_desc}
     constants = {"STAGES": stages, "LAG": moe_bf16_wgmma.DEFAULT_LAG, "SWIGLU": swiglu,
                  "CONSUMER_REGS": moe_bf16_wgmma.CONSUMER_REGS[swiglu]}  # fmt: skip
     pointers = {"out_ptr": "*bf16", "x_ptr": "*bf16", "sorted_slots_ptr": "*i32",

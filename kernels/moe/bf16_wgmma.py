@@ -61,20 +61,26 @@ from kernels.compiled import launch
 from kernels.dense.w8a8_wgmma import (
     SHARED_MEMORY,
     allocate_ring,
-    descriptor,
     issue_load,
     released_slot,
 )
 from kernels.moe.routing import MoeShape
 from kernels.moe.routing_kernels import combine
 from kernels.moe.tiles import locate_rows, write_tile_info
-from kernels.moe.w8a8_wgmma import LOAD_REGS, LOAD_WARPS, gather_loads, item_place, store_rows
+from kernels.moe.w8a8_wgmma import (  # ROWS: an item's rows, two warpgroups of wgmma's 64
+    LOAD_REGS,
+    LOAD_WARPS,
+    ROWS,
+    WG_ROWS,
+    expert_descriptors,
+    gather_loads,
+    item_place,
+    store_rows,
+)
 
 if TYPE_CHECKING:  # flat imports this module to run it
     from kernels.moe.flat import FlatLayout
 
-ROWS = 128  # an item's rows: one expert row tile, two warpgroups of wgmma's 64
-WG_ROWS = 64
 BOX = 128  # weight rows a TMA box, an accumulator's columns; an item has two boxes
 BLOCK_K = 64  # a K step: 128-byte rows of bf16, TMA's widest swizzle
 _WG_ROWS = gl.constexpr(WG_ROWS)
@@ -322,8 +328,7 @@ def projection(
     times its routing weight at its slot of out (slots, H)."""
     check_ring(num_stages, lag)
     experts, width, depth = weights.shape
-    a_desc = descriptor(rows, [ROWS, BLOCK_K])  # gate/up: the slots' shape and swizzle only
-    w_desc = descriptor(weights.reshape(-1, depth), [BOX, BLOCK_K])
+    a_desc, w_desc = expert_descriptors(rows, weights, BOX, BLOCK_K)
     if swiglu:  # an item: 128 columns of I, its gate rows and, I rows below, its up rows
         col_tiles, col_rows, second = width // 2 // BOX, BOX, width // 2
     else:  # an item: 256 columns of H, two adjacent boxes

@@ -39,7 +39,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from kernels.compiled import launch
-from kernels.dense.w8a8_wgmma import allocate_ring, descriptor
+from kernels.dense.w8a8_wgmma import allocate_ring
 from kernels.fp8_quant import pow2_scale, round_to_e4m3
 from kernels.moe.w8a8_wgmma import (
     BLOCK,
@@ -47,6 +47,7 @@ from kernels.moe.w8a8_wgmma import (
     LOAD_REGS,
     LOAD_WARPS,
     ROWS,
+    expert_descriptors,
     gather_loads,
     item_place,
     store_rows,
@@ -165,14 +166,6 @@ def _bottom_rows(a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr,
               stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk, 1)  # fmt: skip
 
 
-def gate_up_descriptors(x8: Tensor, gate_up: Tensor):
-    """(a_desc, w_desc): the activation slots' shape and swizzle (their rows are gathered, not
-    copied by TMA) and the experts' FP8 gate/up weights (E, 2I, H) as (E * 2I, H), both in
-    128 x 128 boxes."""
-    return descriptor(x8, [ROWS, BLOCK]), descriptor(gate_up.reshape(-1, gate_up.shape[-1]),
-                                                     [BLOCK, BLOCK])  # fmt: skip
-
-
 def gate_up_wgmma(
     x8: Tensor,
     xs: Tensor,
@@ -193,7 +186,7 @@ def gate_up_wgmma(
     (`bf16_wgmma.row_table`); `programs` persistent programs."""
     experts, width, hidden = gate_up.shape
     inter = width // 2
-    a_desc, w_desc = gate_up_descriptors(x8, gate_up)
+    a_desc, w_desc = expert_descriptors(x8, gate_up, BLOCK, BLOCK)
     grid = max(1, min(programs, tile_info.shape[0] * (inter // BLOCK)))
     launch(
         _w8a8_gate_up_wgmma_kernel, (grid,), a_desc, w_desc, x8, x8.stride(0), xs,

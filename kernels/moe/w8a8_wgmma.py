@@ -299,11 +299,13 @@ def runs_on(hidden: int, inter: int) -> bool:
     return hidden % WIDE == 0 and inter % BLOCK == 0
 
 
-def down_descriptors(h8: Tensor, down: Tensor):
-    """(h_desc, w_desc): TMA descriptors of the sorted FP8 rows h8 (slots, I) and of the
-    experts' FP8 down weights (E, H, I) viewed as (E * H, I), both in 128 x 128 boxes."""
-    return descriptor(h8, [ROWS, BLOCK]), descriptor(down.reshape(-1, down.shape[-1]),
-                                                     [WIDE, BLOCK])  # fmt: skip
+def expert_descriptors(rows: Tensor, weights: Tensor, weight_box: int, block_k: int):
+    """(a_desc, w_desc): TMA descriptors of activation rows (slots or tokens, K) in 128-row
+    boxes and of the experts' weights (E, N, K) viewed as (E * N, K) in weight_box-row boxes,
+    both block_k wide. The MoE Gluon kernels share it; where rows are gathered, a_desc only
+    gives the ring slots their shape and swizzle."""
+    return descriptor(rows, [ROWS, block_k]), descriptor(weights.reshape(-1, weights.shape[-1]),
+                                                         [weight_box, block_k])  # fmt: skip
 
 
 def down_wgmma(
@@ -339,7 +341,7 @@ def down_wgmma(
             f"num_stages must be from 2 to {stages_fit} (ring slots of "
             f"{slot_bytes // 1024} KB), got {num_stages}."
         )
-    h_desc, w_desc = down_descriptors(h8, down)
+    h_desc, w_desc = expert_descriptors(h8, down, WIDE, BLOCK)
     grid = max(1, min(programs, tile_info.shape[0] * (hidden // WIDE)))
     launch(
         _w8a8_down_wgmma_kernel, (grid,), h_desc, w_desc, hs, down_scale, y, sorted_slots,
