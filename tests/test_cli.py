@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 from workbench.cli import main
+from workbench.cli.values import kernel_setting
 
 
 def test_profile_prints_both_tables_and_writes_html(tmp_path, capsys):
@@ -62,6 +63,19 @@ def test_sweep_and_ab_from_the_command_line(tmp_path, capsys):
     assert code == 0 and "Did not help?" in out and "num_stages=1 -> 2" in out
     assert (run_dir / "rows.jsonl").read_text().count("\n") == 2
     code = main(["ab", "moe", "--a", "variant=stock", "--b", "variant=flat", "--tokens", "3",
+                 *small, "--run-dir", str(tmp_path / "ab")])  # fmt: skip
+    assert code == 0 and "ratio" in capsys.readouterr().out
+
+
+def test_kernel_switches_reach_the_kernel_as_python_values(tmp_path, capsys):
+    """`wgmma=False` and `wgmma=None` arrive as False and None (moe_flat refuses the text
+    'False'), so Gluon against Triton kernels is an A/B from the command line."""
+    assert [kernel_setting(t)[1] for t in ("a=False", "a=true", "a=None", "a=3", "a=x")] == [
+        False, True, None, 3, "x"
+    ]  # fmt: skip
+    small = ["--param", "experts=8", "--param", "top_k=2", "--param", "hidden=64", "--param",
+             "expert_intermediate=32", "--param", "fmt=bf16", "variant=flat"]  # fmt: skip
+    code = main(["ab", "moe", "--a", "wgmma=False", "--b", "wgmma=None", "--tokens", "3",
                  *small, "--run-dir", str(tmp_path / "ab")])  # fmt: skip
     assert code == 0 and "ratio" in capsys.readouterr().out
 

@@ -7,16 +7,16 @@ import argparse
 from workbench.errors import WorkbenchError
 from workbench.workloads.profile_params import parse_setting
 
+LITERALS = {"true": True, "false": False, "none": None}  # kernel switches such as wgmma
+
 
 def kernel_setting(text: str) -> tuple[str, object]:
-    """A kernel setting `key=value`; the value an int where it reads as one."""
+    """A kernel setting `key=value`; the value an int where it reads as one, True, False or
+    None where it spells one (any case), else the text."""
     key, sep, value = text.partition("=")
     if not sep:
         raise argparse.ArgumentTypeError(f"--param {text!r}: write it as key=value")
-    try:
-        return key, int(value)
-    except ValueError:
-        return key, value
+    return key, sweep_value(value)
 
 
 def profile_setting(text: str) -> tuple[str, object]:
@@ -28,6 +28,10 @@ def profile_setting(text: str) -> tuple[str, object]:
 
 
 def sweep_value(text: str) -> object:
+    """A kernel value: an int where it reads as one, True, False or None where it spells one
+    (any case), else the text."""
+    if text.lower() in LITERALS:
+        return LITERALS[text.lower()]
     try:
         return int(text)
     except ValueError:
