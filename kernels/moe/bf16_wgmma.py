@@ -254,7 +254,8 @@ def _bf16_wgmma_kernel(
 def _gate_up_top(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
                  row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
                  col_rows, second, my_items, stride_out, LAG):  # fmt: skip
-    """Gate/up, warpgroup 0 (the default partition): each item's first 64 rows, and refills."""
+    """Gate/up, warpgroup 0 (the default partition): each item's first 64 rows (the load
+    warps, `gather_loads`, fill the ring)."""
     _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
               row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
               second, my_items, stride_out, LAG, 0, True)  # fmt: skip
