@@ -97,8 +97,9 @@ def test_the_gluon_kernels_are_refused_where_they_cannot_run(device):
 @pytest.mark.parametrize("case", list(ROUTINGS))
 @pytest.mark.parametrize("programs", [1, 3, None])
 def test_the_gluon_kernels_match_the_triton_ones(case, programs):
-    """4 K steps an item (H / 64 in gate/up, I / 64 in down) and 4 slots: one program loads
-    its second item in the prologue; three leave a remainder of items."""
+    """4 K steps an item (H / 64 in gate/up, I / 64 in down) and 4 slots: one program's ring
+    holds steps of two items; three leave a remainder of items; gate/up's load warps gather
+    the rows of whole, partial and one-row tiles (280 rows as 128 + 128 + 24, 100, one)."""
     x, ids, route, weights = problem(ROUTINGS[case], torch.device("cuda"))
     gluon = moe_flat(x, ids, route, weights, num_programs=programs, wgmma=True)
     triton_kernels = moe_flat(x, ids, route, weights, num_programs=programs, wgmma=False)
