@@ -75,6 +75,14 @@ def test_moe_flat_takes_the_gluon_kernels_where_they_run_and_pay(device, monkeyp
     assert ran == [1]
     moe_flat(*decode, wgmma=True)  # asked for: runs at any size
     assert ran == [1, 1]
+    x, *rest = prefill
+    wide = torch.empty(x.shape[0], x.shape[1] + 1, dtype=x.dtype, device=x.device)[:, 1:]
+    wide.copy_(x)  # x's values, its rows 2 bytes off 16-byte alignment
+    assert torch.equal(wide, x) and wide.data_ptr() % 16
+    moe_flat(wide, *rest)  # the Triton kernels read any strides
+    assert ran == [1, 1]
+    with pytest.raises(ValueError, match="x's rows contiguous and 16-byte aligned"):
+        moe_flat(wide, *rest, wgmma=True)
 
 
 def test_the_gluon_kernels_are_refused_where_they_cannot_run(device):

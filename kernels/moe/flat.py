@@ -373,6 +373,10 @@ def _gluon_bf16(wgmma: bool | None, x: Tensor, weights: MoeWeights, shape: MoeSh
                 weights.gate_up.is_contiguous() and weights.down.is_contiguous(),
             ),
             (
+                "x's rows contiguous and 16-byte aligned (the load warps copy 16 bytes a copy)",
+                x.stride(-1) == 1 and x.stride(0) % 8 == 0 and x.data_ptr() % 16 == 0,
+            ),
+            (
                 "no Triton tile options or ticket schedule",
                 schedule == "static" and all(v is None for v in triton_options.values()),
             ),
