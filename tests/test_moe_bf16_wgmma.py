@@ -12,6 +12,7 @@ from kernels.moe import bf16_wgmma as module
 from kernels.moe import flat as flat_module
 from kernels.moe.flat import FlatLayout
 from kernels.moe.routing import MoeShape
+from kernels.moe.w8a8_wgmma import row_table
 
 EXPERTS, TOP_K, HIDDEN, INTER = 6, 2, 256, 256  # one 256-wide down item, two gate/up items
 ROUTINGS = {
@@ -47,7 +48,7 @@ def test_the_row_table_names_each_tiles_expert_rows_and_weights(case, device):
     top_k = ids.shape[1]
     shape = MoeShape(tokens=x.shape[0], hidden=HIDDEN, experts=EXPERTS, inter=INTER, top_k=top_k)
     layout = FlatLayout.of(ids, route, shape, module.ROWS)
-    row_weights, tile_info = module.row_table(layout, shape)
+    row_weights, tile_info = row_table(layout, shape)
     slots = layout.sorted_slots.long()
     assert torch.equal(row_weights, route.reshape(-1).float()[slots])
     counts, offsets = layout.counts.tolist(), layout.offsets.tolist()

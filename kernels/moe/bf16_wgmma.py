@@ -12,7 +12,7 @@ step's two wgmmas stay in flight while the next step's are issued (one wait a st
 step before, whose slot is then released).
 
 Both kernels read a table of row tiles (expert, first sorted row, rows owned) and each sorted
-row's routing weight, which `row_table` writes, in place of a search. Then:
+row's routing weight, which `w8a8_wgmma.row_table` writes, in place of a search. Then:
 - gate/up: an item is one expert row tile and 128 columns of I; its two boxes are those
   columns' gate rows and up rows of (E * 2I, H). Hopper's TMA cannot gather rows, so a third
   partition of four load warps copies the item's 128 rows of x, row p being the token of the
@@ -45,8 +45,6 @@ them with the flat scheduler's Triton kernels.
 from typing import TYPE_CHECKING
 
 import torch
-import triton
-import triton.language as tl
 from torch import Tensor
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -66,7 +64,6 @@ from kernels.dense.w8a8_wgmma import (
 )
 from kernels.moe.routing import MoeShape
 from kernels.moe.routing_kernels import combine
-from kernels.moe.tiles import locate_rows, write_tile_info
 from kernels.moe.w8a8_wgmma import (  # ROWS: an item's rows, two warpgroups of wgmma's 64
     LOAD_REGS,
     LOAD_WARPS,
@@ -75,6 +72,7 @@ from kernels.moe.w8a8_wgmma import (  # ROWS: an item's rows, two warpgroups of 
     expert_descriptors,
     gather_loads,
     item_place,
+    row_table,
     store_rows,
 )
 
@@ -90,22 +88,6 @@ _BOX = gl.constexpr(BOX)
 DEFAULT_STAGES = 4
 DEFAULT_LAG = 0  # the slot refilled is the one just released: loads run STAGES - 1 steps ahead
 CONSUMER_REGS = {True: 224, False: 232}  # by SWIGLU: what the load warps leave of 64K
-
-
-@triton.jit
-def _row_table_kernel(
-    sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr, slot_weights_ptr,
-    row_weights_ptr, tile_info_ptr, num_experts, STEPS: tl.constexpr, BLOCK_M: tl.constexpr,
-):  # fmt: skip
-    """Row tile program_id(0), if it is one: its table entry and its rows' routing weights."""
-    row_tile = tl.program_id(0)
-    if row_tile < tl.load(tile_offsets_ptr + num_experts):
-        expert, rows, row_ok, _, _ = locate_rows(
-            row_tile, 1, 1, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts, BLOCK_M, STEPS
-        )
-        slots = tl.load(sorted_slots_ptr + rows, mask=row_ok, other=0)
-        write_tile_info(row_tile, expert, rows, row_ok, slots, slot_weights_ptr,
-                        row_weights_ptr, tile_info_ptr)  # fmt: skip
 
 
 @gluon.jit
@@ -341,21 +323,6 @@ def projection(
         depth // BLOCK_K, width, col_rows, second, out.stride(0), STAGES=num_stages, LAG=lag,
         SWIGLU=swiglu, CONSUMER_REGS=CONSUMER_REGS[swiglu], num_warps=4,
     )  # fmt: skip
-
-
-def row_table(layout: "FlatLayout", shape: MoeShape) -> tuple[Tensor, Tensor]:
-    """(row_weights, tile_info): each sorted row's routing weight, and each 128-row tile's
-    (expert, first row, rows owned) (`tiles.write_tile_info`)."""
-    slots = shape.tokens * shape.top_k
-    device = layout.sorted_slots.device
-    row_weights = torch.empty(slots, dtype=torch.float32, device=device)
-    tile_info = torch.empty(layout.row_tiles, 4, dtype=torch.int32, device=device)
-    launch(
-        _row_table_kernel, (max(1, layout.row_tiles),), layout.sorted_slots, layout.counts,
-        layout.offsets, layout.tile_offsets, layout.slot_weights, row_weights, tile_info,
-        shape.experts, STEPS=max(shape.experts - 1, 0).bit_length(), BLOCK_M=ROWS, num_warps=4,
-    )  # fmt: skip
-    return row_weights, tile_info
 
 
 def moe_bf16_wgmma(

@@ -27,7 +27,7 @@ without split-K (prefill has rows enough). Gate/up gathers x8[slot // K] and wri
 sorted order (row r of h8 is the r-th sorted slot), so an expert's rows lie together; down
 reads them as tiles and writes each slot's weighted row in the activations' dtype, which
 `combine` sums per token in fp32. On sm_90 both projections are Gluon kernels, after a small
-kernel writes the row table they read (`bf16_wgmma.row_table`): down (`w8a8_wgmma`: 1.13
+kernel writes the row table they read (`w8a8_wgmma.row_table`): down (`w8a8_wgmma`: 1.13
 times as fast as this module's Triton one at T=33,863 on the H200) and gate/up
 (`w8a8_gate_up_wgmma`, its rows gathered by cp.async: the call 9.72 ms against 10.88 with the
 Triton gate/up in one run, raw/logs/h200-moe-w8a8-gluon-gate-up-probe-6f5efc6-*.csv, no
@@ -53,7 +53,6 @@ from torch import Tensor
 from kernels.compiled import launch, recording
 from kernels.dense.w8a8_wgmma import supported
 from kernels.fp8_quant import pow2_scale, quantize_activations, round_to_e4m3
-from kernels.moe.bf16_wgmma import row_table
 from kernels.moe.flat import CPU_PROGRAMS, FlatLayout, moe_flat, prefill_sized
 from kernels.moe.formats import MoeWeights, as_moe_weights
 from kernels.moe.routing import MoeShape, sm_count, validate_moe_inputs
@@ -62,7 +61,7 @@ from kernels.moe.tiles import locate_rows, store_down
 from kernels.moe.w8a8_gate_up_wgmma import gate_up_wgmma
 from kernels.moe.w8a8_wgmma import ROWS as DOWN_ROWS
 from kernels.moe.w8a8_wgmma import WIDE as DOWN_WIDE
-from kernels.moe.w8a8_wgmma import down_wgmma
+from kernels.moe.w8a8_wgmma import down_wgmma, row_table
 from kernels.moe.w8a8_wgmma import runs_on as down_runs_on
 
 BLOCK = 128  # the weight block, a tile's width and a K step
@@ -198,7 +197,7 @@ def moe_w8a8(
     128 x 128 blocks only. Five launches: x's quantiser, the routing layout (three), gate/up,
     down, combine; num_programs defaults to the SM count (4 on the CPU). `wgmma` runs gate/up
     and down on the Gluon kernels (`w8a8_gate_up_wgmma`, `w8a8_wgmma`, after the row table
-    they read, `bf16_wgmma.row_table`): None where they run (sm_90, 128-row tiles, H a
+    they read, `w8a8_wgmma.row_table`): None where they run (sm_90, 128-row tiles, H a
     multiple of 256), True or an error, False never."""
     with recording():
         weights = as_moe_weights(weights, w_down)

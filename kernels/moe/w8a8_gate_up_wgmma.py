@@ -183,7 +183,7 @@ def gate_up_wgmma(
     times the expert's gate/up), quantised per row and 128-column block, as the Triton kernel
     writes them: x8 (T, H) FP8 with scales xs (T, H / 128), gate_up (E, 2I, H) FP8 in
     128 x 128 blocks with gate_up_scale (E, 2I / 128, H / 128), tile_info the row table
-    (`bf16_wgmma.row_table`); `programs` persistent programs."""
+    (`w8a8_wgmma.row_table`); `programs` persistent programs."""
     experts, width, hidden = gate_up.shape
     inter = width // 2
     a_desc, w_desc = expert_descriptors(x8, gate_up, BLOCK, BLOCK)

@@ -1,6 +1,6 @@
 """The routed experts' W8A8 down projection on Hopper's wgmma, in Gluon, and what the MoE
-Gluon kernels share: an item's place from the row table, the rows' 16-byte stores, and the
-load warps that gather gate/up's rows.
+Gluon kernels share: the table of row tiles (`row_table`) and an item's place in it, the rows'
+16-byte stores, and the load warps that gather gate/up's rows.
 
 The Triton down kernel (`w8a8._w8a8_down_kernel`) took 43% of `moe_w8a8`'s time at
 T=33,863 for a third of its FLOPs: its K loop is I / 128 = 9 steps, and Triton pipelines the
@@ -25,7 +25,7 @@ raw/logs/h200-moe-w8a8-gluon-down-probe-20261202T0430.csv and
 h200-tune-moe-w8a8-8c652c9-20261202T0420.csv): with 128-column items, an expert searched for per
 item and 4-byte stores from the wgmma layout it was 3% slower than the Triton kernel at
 T=33,863; with a table of row tiles (then written by gate/up, now by
-`bf16_wgmma.row_table`) 2% slower there and 10% faster at 4,096;
+`row_table`) 2% slower there and 10% faster at 4,096;
 with 256-column items a tie and 19% faster; with the rows stored 16 bytes a thread 11.8% and
 13% faster (10.94 against 12.40 ms, 2.60 against 3.00), results identical to the Triton
 kernel's. In ncu at T=33,863 (ncu/moe-w8a8-T33863-fmtfp8) it took 2.79 ms with the tensor
@@ -36,6 +36,11 @@ Gluon has no interpreter: the CPU tests compile it for sm_90 and read its SASS
 without it.
 """
 
+from typing import TYPE_CHECKING
+
+import torch
+import triton
+import triton.language as tl
 from torch import Tensor
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -55,6 +60,11 @@ from kernels.dense.w8a8_wgmma import (
     issue_load,
     released_slot,
 )
+from kernels.moe.routing import MoeShape
+from kernels.moe.tiles import locate_rows, write_tile_info
+
+if TYPE_CHECKING:  # flat imports the modules that import this one
+    from kernels.moe.flat import FlatLayout
 
 BLOCK = 128  # the weight block: an item's width and a K step
 ROWS = 128  # an item's rows: one expert row tile, two warpgroups of wgmma's 64
@@ -69,6 +79,22 @@ DEFAULT_STAGES = 4
 LOAD_AHEAD = 3  # K steps the ring loads ahead (the dense kernel's measured choice)
 LOAD_WARPS = gl.constexpr(4)  # gate/up's load partition: 128 threads, 8 16-byte copies each
 LOAD_REGS = gl.constexpr(64)
+
+
+@triton.jit
+def _row_table_kernel(
+    sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr, slot_weights_ptr,
+    row_weights_ptr, tile_info_ptr, num_experts, STEPS: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """Row tile program_id(0), if it is one: its table entry and its rows' routing weights."""
+    row_tile = tl.program_id(0)
+    if row_tile < tl.load(tile_offsets_ptr + num_experts):
+        expert, rows, row_ok, _, _ = locate_rows(
+            row_tile, 1, 1, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts, BLOCK_M, STEPS
+        )
+        slots = tl.load(sorted_slots_ptr + rows, mask=row_ok, other=0)
+        write_tile_info(row_tile, expert, rows, row_ok, slots, slot_weights_ptr,
+                        row_weights_ptr, tile_info_ptr)  # fmt: skip
 
 
 @gluon.jit
@@ -327,7 +353,7 @@ def down_wgmma(
     scales, down (E, H, I) FP8 in 128 x 128 blocks with down_scale (E, H / 128, I / 128);
     sorted_slots and row_weights each sorted row's slot and routing weight, tile_info the
     (expert, first row, rows owned) of each 128-row tile and tile_offsets its scan per
-    expert (`bf16_wgmma.row_table`, `flat.FlatLayout`); `programs` persistent programs."""
+    expert (`row_table`, `flat.FlatLayout`); `programs` persistent programs."""
     experts, hidden, inter = down.shape
     if not runs_on(hidden, inter) or not down.is_contiguous() or not h8.is_contiguous():
         raise ValueError(
@@ -349,3 +375,18 @@ def down_wgmma(
         *down_scale.stride(), y.stride(0), STAGES=num_stages, LAG=max(1, num_stages - LOAD_AHEAD),
         CONSUMER_REGS=consumer_regs, num_warps=4,
     )  # fmt: skip
+
+
+def row_table(layout: "FlatLayout", shape: MoeShape) -> tuple[Tensor, Tensor]:
+    """(row_weights, tile_info): each sorted row's routing weight, and each 128-row tile's
+    (expert, first row, rows owned) (`tiles.write_tile_info`)."""
+    slots = shape.tokens * shape.top_k
+    device = layout.sorted_slots.device
+    row_weights = torch.empty(slots, dtype=torch.float32, device=device)
+    tile_info = torch.empty(layout.row_tiles, 4, dtype=torch.int32, device=device)
+    launch(
+        _row_table_kernel, (max(1, layout.row_tiles),), layout.sorted_slots, layout.counts,
+        layout.offsets, layout.tile_offsets, layout.slot_weights, row_weights, tile_info,
+        shape.experts, STEPS=max(shape.experts - 1, 0).bit_length(), BLOCK_M=ROWS, num_warps=4,
+    )  # fmt: skip
+    return row_weights, tile_info
