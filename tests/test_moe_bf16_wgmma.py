@@ -25,6 +25,7 @@ ROUTINGS = {
     "empty-experts": torch.tensor([[0, 2], [5, 0], [2, 5], [0, 5], [5, 2]]),  # 1, 3, 4: none
     "one-expert": torch.tensor([[4, 4]] * 140),  # 280 rows: three tiles of one expert
     "one-token": torch.tensor([[3, 1]]),
+    "half-boundary": torch.tensor([[4, 1]] * 64 + [[4, 2]]),  # 65 rows (whole), 64, 1 (half)
 }
 
 
@@ -108,7 +109,9 @@ def test_the_gluon_kernels_are_refused_where_they_cannot_run(device):
 def test_the_gluon_kernels_match_the_triton_ones(case, programs):
     """4 K steps an item (H / 64 in gate/up, I / 64 in down) and 4 slots: one program's ring
     holds steps of two items; three leave a remainder of items; gate/up's load warps gather
-    the rows of whole, partial and one-row tiles (280 rows as 128 + 128 + 24, 100, one)."""
+    the rows of whole, partial and one-row tiles (280 rows as 128 + 128 + 24, 100, one).
+    Tiles of 64 rows or fewer run as half items (`_item`), 65 and more as whole ones, and a
+    program's ring passes from one kind to the other."""
     x, ids, route, weights = problem(ROUTINGS[case], torch.device("cuda"))
     gluon = moe_flat(x, ids, route, weights, num_programs=programs, wgmma=True)
     triton_kernels = moe_flat(x, ids, route, weights, num_programs=programs, wgmma=False)

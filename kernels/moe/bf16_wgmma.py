@@ -92,21 +92,47 @@ CONSUMER_REGS = {True: 224, False: 232}  # by SWIGLU: what the load warps leave 
 
 @gluon.jit
 def _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP: gl.constexpr,
-           USE_ACC: gl.constexpr, GATHERED: gl.constexpr):  # fmt: skip
-    """Wait for `step`'s copy and issue this warpgroup's wgmmas of its slot, one a box. Rows
-    the threads' cp.async wrote (GATHERED) are fenced for wgmma, which reads them through the
-    async proxy."""
+           USE_ACC: gl.constexpr, SWIGLU: gl.constexpr, HALF: gl.constexpr):  # fmt: skip
+    """Wait for `step`'s copy and issue this warpgroup's wgmmas of its slot. A whole item's
+    warpgroup multiplies its 64 rows by both boxes; on a half item (`_item`) both take the
+    slot's first 64 rows, gate/up's warpgroup its half of each box's columns, down's its box
+    (acc_2 then passes through). Rows the threads' cp.async wrote (gate/up) are fenced for
+    wgmma, which reads them through the async proxy."""
     SLOTS: gl.constexpr = a_ring.type.shape[0]
+    N: gl.constexpr = acc.shape[1]
     slot = step % SLOTS
     mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
-    if GATHERED:
+    if SWIGLU:
         fence_async_shared()
-    a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
     w_tile = w_ring.index(slot)
-    acc = warpgroup_mma(a_rows, w_tile.slice(0, _BOX, dim=0).permute((1, 0)), acc,
-                        use_acc=USE_ACC, is_async=True)  # fmt: skip
-    acc_2 = warpgroup_mma(a_rows, w_tile.slice(_BOX, _BOX, dim=0).permute((1, 0)), acc_2,
-                          use_acc=USE_ACC, is_async=True)  # fmt: skip
+    if HALF:
+        a_rows = a_ring.index(slot).slice(0, _WG_ROWS, dim=0)
+        if SWIGLU:
+            acc = warpgroup_mma(a_rows, w_tile.slice(WARPGROUP * N, N, dim=0).permute((1, 0)),
+                                acc, use_acc=USE_ACC, is_async=True)  # fmt: skip
+            acc_2 = warpgroup_mma(a_rows,
+                                  w_tile.slice(_BOX + WARPGROUP * N, N, dim=0).permute((1, 0)),
+                                  acc_2, use_acc=USE_ACC, is_async=True)  # fmt: skip
+        else:
+            acc = warpgroup_mma(a_rows, w_tile.slice(WARPGROUP * N, N, dim=0).permute((1, 0)),
+                                acc, use_acc=USE_ACC, is_async=True)  # fmt: skip
+    else:
+        a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
+        acc = warpgroup_mma(a_rows, w_tile.slice(0, N, dim=0).permute((1, 0)), acc,
+                            use_acc=USE_ACC, is_async=True)  # fmt: skip
+        acc_2 = warpgroup_mma(a_rows, w_tile.slice(N, N, dim=0).permute((1, 0)), acc_2,
+                              use_acc=USE_ACC, is_async=True)  # fmt: skip
+    return acc, acc_2
+
+
+@gluon.jit
+def _wait(acc, acc_2, IN_FLIGHT: gl.constexpr, ONE: gl.constexpr):
+    """warpgroup_mma_wait for the wgmmas of a step: two a step, or one (ONE: a half item of
+    down), with IN_FLIGHT steps' still outstanding."""
+    if ONE:
+        acc = warpgroup_mma_wait(num_outstanding=IN_FLIGHT, deps=(acc,))
+    else:
+        acc, acc_2 = warpgroup_mma_wait(num_outstanding=2 * IN_FLIGHT, deps=(acc, acc_2))
     return acc, acc_2
 
 
@@ -136,19 +162,74 @@ def _release(a_desc, w_desc, a_ring, w_ring, ready, empty, released, total, curs
 
 
 @gluon.jit
+def _item(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+          row_weights_ptr, places, first_row, owned, col_tile, k_steps, second, stride_out,
+          step, total, load_item, load_k, load_row, load_w_row, LAG, WARPGROUP: gl.constexpr,
+          SWIGLU: gl.constexpr, HALF: gl.constexpr):  # fmt: skip
+    """One item's K steps and epilogue for this warpgroup: per K step, wait for the slot's
+    copy, issue its wgmmas, wait for the step before's and release its slot (the first step
+    starts the accumulators, so only wgmmas write them while one is in flight); after the
+    last, wait for all and store. Returns the step and the refill cursor after the item.
+
+    A whole item: this warpgroup's 64 rows (64 WARPGROUP + [0, 64)) by both boxes. A half
+    item (HALF: an expert's last row tile of 64 rows or fewer): both warpgroups take the
+    slot's first 64 rows and split the columns, gate/up's a 64-wide half of the gate box and
+    of the up box, down's one box, so the tensor cores multiply no padding rows past 64."""
+    N: gl.constexpr = _BOX // (1 + HALF * SWIGLU)  # gate/up's half item: half boxes
+    ONE: gl.constexpr = HALF * (1 - SWIGLU)  # down's half item: one box, one wgmma a step
+    layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 16]
+    )
+    first: gl.constexpr = (1 - HALF) * WARPGROUP * _WG_ROWS
+    offsets = first + gl.arange(0, _WG_ROWS, layout=gl.SliceLayout(1, layout))
+    rows = first_row + offsets
+    mine = offsets < owned
+    if SWIGLU:
+        out_rows = rows.to(gl.int64)
+    else:
+        out_rows = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
+        weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
+    cursor = (load_item, load_k, load_row, load_w_row)
+    acc = gl.zeros((_WG_ROWS, N), gl.float32, layout)
+    acc_2 = gl.zeros((_WG_ROWS, N), gl.float32, layout)  # the second box's columns
+    acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, False, SWIGLU, HALF)
+    # waits for nothing (the step stays in flight): the loop carries tensors, not tokens
+    acc, acc_2 = _wait(acc, acc_2, 1, ONE)
+    step += 1
+    for _k in range(1, k_steps):
+        acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, True, SWIGLU,
+                            HALF)  # fmt: skip
+        acc, acc_2 = _wait(acc, acc_2, 1, ONE)
+        cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
+                          cursor, k_steps, *places, second, LAG, WARPGROUP,
+                          not SWIGLU)  # fmt: skip
+        step += 1
+    acc, acc_2 = _wait(acc, acc_2, 0, ONE)
+    cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total, cursor,
+                      k_steps, *places, second, LAG, WARPGROUP, not SWIGLU)  # fmt: skip
+    if SWIGLU:
+        h = acc / (1.0 + gl.exp(-acc)) * acc_2
+        column = col_tile * _BOX + HALF * WARPGROUP * N
+        store_rows(out_ptr, out_rows, mine, column, h, stride_out)
+    elif HALF:
+        store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX + WARPGROUP * _BOX,
+                   acc * weights[:, None], stride_out)  # fmt: skip
+    else:
+        store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX, acc * weights[:, None],
+                   stride_out)  # fmt: skip
+        store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX + _BOX,
+                   acc_2 * weights[:, None], stride_out)  # fmt: skip
+    load_item, load_k, load_row, load_w_row = cursor
+    return step, load_item, load_k, load_row, load_w_row
+
+
+@gluon.jit
 def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
               row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
               second, my_items, stride_out, LAG, WARPGROUP: gl.constexpr,
               SWIGLU: gl.constexpr):  # fmt: skip
-    """Rows 64 WARPGROUP + [0, 64) of every item this program owns: per K step, wait for the
-    slot's copy, issue the two boxes' wgmmas, wait for the step before's and release its
-    slot (the first step starts the accumulators, so only wgmmas write them while one is in
-    flight); after an item's last step, wait for all and store (module docstring)."""
+    """Every item this program owns, whole or half (`_item`) by the rows its tile owns."""
     SLOTS: gl.constexpr = a_ring.type.shape[0]
-    layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BOX, 16]
-    )
-    offsets = WARPGROUP * _WG_ROWS + gl.arange(0, _WG_ROWS, layout=gl.SliceLayout(1, layout))
     programs = gl.num_programs(0)
     total = my_items * k_steps
     places = (tile_info_ptr, items, col_tiles, expert_rows, col_rows)
@@ -156,44 +237,20 @@ def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slot
     load_item = gl.program_id(0) + (SLOTS // k_steps) * programs
     _, load_row, _, load_w_row, _ = item_place(load_item, items, col_tiles, expert_rows,
                                                col_rows, tile_info_ptr)  # fmt: skip
-    cursor = (load_item, SLOTS % k_steps, load_row, load_w_row)
-    acc = gl.zeros((_WG_ROWS, _BOX), gl.float32, layout)
-    acc_2 = gl.zeros((_WG_ROWS, _BOX), gl.float32, layout)  # the second box's columns
+    load_k = SLOTS % k_steps
     step = 0
     item = gl.program_id(0)
     for _ in range(my_items):
         _, first_row, owned, _, col_tile = item_place(item, items, col_tiles, expert_rows,
                                                       col_rows, tile_info_ptr)  # fmt: skip
-        rows = first_row + offsets
-        mine = offsets < owned
-        if SWIGLU:
-            out_rows = rows.to(gl.int64)
+        args = (a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+                row_weights_ptr, places, first_row, owned, col_tile, k_steps, second,
+                stride_out, step, total, load_item, load_k, load_row, load_w_row, LAG)  # fmt: skip
+        if owned <= _WG_ROWS:
+            step, load_item, load_k, load_row, load_w_row = _item(*args, WARPGROUP, SWIGLU, True)
         else:
-            out_rows = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
-            weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
-        acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, False, SWIGLU)
-        # waits for nothing (both stay in flight): the loop carries tensors, not tokens
-        acc, acc_2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_2))
-        step += 1
-        for _k in range(1, k_steps):
-            acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, True, SWIGLU)
-            acc, acc_2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_2))
-            cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
-                              cursor, k_steps, *places, second, LAG, WARPGROUP,
-                              not SWIGLU)  # fmt: skip
-            step += 1
-        acc, acc_2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_2))
-        cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
-                          cursor, k_steps, *places, second, LAG, WARPGROUP,
-                          not SWIGLU)  # fmt: skip
-        if SWIGLU:
-            h = acc / (1.0 + gl.exp(-acc)) * acc_2
-            store_rows(out_ptr, out_rows, mine, col_tile * _BOX, h, stride_out)
-        else:
-            store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX, acc * weights[:, None],
-                       stride_out)  # fmt: skip
-            store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX + _BOX,
-                       acc_2 * weights[:, None], stride_out)  # fmt: skip
+            step, load_item, load_k, load_row, load_w_row = _item(*args, WARPGROUP, SWIGLU,
+                                                                  False)  # fmt: skip
         item += programs
 
 

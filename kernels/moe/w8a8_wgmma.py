@@ -258,16 +258,19 @@ def gather_loads(x_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty,
 
 @gluon.jit
 def store_rows(y_ptr, slots, mine, first_col, values, stride_yr):
-    """y[slots, first_col + [0, 128)] = values (this warpgroup's rows of one column tile) in
-    y's dtype, 16 bytes a thread: each warp writes two whole 256-byte rows an instruction,
-    where the wgmma layout's pairs would write 4 bytes a thread, 16 bytes a row."""
+    """y[slots, first_col + [0, width)] = values (this warpgroup's rows of one column tile,
+    128 or 64 columns wide) in y's dtype, 8 values a thread (16 bytes of bf16): each warp
+    writes whole rows an instruction, where the wgmma layout's pairs would write 4 bytes a
+    thread, 16 bytes a row."""
+    WIDTH: gl.constexpr = values.shape[1]
     rows_layout: gl.constexpr = gl.BlockedLayout(
-        size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0]
-    )
+        size_per_thread=[1, 8], threads_per_warp=[256 // WIDTH, WIDTH // 8], warps_per_cta=[4, 1],
+        order=[1, 0],
+    )  # fmt: skip
     out = gl.convert_layout(values.to(y_ptr.dtype.element_ty), rows_layout)
     slots = gl.convert_layout(slots, gl.SliceLayout(1, rows_layout))
     mine = gl.convert_layout(mine, gl.SliceLayout(1, rows_layout))
-    cols = first_col + gl.arange(0, _BLOCK, layout=gl.SliceLayout(0, rows_layout))
+    cols = first_col + gl.arange(0, WIDTH, layout=gl.SliceLayout(0, rows_layout))
     gl.store(y_ptr + slots[:, None] * stride_yr + cols[None, :], out, mask=mine[:, None])
 
 
