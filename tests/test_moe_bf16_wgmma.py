@@ -42,14 +42,20 @@ def problem(ids: torch.Tensor, device, seed=0):
     return x.to(device), ids.to(torch.int32).to(device), route.to(device), weights
 
 
-@pytest.mark.parametrize("case", ["uniform", "one-expert", "empty-experts", "top-3"])
-def test_the_row_table_names_each_tiles_expert_rows_and_weights(case, device):
+@pytest.mark.parametrize("half_rows", [0, module.WG_ROWS])
+@pytest.mark.parametrize(
+    "case", ["uniform", "one-expert", "empty-experts", "top-3", "half-boundary"]
+)
+def test_the_row_table_names_each_tiles_expert_rows_and_weights(case, half_rows, device):
+    """In tile order with half_rows 0 (the W8A8 kernels' table); with 64, the tiles owning 64
+    rows or fewer move to a second section from entry layout.row_tiles, in expert order, and
+    the counts of both sections come back on the device."""
     ids = torch.tensor([[0, 5, 2], [1, 2, 3]] * 70) if case == "top-3" else ROUTINGS[case]
     x, ids, route, _ = problem(ids, device)
     top_k = ids.shape[1]
     shape = MoeShape(tokens=x.shape[0], hidden=HIDDEN, experts=EXPERTS, inter=INTER, top_k=top_k)
     layout = FlatLayout.of(ids, route, shape, module.ROWS)
-    row_weights, tile_info = row_table(layout, shape)
+    row_weights, tile_info, tile_counts = row_table(layout, shape, half_rows)
     slots = layout.sorted_slots.long()
     assert torch.equal(row_weights, route.reshape(-1).float()[slots])
     counts, offsets = layout.counts.tolist(), layout.offsets.tolist()
@@ -58,7 +64,14 @@ def test_the_row_table_names_each_tiles_expert_rows_and_weights(case, device):
         for expert in range(EXPERTS)
         for first in range(0, counts[expert], module.ROWS)
     ]
-    assert tile_info[: len(table), :3].tolist() == table
+    whole = [entry for entry in table if entry[2] > half_rows]
+    half = [entry for entry in table if entry[2] <= half_rows]
+    assert tile_counts.tolist() == [len(whole), len(half)]
+    assert tile_info[: len(whole), :3].tolist() == whole
+    start = layout.row_tiles
+    assert tile_info[start : start + len(half), :3].tolist() == half
+    if half_rows:
+        assert half, "every case has a tile of 64 rows or fewer"
 
 
 def test_moe_flat_takes_the_gluon_kernels_where_they_run_and_pay(device, monkeypatch):

@@ -224,11 +224,12 @@ def _item(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_pt
 
 
 @gluon.jit
-def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
-              second, my_items, stride_out, LAG, WARPGROUP: gl.constexpr,
-              SWIGLU: gl.constexpr):  # fmt: skip
-    """Every item this program owns, whole or half (`_item`) by the rows its tile owns."""
+def _consumer(args, WARPGROUP: gl.constexpr, SWIGLU: gl.constexpr, HALF: gl.constexpr):
+    """Every item this program owns, all whole or all half (`_item`): warpgroup 0 runs it as
+    the default partition, warpgroup 1 through a worker wrapper that names its constants."""
+    (a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr, row_weights_ptr,
+     tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows, second, my_items,
+     stride_out, LAG) = args  # fmt: skip
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     programs = gl.num_programs(0)
     total = my_items * k_steps
@@ -243,29 +244,27 @@ def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slot
     for _ in range(my_items):
         _, first_row, owned, _, col_tile = item_place(item, items, col_tiles, expert_rows,
                                                       col_rows, tile_info_ptr)  # fmt: skip
-        args = (a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-                row_weights_ptr, places, first_row, owned, col_tile, k_steps, second,
-                stride_out, step, total, load_item, load_k, load_row, load_w_row, LAG)  # fmt: skip
-        if owned <= _WG_ROWS:
-            step, load_item, load_k, load_row, load_w_row = _item(*args, WARPGROUP, SWIGLU, True)
-        else:
-            step, load_item, load_k, load_row, load_w_row = _item(*args, WARPGROUP, SWIGLU,
-                                                                  False)  # fmt: skip
+        step, load_item, load_k, load_row, load_w_row = _item(
+            a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+            row_weights_ptr, places, first_row, owned, col_tile, k_steps, second, stride_out,
+            step, total, load_item, load_k, load_row, load_w_row, LAG, WARPGROUP, SWIGLU, HALF,
+        )  # fmt: skip
         item += programs
 
 
 @gluon.jit
 def _bf16_wgmma_kernel(
     a_desc, w_desc, out_ptr, x_ptr, stride_x, top_k, sorted_slots_ptr, row_weights_ptr,
-    tile_info_ptr, tile_offsets_ptr, num_experts, col_tiles, k_steps, expert_rows, col_rows,
-    second, stride_out, STAGES: gl.constexpr, LAG: gl.constexpr, SWIGLU: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr,
+    tile_info_ptr, tile_count_ptr, col_tiles, k_steps, expert_rows, col_rows, second,
+    stride_out, STAGES: gl.constexpr, LAG: gl.constexpr, SWIGLU: gl.constexpr,
+    HALF: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     """Gate/up (SWIGLU: rows gathered from x by the load warps) or down (rows of h by TMA,
-    which warpgroup 0 issues between its steps)."""
+    which warpgroup 0 issues between its steps) over the tile_count_ptr[0] tiles of
+    tile_info, all whole or all half (HALF)."""
     a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES, 2,
                                                  1 + 32 * LOAD_WARPS if SWIGLU else 1)  # fmt: skip
-    items = gl.load(tile_offsets_ptr + num_experts) * col_tiles
+    items = gl.load(tile_count_ptr) * col_tiles
     my_items = gl.cdiv(items - gl.program_id(0), gl.num_programs(0))
     args = (a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
             row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
@@ -274,9 +273,14 @@ def _bf16_wgmma_kernel(
         loads = (x_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty,
                  sorted_slots_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
                  col_rows, second, my_items)  # fmt: skip
-        gl.warp_specialize([(_gate_up_top, args), (_gate_up_bottom, args),
-                            (gather_loads, loads)], [4, LOAD_WARPS],
-                           [CONSUMER_REGS, LOAD_REGS])  # fmt: skip
+        if HALF:
+            gl.warp_specialize([(_consumer, (args, 0, True, True)), (_gate_up_half_bottom, (args,)),
+                                (gather_loads, loads)], [4, LOAD_WARPS],
+                               [CONSUMER_REGS, LOAD_REGS])  # fmt: skip
+        else:
+            gl.warp_specialize([(_consumer, (args, 0, True, False)),
+                                (_gate_up_whole_bottom, (args,)), (gather_loads, loads)],
+                               [4, LOAD_WARPS], [CONSUMER_REGS, LOAD_REGS])  # fmt: skip
     else:
         for first in gl.static_range(STAGES):
             item = gl.program_id(0) + (first // k_steps) * gl.num_programs(0)
@@ -284,50 +288,39 @@ def _bf16_wgmma_kernel(
                                                    col_rows, tile_info_ptr)  # fmt: skip
             issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_items * k_steps,
                        first_row, w_row, first % k_steps, w_row + second)  # fmt: skip
-        gl.warp_specialize([(_down_top, args), (_down_bottom, args)], [4], [CONSUMER_REGS])
+        if HALF:
+            gl.warp_specialize([(_consumer, (args, 0, False, True)), (_down_half_bottom, (args,))],
+                               [4], [CONSUMER_REGS])  # fmt: skip
+        else:
+            gl.warp_specialize([(_consumer, (args, 0, False, False)),
+                                (_down_whole_bottom, (args,))], [4], [CONSUMER_REGS])  # fmt: skip
 
 
-# A constexpr passed through warp_specialize arrives as a runtime value, so each partition
-# of each projection has its own wrapper that names its warpgroup and epilogue.
+# Warpgroup 1 is a worker partition, and a constexpr passed to a worker through
+# warp_specialize arrives as a runtime value, so each kind of item of each projection has its
+# own wrapper that names them.
 @gluon.jit
-def _gate_up_top(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-                 row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
-                 col_rows, second, my_items, stride_out, LAG):  # fmt: skip
-    """Gate/up, warpgroup 0 (the default partition): each item's first 64 rows (the load
-    warps, `gather_loads`, fill the ring)."""
-    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
-              second, my_items, stride_out, LAG, 0, True)  # fmt: skip
-
-
-@gluon.jit
-def _gate_up_bottom(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-                    row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
-                    col_rows, second, my_items, stride_out, LAG):  # fmt: skip
-    """Gate/up, warpgroup 1 (the worker partition): each item's last 64 rows."""
-    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
-              second, my_items, stride_out, LAG, 1, True)  # fmt: skip
+def _gate_up_whole_bottom(args):
+    """Gate/up, whole items, warpgroup 1: each item's last 64 rows."""
+    _consumer(args, 1, True, False)
 
 
 @gluon.jit
-def _down_top(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
-              col_rows, second, my_items, stride_out, LAG):  # fmt: skip
-    """Down, warpgroup 0 (the default partition): each item's first 64 rows, and refills."""
-    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
-              second, my_items, stride_out, LAG, 0, False)  # fmt: skip
+def _gate_up_half_bottom(args):
+    """Gate/up, half items, warpgroup 1: the second half of each box's columns."""
+    _consumer(args, 1, True, True)
 
 
 @gluon.jit
-def _down_bottom(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-                 row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
-                 col_rows, second, my_items, stride_out, LAG):  # fmt: skip
-    """Down, warpgroup 1 (the worker partition): each item's last 64 rows."""
-    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
-              second, my_items, stride_out, LAG, 1, False)  # fmt: skip
+def _down_whole_bottom(args):
+    """Down, whole items, warpgroup 1: each item's last 64 rows."""
+    _consumer(args, 1, False, False)
+
+
+@gluon.jit
+def _down_half_bottom(args):
+    """Down, half items, warpgroup 1: the item's second box."""
+    _consumer(args, 1, False, True)
 
 
 def runs_on(hidden: int, inter: int) -> bool:
@@ -355,6 +348,7 @@ def projection(
     layout: "FlatLayout",
     row_weights: Tensor,
     tile_info: Tensor,
+    tile_counts: Tensor,
     programs: int,
     *,
     swiglu: bool,
@@ -365,7 +359,8 @@ def projection(
     """One projection in bf16: gate/up (`swiglu`: rows is x (T, H), sorted row p's token is
     sorted_slots[p] // top_k; weights (E, 2I, H)) writes silu(gate) * up at the rows' sorted
     places of out (slots, I); down (rows is h, sorted; weights (E, H, I)) writes each row
-    times its routing weight at its slot of out (slots, H)."""
+    times its routing weight at its slot of out (slots, H). Two launches: the whole tiles'
+    items, then the half tiles' (`row_table` with half_rows 64 splits the table)."""
     check_ring(num_stages, lag)
     experts, width, depth = weights.shape
     a_desc, w_desc = expert_descriptors(rows, weights, BOX, BLOCK_K)
@@ -373,13 +368,16 @@ def projection(
         col_tiles, col_rows, second = width // 2 // BOX, BOX, width // 2
     else:  # an item: 256 columns of H, two adjacent boxes
         col_tiles, col_rows, second = width // (2 * BOX), 2 * BOX, BOX
-    grid = max(1, min(programs, tile_info.shape[0] * col_tiles))
-    launch(
-        _bf16_wgmma_kernel, (grid,), a_desc, w_desc, out, rows, rows.stride(0), top_k,
-        layout.sorted_slots, row_weights, tile_info, layout.tile_offsets, experts, col_tiles,
-        depth // BLOCK_K, width, col_rows, second, out.stride(0), STAGES=num_stages, LAG=lag,
-        SWIGLU=swiglu, CONSUMER_REGS=CONSUMER_REGS[swiglu], num_warps=4,
-    )  # fmt: skip
+    whole = layout.row_tiles
+    for half, info, count in ((False, tile_info[:whole], tile_counts[0:]),
+                              (True, tile_info[whole:], tile_counts[1:])):  # fmt: skip
+        launch(
+            _bf16_wgmma_kernel, (max(1, min(programs, info.shape[0] * col_tiles)),), a_desc,
+            w_desc, out, rows, rows.stride(0), top_k, layout.sorted_slots, row_weights, info,
+            count, col_tiles, depth // BLOCK_K, width, col_rows, second, out.stride(0),
+            STAGES=num_stages, LAG=lag, SWIGLU=swiglu, HALF=half,
+            CONSUMER_REGS=CONSUMER_REGS[swiglu], num_warps=4,
+        )  # fmt: skip
 
 
 def moe_bf16_wgmma(
@@ -387,14 +385,14 @@ def moe_bf16_wgmma(
     shape: MoeShape, programs: int, num_stages: int = DEFAULT_STAGES, lag: int = DEFAULT_LAG,
 ) -> Tensor:  # fmt: skip
     """Routed-expert output (T, H) of bf16 x and experts on the layout's 128-row tiles: the
-    row table, gate/up, down, `combine`; four launches after the layout's."""
+    row table, gate/up and down (two launches each: whole and half tiles), `combine`; six
+    launches after the layout's."""
     slots = shape.tokens * shape.top_k
-    row_weights, tile_info = row_table(layout, shape)
+    tables = row_table(layout, shape, half_rows=WG_ROWS)
     h = torch.empty(slots, shape.inter, dtype=x.dtype, device=x.device)
     options = {"num_stages": num_stages, "lag": lag}
-    projection(x, weights_gate_up, h, layout, row_weights, tile_info, programs, swiglu=True,
+    projection(x, weights_gate_up, h, layout, *tables, programs, swiglu=True,
                top_k=shape.top_k, **options)  # fmt: skip
     y = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
-    projection(h, weights_down, y, layout, row_weights, tile_info, programs, swiglu=False,
-               **options)  # fmt: skip
+    projection(h, weights_down, y, layout, *tables, programs, swiglu=False, **options)
     return combine(y, shape.tokens, shape.top_k, x.dtype)

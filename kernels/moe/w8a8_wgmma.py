@@ -84,17 +84,34 @@ LOAD_REGS = gl.constexpr(64)
 @triton.jit
 def _row_table_kernel(
     sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr, slot_weights_ptr,
-    row_weights_ptr, tile_info_ptr, num_experts, STEPS: tl.constexpr, BLOCK_M: tl.constexpr,
+    row_weights_ptr, tile_info_ptr, tile_counts_ptr, num_experts, half_base,
+    STEPS: tl.constexpr, BLOCK_M: tl.constexpr, HALF_ROWS: tl.constexpr, BLOCK_E: tl.constexpr,
 ):  # fmt: skip
-    """Row tile program_id(0), if it is one: its table entry and its rows' routing weights."""
+    """Row tile program_id(0), if it is one: its rows' routing weights and its table entry,
+    among the whole tiles in tile order or, if it owns HALF_ROWS rows or fewer (an expert's
+    last tile), among the half tiles from entry half_base in expert order; program 0 writes
+    the two counts. With HALF_ROWS 0 every tile is whole and its entry is its index."""
     row_tile = tl.program_id(0)
+    experts = tl.arange(0, BLOCK_E)
+    counts = tl.load(counts_ptr + experts, mask=experts < num_experts, other=0)
+    last = counts % BLOCK_M
+    half = ((last > 0) & (last <= HALF_ROWS)).to(tl.int32)
+    whole = tl.cdiv(counts, BLOCK_M) - half
+    if row_tile == 0:
+        which = tl.arange(0, 2)
+        tl.store(tile_counts_ptr + which, tl.where(which == 0, tl.sum(whole), tl.sum(half)))
     if row_tile < tl.load(tile_offsets_ptr + num_experts):
         expert, rows, row_ok, _, _ = locate_rows(
             row_tile, 1, 1, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts, BLOCK_M, STEPS
         )
+        before = experts < expert
+        in_expert = row_tile - tl.load(tile_offsets_ptr + expert)
+        whole_entry = tl.sum(tl.where(before, whole, 0)) + in_expert
+        half_entry = half_base + tl.sum(tl.where(before, half, 0))
+        entry = tl.where(tl.sum(row_ok.to(tl.int32)) <= HALF_ROWS, half_entry, whole_entry)
         slots = tl.load(sorted_slots_ptr + rows, mask=row_ok, other=0)
-        write_tile_info(row_tile, expert, rows, row_ok, slots, slot_weights_ptr,
-                        row_weights_ptr, tile_info_ptr)  # fmt: skip
+        write_tile_info(entry, expert, rows, row_ok, slots, slot_weights_ptr, row_weights_ptr,
+                        tile_info_ptr)  # fmt: skip
 
 
 @gluon.jit
@@ -380,16 +397,25 @@ def down_wgmma(
     )  # fmt: skip
 
 
-def row_table(layout: "FlatLayout", shape: MoeShape) -> tuple[Tensor, Tensor]:
-    """(row_weights, tile_info): each sorted row's routing weight, and each 128-row tile's
-    (expert, first row, rows owned) (`tiles.write_tile_info`)."""
+def row_table(
+    layout: "FlatLayout", shape: MoeShape, half_rows: int = 0
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(row_weights, tile_info, tile_counts): each sorted row's routing weight; each 128-row
+    tile's (expert, first row, rows owned) (`tiles.write_tile_info`), the tiles owning more
+    than half_rows rows first in tile order, then from entry `layout.row_tiles` those owning
+    half_rows or fewer (at most one an expert, its last), in expert order; and the number of
+    each (int32 on the device, so no sync). With half_rows 0 the table is in tile order."""
     slots = shape.tokens * shape.top_k
     device = layout.sorted_slots.device
     row_weights = torch.empty(slots, dtype=torch.float32, device=device)
-    tile_info = torch.empty(layout.row_tiles, 4, dtype=torch.int32, device=device)
+    half_capacity = shape.experts if half_rows else 0
+    tile_info = torch.empty(layout.row_tiles + half_capacity, 4, dtype=torch.int32, device=device)
+    tile_counts = torch.empty(2, dtype=torch.int32, device=device)
     launch(
         _row_table_kernel, (max(1, layout.row_tiles),), layout.sorted_slots, layout.counts,
         layout.offsets, layout.tile_offsets, layout.slot_weights, row_weights, tile_info,
-        shape.experts, STEPS=max(shape.experts - 1, 0).bit_length(), BLOCK_M=ROWS, num_warps=4,
+        tile_counts, shape.experts, layout.row_tiles,
+        STEPS=max(shape.experts - 1, 0).bit_length(), BLOCK_M=ROWS, HALF_ROWS=half_rows,
+        BLOCK_E=triton.next_power_of_2(shape.experts), num_warps=4,
     )  # fmt: skip
-    return row_weights, tile_info
+    return row_weights, tile_info, tile_counts
