@@ -102,9 +102,9 @@ def compile_moe_w8a8_gate_up(stages: int):
                          {"a_desc": a_desc, "w_desc": w_desc}, constants, pointers)  # fmt: skip
 
 
-def compile_moe_bf16(swiglu: bool, stages: int, half: bool):
-    """The MoE bf16 gate/up (swiglu) or down kernel, for whole or half items, compiled for sm_90
-    at the TP2 rank's shape, with the consumer registers the host gives it."""
+def compile_moe_bf16(swiglu: bool, stages: int):
+    """The MoE bf16 gate/up (swiglu) or down kernel compiled for sm_90 at the TP2 rank's shape,
+    with the consumer registers the host gives it."""
     experts, hidden, inter, slots = 384, 5120, 1152, 4096 * 6
     depth, width = (hidden, 2 * inter) if swiglu else (inter, hidden)
     rows = torch.empty(slots, depth, dtype=torch.bfloat16)
@@ -113,9 +113,9 @@ def compile_moe_bf16(swiglu: bool, stages: int, half: bool):
                                                        moe_bf16_wgmma.BLOCK_K)  # fmt: skip
     descriptors = {"a_desc": a_desc, "w_desc": w_desc}
     constants = {"STAGES": stages, "LAG": moe_bf16_wgmma.DEFAULT_LAG, "SWIGLU": swiglu,
-                 "HALF": half, "CONSUMER_REGS": moe_bf16_wgmma.CONSUMER_REGS[swiglu]}  # fmt: skip
+                 "CONSUMER_REGS": moe_bf16_wgmma.CONSUMER_REGS[swiglu]}  # fmt: skip
     pointers = {"out_ptr": "*bf16", "x_ptr": "*bf16", "sorted_slots_ptr": "*i32",
-                "tile_info_ptr": "*i32", "tile_count_ptr": "*i32"}  # fmt: skip
+                "tile_info_ptr": "*i32", "tile_offsets_ptr": "*i32"}  # fmt: skip
     return compile_gluon(moe_bf16_wgmma._bf16_wgmma_kernel, descriptors, constants, pointers)
 
 
@@ -171,8 +171,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.BLOCK_TS, default=64,
                         help="W8A16: token columns a tile")  # fmt: skip
     parser.add_argument("--split", action="store_true", help="W8A16: with split K")
-    parser.add_argument("--half", action="store_true",
-                        help="MoE bf16: the kernel of tiles of 64 rows or fewer")  # fmt: skip
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         parser.error("TRITON_INTERPRET=1 is set; unset it to compile the kernel.")
@@ -190,9 +188,8 @@ def main(argv: list[str] | None = None) -> None:
         compiled = compile_moe_w8a8_gate_up(args.stages)
         tile = f"{moe_w8a8_wgmma.ROWS} x 2 x {moe_w8a8_wgmma.BLOCK} items"
     else:
-        compiled = compile_moe_bf16(args.kernel == "moe-bf16-gate-up", args.stages, args.half)
-        kind = "half items" if args.half else "items"
-        tile = f"{moe_bf16_wgmma.ROWS} x {2 * moe_bf16_wgmma.BOX} {kind}"
+        compiled = compile_moe_bf16(args.kernel == "moe-bf16-gate-up", args.stages)
+        tile = f"{moe_bf16_wgmma.ROWS} x {2 * moe_bf16_wgmma.BOX} items"
     registers, spills = ptxas_facts(compiled)
     facts = sass_facts(compiled)
     print(f"Triton {triton.__version__}, sm_90, {args.kernel}, {tile}, {args.stages} stages")

@@ -25,7 +25,6 @@ ROUTINGS = {
     "empty-experts": torch.tensor([[0, 2], [5, 0], [2, 5], [0, 5], [5, 2]]),  # 1, 3, 4: none
     "one-expert": torch.tensor([[4, 4]] * 140),  # 280 rows: three tiles of one expert
     "one-token": torch.tensor([[3, 1]]),
-    "half-boundary": torch.tensor([[4, 1]] * 64 + [[4, 2]]),  # 65 rows (whole), 64, 1 (half)
 }
 
 
@@ -42,20 +41,14 @@ def problem(ids: torch.Tensor, device, seed=0):
     return x.to(device), ids.to(torch.int32).to(device), route.to(device), weights
 
 
-@pytest.mark.parametrize("half_rows", [0, module.WG_ROWS])
-@pytest.mark.parametrize(
-    "case", ["uniform", "one-expert", "empty-experts", "top-3", "half-boundary"]
-)
-def test_the_row_table_names_each_tiles_expert_rows_and_weights(case, half_rows, device):
-    """In tile order with half_rows 0 (the W8A8 kernels' table); with 64, the tiles owning 64
-    rows or fewer move to a second section from entry layout.row_tiles, in expert order, and
-    the counts of both sections come back on the device."""
+@pytest.mark.parametrize("case", ["uniform", "one-expert", "empty-experts", "top-3"])
+def test_the_row_table_names_each_tiles_expert_rows_and_weights(case, device):
     ids = torch.tensor([[0, 5, 2], [1, 2, 3]] * 70) if case == "top-3" else ROUTINGS[case]
     x, ids, route, _ = problem(ids, device)
     top_k = ids.shape[1]
     shape = MoeShape(tokens=x.shape[0], hidden=HIDDEN, experts=EXPERTS, inter=INTER, top_k=top_k)
     layout = FlatLayout.of(ids, route, shape, module.ROWS)
-    row_weights, tile_info, tile_counts = row_table(layout, shape, half_rows)
+    row_weights, tile_info = row_table(layout, shape)
     slots = layout.sorted_slots.long()
     assert torch.equal(row_weights, route.reshape(-1).float()[slots])
     counts, offsets = layout.counts.tolist(), layout.offsets.tolist()
@@ -64,14 +57,7 @@ def test_the_row_table_names_each_tiles_expert_rows_and_weights(case, half_rows,
         for expert in range(EXPERTS)
         for first in range(0, counts[expert], module.ROWS)
     ]
-    whole = [entry for entry in table if entry[2] > half_rows]
-    half = [entry for entry in table if entry[2] <= half_rows]
-    assert tile_counts.tolist() == [len(whole), len(half)]
-    assert tile_info[: len(whole), :3].tolist() == whole
-    start = layout.row_tiles
-    assert tile_info[start : start + len(half), :3].tolist() == half
-    if half_rows:
-        assert half, "every case has a tile of 64 rows or fewer"
+    assert tile_info[: len(table), :3].tolist() == table
 
 
 def test_moe_flat_takes_the_gluon_kernels_where_they_run_and_pay(device, monkeypatch):
@@ -122,9 +108,7 @@ def test_the_gluon_kernels_are_refused_where_they_cannot_run(device):
 def test_the_gluon_kernels_match_the_triton_ones(case, programs):
     """4 K steps an item (H / 64 in gate/up, I / 64 in down) and 4 slots: one program's ring
     holds steps of two items; three leave a remainder of items; gate/up's load warps gather
-    the rows of whole, partial and one-row tiles (280 rows as 128 + 128 + 24, 100, one).
-    Tiles of 64 rows or fewer run as half items (`_item`), 65 and more as whole ones, and a
-    program's ring passes from one kind to the other."""
+    the rows of whole, partial and one-row tiles (280 rows as 128 + 128 + 24, 100, one)."""
     x, ids, route, weights = problem(ROUTINGS[case], torch.device("cuda"))
     gluon = moe_flat(x, ids, route, weights, num_programs=programs, wgmma=True)
     triton_kernels = moe_flat(x, ids, route, weights, num_programs=programs, wgmma=False)

@@ -92,47 +92,21 @@ CONSUMER_REGS = {True: 224, False: 232}  # by SWIGLU: what the load warps leave 
 
 @gluon.jit
 def _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP: gl.constexpr,
-           USE_ACC: gl.constexpr, SWIGLU: gl.constexpr, HALF: gl.constexpr):  # fmt: skip
-    """Wait for `step`'s copy and issue this warpgroup's wgmmas of its slot. A whole item's
-    warpgroup multiplies its 64 rows by both boxes; on a half item (`_item`) both take the
-    slot's first 64 rows, gate/up's warpgroup its half of each box's columns, down's its box
-    (acc_2 then passes through). Rows the threads' cp.async wrote (gate/up) are fenced for
-    wgmma, which reads them through the async proxy."""
+           USE_ACC: gl.constexpr, GATHERED: gl.constexpr):  # fmt: skip
+    """Wait for `step`'s copy and issue this warpgroup's wgmmas of its slot, one a box. Rows
+    the threads' cp.async wrote (GATHERED) are fenced for wgmma, which reads them through the
+    async proxy."""
     SLOTS: gl.constexpr = a_ring.type.shape[0]
-    N: gl.constexpr = acc.shape[1]
     slot = step % SLOTS
     mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
-    if SWIGLU:
+    if GATHERED:
         fence_async_shared()
+    a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
     w_tile = w_ring.index(slot)
-    if HALF:
-        a_rows = a_ring.index(slot).slice(0, _WG_ROWS, dim=0)
-        if SWIGLU:
-            acc = warpgroup_mma(a_rows, w_tile.slice(WARPGROUP * N, N, dim=0).permute((1, 0)),
-                                acc, use_acc=USE_ACC, is_async=True)  # fmt: skip
-            acc_2 = warpgroup_mma(a_rows,
-                                  w_tile.slice(_BOX + WARPGROUP * N, N, dim=0).permute((1, 0)),
-                                  acc_2, use_acc=USE_ACC, is_async=True)  # fmt: skip
-        else:
-            acc = warpgroup_mma(a_rows, w_tile.slice(WARPGROUP * N, N, dim=0).permute((1, 0)),
-                                acc, use_acc=USE_ACC, is_async=True)  # fmt: skip
-    else:
-        a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
-        acc = warpgroup_mma(a_rows, w_tile.slice(0, N, dim=0).permute((1, 0)), acc,
-                            use_acc=USE_ACC, is_async=True)  # fmt: skip
-        acc_2 = warpgroup_mma(a_rows, w_tile.slice(N, N, dim=0).permute((1, 0)), acc_2,
-                              use_acc=USE_ACC, is_async=True)  # fmt: skip
-    return acc, acc_2
-
-
-@gluon.jit
-def _wait(acc, acc_2, IN_FLIGHT: gl.constexpr, ONE: gl.constexpr):
-    """warpgroup_mma_wait for the wgmmas of a step: two a step, or one (ONE: a half item of
-    down), with IN_FLIGHT steps' still outstanding."""
-    if ONE:
-        acc = warpgroup_mma_wait(num_outstanding=IN_FLIGHT, deps=(acc,))
-    else:
-        acc, acc_2 = warpgroup_mma_wait(num_outstanding=2 * IN_FLIGHT, deps=(acc, acc_2))
+    acc = warpgroup_mma(a_rows, w_tile.slice(0, _BOX, dim=0).permute((1, 0)), acc,
+                        use_acc=USE_ACC, is_async=True)  # fmt: skip
+    acc_2 = warpgroup_mma(a_rows, w_tile.slice(_BOX, _BOX, dim=0).permute((1, 0)), acc_2,
+                          use_acc=USE_ACC, is_async=True)  # fmt: skip
     return acc, acc_2
 
 
@@ -162,75 +136,19 @@ def _release(a_desc, w_desc, a_ring, w_ring, ready, empty, released, total, curs
 
 
 @gluon.jit
-def _item(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-          row_weights_ptr, places, first_row, owned, col_tile, k_steps, second, stride_out,
-          step, total, load_item, load_k, load_row, load_w_row, LAG, WARPGROUP: gl.constexpr,
-          SWIGLU: gl.constexpr, HALF: gl.constexpr):  # fmt: skip
-    """One item's K steps and epilogue for this warpgroup: per K step, wait for the slot's
-    copy, issue its wgmmas, wait for the step before's and release its slot (the first step
-    starts the accumulators, so only wgmmas write them while one is in flight); after the
-    last, wait for all and store. Returns the step and the refill cursor after the item.
-
-    A whole item: this warpgroup's 64 rows (64 WARPGROUP + [0, 64)) by both boxes. A half
-    item (HALF: an expert's last row tile of 64 rows or fewer): both warpgroups take the
-    slot's first 64 rows and split the columns, gate/up's a 64-wide half of the gate box and
-    of the up box, down's one box, so the tensor cores multiply no padding rows past 64."""
-    N: gl.constexpr = _BOX // (1 + HALF * SWIGLU)  # gate/up's half item: half boxes
-    ONE: gl.constexpr = HALF * (1 - SWIGLU)  # down's half item: one box, one wgmma a step
-    layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 16]
-    )
-    first: gl.constexpr = (1 - HALF) * WARPGROUP * _WG_ROWS
-    offsets = first + gl.arange(0, _WG_ROWS, layout=gl.SliceLayout(1, layout))
-    rows = first_row + offsets
-    mine = offsets < owned
-    if SWIGLU:
-        out_rows = rows.to(gl.int64)
-    else:
-        out_rows = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
-        weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
-    cursor = (load_item, load_k, load_row, load_w_row)
-    acc = gl.zeros((_WG_ROWS, N), gl.float32, layout)
-    acc_2 = gl.zeros((_WG_ROWS, N), gl.float32, layout)  # the second box's columns
-    acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, False, SWIGLU, HALF)
-    # waits for nothing (the step stays in flight): the loop carries tensors, not tokens
-    acc, acc_2 = _wait(acc, acc_2, 1, ONE)
-    step += 1
-    for _k in range(1, k_steps):
-        acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, True, SWIGLU,
-                            HALF)  # fmt: skip
-        acc, acc_2 = _wait(acc, acc_2, 1, ONE)
-        cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
-                          cursor, k_steps, *places, second, LAG, WARPGROUP,
-                          not SWIGLU)  # fmt: skip
-        step += 1
-    acc, acc_2 = _wait(acc, acc_2, 0, ONE)
-    cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total, cursor,
-                      k_steps, *places, second, LAG, WARPGROUP, not SWIGLU)  # fmt: skip
-    if SWIGLU:
-        h = acc / (1.0 + gl.exp(-acc)) * acc_2
-        column = col_tile * _BOX + HALF * WARPGROUP * N
-        store_rows(out_ptr, out_rows, mine, column, h, stride_out)
-    elif HALF:
-        store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX + WARPGROUP * _BOX,
-                   acc * weights[:, None], stride_out)  # fmt: skip
-    else:
-        store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX, acc * weights[:, None],
-                   stride_out)  # fmt: skip
-        store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX + _BOX,
-                   acc_2 * weights[:, None], stride_out)  # fmt: skip
-    load_item, load_k, load_row, load_w_row = cursor
-    return step, load_item, load_k, load_row, load_w_row
-
-
-@gluon.jit
-def _consumer(args, WARPGROUP: gl.constexpr, SWIGLU: gl.constexpr, HALF: gl.constexpr):
-    """Every item this program owns, all whole or all half (`_item`): warpgroup 0 runs it as
-    the default partition, warpgroup 1 through a worker wrapper that names its constants."""
-    (a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr, row_weights_ptr,
-     tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows, second, my_items,
-     stride_out, LAG) = args  # fmt: skip
+def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
+              second, my_items, stride_out, LAG, WARPGROUP: gl.constexpr,
+              SWIGLU: gl.constexpr):  # fmt: skip
+    """Rows 64 WARPGROUP + [0, 64) of every item this program owns: per K step, wait for the
+    slot's copy, issue the two boxes' wgmmas, wait for the step before's and release its
+    slot (the first step starts the accumulators, so only wgmmas write them while one is in
+    flight); after an item's last step, wait for all and store (module docstring)."""
     SLOTS: gl.constexpr = a_ring.type.shape[0]
+    layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BOX, 16]
+    )
+    offsets = WARPGROUP * _WG_ROWS + gl.arange(0, _WG_ROWS, layout=gl.SliceLayout(1, layout))
     programs = gl.num_programs(0)
     total = my_items * k_steps
     places = (tile_info_ptr, items, col_tiles, expert_rows, col_rows)
@@ -238,33 +156,59 @@ def _consumer(args, WARPGROUP: gl.constexpr, SWIGLU: gl.constexpr, HALF: gl.cons
     load_item = gl.program_id(0) + (SLOTS // k_steps) * programs
     _, load_row, _, load_w_row, _ = item_place(load_item, items, col_tiles, expert_rows,
                                                col_rows, tile_info_ptr)  # fmt: skip
-    load_k = SLOTS % k_steps
+    cursor = (load_item, SLOTS % k_steps, load_row, load_w_row)
+    acc = gl.zeros((_WG_ROWS, _BOX), gl.float32, layout)
+    acc_2 = gl.zeros((_WG_ROWS, _BOX), gl.float32, layout)  # the second box's columns
     step = 0
     item = gl.program_id(0)
     for _ in range(my_items):
         _, first_row, owned, _, col_tile = item_place(item, items, col_tiles, expert_rows,
                                                       col_rows, tile_info_ptr)  # fmt: skip
-        step, load_item, load_k, load_row, load_w_row = _item(
-            a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-            row_weights_ptr, places, first_row, owned, col_tile, k_steps, second, stride_out,
-            step, total, load_item, load_k, load_row, load_w_row, LAG, WARPGROUP, SWIGLU, HALF,
-        )  # fmt: skip
+        rows = first_row + offsets
+        mine = offsets < owned
+        if SWIGLU:
+            out_rows = rows.to(gl.int64)
+        else:
+            out_rows = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
+            weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
+        acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, False, SWIGLU)
+        # waits for nothing (both stay in flight): the loop carries tensors, not tokens
+        acc, acc_2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_2))
+        step += 1
+        for _k in range(1, k_steps):
+            acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, True, SWIGLU)
+            acc, acc_2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_2))
+            cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
+                              cursor, k_steps, *places, second, LAG, WARPGROUP,
+                              not SWIGLU)  # fmt: skip
+            step += 1
+        acc, acc_2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_2))
+        cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
+                          cursor, k_steps, *places, second, LAG, WARPGROUP,
+                          not SWIGLU)  # fmt: skip
+        if SWIGLU:
+            h = acc / (1.0 + gl.exp(-acc)) * acc_2
+            store_rows(out_ptr, out_rows, mine, col_tile * _BOX, h, stride_out)
+        else:
+            store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX, acc * weights[:, None],
+                       stride_out)  # fmt: skip
+            store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX + _BOX,
+                       acc_2 * weights[:, None], stride_out)  # fmt: skip
         item += programs
 
 
 @gluon.jit
 def _bf16_wgmma_kernel(
     a_desc, w_desc, out_ptr, x_ptr, stride_x, top_k, sorted_slots_ptr, row_weights_ptr,
-    tile_info_ptr, tile_count_ptr, col_tiles, k_steps, expert_rows, col_rows, second,
-    stride_out, STAGES: gl.constexpr, LAG: gl.constexpr, SWIGLU: gl.constexpr,
-    HALF: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    tile_info_ptr, tile_offsets_ptr, num_experts, col_tiles, k_steps, expert_rows, col_rows,
+    second, stride_out, STAGES: gl.constexpr, LAG: gl.constexpr, SWIGLU: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     """Gate/up (SWIGLU: rows gathered from x by the load warps) or down (rows of h by TMA,
-    which warpgroup 0 issues between its steps) over the tile_count_ptr[0] tiles of
-    tile_info, all whole or all half (HALF)."""
+    which warpgroup 0 issues between its steps)."""
     a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES, 2,
                                                  1 + 32 * LOAD_WARPS if SWIGLU else 1)  # fmt: skip
-    items = gl.load(tile_count_ptr) * col_tiles
+    items = gl.load(tile_offsets_ptr + num_experts) * col_tiles
     my_items = gl.cdiv(items - gl.program_id(0), gl.num_programs(0))
     args = (a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
             row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
@@ -273,14 +217,9 @@ def _bf16_wgmma_kernel(
         loads = (x_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty,
                  sorted_slots_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
                  col_rows, second, my_items)  # fmt: skip
-        if HALF:
-            gl.warp_specialize([(_consumer, (args, 0, True, True)), (_gate_up_half_bottom, (args,)),
-                                (gather_loads, loads)], [4, LOAD_WARPS],
-                               [CONSUMER_REGS, LOAD_REGS])  # fmt: skip
-        else:
-            gl.warp_specialize([(_consumer, (args, 0, True, False)),
-                                (_gate_up_whole_bottom, (args,)), (gather_loads, loads)],
-                               [4, LOAD_WARPS], [CONSUMER_REGS, LOAD_REGS])  # fmt: skip
+        gl.warp_specialize([(_gate_up_top, args), (_gate_up_bottom, args),
+                            (gather_loads, loads)], [4, LOAD_WARPS],
+                           [CONSUMER_REGS, LOAD_REGS])  # fmt: skip
     else:
         for first in gl.static_range(STAGES):
             item = gl.program_id(0) + (first // k_steps) * gl.num_programs(0)
@@ -288,39 +227,50 @@ def _bf16_wgmma_kernel(
                                                    col_rows, tile_info_ptr)  # fmt: skip
             issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_items * k_steps,
                        first_row, w_row, first % k_steps, w_row + second)  # fmt: skip
-        if HALF:
-            gl.warp_specialize([(_consumer, (args, 0, False, True)), (_down_half_bottom, (args,))],
-                               [4], [CONSUMER_REGS])  # fmt: skip
-        else:
-            gl.warp_specialize([(_consumer, (args, 0, False, False)),
-                                (_down_whole_bottom, (args,))], [4], [CONSUMER_REGS])  # fmt: skip
+        gl.warp_specialize([(_down_top, args), (_down_bottom, args)], [4], [CONSUMER_REGS])
 
 
-# Warpgroup 1 is a worker partition, and a constexpr passed to a worker through
-# warp_specialize arrives as a runtime value, so each kind of item of each projection has its
-# own wrapper that names them.
+# A constexpr passed through warp_specialize arrives as a runtime value, so each partition
+# of each projection has its own wrapper that names its warpgroup and epilogue.
 @gluon.jit
-def _gate_up_whole_bottom(args):
-    """Gate/up, whole items, warpgroup 1: each item's last 64 rows."""
-    _consumer(args, 1, True, False)
-
-
-@gluon.jit
-def _gate_up_half_bottom(args):
-    """Gate/up, half items, warpgroup 1: the second half of each box's columns."""
-    _consumer(args, 1, True, True)
+def _gate_up_top(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+                 row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
+                 col_rows, second, my_items, stride_out, LAG):  # fmt: skip
+    """Gate/up, warpgroup 0 (the default partition): each item's first 64 rows (the load
+    warps, `gather_loads`, fill the ring)."""
+    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
+              second, my_items, stride_out, LAG, 0, True)  # fmt: skip
 
 
 @gluon.jit
-def _down_whole_bottom(args):
-    """Down, whole items, warpgroup 1: each item's last 64 rows."""
-    _consumer(args, 1, False, False)
+def _gate_up_bottom(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+                    row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
+                    col_rows, second, my_items, stride_out, LAG):  # fmt: skip
+    """Gate/up, warpgroup 1 (the worker partition): each item's last 64 rows."""
+    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
+              second, my_items, stride_out, LAG, 1, True)  # fmt: skip
 
 
 @gluon.jit
-def _down_half_bottom(args):
-    """Down, half items, warpgroup 1: the item's second box."""
-    _consumer(args, 1, False, True)
+def _down_top(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
+              col_rows, second, my_items, stride_out, LAG):  # fmt: skip
+    """Down, warpgroup 0 (the default partition): each item's first 64 rows, and refills."""
+    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
+              second, my_items, stride_out, LAG, 0, False)  # fmt: skip
+
+
+@gluon.jit
+def _down_bottom(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+                 row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
+                 col_rows, second, my_items, stride_out, LAG):  # fmt: skip
+    """Down, warpgroup 1 (the worker partition): each item's last 64 rows."""
+    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
+              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
+              second, my_items, stride_out, LAG, 1, False)  # fmt: skip
 
 
 def runs_on(hidden: int, inter: int) -> bool:
@@ -348,7 +298,6 @@ def projection(
     layout: "FlatLayout",
     row_weights: Tensor,
     tile_info: Tensor,
-    tile_counts: Tensor,
     programs: int,
     *,
     swiglu: bool,
@@ -359,8 +308,7 @@ def projection(
     """One projection in bf16: gate/up (`swiglu`: rows is x (T, H), sorted row p's token is
     sorted_slots[p] // top_k; weights (E, 2I, H)) writes silu(gate) * up at the rows' sorted
     places of out (slots, I); down (rows is h, sorted; weights (E, H, I)) writes each row
-    times its routing weight at its slot of out (slots, H). Two launches: the whole tiles'
-    items, then the half tiles' (`row_table` with half_rows 64 splits the table)."""
+    times its routing weight at its slot of out (slots, H)."""
     check_ring(num_stages, lag)
     experts, width, depth = weights.shape
     a_desc, w_desc = expert_descriptors(rows, weights, BOX, BLOCK_K)
@@ -368,16 +316,13 @@ def projection(
         col_tiles, col_rows, second = width // 2 // BOX, BOX, width // 2
     else:  # an item: 256 columns of H, two adjacent boxes
         col_tiles, col_rows, second = width // (2 * BOX), 2 * BOX, BOX
-    whole = layout.row_tiles
-    for half, info, count in ((False, tile_info[:whole], tile_counts[0:]),
-                              (True, tile_info[whole:], tile_counts[1:])):  # fmt: skip
-        launch(
-            _bf16_wgmma_kernel, (max(1, min(programs, info.shape[0] * col_tiles)),), a_desc,
-            w_desc, out, rows, rows.stride(0), top_k, layout.sorted_slots, row_weights, info,
-            count, col_tiles, depth // BLOCK_K, width, col_rows, second, out.stride(0),
-            STAGES=num_stages, LAG=lag, SWIGLU=swiglu, HALF=half,
-            CONSUMER_REGS=CONSUMER_REGS[swiglu], num_warps=4,
-        )  # fmt: skip
+    grid = max(1, min(programs, tile_info.shape[0] * col_tiles))
+    launch(
+        _bf16_wgmma_kernel, (grid,), a_desc, w_desc, out, rows, rows.stride(0), top_k,
+        layout.sorted_slots, row_weights, tile_info, layout.tile_offsets, experts, col_tiles,
+        depth // BLOCK_K, width, col_rows, second, out.stride(0), STAGES=num_stages, LAG=lag,
+        SWIGLU=swiglu, CONSUMER_REGS=CONSUMER_REGS[swiglu], num_warps=4,
+    )  # fmt: skip
 
 
 def moe_bf16_wgmma(
@@ -385,14 +330,14 @@ def moe_bf16_wgmma(
     shape: MoeShape, programs: int, num_stages: int = DEFAULT_STAGES, lag: int = DEFAULT_LAG,
 ) -> Tensor:  # fmt: skip
     """Routed-expert output (T, H) of bf16 x and experts on the layout's 128-row tiles: the
-    row table, gate/up and down (two launches each: whole and half tiles), `combine`; six
-    launches after the layout's."""
+    row table, gate/up, down, `combine`; four launches after the layout's."""
     slots = shape.tokens * shape.top_k
-    tables = row_table(layout, shape, half_rows=WG_ROWS)
+    row_weights, tile_info = row_table(layout, shape)
     h = torch.empty(slots, shape.inter, dtype=x.dtype, device=x.device)
     options = {"num_stages": num_stages, "lag": lag}
-    projection(x, weights_gate_up, h, layout, *tables, programs, swiglu=True,
+    projection(x, weights_gate_up, h, layout, row_weights, tile_info, programs, swiglu=True,
                top_k=shape.top_k, **options)  # fmt: skip
     y = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
-    projection(h, weights_down, y, layout, *tables, programs, swiglu=False, **options)
+    projection(h, weights_down, y, layout, row_weights, tile_info, programs, swiglu=False,
+               **options)  # fmt: skip
     return combine(y, shape.tokens, shape.top_k, x.dtype)

@@ -217,7 +217,7 @@ def moe_w8a8(
         gate_up, down = weights.gate_up, weights.down
         gs, ds = weights.gate_up_scale, weights.down_scale
         if gluon:
-            row_weights, tile_info, _ = row_table(layout, shape)
+            row_weights, tile_info = row_table(layout, shape)
             gate_up_wgmma(x8, xs, h8, hs, gate_up, gs, layout, tile_info, shape.top_k, programs)
         else:
             launch(

@@ -84,34 +84,17 @@ LOAD_REGS = gl.constexpr(64)
 @triton.jit
 def _row_table_kernel(
     sorted_slots_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr, slot_weights_ptr,
-    row_weights_ptr, tile_info_ptr, tile_counts_ptr, num_experts, half_base,
-    STEPS: tl.constexpr, BLOCK_M: tl.constexpr, HALF_ROWS: tl.constexpr, BLOCK_E: tl.constexpr,
+    row_weights_ptr, tile_info_ptr, num_experts, STEPS: tl.constexpr, BLOCK_M: tl.constexpr,
 ):  # fmt: skip
-    """Row tile program_id(0), if it is one: its rows' routing weights and its table entry,
-    among the whole tiles in tile order or, if it owns HALF_ROWS rows or fewer (an expert's
-    last tile), among the half tiles from entry half_base in expert order; program 0 writes
-    the two counts. With HALF_ROWS 0 every tile is whole and its entry is its index."""
+    """Row tile program_id(0), if it is one: its table entry and its rows' routing weights."""
     row_tile = tl.program_id(0)
-    experts = tl.arange(0, BLOCK_E)
-    counts = tl.load(counts_ptr + experts, mask=experts < num_experts, other=0)
-    last = counts % BLOCK_M
-    half = ((last > 0) & (last <= HALF_ROWS)).to(tl.int32)
-    whole = tl.cdiv(counts, BLOCK_M) - half
-    if row_tile == 0:
-        which = tl.arange(0, 2)
-        tl.store(tile_counts_ptr + which, tl.where(which == 0, tl.sum(whole), tl.sum(half)))
     if row_tile < tl.load(tile_offsets_ptr + num_experts):
         expert, rows, row_ok, _, _ = locate_rows(
             row_tile, 1, 1, tile_offsets_ptr, offsets_ptr, counts_ptr, num_experts, BLOCK_M, STEPS
         )
-        before = experts < expert
-        in_expert = row_tile - tl.load(tile_offsets_ptr + expert)
-        whole_entry = tl.sum(tl.where(before, whole, 0)) + in_expert
-        half_entry = half_base + tl.sum(tl.where(before, half, 0))
-        entry = tl.where(tl.sum(row_ok.to(tl.int32)) <= HALF_ROWS, half_entry, whole_entry)
         slots = tl.load(sorted_slots_ptr + rows, mask=row_ok, other=0)
-        write_tile_info(entry, expert, rows, row_ok, slots, slot_weights_ptr, row_weights_ptr,
-                        tile_info_ptr)  # fmt: skip
+        write_tile_info(row_tile, expert, rows, row_ok, slots, slot_weights_ptr,
+                        row_weights_ptr, tile_info_ptr)  # fmt: skip
 
 
 @gluon.jit
@@ -275,19 +258,16 @@ def gather_loads(x_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty,
 
 @gluon.jit
 def store_rows(y_ptr, slots, mine, first_col, values, stride_yr):
-    """y[slots, first_col + [0, width)] = values (this warpgroup's rows of one column tile,
-    128 or 64 columns wide) in y's dtype, 8 values a thread (16 bytes of bf16): each warp
-    writes whole rows an instruction, where the wgmma layout's pairs would write 4 bytes a
-    thread, 16 bytes a row."""
-    WIDTH: gl.constexpr = values.shape[1]
+    """y[slots, first_col + [0, 128)] = values (this warpgroup's rows of one column tile) in
+    y's dtype, 16 bytes a thread: each warp writes two whole 256-byte rows an instruction,
+    where the wgmma layout's pairs would write 4 bytes a thread, 16 bytes a row."""
     rows_layout: gl.constexpr = gl.BlockedLayout(
-        size_per_thread=[1, 8], threads_per_warp=[256 // WIDTH, WIDTH // 8], warps_per_cta=[4, 1],
-        order=[1, 0],
-    )  # fmt: skip
+        size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0]
+    )
     out = gl.convert_layout(values.to(y_ptr.dtype.element_ty), rows_layout)
     slots = gl.convert_layout(slots, gl.SliceLayout(1, rows_layout))
     mine = gl.convert_layout(mine, gl.SliceLayout(1, rows_layout))
-    cols = first_col + gl.arange(0, WIDTH, layout=gl.SliceLayout(0, rows_layout))
+    cols = first_col + gl.arange(0, _BLOCK, layout=gl.SliceLayout(0, rows_layout))
     gl.store(y_ptr + slots[:, None] * stride_yr + cols[None, :], out, mask=mine[:, None])
 
 
@@ -397,25 +377,16 @@ def down_wgmma(
     )  # fmt: skip
 
 
-def row_table(
-    layout: "FlatLayout", shape: MoeShape, half_rows: int = 0
-) -> tuple[Tensor, Tensor, Tensor]:
-    """(row_weights, tile_info, tile_counts): each sorted row's routing weight; each 128-row
-    tile's (expert, first row, rows owned) (`tiles.write_tile_info`), the tiles owning more
-    than half_rows rows first in tile order, then from entry `layout.row_tiles` those owning
-    half_rows or fewer (at most one an expert, its last), in expert order; and the number of
-    each (int32 on the device, so no sync). With half_rows 0 the table is in tile order."""
+def row_table(layout: "FlatLayout", shape: MoeShape) -> tuple[Tensor, Tensor]:
+    """(row_weights, tile_info): each sorted row's routing weight, and each 128-row tile's
+    (expert, first row, rows owned) (`tiles.write_tile_info`)."""
     slots = shape.tokens * shape.top_k
     device = layout.sorted_slots.device
     row_weights = torch.empty(slots, dtype=torch.float32, device=device)
-    half_capacity = shape.experts if half_rows else 0
-    tile_info = torch.empty(layout.row_tiles + half_capacity, 4, dtype=torch.int32, device=device)
-    tile_counts = torch.empty(2, dtype=torch.int32, device=device)
+    tile_info = torch.empty(layout.row_tiles, 4, dtype=torch.int32, device=device)
     launch(
         _row_table_kernel, (max(1, layout.row_tiles),), layout.sorted_slots, layout.counts,
         layout.offsets, layout.tile_offsets, layout.slot_weights, row_weights, tile_info,
-        tile_counts, shape.experts, layout.row_tiles,
-        STEPS=max(shape.experts - 1, 0).bit_length(), BLOCK_M=ROWS, HALF_ROWS=half_rows,
-        BLOCK_E=triton.next_power_of_2(shape.experts), num_warps=4,
+        shape.experts, STEPS=max(shape.experts - 1, 0).bit_length(), BLOCK_M=ROWS, num_warps=4,
     )  # fmt: skip
-    return row_weights, tile_info, tile_counts
+    return row_weights, tile_info
