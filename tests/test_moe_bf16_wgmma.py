@@ -1,7 +1,8 @@
 """The Gluon bf16 MoE kernels (kernels/moe/bf16_wgmma.py) that moe_flat runs at prefill sizes
-on sm_90: the table of row tiles they read (a Triton kernel, so the interpreter runs it), when
-moe_flat takes them and its refusals, and on a GPU, their results against the Triton kernels'
-at ragged routings with few programs (the ring then runs across items and experts)."""
+on sm_90: the table of row tiles they read and the widening of FP8 and INT4 experts to bf16
+(Triton kernels, so the interpreter runs them), when moe_flat takes them and its refusals, and
+on a GPU, their results against the Triton kernels' at ragged routings with few programs (the
+ring then runs across items and experts), in each expert format."""
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from kernels.moe import flat as flat_module
 from kernels.moe.flat import FlatLayout
 from kernels.moe.routing import MoeShape
 from kernels.moe.w8a8_wgmma import row_table
+from kernels.moe.widen import WIDEN_MIN_ROWS, widened
 
 EXPERTS, TOP_K, HIDDEN, INTER = 6, 2, 256, 256  # one 256-wide down item, two gate/up items
 ROUTINGS = {
@@ -61,7 +63,8 @@ def test_the_row_table_names_each_tiles_expert_rows_and_weights(case, device):
 
 
 def test_moe_flat_takes_the_gluon_kernels_where_they_run_and_pay(device, monkeypatch):
-    """On sm_90 (stood in for here), bf16 experts at prefill sizes without Triton options."""
+    """On sm_90 (stood in for here), at prefill sizes without Triton options: bf16 experts from
+    32 rows an active expert, FP8 and INT4 ones (widened) from WIDEN_MIN_ROWS."""
     ran = []
     monkeypatch.setattr(flat_module, "supported", lambda _device: True)
     monkeypatch.setattr(module, "moe_bf16_wgmma", lambda x, *a, **k: ran.append(1) or x)
@@ -84,6 +87,15 @@ def test_moe_flat_takes_the_gluon_kernels_where_they_run_and_pay(device, monkeyp
     assert ran == [1, 1]
     with pytest.raises(ValueError, match="x's rows contiguous and 16-byte aligned"):
         moe_flat(wide, *rest, wgmma=True)
+    for tokens, widens in ((WIDEN_MIN_ROWS * EXPERTS // TOP_K, True), (150, False)):
+        ids = torch.arange(tokens * TOP_K).reshape(tokens, TOP_K) % EXPERTS  # evenly spread
+        x, ids, route, weights = problem(ids, device)
+        for fmt in ("fp8", "int4"):
+            before = len(ran)
+            moe_flat(x, ids, route, MoeWeights.quantize(weights.gate_up, weights.down, fmt))
+            assert len(ran) == before + widens
+    moe_flat(x, ids, route, weights)  # 50 rows an expert: enough for bf16 experts
+    assert len(ran) == 5
 
 
 def test_the_gluon_kernels_are_refused_where_they_cannot_run(device):
@@ -91,15 +103,49 @@ def test_the_gluon_kernels_are_refused_where_they_cannot_run(device):
     with pytest.raises(ValueError, match="must be True, False or None"):
         moe_flat(x, ids, route, weights, wgmma="yes")
     fp8 = MoeWeights.quantize(weights.gate_up, weights.down, "fp8")
-    message = "wgmma=True needs .*bf16 activations and weights.*no Triton tile options"
+    message = "wgmma=True needs .*bf16 activations and bf16, FP8 or INT4 experts.*no Triton tile"
     with pytest.raises(ValueError, match=message):
-        moe_flat(x, ids, route, fp8, block_n=64, wgmma=True)
+        moe_flat(x.float(), ids, route, fp8, block_n=64, wgmma=True)
     if device.type == "cpu":
         with pytest.raises(ValueError, match=r"needs an sm_90 \(Hopper\) GPU; pass wgmma=None"):
             moe_flat(x, ids, route, weights, wgmma=True)
     for stages, lag, what in ((5, 0, "num_stages must be from 2 to 4"), (4, 3, "lag must be")):
         with pytest.raises(ValueError, match=what):
             module.check_ring(stages, lag)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int4"])
+@pytest.mark.parametrize(("block", "hidden"), [(128, 256), (32, 200)])  # 200: a partial block
+def test_widened_weights_are_the_values_the_kernels_multiply_by(fmt, block, hidden, device):
+    """Each weight is its FP8 value times its block scale, or its INT4 code less 8 times its
+    group scale, rounded once to bf16: on a GPU to nearest, exactly; the interpreter's bf16
+    conversion truncates, so on the CPU within a bf16 step."""
+    gen = torch.Generator().manual_seed(1)
+    gate_up = torch.randn(3, 2 * 96, hidden, generator=gen).to(device)
+    down = torch.randn(3, hidden, 96, generator=gen).to(device)
+    weights = MoeWeights.quantize(gate_up, down, fmt, block)
+    for projection, exact in zip(("gate_up", "down"), weights.dequantize(), strict=True):
+        wide = widened(weights, projection)
+        assert wide.dtype == torch.bfloat16 and wide.shape == exact.shape
+        if device.type == "cuda":
+            assert torch.equal(wide, exact.to(torch.bfloat16))
+        else:
+            assert ((wide.float() - exact).abs() <= exact.abs() * 2**-7).all()
+    assert widened(MoeWeights("bf16", gate_up, down), "down") is down
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["fp8", "int4"])
+@pytest.mark.parametrize("case", ["uniform", "one-expert"])
+def test_widened_experts_on_the_gluon_kernels_match_the_triton_ones(case, fmt):
+    """FP8 (W8A16) and INT4 (W4A16) experts widened to bf16 for the Gluon kernels, against the
+    Triton kernels that dequantise each tile, and against the reference on their values."""
+    x, ids, route, weights = problem(ROUTINGS[case], torch.device("cuda"))
+    quantised = MoeWeights.quantize(weights.gate_up, weights.down, fmt)
+    gluon = moe_flat(x, ids, route, quantised, wgmma=True)
+    triton_kernels = moe_flat(x, ids, route, quantised, wgmma=False)
+    assert relative_error(gluon, triton_kernels) < 1e-2
+    assert relative_error(gluon, moe_reference(x, ids, route, quantised)) < 1e-2
 
 
 @pytest.mark.gpu

@@ -62,6 +62,7 @@ from kernels.dense.w8a8_wgmma import (
     issue_load,
     released_slot,
 )
+from kernels.moe.formats import MoeWeights
 from kernels.moe.routing import MoeShape
 from kernels.moe.routing_kernels import combine
 from kernels.moe.w8a8_wgmma import (  # ROWS: an item's rows, two warpgroups of wgmma's 64
@@ -75,6 +76,7 @@ from kernels.moe.w8a8_wgmma import (  # ROWS: an item's rows, two warpgroups of 
     row_table,
     store_rows,
 )
+from kernels.moe.widen import widened
 
 if TYPE_CHECKING:  # flat imports this module to run it
     from kernels.moe.flat import FlatLayout
@@ -326,18 +328,19 @@ def projection(
 
 
 def moe_bf16_wgmma(
-    x: Tensor, weights_gate_up: Tensor, weights_down: Tensor, layout: "FlatLayout",
-    shape: MoeShape, programs: int, num_stages: int = DEFAULT_STAGES, lag: int = DEFAULT_LAG,
+    x: Tensor, weights: MoeWeights, layout: "FlatLayout", shape: MoeShape, programs: int,
+    num_stages: int = DEFAULT_STAGES, lag: int = DEFAULT_LAG,
 ) -> Tensor:  # fmt: skip
-    """Routed-expert output (T, H) of bf16 x and experts on the layout's 128-row tiles: the
-    row table, gate/up, down, `combine`; four launches after the layout's."""
+    """Routed-expert output (T, H) of bf16 x on the layout's 128-row tiles: the row table,
+    gate/up, down, `combine`; four launches after the layout's. FP8 and INT4 experts are
+    widened to bf16 one projection at a time (`widen`), one more launch each."""
     slots = shape.tokens * shape.top_k
     row_weights, tile_info = row_table(layout, shape)
     h = torch.empty(slots, shape.inter, dtype=x.dtype, device=x.device)
     options = {"num_stages": num_stages, "lag": lag}
-    projection(x, weights_gate_up, h, layout, row_weights, tile_info, programs, swiglu=True,
-               top_k=shape.top_k, **options)  # fmt: skip
+    projection(x, widened(weights, "gate_up"), h, layout, row_weights, tile_info, programs,
+               swiglu=True, top_k=shape.top_k, **options)  # fmt: skip
     y = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
-    projection(h, weights_down, y, layout, row_weights, tile_info, programs, swiglu=False,
-               **options)  # fmt: skip
+    projection(h, widened(weights, "down"), y, layout, row_weights, tile_info, programs,
+               swiglu=False, **options)  # fmt: skip
     return combine(y, shape.tokens, shape.top_k, x.dtype)

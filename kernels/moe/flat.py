@@ -55,6 +55,7 @@ from kernels.moe.tiles import (
     store_down,
     store_gate_up,
 )
+from kernels.moe.widen import WIDEN_MIN_ROWS
 
 SCHEDULES = ("static", "ticket")
 CPU_PROGRAMS = 4
@@ -314,9 +315,11 @@ def moe_flat(
     num_programs defaults to the SM count (4 on the CPU), times DECODE_PROGRAMS_PER_SM at
     decode sizes (`default_programs`). None tile options come from
     default_tiles(shape, fmt); split_k None picks a split per projection (auto_split_k), an int
-    applies to both. `wgmma` runs bf16 experts on the Gluon kernels (`bf16_wgmma`): None where
-    they run and pay (sm_90, bf16, prefill sizes, H a multiple of 256 and I of 128, no tile
-    options or ticket schedule, which are the Triton kernels'), True or an error, False never.
+    applies to both. `wgmma` runs the experts on the Gluon bf16 kernels (`bf16_wgmma`; FP8 and
+    INT4 experts widened to bf16 a projection at a time, `widen`): None where they run and pay
+    (sm_90, bf16 x, prefill sizes, from `widen.WIDEN_MIN_ROWS` rows an expert for FP8 and INT4,
+    H a multiple of 256 and I of 128, no tile options or ticket schedule, which are the Triton
+    kernels'), True or an error, False never.
     Kernel facts of the call: kernels.moe.last_facts().
     """
     if schedule not in SCHEDULES:
@@ -345,8 +348,7 @@ def moe_flat(
         sms = sm_count(x.device) or CPU_PROGRAMS
         if _gluon_bf16(wgmma, x, weights, shape, schedule, triton_options):
             layout = FlatLayout.of(topk_ids, topk_weights, shape, bf16_wgmma.ROWS)
-            return bf16_wgmma.moe_bf16_wgmma(x, weights.gate_up, weights.down, layout, shape,
-                                             num_programs or sms)  # fmt: skip
+            return bf16_wgmma.moe_bf16_wgmma(x, weights, layout, shape, num_programs or sms)
         programs = num_programs or default_programs(shape, weights.fmt, sms)
         return _run_flat(x, topk_ids, topk_weights, weights, shape, tiles, schedule, programs)
 
@@ -361,8 +363,9 @@ def _gluon_bf16(wgmma: bool | None, x: Tensor, weights: MoeWeights, shape: MoeSh
         for need, met in (
             ("an sm_90 (Hopper) GPU", supported(x.device)),
             (
-                "bf16 activations and weights",
-                weights.fmt == "bf16" and x.dtype == weights.gate_up.dtype == torch.bfloat16,
+                "bf16 activations and bf16, FP8 or INT4 experts",
+                x.dtype == torch.bfloat16
+                and (weights.fmt != "bf16" or weights.gate_up.dtype == torch.bfloat16),
             ),
             (
                 f"H a multiple of {2 * bf16_wgmma.BOX} and I of {bf16_wgmma.BOX}",
@@ -387,7 +390,10 @@ def _gluon_bf16(wgmma: bool | None, x: Tensor, weights: MoeWeights, shape: MoeSh
         raise ValueError(f"wgmma=True needs {', '.join(missing)}; pass wgmma=None to use the "
                          "Gluon kernels where they run.")  # fmt: skip
     if wgmma is None:
-        return not missing and prefill_sized(shape.tokens * shape.top_k, shape.experts)
+        slots = shape.tokens * shape.top_k
+        if weights.fmt == "bf16":
+            return not missing and prefill_sized(slots, shape.experts)
+        return not missing and slots >= WIDEN_MIN_ROWS * min(shape.experts, slots)
     return wgmma
 
 

@@ -1,0 +1,95 @@
+"""Quantised expert weights widened to bf16 on the GPU, one projection at a time, so that the
+Gluon bf16 prefill kernels (`bf16_wgmma`) can multiply FP8 and INT4 experts (W8A16, W4A16).
+
+At prefill sizes the experts are compute-bound, and there the flat scheduler's Triton kernels,
+which dequantise every weight tile inside the K loop, ran FP8 and INT4 experts at about 200
+TFLOP/s on the H200 at T=33,863, against 490 for bf16 experts on the Gluon kernels
+(raw/bench-moe-dsv4-flash-tp2-20261202T062755). Widening a projection's weights once is one
+pass over them (at the TP2 rank's shape, gate/up's 4.5 GB of FP8 or 2.3 GB of INT4 read and
+9 GB of bf16 written), after which the bf16 kernels run as fast as on bf16 weights. The copy
+lives for one projection: gate/up's is freed before down's is made, so the call holds at most
+gate/up's bf16 weights on top of its activations. `flat.moe_flat` takes this path from
+`WIDEN_MIN_ROWS` rows an active expert (`flat.widened_prefill`).
+
+The values are the kernels' own: an FP8 value times its block's scale, or an INT4 code minus 8
+times its group's scale, each rounded once to bf16. The Triton INT4 prefill tiles round the same
+way; the Triton W8A16 tiles scale fp32 products instead, within half a bf16 step of these.
+"""
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from kernels.compiled import launch
+from kernels.moe.formats import INT4_RUN, MoeWeights
+
+ROWS_PER_PROGRAM = 64
+_HALF_RUN = tl.constexpr(INT4_RUN // 2)  # bytes a run of INT4 values
+# From this mean of rows an active expert, moe_flat widens FP8 and INT4 experts for the Gluon
+# kernels (a pass over the weights pays once the GEMMs are long enough to hide it).
+WIDEN_MIN_ROWS = 128
+
+
+@triton.jit
+def _rounded(weight):
+    """fp32 weights to bf16, to nearest (the interpreter truncates: within a bf16 step)."""
+    return weight.to(tl.bfloat16, fp_downcast_rounding="rtne")
+
+
+@triton.jit
+def _widen_kernel(
+    values_ptr, scales_ptr, out_ptr, rows, n, k, stored_k, stride_ve, stride_vn, stride_se,
+    stride_sn, stride_sk, stride_oe, stride_on, INT4: tl.constexpr, BLOCK: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    """Rows program_id(0) * BLOCK_R + [0, BLOCK_R) of the (E * N) weight rows, columns of the
+    K block program_id(1) (BLOCK wide: one FP8 block or INT4 group), widened to bf16."""
+    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = row < rows
+    expert = (row // n).to(tl.int64)
+    within = row % n
+    block = tl.program_id(1)
+    values = values_ptr + expert * stride_ve + within.to(tl.int64) * stride_vn
+    out = out_ptr + expert * stride_oe + within.to(tl.int64) * stride_on
+    if INT4:
+        # a run of 16 values is 8 bytes: byte i holds value i (low nibble) and i + 8 (high)
+        byte = block * (BLOCK // 2) + tl.arange(0, BLOCK // 2)
+        packed = tl.load(values[:, None] + byte[None, :],
+                         mask=row_ok[:, None] & (byte < stored_k)[None, :], other=0)  # fmt: skip
+        scale = tl.load(scales_ptr + expert * stride_se + within * stride_sn + block * stride_sk,
+                        mask=row_ok, other=0.0).to(tl.float32)[:, None]  # fmt: skip
+        low = byte + byte // _HALF_RUN * _HALF_RUN  # the low nibble's column, then the high's
+        high = low + _HALF_RUN
+        low_weight = _rounded(((packed & 15).to(tl.int32) - 8).to(tl.float32) * scale)
+        high_weight = _rounded(((packed >> 4).to(tl.int32) - 8).to(tl.float32) * scale)
+        tl.store(out[:, None] + low[None, :], low_weight,
+                 mask=row_ok[:, None] & (low < k)[None, :])  # fmt: skip
+        tl.store(out[:, None] + high[None, :], high_weight,
+                 mask=row_ok[:, None] & (high < k)[None, :])  # fmt: skip
+    else:
+        column = block * BLOCK + tl.arange(0, BLOCK)
+        ok = row_ok[:, None] & (column < k)[None, :]
+        value = tl.load(values[:, None] + column[None, :], mask=ok, other=0.0).to(tl.float32)
+        scale = tl.load(scales_ptr + expert * stride_se + within // BLOCK * stride_sn
+                        + block * stride_sk, mask=row_ok, other=0.0)  # fmt: skip
+        tl.store(out[:, None] + column[None, :], _rounded(value * scale[:, None]), ok)
+
+
+def widened(weights: MoeWeights, projection: str) -> Tensor:
+    """The `projection`'s ("gate_up" or "down") weights (E, N, K) in bf16: as stored for bf16
+    experts, else a new tensor of the values the kernels multiply by (module docstring)."""
+    values = getattr(weights, projection)
+    if weights.fmt == "bf16":
+        return values
+    scales = getattr(weights, f"{projection}_scale")
+    experts, n, stored_k = values.shape
+    k = weights.hidden if projection == "gate_up" else weights.inter
+    out = torch.empty(experts, n, k, dtype=torch.bfloat16, device=values.device)
+    grid = (triton.cdiv(experts * n, ROWS_PER_PROGRAM), triton.cdiv(k, weights.block))
+    launch(
+        _widen_kernel, grid, values, scales, out, experts * n, n, k, stored_k,
+        values.stride(0), values.stride(1), *scales.stride(), out.stride(0), out.stride(1),
+        INT4=weights.fmt == "int4", BLOCK=weights.block, BLOCK_R=ROWS_PER_PROGRAM, num_warps=4,
+    )  # fmt: skip
+    return out
