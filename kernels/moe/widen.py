@@ -53,20 +53,21 @@ def _widen_kernel(
     values = values_ptr + expert * stride_ve + within.to(tl.int64) * stride_vn
     out = out_ptr + expert * stride_oe + within.to(tl.int64) * stride_on
     if INT4:
-        # a run of 16 values is 8 bytes: byte i holds value i (low nibble) and i + 8 (high)
+        # a run of 16 values is 8 bytes: byte i holds value i (low nibble) and i + 8 (high);
+        # the nibbles are put in K order in registers, so the stores are whole rows
         byte = block * (BLOCK // 2) + tl.arange(0, BLOCK // 2)
         packed = tl.load(values[:, None] + byte[None, :],
                          mask=row_ok[:, None] & (byte < stored_k)[None, :], other=0)  # fmt: skip
+        RUNS: tl.constexpr = BLOCK // (2 * _HALF_RUN)
+        nibbles = tl.join(tl.reshape(packed & 15, (BLOCK_R, RUNS, _HALF_RUN)),
+                          tl.reshape(packed >> 4, (BLOCK_R, RUNS, _HALF_RUN)))  # fmt: skip
+        codes = tl.reshape(tl.permute(nibbles, (0, 1, 3, 2)), (BLOCK_R, BLOCK))
         scale = tl.load(scales_ptr + expert * stride_se + within * stride_sn + block * stride_sk,
-                        mask=row_ok, other=0.0).to(tl.float32)[:, None]  # fmt: skip
-        low = byte + byte // _HALF_RUN * _HALF_RUN  # the low nibble's column, then the high's
-        high = low + _HALF_RUN
-        low_weight = _rounded(((packed & 15).to(tl.int32) - 8).to(tl.float32) * scale)
-        high_weight = _rounded(((packed >> 4).to(tl.int32) - 8).to(tl.float32) * scale)
-        tl.store(out[:, None] + low[None, :], low_weight,
-                 mask=row_ok[:, None] & (low < k)[None, :])  # fmt: skip
-        tl.store(out[:, None] + high[None, :], high_weight,
-                 mask=row_ok[:, None] & (high < k)[None, :])  # fmt: skip
+                        mask=row_ok, other=0.0).to(tl.float32)  # fmt: skip
+        column = block * BLOCK + tl.arange(0, BLOCK)
+        weight = (codes.to(tl.int32) - 8).to(tl.float32) * scale[:, None]
+        tl.store(out[:, None] + column[None, :], _rounded(weight),
+                 mask=row_ok[:, None] & (column < k)[None, :])  # fmt: skip
     else:
         column = block * BLOCK + tl.arange(0, BLOCK)
         ok = row_ok[:, None] & (column < k)[None, :]
