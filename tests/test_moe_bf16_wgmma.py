@@ -134,6 +134,17 @@ def test_widened_weights_are_the_values_the_kernels_multiply_by(fmt, block, hidd
     assert widened(MoeWeights("bf16", gate_up, down), "down") is down
 
 
+def test_widening_without_the_memory_says_how_much_and_what_to_do(monkeypatch):
+    weights = MoeWeights.quantize(torch.randn(2, 256, 128), torch.randn(2, 128, 128), "fp8")
+
+    def full(*shape, **options):
+        raise torch.OutOfMemoryError("CUDA out of memory.")
+
+    monkeypatch.setattr(torch, "empty", full)
+    with pytest.raises(torch.OutOfMemoryError, match=r"gate_up .* 0\.0 GiB .* wgmma=False"):
+        widened(weights, "gate_up")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["fp8", "int4"])
 @pytest.mark.parametrize("case", ["uniform", "one-expert"])

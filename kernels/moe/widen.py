@@ -86,7 +86,14 @@ def widened(weights: MoeWeights, projection: str) -> Tensor:
     scales = getattr(weights, f"{projection}_scale")
     experts, n, stored_k = values.shape
     k = weights.hidden if projection == "gate_up" else weights.inter
-    out = torch.empty(experts, n, k, dtype=torch.bfloat16, device=values.device)
+    try:
+        out = torch.empty(experts, n, k, dtype=torch.bfloat16, device=values.device)
+    except torch.OutOfMemoryError as error:
+        raise torch.OutOfMemoryError(
+            f"widening the experts' {projection} weights to bf16 for the Gluon prefill kernels "
+            f"needs {experts * n * k * 2 / 2**30:.1f} GiB more GPU memory than is free; pass "
+            "wgmma=False to dequantise them inside the Triton kernels instead."
+        ) from error
     grid = (triton.cdiv(experts * n, ROWS_PER_PROGRAM), triton.cdiv(k, weights.block))
     launch(
         _widen_kernel, grid, values, scales, out, experts * n, n, k, stored_k,
