@@ -26,16 +26,26 @@ row's routing weight, which `w8a8_wgmma.row_table` writes, in place of a search.
 Rows of a tile past the expert's count are not stored: down's TMA reads the next expert's
 rows there (or zeros past the end), gate/up's load warps copy nothing for them.
 
-On the H200 at the TP2 rank's shape (T=33,863, uniform routing), the call takes 14.60 ms in
-the bench, 62.3% of cuBLAS's dense bf16 rate, against 18.68 ms for the Triton kernels and
-15.48 for torch's bare `_grouped_mm` pair (raw/bench-moe-dsv4-flash-tp2-20261202T062755 and
-…T043943). Each step, in one probe run a commit (raw/logs/h200-moe-bf16-gluon-probe-*.csv):
-the first version, with x copied into sorted order before gate/up, 15.64 ms against the
+On the H200 at the TP2 rank's shape (T=33,863, uniform routing), the call takes 14.11 ms in
+the newest bench, 66.4% of cuBLAS's dense bf16 rate measured in the same run, against 15.27 for
+torch's bare `_grouped_mm` pair (raw/bench-moe-dsv4-flash-tp2-20261202T082824); the same
+kernels read 14.60 ms and 62.2 to 62.5% in …T062755 and …T063814 (the spread of runs: the card
+holds the timed calls at its 700 W cap, where its SM clock sat at 1,395 to 1,410 MHz,
+raw/logs/h200-moe-prefill-gaps-clocks-*.csv), and the Triton kernels 18.68 ms (…T043943).
+Each step, in one probe run a commit (raw/logs/h200-moe-bf16-gluon-probe-*.csv): the first
+version, with x copied into sorted order before gate/up, 15.64 ms against the
 Triton kernels' 19.31 (the copy 1.03 ms); the copy reading each token's row once, 0.66 ms; a
 TMA producer warp in place of warpgroup 0's refills, no gain; the rows gathered in gate/up,
 no copy, gate/up 0.2 ms slower, the call's GPU time 0.41 ms less. In ncu
-(ncu/moe-flat-T33863-fmtbf16) the tensor pipe is 87% busy in gate/up and 85% in down: the
-padding rows of each expert's last tile (17% of the MMA work here) are what is left.
+(ncu/moe-flat-T33863-fmtbf16) the tensor pipe is 87% busy in gate/up and 85% in down. The
+padding rows of each expert's last tile are 17% of the MMA work here, but not 17% of the time:
+an item's bytes do not shrink with its rows, and at 48 KB a K step for 128 x 256 x 64 MACs the
+ring already asks about 10 TB/s of L2 across the card. Running tiles of 64 rows or fewer as
+half items (both warpgroups on their 64 rows, the columns split) did not pay
+(raw/logs/h200-moe-bf16-half-items-*.csv): chosen per item inside the kernel, gate/up took
+11.06 ms against 7.69; as launches of their own, the half items' kernel re-read every expert's
+weights from HBM (1.66 ms for 15% of the items). Fewer bytes a MAC (a pair of programs sharing
+each weight box by TMA multicast) is what is left to try.
 
 Gluon has no interpreter: the CPU tests compile both kernels for sm_90 and read their SASS
 (scripts/dense_wgmma_sass.py --kernel moe-bf16-gate-up / moe-bf16-down); the GPU tests compare

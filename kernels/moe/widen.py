@@ -6,10 +6,14 @@ which dequantise every weight tile inside the K loop, ran FP8 and INT4 experts a
 TFLOP/s on the H200 at T=33,863, against 490 for bf16 experts on the Gluon kernels
 (raw/bench-moe-dsv4-flash-tp2-20261202T062755). Widening a projection's weights once is one
 pass over them (at the TP2 rank's shape, gate/up's 4.5 GB of FP8 or 2.3 GB of INT4 read and
-9 GB of bf16 written), after which the bf16 kernels run as fast as on bf16 weights. The copy
-lives for one projection: gate/up's is freed before down's is made, so the call holds at most
-gate/up's bf16 weights on top of its activations. `flat.moe_flat` takes this path from
-`WIDEN_MIN_ROWS` rows an active expert (`flat.widened_prefill`).
+9 GB of bf16 written: 4.2 and 4.4 ms, down's 2.1 and 2.0), after which the bf16 kernels run as
+on bf16 weights: in the bench at T=33,863 flat took 19.4 ms on FP8 and on INT4 experts (371
+TFLOP/s, 0.73 of flat on bf16 experts' 14.1 ms) against 35.4 and 35.6 ms before
+(raw/bench-moe-dsv4-flash-tp2-20261202T082824 and …T062755). The copy lives for one
+projection: gate/up's is freed before down's is made, so the call holds at most gate/up's bf16
+weights (9 GB there) on top of its activations; where that memory is not free the error says so
+and names wgmma=False. `flat.moe_flat` takes this path from `WIDEN_MIN_ROWS` rows an expert. A
+served prefill in 4,096-token chunks (64 rows an expert here) stays on the Triton kernels.
 
 The values are the kernels' own: an FP8 value times its block's scale, or an INT4 code minus 8
 times its group's scale, each rounded once to bf16. The Triton INT4 prefill tiles round the same
@@ -27,8 +31,10 @@ from kernels.moe.formats import INT4_RUN, MoeWeights
 ROWS_PER_PROGRAM = 64
 _HALF_RUN = tl.constexpr(INT4_RUN // 2)  # bytes a run of INT4 values
 # From this mean of rows an active expert, moe_flat widens FP8 and INT4 experts for the Gluon
-# kernels (a pass over the weights pays once the GEMMs are long enough to hide it).
-WIDEN_MIN_ROWS = 128
+# kernels. On the H200 (raw/logs/h200-moe-widen-probe-023a535-*.csv, uniform routing) the
+# Triton kernels were 1% (FP8) and 3% (INT4) faster at 128 rows an expert and the widened
+# experts 31% and 26% faster at 256; 160 is past the crossing the two points put near 140.
+WIDEN_MIN_ROWS = 160
 
 
 @triton.jit
