@@ -31,10 +31,11 @@ from kernels.moe.formats import INT4_RUN, MoeWeights
 ROWS_PER_PROGRAM = 64
 _HALF_RUN = tl.constexpr(INT4_RUN // 2)  # bytes a run of INT4 values
 # From this mean of rows an active expert, moe_flat widens FP8 and INT4 experts for the Gluon
-# kernels. On the H200 (raw/logs/h200-moe-widen-probe-023a535-*.csv, uniform routing) the
-# Triton kernels were 1% (FP8) and 3% (INT4) faster at 128 rows an expert and the widened
-# experts 31% and 26% faster at 256; 160 is past the crossing the two points put near 140.
-WIDEN_MIN_ROWS = 160
+# kernels. On the H200 (uniform routing; raw/logs/h200-moe-widen-probe-023a535-*.csv and
+# h200-moe-widen-crossing-probe-*.csv) the Triton kernels were 1% (FP8) and 3% (INT4) faster at
+# 128 rows an expert, the widened experts 7% and 10% faster at 144, 21% and 14% at 192, 31%
+# and 26% at 256.
+WIDEN_MIN_ROWS = 144
 
 
 @triton.jit
