@@ -74,7 +74,8 @@ ITEMS_PER_PROGRAM = 4  # automatic split-K aims for at least this many items per
 # program an SM, whose occupancy left the unpacking's latency unhidden (ncu/moe-flat-T6-fmtint4;
 # raw/logs/h200-tune-moe-int4-decode-flat-71d54fb-20261201T2150.csv). Prefill, T=33863: bf16
 # 20.0 ms (was 24.3 with 64-row tiles; raw/logs/h200-x2-tune-flat.csv); on sm_90 bf16 prefill
-# runs the Gluon kernels instead (bf16_wgmma: 14.60 ms in the bench). fp8 keeps 64-row
+# runs the Gluon kernels instead (bf16_wgmma: 14.1 to 14.6 ms in the bench), and from
+# widen.WIDEN_MIN_ROWS rows an expert so do FP8 and INT4 experts, widened. fp8 keeps 64-row
 # tiles: 128-row ones were faster (40-45 ms against 46) but spilled 50+ registers.
 DECODE_TILES = {
     "bf16": Tiles(block_m=16, block_n=64, block_k=128, split_k=None, num_warps=4, num_stages=4),
