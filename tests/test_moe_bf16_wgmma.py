@@ -134,6 +134,23 @@ def test_widened_weights_are_the_values_the_kernels_multiply_by(fmt, block, hidd
     assert widened(MoeWeights("bf16", gate_up, down), "down") is down
 
 
+@pytest.mark.parametrize("fmt", ["fp8", "int4"])
+def test_widening_leaves_the_experts_without_rows_unwritten(fmt, device, monkeypatch):
+    """Given the rows an expert, only the experts with rows are widened (the others are never
+    read); here the new tensor starts as NaN, so an unwritten row shows."""
+    gen = torch.Generator().manual_seed(2)
+    gate_up = torch.randn(3, 2 * 96, 256, generator=gen).to(device)
+    down = torch.randn(3, 256, 96, generator=gen).to(device)
+    weights = MoeWeights.quantize(gate_up, down, fmt)
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: empty(*a, **k).fill_(float("nan")))
+    counts = torch.tensor([5, 0, 1], dtype=torch.int32, device=device)
+    wide = widened(weights, "gate_up", counts)
+    assert wide[1].isnan().all()
+    everywhere = widened(weights, "gate_up")
+    assert torch.equal(wide[[0, 2]], everywhere[[0, 2]]) and not everywhere.isnan().any()
+
+
 def test_widening_without_the_memory_says_how_much_and_what_to_do(monkeypatch):
     weights = MoeWeights.quantize(torch.randn(2, 256, 128), torch.randn(2, 128, 128), "fp8")
 

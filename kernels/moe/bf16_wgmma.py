@@ -343,14 +343,15 @@ def moe_bf16_wgmma(
 ) -> Tensor:  # fmt: skip
     """Routed-expert output (T, H) of bf16 x on the layout's 128-row tiles: the row table,
     gate/up, down, `combine`; four launches after the layout's. FP8 and INT4 experts are
-    widened to bf16 one projection at a time (`widen`), one more launch each."""
+    widened to bf16 one projection at a time, the experts with rows only (`widen`), one more
+    launch each."""
     slots = shape.tokens * shape.top_k
     row_weights, tile_info = row_table(layout, shape)
     h = torch.empty(slots, shape.inter, dtype=x.dtype, device=x.device)
     options = {"num_stages": num_stages, "lag": lag}
-    projection(x, widened(weights, "gate_up"), h, layout, row_weights, tile_info, programs,
-               swiglu=True, top_k=shape.top_k, **options)  # fmt: skip
+    projection(x, widened(weights, "gate_up", layout.counts), h, layout, row_weights, tile_info,
+               programs, swiglu=True, top_k=shape.top_k, **options)  # fmt: skip
     y = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
-    projection(h, widened(weights, "down"), y, layout, row_weights, tile_info, programs,
-               swiglu=False, **options)  # fmt: skip
+    projection(h, widened(weights, "down", layout.counts), y, layout, row_weights, tile_info,
+               programs, swiglu=False, **options)  # fmt: skip
     return combine(y, shape.tokens, shape.top_k, x.dtype)

@@ -46,15 +46,18 @@ def _rounded(weight):
 
 @triton.jit
 def _widen_kernel(
-    values_ptr, scales_ptr, out_ptr, rows, n, k, stored_k, stride_ve, stride_vn, stride_se,
-    stride_sn, stride_sk, stride_oe, stride_on, INT4: tl.constexpr, BLOCK: tl.constexpr,
-    BLOCK_R: tl.constexpr,
+    values_ptr, scales_ptr, out_ptr, counts_ptr, rows, n, k, stored_k, stride_ve, stride_vn,
+    stride_se, stride_sn, stride_sk, stride_oe, stride_on, INT4: tl.constexpr,
+    BLOCK: tl.constexpr, BLOCK_R: tl.constexpr, ACTIVE_ONLY: tl.constexpr,
 ):  # fmt: skip
     """Rows program_id(0) * BLOCK_R + [0, BLOCK_R) of the (E * N) weight rows, columns of the
-    K block program_id(1) (BLOCK wide: one FP8 block or INT4 group), widened to bf16."""
+    K block program_id(1) (BLOCK wide: one FP8 block or INT4 group), widened to bf16; with
+    ACTIVE_ONLY, only the rows of experts whose count (counts_ptr) is not 0."""
     row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = row < rows
     expert = (row // n).to(tl.int64)
+    if ACTIVE_ONLY:
+        row_ok = row_ok & (tl.load(counts_ptr + expert, mask=row_ok, other=0) > 0)
     within = row % n
     block = tl.program_id(1)
     values = values_ptr + expert * stride_ve + within.to(tl.int64) * stride_vn
@@ -84,9 +87,11 @@ def _widen_kernel(
         tl.store(out[:, None] + column[None, :], _rounded(value * scale[:, None]), ok)
 
 
-def widened(weights: MoeWeights, projection: str) -> Tensor:
+def widened(weights: MoeWeights, projection: str, counts: Tensor | None = None) -> Tensor:
     """The `projection`'s ("gate_up" or "down") weights (E, N, K) in bf16: as stored for bf16
-    experts, else a new tensor of the values the kernels multiply by (module docstring)."""
+    experts, else a new tensor of the values the kernels multiply by (module docstring). Given
+    the rows an expert (`counts`, on the device), the experts with none are left unwritten:
+    under skewed routing most of the pass is theirs, and no tile reads them."""
     values = getattr(weights, projection)
     if weights.fmt == "bf16":
         return values
@@ -103,8 +108,9 @@ def widened(weights: MoeWeights, projection: str) -> Tensor:
         ) from error
     grid = (triton.cdiv(experts * n, ROWS_PER_PROGRAM), triton.cdiv(k, weights.block))
     launch(
-        _widen_kernel, grid, values, scales, out, experts * n, n, k, stored_k,
-        values.stride(0), values.stride(1), *scales.stride(), out.stride(0), out.stride(1),
-        INT4=weights.fmt == "int4", BLOCK=weights.block, BLOCK_R=ROWS_PER_PROGRAM, num_warps=4,
+        _widen_kernel, grid, values, scales, out, values if counts is None else counts,
+        experts * n, n, k, stored_k, values.stride(0), values.stride(1), *scales.stride(),
+        out.stride(0), out.stride(1), INT4=weights.fmt == "int4", BLOCK=weights.block,
+        BLOCK_R=ROWS_PER_PROGRAM, ACTIVE_ONLY=counts is not None, num_warps=4,
     )  # fmt: skip
     return out
