@@ -6,10 +6,11 @@ which dequantise every weight tile inside the K loop, ran FP8 and INT4 experts a
 TFLOP/s on the H200 at T=33,863, against 490 for bf16 experts on the Gluon kernels
 (raw/bench-moe-dsv4-flash-tp2-20261202T062755). Widening a projection's weights once is one
 pass over them (at the TP2 rank's shape, gate/up's 4.5 GB of FP8 or 2.3 GB of INT4 read and
-9 GB of bf16 written: 4.2 and 4.4 ms, down's 2.1 and 2.0), after which the bf16 kernels run as
+9 GB of bf16 written: 3.8 and 4.0 ms, down's 1.9 and 2.0), after which the bf16 kernels run as
 on bf16 weights: in the bench at T=33,863 flat took 19.4 ms on FP8 and on INT4 experts (371
 TFLOP/s, 0.73 of flat on bf16 experts' 14.1 ms) against 35.4 and 35.6 ms before
-(raw/bench-moe-dsv4-flash-tp2-20261202T082824 and …T062755). The copy lives for one
+(raw/bench-moe-dsv4-flash-tp2-20261202T082824 and …T062755; that run widened 64 rows a
+program, 0.4 to 0.6 ms a call slower than now). The copy lives for one
 projection: gate/up's is freed before down's is made, so the call holds at most gate/up's bf16
 weights (9 GB there) on top of its activations; where that memory is not free the error says so
 and names wgmma=False. `flat.moe_flat` takes this path from `WIDEN_MIN_ROWS` rows an expert. A
@@ -28,7 +29,10 @@ from torch import Tensor
 from kernels.compiled import launch
 from kernels.moe.formats import INT4_RUN, MoeWeights
 
-ROWS_PER_PROGRAM = 64
+# Rows a program: on the H200 128 rows and 4 warps widened FP8 gate/up in 3.77 ms (3.6 TB/s),
+# against 4.16 at 64 rows, and INT4's in 3.98 against 4.39; 256 rows or 8 warps gained nothing
+# more (raw/logs/h200-moe-widen-rows-probe-df6f855-*.csv).
+ROWS_PER_PROGRAM = 128
 _HALF_RUN = tl.constexpr(INT4_RUN // 2)  # bytes a run of INT4 values
 # From this mean of rows an active expert, moe_flat widens FP8 and INT4 experts for the Gluon
 # kernels. On the H200 (uniform routing; raw/logs/h200-moe-widen-probe-023a535-*.csv and
