@@ -26,12 +26,13 @@ row's routing weight, which `w8a8_wgmma.row_table` writes, in place of a search.
 Rows of a tile past the expert's count are not stored: down's TMA reads the next expert's
 rows there (or zeros past the end), gate/up's load warps copy nothing for them.
 
-On the H200 at the TP2 rank's shape (T=33,863, uniform routing), the call takes 14.11 ms in
-the newest bench, 66.4% of cuBLAS's dense bf16 rate measured in the same run, against 15.27 for
-torch's bare `_grouped_mm` pair (raw/bench-moe-dsv4-flash-tp2-20261202T082824); the same
-kernels read 14.60 ms and 62.2 to 62.5% in …T062755 and …T063814 (the spread of runs: the card
-holds the timed calls at its 700 W cap, where its SM clock sat at 1,395 to 1,410 MHz,
-raw/logs/h200-moe-prefill-gaps-clocks-*.csv), and the Triton kernels 18.68 ms (…T043943).
+On the H200 at the TP2 rank's shape (T=33,863, uniform routing), the call takes 14.74 ms in
+the newest bench, 62.5% of cuBLAS's dense bf16 rate measured in the same run, against 15.83 for
+torch's bare `_grouped_mm` pair (raw/bench-moe-dsv4-flash-tp2-20261202T091055); the same
+kernels read 62.2 to 66.4% in three earlier runs (14.11 to 14.60 ms; …T062755, …T063814,
+…T082824: the card holds the timed calls at its 700 W cap, where its SM clock sat at 1,395 to
+1,410 MHz, raw/logs/h200-moe-prefill-gaps-clocks-*.csv), and the Triton kernels 18.68 ms
+(…T043943).
 Each step, in one probe run a commit (raw/logs/h200-moe-bf16-gluon-probe-*.csv): the first
 version, with x copied into sorted order before gate/up, 15.64 ms against the
 Triton kernels' 19.31 (the copy 1.03 ms); the copy reading each token's row once, 0.66 ms; a

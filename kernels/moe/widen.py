@@ -7,14 +7,14 @@ TFLOP/s on the H200 at T=33,863, against 490 for bf16 experts on the Gluon kerne
 (raw/bench-moe-dsv4-flash-tp2-20261202T062755). Widening a projection's weights once is one
 pass over them (at the TP2 rank's shape, gate/up's 4.5 GB of FP8 or 2.3 GB of INT4 read and
 9 GB of bf16 written: 3.8 and 4.0 ms, down's 1.9 and 2.0), after which the bf16 kernels run as
-on bf16 weights: in the bench at T=33,863 flat took 19.4 ms on FP8 and on INT4 experts (371
-TFLOP/s, 0.73 of flat on bf16 experts' 14.1 ms) against 35.4 and 35.6 ms before
-(raw/bench-moe-dsv4-flash-tp2-20261202T082824 and …T062755; that run widened 64 rows a
-program, 0.4 to 0.6 ms a call slower than now). The copy lives for one
-projection: gate/up's is freed before down's is made, so the call holds at most gate/up's bf16
-weights (9 GB there) on top of its activations; where that memory is not free the error says so
-and names wgmma=False. `flat.moe_flat` takes this path from `WIDEN_MIN_ROWS` rows an expert. A
-served prefill in 4,096-token chunks (64 rows an expert here) stays on the Triton kernels.
+on bf16 weights: in the newest bench at T=33,863 flat took 19.4 ms on FP8 and 20.1 on INT4
+experts (INT4 0.73 of the TFLOP/s of flat on bf16 experts, 14.7 ms) against 35.4 and 35.6 ms
+on the Triton kernels (raw/bench-moe-dsv4-flash-tp2-20261202T091055 and …T062755). The copy
+lives for one projection: gate/up's is freed before down's is made, so the call holds at most
+gate/up's bf16 weights (9 GB there) on top of its activations; where that memory is not free
+the error says so and names wgmma=False. `flat.moe_flat` takes this path from `WIDEN_MIN_ROWS`
+rows an expert. A served prefill in 4,096-token chunks (64 rows an expert here) stays on the
+Triton kernels.
 
 The values are the kernels' own: an FP8 value times its block's scale, or an INT4 code minus 8
 times its group's scale, each rounded once to bf16. The Triton INT4 prefill tiles round the same
