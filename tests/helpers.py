@@ -60,6 +60,21 @@ def committed_artifacts() -> list[Path]:
     return [ROOT / top for d in ARTIFACT_DIRS for top in sorted(tops) if top.parts[0] == d]
 
 
+def expert_problem(
+    ids: Tensor, experts: int, hidden: int, inter: int, seed: int = 0
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(x, routing weights, gate_up, down) on the CPU for topk_ids `ids`, x and the experts in
+    bf16 (E, 2I, H) and (E, H, I), scaled to unit-size outputs: one generator, so a test's
+    draws stay the same whichever format it then quantises the experts to."""
+    gen = torch.Generator().manual_seed(seed)
+    tokens = ids.shape[0]
+    x = torch.randn(tokens, hidden, generator=gen).to(torch.bfloat16)
+    gate_up = torch.randn(experts, 2 * inter, hidden, generator=gen) * hidden**-0.5
+    down = torch.randn(experts, hidden, inter, generator=gen) * inter**-0.5
+    route = torch.softmax(torch.randn(tokens, ids.shape[1], generator=gen), dim=1)
+    return x, route, gate_up.to(torch.bfloat16), down.to(torch.bfloat16)
+
+
 def relative_error(out: Tensor, ref: Tensor) -> float:
     """The workbench's relative error, failing the test on NaN/inf in either, a shape mismatch
     or a zero reference."""

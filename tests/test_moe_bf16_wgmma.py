@@ -6,7 +6,7 @@ ring then runs across items and experts), in each expert format."""
 
 import pytest
 import torch
-from helpers import relative_error
+from helpers import expert_problem, relative_error
 
 from kernels.moe import MoeWeights, moe_flat, moe_reference
 from kernels.moe import bf16_wgmma as module
@@ -32,14 +32,8 @@ ROUTINGS = {
 
 def problem(ids: torch.Tensor, device, seed=0):
     """(x bf16, ids, routing weights, bf16 experts) for topk_ids `ids`."""
-    gen = torch.Generator().manual_seed(seed)
-    tokens = ids.shape[0]
-    x = torch.randn(tokens, HIDDEN, generator=gen).to(torch.bfloat16)
-    gate_up = torch.randn(EXPERTS, 2 * INTER, HIDDEN, generator=gen) * HIDDEN**-0.5
-    down = torch.randn(EXPERTS, HIDDEN, INTER, generator=gen) * INTER**-0.5
-    route = torch.softmax(torch.randn(tokens, ids.shape[1], generator=gen), dim=1)
-    weights = MoeWeights.quantize(gate_up.to(torch.bfloat16).to(device),
-                                  down.to(torch.bfloat16).to(device), "bf16")  # fmt: skip
+    x, route, gate_up, down = expert_problem(ids, EXPERTS, HIDDEN, INTER, seed)
+    weights = MoeWeights.quantize(gate_up.to(device), down.to(device), "bf16")
     return x.to(device), ids.to(torch.int32).to(device), route.to(device), weights
 
 

@@ -5,7 +5,7 @@ every row, one token) and two row-tile heights, and its refusals."""
 
 import pytest
 import torch
-from helpers import relative_error
+from helpers import expert_problem, relative_error
 
 from kernels.moe import (
     VARIANTS,
@@ -24,13 +24,8 @@ EXPERTS, TOP_K, HIDDEN, INTER = 6, 2, 256, 256  # two 128-wide blocks of H and o
 
 def problem(ids: torch.Tensor, device, seed=0):
     """(x bf16, ids, routing weights, FP8 experts in 128x128 blocks) for topk_ids `ids`."""
-    gen = torch.Generator().manual_seed(seed)
-    tokens = ids.shape[0]
-    x = torch.randn(tokens, HIDDEN, generator=gen).to(torch.bfloat16)
-    gate_up = torch.randn(EXPERTS, 2 * INTER, HIDDEN, generator=gen) * HIDDEN**-0.5
-    down = torch.randn(EXPERTS, HIDDEN, INTER, generator=gen) * INTER**-0.5
-    route = torch.softmax(torch.randn(tokens, TOP_K, generator=gen), dim=1)
-    weights = MoeWeights.quantize(gate_up.to(torch.bfloat16), down.to(torch.bfloat16), "fp8")
+    x, route, gate_up, down = expert_problem(ids, EXPERTS, HIDDEN, INTER, seed)
+    weights = MoeWeights.quantize(gate_up, down, "fp8")
     moved = MoeWeights("fp8", *(t.to(device) for t in (weights.gate_up, weights.down,
                        weights.gate_up_scale, weights.down_scale)))  # fmt: skip
     return x.to(device), ids.to(torch.int32).to(device), route.to(device), moved

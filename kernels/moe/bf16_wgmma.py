@@ -149,14 +149,16 @@ def _release(a_desc, w_desc, a_ring, w_ring, ready, empty, released, total, curs
 
 
 @gluon.jit
-def _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
-              second, my_items, stride_out, LAG, WARPGROUP: gl.constexpr,
-              SWIGLU: gl.constexpr):  # fmt: skip
+def _consumer(args, WARPGROUP: gl.constexpr, SWIGLU: gl.constexpr):
     """Rows 64 WARPGROUP + [0, 64) of every item this program owns: per K step, wait for the
     slot's copy, issue the two boxes' wgmmas, wait for the step before's and release its
     slot (the first step starts the accumulators, so only wgmmas write them while one is in
-    flight); after an item's last step, wait for all and store (module docstring)."""
+    flight); after an item's last step, wait for all and store (module docstring). Warpgroup
+    0 runs it as the default partition, warpgroup 1 through a worker wrapper (`_gate_up_bottom`,
+    `_down_bottom`)."""
+    (a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr, row_weights_ptr,
+     tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows, second, my_items,
+     stride_out, LAG) = args  # fmt: skip
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BOX, 16]
@@ -230,7 +232,7 @@ def _bf16_wgmma_kernel(
         loads = (x_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty,
                  sorted_slots_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
                  col_rows, second, my_items)  # fmt: skip
-        gl.warp_specialize([(_gate_up_top, args), (_gate_up_bottom, args),
+        gl.warp_specialize([(_consumer, (args, 0, True)), (_gate_up_bottom, (args,)),
                             (gather_loads, loads)], [4, LOAD_WARPS],
                            [CONSUMER_REGS, LOAD_REGS])  # fmt: skip
     else:
@@ -240,50 +242,22 @@ def _bf16_wgmma_kernel(
                                                    col_rows, tile_info_ptr)  # fmt: skip
             issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_items * k_steps,
                        first_row, w_row, first % k_steps, w_row + second)  # fmt: skip
-        gl.warp_specialize([(_down_top, args), (_down_bottom, args)], [4], [CONSUMER_REGS])
+        gl.warp_specialize([(_consumer, (args, 0, False)), (_down_bottom, (args,))], [4],
+                           [CONSUMER_REGS])  # fmt: skip
 
 
-# A constexpr passed through warp_specialize arrives as a runtime value, so each partition
-# of each projection has its own wrapper that names its warpgroup and epilogue.
+# The default partition gets its arguments as written, constants included; a worker's arrive
+# as runtime values, so warpgroup 1 of each projection has a wrapper that names its constants.
 @gluon.jit
-def _gate_up_top(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-                 row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
-                 col_rows, second, my_items, stride_out, LAG):  # fmt: skip
-    """Gate/up, warpgroup 0 (the default partition): each item's first 64 rows (the load
-    warps, `gather_loads`, fill the ring)."""
-    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
-              second, my_items, stride_out, LAG, 0, True)  # fmt: skip
-
-
-@gluon.jit
-def _gate_up_bottom(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-                    row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
-                    col_rows, second, my_items, stride_out, LAG):  # fmt: skip
+def _gate_up_bottom(args):
     """Gate/up, warpgroup 1 (the worker partition): each item's last 64 rows."""
-    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
-              second, my_items, stride_out, LAG, 1, True)  # fmt: skip
+    _consumer(args, 1, True)
 
 
 @gluon.jit
-def _down_top(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
-              col_rows, second, my_items, stride_out, LAG):  # fmt: skip
-    """Down, warpgroup 0 (the default partition): each item's first 64 rows, and refills."""
-    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
-              second, my_items, stride_out, LAG, 0, False)  # fmt: skip
-
-
-@gluon.jit
-def _down_bottom(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-                 row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
-                 col_rows, second, my_items, stride_out, LAG):  # fmt: skip
+def _down_bottom(args):
     """Down, warpgroup 1 (the worker partition): each item's last 64 rows."""
-    _consumer(a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
-              row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
-              second, my_items, stride_out, LAG, 1, False)  # fmt: skip
+    _consumer(args, 1, False)
 
 
 def runs_on(hidden: int, inter: int) -> bool:
