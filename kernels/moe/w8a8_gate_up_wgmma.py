@@ -62,13 +62,13 @@ CONSUMER_REGS = 224  # what the load warps leave of 64K registers to each consum
 
 
 @gluon.jit
-def _consumer(a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr,
-              tile_info_ptr, items, col_tiles, k_steps, top_k, inter, my_items, stride_xst,
-              stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk,
-              WARPGROUP: gl.constexpr):  # fmt: skip
+def _consumer(args, WARPGROUP: gl.constexpr):
     """Rows 64 WARPGROUP + [0, 64) of every item this program owns. Per K step: wait for the
     slot, fence the gathered rows for wgmma, issue the gate box's wgmma, load the next step's
     scales while it runs, fold its product in, the same for the up box, release the slot."""
+    (a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr, tile_info_ptr,
+     items, col_tiles, k_steps, top_k, inter, my_items, stride_xst, stride_wse, stride_wsn,
+     stride_wsk, stride_hr, stride_hsk) = args  # fmt: skip
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BLOCK, 32]
@@ -139,31 +139,16 @@ def _w8a8_gate_up_wgmma_kernel(
     loads = (x8_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty, sorted_slots_ptr,
              tile_info_ptr, items, col_tiles, k_steps, 2 * inter, _BLOCK, inter,
              my_items)  # fmt: skip
-    gl.warp_specialize([(_top_rows, args), (_bottom_rows, args), (gather_loads, loads)],
+    gl.warp_specialize([(_consumer, (args, 0)), (_bottom_rows, (args,)), (gather_loads, loads)],
                        [4, LOAD_WARPS], [CONSUMER_REGS, LOAD_REGS])  # fmt: skip
 
 
-# A constexpr passed through warp_specialize arrives as a runtime value: each warpgroup has
-# its own wrapper that names it.
+# Warpgroup 0, the default partition, gets its arguments as written; a worker's arrive as
+# runtime values, so warpgroup 1 has a wrapper that names it.
 @gluon.jit
-def _top_rows(a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr,
-              tile_info_ptr, items, col_tiles, k_steps, top_k, inter, my_items, stride_xst,
-              stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk):  # fmt: skip
-    """Warpgroup 0 (the default partition): each item's first 64 rows."""
-    _consumer(a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr,
-              tile_info_ptr, items, col_tiles, k_steps, top_k, inter, my_items, stride_xst,
-              stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk, 0)  # fmt: skip
-
-
-@gluon.jit
-def _bottom_rows(a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr,
-                 sorted_slots_ptr, tile_info_ptr, items, col_tiles, k_steps, top_k, inter,
-                 my_items, stride_xst, stride_wse, stride_wsn, stride_wsk, stride_hr,
-                 stride_hsk):  # fmt: skip
+def _bottom_rows(args):
     """Warpgroup 1 (a worker partition): each item's last 64 rows."""
-    _consumer(a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr,
-              tile_info_ptr, items, col_tiles, k_steps, top_k, inter, my_items, stride_xst,
-              stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk, 1)  # fmt: skip
+    _consumer(args, 1)
 
 
 def gate_up_wgmma(

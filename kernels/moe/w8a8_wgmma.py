@@ -113,10 +113,7 @@ def item_place(item, items, col_tiles, expert_rows, col_rows, tile_info_ptr):
 
 
 @gluon.jit
-def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,
-              sorted_slots_ptr, row_weights_ptr, tile_info_ptr, items, hidden, k_steps,
-              my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr,
-              LAG: gl.constexpr, WARPGROUP: gl.constexpr):  # fmt: skip
+def _consumer(args, LAG: gl.constexpr, WARPGROUP: gl.constexpr):
     """Rows 64 WARPGROUP + [0, 64) of every item this program owns.
 
     Per K step: wait for the slot's copy, issue the wgmma, load the next step's scales (after
@@ -127,6 +124,9 @@ def _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_pt
     two items. Warpgroup 0 also refills the slot used LAG steps before (once both warpgroups
     have released it) with the step SLOTS ahead, whose item and K step advance as a cursor.
     """
+    (h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr,
+     row_weights_ptr, tile_info_ptr, items, hidden, k_steps, my_items, stride_hsk, stride_wse,
+     stride_wsn, stride_wsk, stride_yr) = args  # fmt: skip
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BLOCK, 32]
@@ -291,33 +291,17 @@ def _w8a8_down_wgmma_kernel(
                    w_row, first % k_steps)  # fmt: skip
     args = (h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,
             sorted_slots_ptr, row_weights_ptr, tile_info_ptr, items, hidden, k_steps,
-            my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr,
-            LAG)  # fmt: skip
-    gl.warp_specialize([(_top_rows, args), (_bottom_rows, args)], [4], [CONSUMER_REGS])
+            my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr)  # fmt: skip
+    gl.warp_specialize([(_consumer, (args, LAG, 0)), (_bottom_rows, (args, LAG))], [4],
+                       [CONSUMER_REGS])  # fmt: skip
 
 
+# Warpgroup 0, the default partition, runs _consumer with its arguments as written; warpgroup
+# 1, a worker, through a wrapper that names it.
 @gluon.jit
-def _top_rows(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,
-              sorted_slots_ptr, row_weights_ptr, tile_info_ptr, items, hidden, k_steps,
-              my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr,
-              LAG: gl.constexpr):  # fmt: skip
-    """Warpgroup 0 (the default partition): each item's first 64 rows, and the refills."""
-    _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,
-              sorted_slots_ptr, row_weights_ptr, tile_info_ptr, items, hidden, k_steps,
-              my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr, LAG,
-              0)  # fmt: skip
-
-
-@gluon.jit
-def _bottom_rows(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,
-                 sorted_slots_ptr, row_weights_ptr, tile_info_ptr, items, hidden, k_steps,
-                 my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr,
-                 LAG: gl.constexpr):  # fmt: skip
+def _bottom_rows(args, LAG: gl.constexpr):
     """Warpgroup 1 (the worker partition): each item's last 64 rows."""
-    _consumer(h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,
-              sorted_slots_ptr, row_weights_ptr, tile_info_ptr, items, hidden, k_steps,
-              my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr, LAG,
-              1)  # fmt: skip
+    _consumer(args, LAG, 1)
 
 
 def runs_on(hidden: int, inter: int) -> bool:
