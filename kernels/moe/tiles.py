@@ -35,6 +35,14 @@ HALF_RUN = tl.constexpr(8)  # kernels.moe.formats.INT4_RUN // 2: a low nibble's 
 # 10% either way (best 44.3 ms scaled after, 45.8 folded); at T=6 16-row tiles lost to the
 # fold (0.303 ms to 0.336): the multiply per weight value is only paid back by many rows.
 FOLD_ROWS = tl.constexpr(128)
+# Tiles of at most this many rows load a K tile's scales one K tile before using them: a
+# decode tile's MMA is too short to hide their L2 round trip (Nsight Compute on flat FP8 at
+# T=6 put 7% of gate/up's stall samples on that load and 16% on the loop around it). On the
+# H200 (raw/logs/h200-moe-scales-ahead-3cf25bc-20261202T1150.csv, outputs bit-identical),
+# flat FP8 took 14% less time at T=16 and 64 and INT4 3-6%; T=1 and 6 were within the
+# spread between runs. Prefill tiles keep loading them in the step: ahead, the 64-row FP8
+# tile spilled (Triton 3.7.1).
+SCALES_AHEAD_ROWS = tl.constexpr(32)
 
 
 @triton.jit
@@ -72,14 +80,14 @@ def _mma(
     act_hi,
     w_ptrs,
     w_mask,
-    scale_ptrs,
-    col_ok,
+    scale,
     FMT: tl.constexpr,
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
     SWAP: tl.constexpr,
 ):
-    """acc + act @ W.T for one K tile (W @ act when SWAP), W dequantised on the fly.
+    """acc + act @ W.T for one K tile (W @ act when SWAP), W dequantised on the fly; `scale`
+    holds the tile's column scales (`_column_scales`, unused for plain weights).
 
     An int4 tile is read as packed bytes; its low nibbles multiply `act` and its high nibbles
     `act_hi`, the activations 8 k further on (`_act_k`), so the two unpacked halves go to the
@@ -104,8 +112,7 @@ def _mma(
         else:
             w = ((packed & 15).to(tl.int16) - 8).to(tl.float32).to(tl.bfloat16)
             w_hi = ((packed >> 4).to(tl.int16) - 8).to(tl.float32).to(tl.bfloat16)
-        scale = tl.load(scale_ptrs, mask=col_ok, other=0.0)  # bf16, one per column
-        scale = scale[:, None] if SWAP else scale[None, :]
+        scale = scale[:, None] if SWAP else scale[None, :]  # bf16, one per column
         rows: tl.constexpr = act.shape[1] if SWAP else act.shape[0]
         if rows >= FOLD_ROWS:
             w = _scaled(w, scale, bits)
@@ -132,7 +139,7 @@ def _mma(
             acc = _dot(w, _operand(act, act, UPCAST), acc, PRECISION, SWAP)
         else:
             product = _dot(w, _operand(act, act, UPCAST), None, PRECISION, SWAP)
-            scale = tl.load(scale_ptrs, mask=col_ok, other=0.0).to(tl.float32) * scale_bits
+            scale = scale.to(tl.float32) * scale_bits
             if SWAP:
                 acc += product * scale[:, None]
             else:
@@ -216,6 +223,18 @@ def _scale_ptrs(s_e, cols, stride_sn, FMT: tl.constexpr, QBLOCK: tl.constexpr):
 
 
 @triton.jit
+def _column_scales(scale_ptrs, col_ok, k0, k_hi, stride_sk, QBLOCK: tl.constexpr,
+                   FMT: tl.constexpr):  # fmt: skip
+    """The column scales of the K tile from k0 (0 from k_hi on; none for plain weights)."""
+    if FMT == FMT_PLAIN:
+        scale = col_ok.to(tl.float32)  # a placeholder _mma does not read
+    else:
+        scale = tl.load(scale_ptrs + (k0 // QBLOCK) * stride_sk, mask=col_ok & (k0 < k_hi),
+                        other=0.0)  # fmt: skip
+    return scale
+
+
+@triton.jit
 def _masks(row_ok, col_ok, k0, offs_k, limit, FMT: tl.constexpr, SWAP: tl.constexpr):
     """(activation mask, high-nibble activation mask, weight mask) of the K tile from k0, in
     the operand layouts of _mma. An int4 byte is read when its low value's k is in range; a
@@ -279,18 +298,21 @@ def gate_up_tile(
     up_ptrs = gate_ptrs + inter * stride_wn
     gate_scales = _scale_ptrs(s_e, cols, stride_sn, FMT, QBLOCK)
     up_scales = _scale_ptrs(s_e, cols + inter, stride_sn, FMT, QBLOCK)
+    # k between loading a K tile's scales and using them (SCALES_AHEAD_ROWS)
+    LEAD: tl.constexpr = BLOCK_K if BLOCK_M <= SCALES_AHEAD_ROWS else 0
+    gate_s = _column_scales(gate_scales, col_ok, k_lo, k_hi, stride_sk, QBLOCK, FMT)
+    up_s = _column_scales(up_scales, col_ok, k_lo, k_hi, stride_sk, QBLOCK, FMT)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         act_mask, hi_mask, w_mask = _masks(row_ok, col_ok, k0, offs_k, hidden, FMT, SWAP)
         act, act_hi = _load_act(act_ptrs, act_mask, hi_mask, HALF_RUN * stride_xh, FMT)
-        scale_k = (k0 // QBLOCK) * stride_sk
-        gate = _mma(
-            gate, act, act_hi, gate_ptrs, w_mask, gate_scales + scale_k, col_ok, FMT,
-            PRECISION, UPCAST, SWAP,
-        )  # fmt: skip
-        up = _mma(
-            up, act, act_hi, up_ptrs, w_mask, up_scales + scale_k, col_ok, FMT, PRECISION,
-            UPCAST, SWAP,
-        )  # fmt: skip
+        next_gate_s = _column_scales(gate_scales, col_ok, k0 + LEAD, k_hi, stride_sk, QBLOCK, FMT)
+        next_up_s = _column_scales(up_scales, col_ok, k0 + LEAD, k_hi, stride_sk, QBLOCK, FMT)
+        gate = _mma(gate, act, act_hi, gate_ptrs, w_mask, next_gate_s if LEAD == 0 else gate_s,
+                    FMT, PRECISION, UPCAST, SWAP)  # fmt: skip
+        up = _mma(up, act, act_hi, up_ptrs, w_mask, next_up_s if LEAD == 0 else up_s, FMT,
+                  PRECISION, UPCAST, SWAP)  # fmt: skip
+        gate_s = next_gate_s
+        up_s = next_up_s
         act_ptrs += BLOCK_K * stride_xh
         gate_ptrs += w_step
         up_ptrs += w_step
@@ -333,13 +355,15 @@ def down_tile(
     w_k, w_step = _weight_k(k_lo, stride_wk, BLOCK_K, FMT)
     w_ptrs = _operand_ptrs(w_e + cols * stride_wn, w_k, not SWAP)
     scales = _scale_ptrs(s_e, cols, stride_sn, FMT, QBLOCK)
+    LEAD: tl.constexpr = BLOCK_K if BLOCK_M <= SCALES_AHEAD_ROWS else 0  # as gate_up_tile
+    scale = _column_scales(scales, col_ok, k_lo, k_hi, stride_sk, QBLOCK, FMT)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         act_mask, hi_mask, w_mask = _masks(row_ok, col_ok, k0, offs_k, inter, FMT, SWAP)
         act, act_hi = _load_act(act_ptrs, act_mask, hi_mask, HALF_RUN, FMT)
-        acc = _mma(
-            acc, act, act_hi, w_ptrs, w_mask, scales + (k0 // QBLOCK) * stride_sk, col_ok,
-            FMT, PRECISION, UPCAST, SWAP,
-        )  # fmt: skip
+        next_scale = _column_scales(scales, col_ok, k0 + LEAD, k_hi, stride_sk, QBLOCK, FMT)
+        acc = _mma(acc, act, act_hi, w_ptrs, w_mask, next_scale if LEAD == 0 else scale, FMT,
+                   PRECISION, UPCAST, SWAP)  # fmt: skip
+        scale = next_scale
         act_ptrs += BLOCK_K
         w_ptrs += w_step
     return acc
