@@ -22,6 +22,8 @@ def test_a_cuda_graph_is_replayed_where_the_caller_allows_it(graph, tokens, repl
     method = method_for(CUDA, tokens, graph)
     assert method.cuda_graph is replayed
     assert method.clock == "cuda-events" and method.record()["cuda_graph"] is replayed
+    # the flush reads its buffer: a written one leaves dirty lines the timed kernel writes back
+    assert method.record()["l2_flush"] == "read" and method.l2_flush_bytes >= 2**28
 
 
 def test_the_cpu_is_timed_by_the_wall_clock_without_graphs():

@@ -2,8 +2,13 @@
 
 Every benchmark row, sweep row and A/B sample is timed here, the same way:
 - warm-up: one call first (compiles, loads modules, creates handles);
-- on a GPU, CUDA events around each sample, after writing a buffer larger than any L2 so each
-  sample starts from cold caches as a served step does;
+- on a GPU, CUDA events around each sample, after reading a buffer larger than any L2 so each
+  sample starts from cold caches as a served step does: with clean lines, as the kernels
+  before it leave L2 (they read far more weight bytes than they write). The timer used to
+  write the buffer instead (`cache.zero_()`, as many benchmark harnesses do), which left L2
+  full of dirty lines that the timed kernel had to write back: on the H200 that added 6-8 us
+  to every sample, a tenth of a decode layer's dense GEMMs (64 MB read at 2.3 TB/s against
+  2.8; raw/logs/h200-timer-flush-probe-3cf25bc-20261202T1131.csv);
 - a CUDA graph of the launch is replayed, so the CPU's cost of launching kernels is not
   counted as kernel time: at decode sizes (tokens at or below GRAPH_TOKENS) by default, at
   every size for calls their caller knows are capture-safe (`graph=True`: the dense GEMMs,
@@ -40,6 +45,7 @@ class Method:
     clock: str  # "cuda-events" or "wall-clock"
     cuda_graph: bool
     l2_flush_bytes: int
+    l2_flush: str  # how the flush buffer is touched: "read" (module docstring), "" on the CPU
     warmup_calls: int
     repeats: Repeats
 
@@ -81,6 +87,7 @@ def method_for(
         clock="cuda-events" if cuda else "wall-clock",
         cuda_graph=cuda and (tokens <= GRAPH_TOKENS if graph is None else graph),
         l2_flush_bytes=L2_FLUSH_BYTES if cuda else 0,
+        l2_flush="read" if cuda else "",
         warmup_calls=1,
         repeats=repeats,
     )
@@ -105,10 +112,10 @@ def sampler(fn: Callable[[], object], method: Method, device: torch.device) -> C
         with torch.cuda.graph(graph):
             fn()
         launch = graph.replay
-    cache = torch.empty(method.l2_flush_bytes, dtype=torch.int8, device=device)
+    cache = torch.zeros(method.l2_flush_bytes // 2, dtype=torch.bfloat16, device=device)
 
     def events() -> float:
-        cache.zero_()
+        cache.sum()  # reads it all: L2 then holds its clean lines (module docstring)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         launch()
