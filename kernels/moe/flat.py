@@ -59,7 +59,8 @@ from kernels.moe.widen import WIDEN_MIN_ROWS
 
 SCHEDULES = ("static", "ticket")
 CPU_PROGRAMS = 4
-ITEMS_PER_PROGRAM = 4  # automatic split-K aims for at least this many items per program
+# Automatic split-K aims for at least this many items per program, per format at decode.
+ITEMS_PER_PROGRAM = {"bf16": 4, "fp8": 4, "int4": 4}
 # Chosen on the H200 at the TP2-rank shape (scripts/tune_moe.py). Decode, T=6: 64-wide,
 # 128-deep K tiles over 4 warps, several programs an SM (DECODE_PROGRAMS_PER_SM): fp8 0.205 ms
 # at three an SM against 0.225-0.235 for the former one 8-warp, 256-wide program an SM (12.5%
@@ -288,9 +289,10 @@ def default_programs(shape: MoeShape, fmt: str, sms: int) -> int:
     return sms * (1 if prefill else DECODE_PROGRAMS_PER_SM[fmt])
 
 
-def auto_split_k(row_tiles: int, col_tiles: int, programs: int) -> int:
-    """Splits that give every program ITEMS_PER_PROGRAM items; split_plan caps it at K tiles."""
-    return triton.cdiv(ITEMS_PER_PROGRAM * programs, row_tiles * col_tiles)
+def auto_split_k(row_tiles: int, col_tiles: int, programs: int, fmt: str) -> int:
+    """Splits that give every program ITEMS_PER_PROGRAM[fmt] items; split_plan caps it at K
+    tiles."""
+    return triton.cdiv(ITEMS_PER_PROGRAM[fmt] * programs, row_tiles * col_tiles)
 
 
 def moe_flat(
@@ -410,13 +412,15 @@ def _run_flat(
 ) -> Tensor:
     layout = FlatLayout.of(topk_ids, topk_weights, shape, tiles.block_m)
     counts, offsets, tile_offsets, sorted_slots, slot_weights, row_tiles = layout
-    tickets = torch.zeros(2, dtype=torch.int32, device=x.device)  # gate/up, down
+    # gate/up's and down's next item under the ticket schedule; static programs never read it
+    # (then counts stands in, saving a fill kernel on every call)
+    tickets = torch.zeros(2, dtype=torch.int32, device=x.device) if schedule == "ticket" else counts
     gate_up_cols = triton.cdiv(shape.inter, tiles.block_n)
     down_cols = triton.cdiv(shape.hidden, tiles.block_n)
     gate_up_split, down_split = tiles.split_k, tiles.split_k
     if tiles.split_k is None:
-        gate_up_split = auto_split_k(row_tiles, gate_up_cols, programs)
-        down_split = auto_split_k(row_tiles, down_cols, programs)
+        gate_up_split = auto_split_k(row_tiles, gate_up_cols, programs, weights.fmt)
+        down_split = auto_split_k(row_tiles, down_cols, programs, weights.fmt)
     common = {
         "STEPS": max(shape.experts - 1, 0).bit_length(),
         "TICKET": schedule == "ticket",

@@ -149,6 +149,13 @@ GateUpLaunch = Callable[[Tensor, Tensor, int, int], None]
 DownLaunch = Callable[[Tensor, Tensor, int, int], None]
 
 
+# The split-K reduce's tile. On the H200 (raw/logs/h200-moe-decode-glue-probe-822a65d-
+# 20261202T1211.csv) 4 x 64 tiles took a flat FP8 layer at T=1 from 0.077 to 0.064 ms against
+# 16 x 128 (with combine's narrower decode programs), and at T=6 from 0.194 to 0.188: a decode
+# call has a few dozen slot rows, and 16-row tiles gave them a few dozen programs.
+SILU_ROWS, SILU_COLS = 4, 64
+
+
 def run_pipeline(
     x: Tensor,
     shape: MoeShape,
@@ -171,7 +178,7 @@ def run_pipeline(
         part = torch.empty(splits, slots, 2 * shape.inter, dtype=torch.float32, device=x.device)
     gate_up(h, part, splits, k_per_split)
     if splits > 1:
-        grid = (triton.cdiv(slots, 16), triton.cdiv(shape.inter, 128))
+        grid = (triton.cdiv(slots, SILU_ROWS), triton.cdiv(shape.inter, SILU_COLS))
         launch(
             silu_reduce_kernel,
             grid,
@@ -183,8 +190,8 @@ def run_pipeline(
             part.stride(0),
             part.stride(1),
             h.stride(0),
-            BLOCK_R=16,
-            BLOCK_C=128,
+            BLOCK_R=SILU_ROWS,
+            BLOCK_C=SILU_COLS,
         )
     splits, k_per_split = split_plan(shape.inter, tiles.block_k, down_splits)
     # Split partials stay fp32; whole rows go in the activations' dtype, as in moe_w8a8 (half

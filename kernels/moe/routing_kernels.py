@@ -205,6 +205,14 @@ def permute(topk_ids: Tensor, offsets: Tensor, *, size: int | None = None, fill:
     return out
 
 
+# Columns a combine program sums, at most: 1024, or 256 for up to DECODE_COMBINE_TOKENS
+# tokens, whose few rows gave 1024-wide programs a handful of SMs: 0.5-3 us less a flat layer
+# at T=1 to 16 on the H200 (raw/logs/h200-moe-decode-glue-probe-822a65d-20261202T1211.csv).
+COMBINE_COLS = 1024
+DECODE_COMBINE_COLS = 256
+DECODE_COMBINE_TOKENS = 64
+
+
 def combine(y_slots: Tensor, tokens: int, top_k: int, dtype: torch.dtype | None = None) -> Tensor:
     """(T, H) in `dtype` (default y's): each token's K slot rows summed in fp32, slot order k.
 
@@ -216,7 +224,8 @@ def combine(y_slots: Tensor, tokens: int, top_k: int, dtype: torch.dtype | None 
         y = y.contiguous()
     hidden = y.shape[-1]
     out = torch.empty(tokens, hidden, dtype=dtype or y.dtype, device=y.device)
-    block_h = min(triton.next_power_of_2(hidden), 1024)
+    widest = DECODE_COMBINE_COLS if tokens <= DECODE_COMBINE_TOKENS else COMBINE_COLS
+    block_h = min(triton.next_power_of_2(hidden), widest)
     launch(
         _combine_kernel,
         (tokens, triton.cdiv(hidden, block_h)),
