@@ -59,8 +59,13 @@ from kernels.moe.widen import WIDEN_MIN_ROWS
 
 SCHEDULES = ("static", "ticket")
 CPU_PROGRAMS = 4
-# Automatic split-K aims for at least this many items per program, per format at decode.
-ITEMS_PER_PROGRAM = {"bf16": 4, "fp8": 4, "int4": 4}
+# Automatic split-K aims for at least this many items per program, per format at decode. FP8
+# takes 2: at T=6 on the H200 a flat layer took 0.181-0.182 ms against 0.194-0.195 with 4 (its
+# gate/up splits K 2 ways instead of 3, so each item streams longer and the reduce reads fewer
+# partials; 1-8 items, 2-4 programs an SM, 3-4 stages and 64-128 wide tiles in
+# raw/logs/h200-moe-decode-tiles-probe-822a65d-20261202T1211.csv). bf16 and INT4 were not
+# measured at 2.
+ITEMS_PER_PROGRAM = {"bf16": 4, "fp8": 2, "int4": 4}
 # Chosen on the H200 at the TP2-rank shape (scripts/tune_moe.py). Decode, T=6: 64-wide,
 # 128-deep K tiles over 4 warps, several programs an SM (DECODE_PROGRAMS_PER_SM): fp8 0.205 ms
 # at three an SM against 0.225-0.235 for the former one 8-warp, 256-wide program an SM (12.5%
