@@ -59,13 +59,15 @@ from kernels.moe.widen import WIDEN_MIN_ROWS
 
 SCHEDULES = ("static", "ticket")
 CPU_PROGRAMS = 4
-# Automatic split-K aims for at least this many items per program, per format at decode. FP8
-# takes 2: at T=6 on the H200 a flat layer took 0.181-0.182 ms against 0.194-0.195 with 4 (its
-# gate/up splits K 2 ways instead of 3, so each item streams longer and the reduce reads fewer
-# partials; 1-8 items, 2-4 programs an SM, 3-4 stages and 64-128 wide tiles in
-# raw/logs/h200-moe-decode-tiles-probe-822a65d-20261202T1211.csv). bf16 and INT4 were not
-# measured at 2.
-ITEMS_PER_PROGRAM = {"bf16": 4, "fp8": 2, "int4": 4}
+# Automatic split-K aims for at least this many items per program at decode. 2, not 4: on the
+# H200 a flat FP8 layer at T=6 took 0.181-0.182 ms against 0.194-0.195 (its gate/up splits K
+# 2 ways instead of 3, so each item streams longer and the reduce reads fewer partials; 1-8
+# items, 2-4 programs an SM, 3-4 stages and 64-128 wide tiles in
+# raw/logs/h200-moe-decode-tiles-probe-822a65d-20261202T1211.csv); then at T=1, 6, 16 and 48
+# (raw/logs/h200-moe-items-per-program-probe-a4128c5-20261202T1305.csv) 2 was faster or
+# within 1% for every format: INT4 0.072 against 0.081 ms at T=1 and 0.231 against 0.244 at
+# T=6, FP8 0.061 against 0.065 at T=1, bf16 0.083 against 0.087 at T=1.
+ITEMS_PER_PROGRAM = 2
 # Chosen on the H200 at the TP2-rank shape (scripts/tune_moe.py). Decode, T=6: 64-wide,
 # 128-deep K tiles over 4 warps, several programs an SM (DECODE_PROGRAMS_PER_SM): fp8 0.205 ms
 # at three an SM against 0.225-0.235 for the former one 8-warp, 256-wide program an SM (12.5%
@@ -294,10 +296,9 @@ def default_programs(shape: MoeShape, fmt: str, sms: int) -> int:
     return sms * (1 if prefill else DECODE_PROGRAMS_PER_SM[fmt])
 
 
-def auto_split_k(row_tiles: int, col_tiles: int, programs: int, fmt: str) -> int:
-    """Splits that give every program ITEMS_PER_PROGRAM[fmt] items; split_plan caps it at K
-    tiles."""
-    return triton.cdiv(ITEMS_PER_PROGRAM[fmt] * programs, row_tiles * col_tiles)
+def auto_split_k(row_tiles: int, col_tiles: int, programs: int) -> int:
+    """Splits that give every program ITEMS_PER_PROGRAM items; split_plan caps it at K tiles."""
+    return triton.cdiv(ITEMS_PER_PROGRAM * programs, row_tiles * col_tiles)
 
 
 def moe_flat(
@@ -424,8 +425,8 @@ def _run_flat(
     down_cols = triton.cdiv(shape.hidden, tiles.block_n)
     gate_up_split, down_split = tiles.split_k, tiles.split_k
     if tiles.split_k is None:
-        gate_up_split = auto_split_k(row_tiles, gate_up_cols, programs, weights.fmt)
-        down_split = auto_split_k(row_tiles, down_cols, programs, weights.fmt)
+        gate_up_split = auto_split_k(row_tiles, gate_up_cols, programs)
+        down_split = auto_split_k(row_tiles, down_cols, programs)
     common = {
         "STEPS": max(shape.experts - 1, 0).bit_length(),
         "TICKET": schedule == "ticket",
