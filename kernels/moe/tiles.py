@@ -40,8 +40,8 @@ FOLD_ROWS = tl.constexpr(128)
 # T=6 put 7% of gate/up's stall samples on that load and 16% on the loop around it). On the
 # H200 (raw/logs/h200-moe-scales-ahead-3cf25bc-20261202T1150.csv, outputs bit-identical),
 # flat FP8 took 14% less time at T=16 and 64 and INT4 3-6%; T=1 and 6 were within the
-# spread between runs. Prefill tiles keep loading them in the step: ahead, the 64-row FP8
-# tile spilled (Triton 3.7.1).
+# spread between runs. Prefill tiles keep loading them in the step, after issuing the MMA
+# (`_step_scales` says why).
 SCALES_AHEAD_ROWS = tl.constexpr(32)
 
 
