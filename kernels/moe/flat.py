@@ -102,7 +102,7 @@ PREFILL_ROWS = 32  # mean rows per active expert from which 64-row tiles pay off
 # are in flight while the current one finishes, as the W8A8 Gluon down kernel's ring does,
 # instead of each item refilling the pipeline (a down item has only 9 K tiles at the TP2-rank
 # shape). Static schedule only: a ticket's next item is not known ahead.
-FLATTEN_DECODE = frozenset({"gate_up", "down"})
+FLATTEN_DECODE = True
 
 
 @triton.jit
@@ -432,12 +432,11 @@ def _run_flat(
     if tiles.split_k is None:
         gate_up_split = auto_split_k(row_tiles, gate_up_cols, programs)
         down_split = auto_split_k(row_tiles, down_cols, programs)
-    flat_loops = schedule == "static" and not prefill_sized(
-        shape.tokens * shape.top_k, shape.experts
-    )
+    decode = not prefill_sized(shape.tokens * shape.top_k, shape.experts)
     common = {
         "STEPS": max(shape.experts - 1, 0).bit_length(),
         "TICKET": schedule == "ticket",
+        "FLATTEN": FLATTEN_DECODE and decode and schedule == "static",
         **tiles.constants(weights, x.dtype),
     }
 
@@ -466,7 +465,6 @@ def _run_flat(
             part.stride(1),
             TOP_K=shape.top_k,
             SPLIT=splits > 1,
-            FLATTEN=flat_loops and "gate_up" in FLATTEN_DECODE,
             **common,
         )
 
@@ -492,7 +490,6 @@ def _run_flat(
             h.stride(0),
             y.stride(0),
             y.stride(1),
-            FLATTEN=flat_loops and "down" in FLATTEN_DECODE,
             **common,
         )
 
