@@ -44,8 +44,8 @@ ONE = ("stride_wk", "stride_xh", "stride_sk")
 UNSPLIT_ONE = ("splits", "stride_pr")
 # Sizes a launch at the TP2-rank shape passes as multiples of 16, which Triton specialises on.
 SIXTEENS = ("hidden", "inter", "num_experts", "k_per_split")
-FIXED = {"TOP_K": 6, "SPLIT": False, "STEPS": 9, "TICKET": False, "FLATTEN": True,
-         "PRECISION": "tf32", "UPCAST": False, "SWAP": False}  # fmt: skip
+FIXED = {"TOP_K": 6, "SPLIT": False, "STEPS": 9, "TICKET": False, "PRECISION": "tf32",
+         "UPCAST": False, "SWAP": False}  # fmt: skip
 
 
 def compile_kernel(kernel, fmt: str, tiles: tuple[int, ...], swap_ab: bool = False,

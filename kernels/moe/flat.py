@@ -97,12 +97,6 @@ PREFILL_TILES = {
     "int4": INT4_PREFILL_TILES,
 }
 PREFILL_ROWS = 32  # mean rows per active expert from which 64-row tiles pay off
-# Decode-sized calls flatten each program's loop over its items and the K loop inside into one
-# loop, which Triton's pipeliner then runs across items: the next item's first weight tiles
-# are in flight while the current one finishes, as the W8A8 Gluon down kernel's ring does,
-# instead of each item refilling the pipeline (a down item has only 9 K tiles at the TP2-rank
-# shape). Static schedule only: a ticket's next item is not known ahead.
-FLATTEN_DECODE = True
 
 
 @triton.jit
@@ -136,12 +130,13 @@ def _gate_up_item(
     cols = col_tile * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < inter
     k_lo = split * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, hidden)
     w_e = w_ptr + tl.cast(expert, tl.int64) * stride_we
     s_e = s_ptr + tl.cast(expert, tl.int64) * stride_se
     gate, up = gate_up_tile(
-        x_ptr, slots // TOP_K, row_ok, w_e, s_e, cols, col_ok, inter, hidden, k_lo,
-        k_per_split, stride_xt, stride_xh, stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M,
-        BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+        x_ptr, slots // TOP_K, row_ok, w_e, s_e, cols, col_ok, inter, hidden, k_lo, k_hi,
+        stride_xt, stride_xh, stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N,
+        BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
     )  # fmt: skip
     store_gate_up(
         h_ptr, part_ptr, split, slots, row_ok, cols, col_ok, gate, up, inter, stride_hr,
@@ -156,9 +151,8 @@ def _flat_gate_up_kernel(
     stride_sk, num_experts, hidden, inter, k_per_split, splits, stride_xt, stride_xh,
     stride_hr, stride_ps, stride_pr,
     TOP_K: tl.constexpr, SPLIT: tl.constexpr, STEPS: tl.constexpr, TICKET: tl.constexpr,
-    FLATTEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr, FMT: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr, SWAP: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FMT: tl.constexpr,
+    QBLOCK: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, SWAP: tl.constexpr,
 ):  # fmt: skip
     col_tiles = tl.cdiv(inter, BLOCK_N)
     num_items = tl.load(tile_offsets_ptr + num_experts) * col_tiles * splits
@@ -174,7 +168,7 @@ def _flat_gate_up_kernel(
             )  # fmt: skip
             item = tl.atomic_add(ticket_ptr, 1)
     else:
-        for item in tl.range(tl.program_id(0), num_items, tl.num_programs(0), flatten=FLATTEN):
+        for item in range(tl.program_id(0), num_items, tl.num_programs(0)):
             _gate_up_item(
                 item, x_ptr, h_ptr, part_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr,
                 tile_offsets_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_wk, stride_se,
@@ -201,12 +195,13 @@ def _down_item(
     cols = col_tile * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < hidden
     k_lo = split * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, inter)
     w_e = w_ptr + tl.cast(expert, tl.int64) * stride_we
     s_e = s_ptr + tl.cast(expert, tl.int64) * stride_se
     acc = down_tile(
-        h_ptr, slots, row_ok, w_e, s_e, cols, col_ok, inter, k_lo, k_per_split, stride_hr,
-        stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK,
-        PRECISION, UPCAST, SWAP,
+        h_ptr, slots, row_ok, w_e, s_e, cols, col_ok, inter, k_lo, k_hi, stride_hr, stride_wn,
+        stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION,
+        UPCAST, SWAP,
     )  # fmt: skip
     store_down(
         y_ptr, slot_weights_ptr, split, slots, row_ok, cols, col_ok, acc, stride_ys, stride_yr,
@@ -220,9 +215,9 @@ def _flat_down_kernel(
     slot_weights_ptr, ticket_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_wk, stride_se,
     stride_sn, stride_sk, num_experts, hidden, inter, k_per_split, splits, stride_hr,
     stride_ys, stride_yr,
-    STEPS: tl.constexpr, TICKET: tl.constexpr, FLATTEN: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FMT: tl.constexpr, QBLOCK: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr, SWAP: tl.constexpr,
+    STEPS: tl.constexpr, TICKET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, FMT: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, SWAP: tl.constexpr,
 ):  # fmt: skip
     col_tiles = tl.cdiv(hidden, BLOCK_N)
     num_items = tl.load(tile_offsets_ptr + num_experts) * col_tiles * splits
@@ -238,7 +233,7 @@ def _flat_down_kernel(
             )  # fmt: skip
             item = tl.atomic_add(ticket_ptr, 1)
     else:
-        for item in tl.range(tl.program_id(0), num_items, tl.num_programs(0), flatten=FLATTEN):
+        for item in range(tl.program_id(0), num_items, tl.num_programs(0)):
             _down_item(
                 item, h_ptr, y_ptr, sorted_slots_ptr, counts_ptr, offsets_ptr,
                 tile_offsets_ptr, slot_weights_ptr, w_ptr, s_ptr, stride_we, stride_wn,
@@ -432,11 +427,9 @@ def _run_flat(
     if tiles.split_k is None:
         gate_up_split = auto_split_k(row_tiles, gate_up_cols, programs)
         down_split = auto_split_k(row_tiles, down_cols, programs)
-    decode = not prefill_sized(shape.tokens * shape.top_k, shape.experts)
     common = {
         "STEPS": max(shape.experts - 1, 0).bit_length(),
         "TICKET": schedule == "ticket",
-        "FLATTEN": FLATTEN_DECODE and decode and schedule == "static",
         **tiles.constants(weights, x.dtype),
     }
 

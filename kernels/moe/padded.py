@@ -70,12 +70,13 @@ def _padded_gate_up_kernel(
         col_ok = cols < inter
         split = tl.program_id(2)
         k_lo = split * k_per_split
+        k_hi = tl.minimum(k_lo + k_per_split, hidden)
         w_e = w_ptr + expert.to(tl.int64) * stride_we
         s_e = s_ptr + expert.to(tl.int64) * stride_se
         gate, up = gate_up_tile(
-            x_ptr, slots // TOP_K, row_ok, w_e, s_e, cols, col_ok, inter, hidden, k_lo,
-            k_per_split, stride_xt, stride_xh, stride_wn, stride_wk, stride_sn, stride_sk,
-            BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+            x_ptr, slots // TOP_K, row_ok, w_e, s_e, cols, col_ok, inter, hidden, k_lo, k_hi,
+            stride_xt, stride_xh, stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N,
+            BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
         )  # fmt: skip
         store_gate_up(
             h_ptr, part_ptr, split, slots, row_ok, cols, col_ok, gate, up, inter, stride_hr,
@@ -100,10 +101,11 @@ def _padded_down_kernel(
         col_ok = cols < hidden
         split = tl.program_id(2)
         k_lo = split * k_per_split
+        k_hi = tl.minimum(k_lo + k_per_split, inter)
         w_e = w_ptr + expert.to(tl.int64) * stride_we
         s_e = s_ptr + expert.to(tl.int64) * stride_se
         acc = down_tile(
-            h_ptr, slots, row_ok, w_e, s_e, cols, col_ok, inter, k_lo, k_per_split, stride_hr,
+            h_ptr, slots, row_ok, w_e, s_e, cols, col_ok, inter, k_lo, k_hi, stride_hr,
             stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK,
             PRECISION, UPCAST, SWAP,
         )  # fmt: skip

@@ -66,6 +66,7 @@ def _stock_gate_up_kernel(
     col_ok = cols < inter
     split = tl.program_id(2)
     k_lo = split * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, hidden)
 
     row_start = group * 0  # first sorted row of the current expert
     w_e = w_ptr  # advanced by one expert per step: no 32-bit overflow of e * stride_we
@@ -80,7 +81,7 @@ def _stock_gate_up_kernel(
             slots = slots.to(tl.int64)
             gate, up = gate_up_tile(
                 x_ptr, slots // TOP_K, row_ok, w_e, s_e, cols, col_ok, inter, hidden, k_lo,
-                k_per_split, stride_xt, stride_xh, stride_wn, stride_wk, stride_sn, stride_sk,
+                k_hi, stride_xt, stride_xh, stride_wn, stride_wk, stride_sn, stride_sk,
                 BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
             )  # fmt: skip
             store_gate_up(
@@ -129,6 +130,7 @@ def _stock_down_kernel(
     col_ok = cols < hidden
     split = tl.program_id(2)
     k_lo = split * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, inter)
 
     row_start = group * 0
     w_e = w_ptr
@@ -142,7 +144,7 @@ def _stock_down_kernel(
             slots = tl.load(sorted_slots_ptr + row_start + rows, mask=row_ok, other=0)
             slots = slots.to(tl.int64)
             acc = down_tile(
-                h_ptr, slots, row_ok, w_e, s_e, cols, col_ok, inter, k_lo, k_per_split, stride_hr,
+                h_ptr, slots, row_ok, w_e, s_e, cols, col_ok, inter, k_lo, k_hi, stride_hr,
                 stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N, BLOCK_K, FMT,
                 QBLOCK, PRECISION, UPCAST, SWAP,
             )  # fmt: skip

@@ -298,7 +298,7 @@ def gate_up_tile(
     inter,
     hidden,
     k_lo,
-    k_per_split,
+    k_hi,
     stride_xt,
     stride_xh,
     stride_wn,
@@ -314,15 +314,11 @@ def gate_up_tile(
     UPCAST: tl.constexpr,
     SWAP: tl.constexpr,
 ):
-    """fp32 (gate, up) sums over K in [k_lo, k_lo + k_per_split) for x[tokens] and gate/up
-    columns `cols` (K tiles past `hidden` are masked off).
+    """fp32 (gate, up) sums over K in [k_lo, k_hi) for x[tokens] and gate/up columns `cols`.
 
     One activation tile feeds both products; up's weight rows sit `inter` rows below gate's.
     Pointer tiles are built once and stepped by one K tile per iteration, which keeps 64-bit
-    address arithmetic out of the loop. The loop runs cdiv(k_per_split, BLOCK_K) times, a
-    count the same for every tile of a launch: a persistent scheduler's item loop around it
-    can then be flattened into one pipelined loop (flat.FLATTEN_DECODE), which Triton only
-    does for an inner loop whose bounds do not depend on the outer loop's iteration.
+    address arithmetic out of the loop.
     """
     if SWAP:
         gate = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
@@ -338,11 +334,9 @@ def gate_up_tile(
     up_scales = _scale_ptrs(s_e, cols + inter, stride_sn, FMT, QBLOCK)
     # k between loading a K tile's scales and using them (SCALES_AHEAD_ROWS)
     LEAD: tl.constexpr = BLOCK_K if BLOCK_M <= SCALES_AHEAD_ROWS else 0
-    k_hi = tl.minimum(k_lo + k_per_split, hidden)
     gate_s = _first_scales(gate_scales, col_ok, k_lo, k_hi, stride_sk, QBLOCK, FMT, LEAD)
     up_s = _first_scales(up_scales, col_ok, k_lo, k_hi, stride_sk, QBLOCK, FMT, LEAD)
-    for step in range(0, tl.cdiv(k_per_split, BLOCK_K)):
-        k0 = k_lo + step * BLOCK_K
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         act_mask, hi_mask, w_mask = _masks(row_ok, col_ok, k0, offs_k, hidden, FMT, SWAP)
         act, act_hi = _load_act(act_ptrs, act_mask, hi_mask, HALF_RUN * stride_xh, FMT)
         scale_k = (k0 // QBLOCK) * stride_sk
@@ -375,7 +369,7 @@ def down_tile(
     col_ok,
     inter,
     k_lo,
-    k_per_split,
+    k_hi,
     stride_hr,
     stride_wn,
     stride_wk,
@@ -390,8 +384,7 @@ def down_tile(
     UPCAST: tl.constexpr,
     SWAP: tl.constexpr,
 ):
-    """fp32 sums over K in [k_lo, k_lo + k_per_split) of h[slots] @ down[cols].T (no routing
-    weight yet; K tiles past `inter` masked off), looping as gate_up_tile does."""
+    """fp32 sums over K in [k_lo, k_hi) of h[slots] @ down[cols].T (no routing weight yet)."""
     if SWAP:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
@@ -402,10 +395,8 @@ def down_tile(
     w_ptrs = _operand_ptrs(w_e + cols * stride_wn, w_k, not SWAP)
     scales = _scale_ptrs(s_e, cols, stride_sn, FMT, QBLOCK)
     LEAD: tl.constexpr = BLOCK_K if BLOCK_M <= SCALES_AHEAD_ROWS else 0  # as gate_up_tile
-    k_hi = tl.minimum(k_lo + k_per_split, inter)
     scale = _first_scales(scales, col_ok, k_lo, k_hi, stride_sk, QBLOCK, FMT, LEAD)
-    for step in range(0, tl.cdiv(k_per_split, BLOCK_K)):
-        k0 = k_lo + step * BLOCK_K
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         act_mask, hi_mask, w_mask = _masks(row_ok, col_ok, k0, offs_k, inter, FMT, SWAP)
         act, act_hi = _load_act(act_ptrs, act_mask, hi_mask, HALF_RUN, FMT)
         now, scale = _step_scales(scale, scales, col_ok, k0, k_hi, stride_sk, QBLOCK, FMT, LEAD)
