@@ -4,7 +4,7 @@ size for callers that vouch their call is capture-safe, never for host-side cont
 import pytest
 import torch
 
-from workbench.capture.timing import GRAPH_TOKENS, method_for
+from workbench.capture.timing import GRAPH_TOKENS, WARMUP_S, method_for
 
 CUDA = torch.device("cuda")
 
@@ -24,8 +24,11 @@ def test_a_cuda_graph_is_replayed_where_the_caller_allows_it(graph, tokens, repl
     assert method.clock == "cuda-events" and method.record()["cuda_graph"] is replayed
     # the flush reads its buffer: a written one leaves dirty lines the timed kernel writes back
     assert method.record()["l2_flush"] == "read" and method.l2_flush_bytes >= 2**28
+    # samples start from the warm state a serving loop keeps, not from an idle GPU's
+    assert method.record()["warmup_s"] == WARMUP_S > 0
 
 
 def test_the_cpu_is_timed_by_the_wall_clock_without_graphs():
     method = method_for(torch.device("cpu"), 1, graph=True)
     assert method.clock == "wall-clock" and not method.cuda_graph and method.l2_flush_bytes == 0
+    assert method.warmup_s == 0  # the interpreter's tests stay fast

@@ -1,7 +1,14 @@
 """The one timer of the workbench: how a launch is timed, and the record of how it was.
 
 Every benchmark row, sweep row and A/B sample is timed here, the same way:
-- warm-up: one call first (compiles, loads modules, creates handles);
+- warm-up: one call first (compiles, loads modules, creates handles); then, on a GPU, the
+  launch replayed back to back for WARMUP_S. A GPU that has just been idle runs slower for a
+  while: on the H200, flat FP8 MoE at T=6 read 0.196 ms for the first ~0.1 s of samples and
+  0.180 from then on, abruptly, with or without the CPU held behind the GPU (so not launch
+  latency), while nvidia-smi showed the SM clock at 1980 MHz throughout
+  (raw/logs/h200-timer-warm-state-probe-*). A bench checks each row before timing it, which
+  idles the GPU, so every decode row (100 samples take a few tens of ms) was timed in that
+  slow state: about 8% over what a serving loop, which never idles, sees;
 - on a GPU, CUDA events around each sample, after reading a buffer larger than any L2 so each
   sample starts from cold caches as a served step does: with clean lines, as the kernels
   before it leave L2 (they read far more weight bytes than they write). The timer used to
@@ -32,6 +39,7 @@ import torch
 from workbench.analysis.stats import Repeats, adaptive_repeats, summarise
 
 GRAPH_TOKENS = 48  # at or below: time CUDA graph replays
+WARMUP_S = 0.5  # GPU busy with the launch before the first sample (module docstring)
 L2_FLUSH_BYTES = 256 * 2**20  # larger than any L2 (H200: 60 MB)
 
 
@@ -47,6 +55,7 @@ class Method:
     l2_flush_bytes: int
     l2_flush: str  # how the flush buffer is touched: "read" (module docstring), "" on the CPU
     warmup_calls: int
+    warmup_s: float  # then the launch replayed back to back this long (0 on the CPU)
     repeats: Repeats
 
     def record(self) -> dict:
@@ -89,6 +98,7 @@ def method_for(
         l2_flush_bytes=L2_FLUSH_BYTES if cuda else 0,
         l2_flush="read" if cuda else "",
         warmup_calls=1,
+        warmup_s=WARMUP_S if cuda else 0.0,
         repeats=repeats,
     )
 
@@ -112,6 +122,7 @@ def sampler(fn: Callable[[], object], method: Method, device: torch.device) -> C
         with torch.cuda.graph(graph):
             fn()
         launch = graph.replay
+    _keep_busy(launch, method.warmup_s, device)
     cache = torch.zeros(method.l2_flush_bytes // 2, dtype=torch.bfloat16, device=device)
 
     def events() -> float:
@@ -124,6 +135,16 @@ def sampler(fn: Callable[[], object], method: Method, device: torch.device) -> C
         return start.elapsed_time(end)
 
     return events
+
+
+def _keep_busy(launch: Callable[[], object], seconds: float, device: torch.device) -> None:
+    """Replay `launch` until `seconds` have passed, a few launches per synchronise, so the
+    GPU stays busy (not idle between launches) and the CPU does not queue far ahead of it."""
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        for _ in range(4):
+            launch()
+        torch.cuda.synchronize(device)
 
 
 def time_launch(
