@@ -10,8 +10,8 @@ Every benchmark row, sweep row and A/B sample is timed here, the same way:
   idles the GPU, so every decode row (100 samples take a few tens of ms) was timed in that
   slow state: about 8% over what a serving loop, which never idles, sees. With the warm
   period, bench moe read flat FP8 at T=6 0.175 ms against 0.192 in the run just before it
-  without (raw/bench-moe-dsv4-flash-tp2-20261202T150239, ...T144908); prefill rows moved
-  within their usual spread;
+  without (raw/bench-moe-dsv4-flash-tp2-20261202T150239, ...T144908); its prefill rows
+  (T=33,863) moved by -2% to +6%, as between earlier runs of the same kernels;
 - on a GPU, CUDA events around each sample, after reading a buffer larger than any L2 so each
   sample starts from cold caches as a served step does: with clean lines, as the kernels
   before it leave L2 (they read far more weight bytes than they write). The timer used to
