@@ -32,3 +32,22 @@ def test_the_cpu_is_timed_by_the_wall_clock_without_graphs():
     method = method_for(torch.device("cpu"), 1, graph=True)
     assert method.clock == "wall-clock" and not method.cuda_graph and method.l2_flush_bytes == 0
     assert method.warmup_s == 0  # the interpreter's tests stay fast
+
+
+def test_the_ceilings_are_taken_by_the_one_timer(monkeypatch):
+    """A floor's ceiling must start from the same GPU state as the kernel it judges, so the
+    ceilings go through time_launch too (its warm period on a GPU), not a timer of their own."""
+    from workbench.capture import ceilings
+
+    timed = []
+    real = ceilings.time_launch
+
+    def spy(fn, device, tokens, graph=None, **kwargs):
+        timed.append(graph)
+        return real(fn, device, tokens, graph, **kwargs)
+
+    monkeypatch.setattr(ceilings, "time_launch", spy)
+    result = ceilings.measure_ceilings("cpu", copy_gib=0.001, n=64)
+    assert timed == [False, False, False]  # copy, bf16 GEMM, FP8 GEMM: eager launches
+    assert result["copy_bytes_per_s"] > 0 and result["bf16_flops"] > 0
+    assert result["fp8_flops"] > 0
