@@ -45,6 +45,19 @@ def test_user_errors_exit_2_with_one_clear_line(tmp_path, capsys):
     assert "prompt_tokens=0 is below 1" in capsys.readouterr().err
 
 
+def test_ncu_without_ncu_report_says_how_to_install_it(monkeypatch, tmp_path, capsys):
+    """Before any capture starts: a report that cannot be read is not worth minutes of ncu."""
+    monkeypatch.setitem(sys.modules, "ncu_report", None)  # import ncu_report raises ImportError
+    for name in [
+        n for n in sys.modules if n.startswith(("workbench.analysis.ncu", "workbench.capture.ncu"))
+    ]:
+        monkeypatch.delitem(sys.modules, name)
+    assert main(["ncu", "moe", "flat", "--tokens", "6", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "needs NVIDIA's ncu_report module" in err and "pip install" in err
+    assert "Traceback" not in err and not list(tmp_path.iterdir())
+
+
 def test_help_names_every_command():
     out = subprocess.run(
         [sys.executable, "-m", "workbench.cli", "--help"], capture_output=True, text=True

@@ -18,7 +18,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Self
 
-import ncu_report
 import pandas as pd
 
 from workbench.analysis.ncu_files import openable, read_report, read_sidecar
@@ -32,6 +31,7 @@ from workbench.analysis.ncu_metrics import (
     first_value,
     stall_records,
 )
+from workbench.analysis.ncu_module import ncu_report
 from workbench.analysis.ncu_pairs import LaunchPairs, pair_launches
 from workbench.analysis.ncu_rules import rule_table
 from workbench.analysis.ncu_source import HOTSPOT_COLUMNS, hot_lines

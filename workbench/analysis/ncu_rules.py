@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-import ncu_report
 import pandas as pd
 
 from workbench.analysis.ncu_metrics import number
+from workbench.analysis.ncu_module import ncu_report
 
 LINK = re.compile(r"@(url|sass|source|section):([^@]*)@")  # ncu's rule-message links
 RULE_COLUMNS = [
