@@ -5,7 +5,8 @@ bandwidth measured here, or its FLOPs at the cuBLAS rate measured here.
 Datasheet numbers are leads; these are readings. They are taken by the workbench's one timer
 (capture.timing), so a ceiling and the kernels judged by it start from the same warm GPU:
 the ceilings used to be timed apart, 3 calls and 20 samples straight after the GPU had idled,
-which on the H200 fall in the slow period the timer now waits out.
+inside the slow period the timer now waits out (whether a copy or a large GEMM slows in it as
+the MoE decode kernels did has not been measured).
 """
 
 from __future__ import annotations
