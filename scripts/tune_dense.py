@@ -90,6 +90,7 @@ GRIDS = {  # --grid NAME: this grid alone, at every --m
     "pdl": ("w8a16", 128, PDL_AB),
     "middle-splits": ("w8a16", 128, MIDDLE_SPLITS),
     "wgmma-waves": ("w8a8", 128, WGMMA_WAVES),
+    "small": ("w8a16", 128, W8A16_SMALL),
 }
 # (variant, weight block, M, grid)
 CASES = [
