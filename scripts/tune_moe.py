@@ -2,7 +2,7 @@
 process (each setting checked against the reference first), to choose its defaults.
 
     python scripts/tune_moe.py OUT_DIR [--variant flat] [--budget-s 120] [--case fp8:6 ...]
-                                       [--grid decode-fine]
+                                       [--grid decode-fine|down-decode]
 
 `--variant w8a8` takes its own grid (FP8 experts at T = 4,096 and 33,863); its rel_error is
 then against the bf16-activation reference, FP8 activations' rounding included.
@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from kernels.moe import VARIANTS, W8A8_VARIANTS, MoeWeights, last_facts
+from kernels.moe import VARIANTS, W8A8_VARIANTS, MoeWeights, flat, last_facts
 from kernels.moe.routing import sm_count
 from workbench.capture.bench_rows import compile_facts, time_call
 from workbench.presets import get_preset
@@ -93,7 +95,23 @@ DECODE_FINE = [
     dict(block_n=32, block_k=128, num_warps=2, num_stages=4, programs_per_sm=6),
     dict(block_n=64, block_k=128, num_warps=4, num_stages=4, programs_per_sm=4),
 ]
-GRIDS = {"decode-fine": DECODE_FINE}
+# --grid down-decode: flat's down projection at decode on launch settings of its own
+# (flat.DECODE_DOWN_TILES and DECODE_DOWN_PROGRAMS_PER_SM), gate/up on its defaults; the
+# defaults first and last, to show the drift of the run
+DOWN_DECODE = [
+    {},
+    dict(down_block_n=128),
+    dict(down_programs_per_sm=4),
+    dict(down_block_n=128, down_programs_per_sm=4),
+    dict(down_num_stages=4),
+    dict(down_num_stages=4, down_programs_per_sm=4),
+    dict(down_block_n=128, down_num_stages=4),
+    dict(down_block_n=32, down_num_warps=2, down_programs_per_sm=6),
+    dict(down_block_n=128, down_num_warps=8, down_programs_per_sm=2),
+    dict(down_programs_per_sm=2),
+    {},
+]
+GRIDS = {"decode-fine": DECODE_FINE, "down-decode": DOWN_DECODE}
 CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),
          ("bf16", 6, DECODE[:4] + PROGRAMS), ("int4", 6, DECODE),
          ("int4", 33863, PREFILL)]  # fmt: skip
@@ -112,6 +130,22 @@ def with_programs(params: dict, device: torch.device) -> dict:
     if per_sm is not None:
         params["num_programs"] = per_sm * sm_count(device)
     return params
+
+
+@contextmanager
+def down_settings(params: dict, fmt: str) -> Iterator[dict]:
+    """The call's options without the `down_*` keys, which set flat's decode launch of down
+    (DECODE_DOWN_OPTIONS: block_n, num_stages, num_warps; DECODE_DOWN_PROGRAMS_PER_SM) for
+    the call and are put back after it."""
+    down = {k.removeprefix("down_"): v for k, v in params.items() if k.startswith("down_")}
+    per_sm = down.pop("programs_per_sm", None)
+    options, programs = flat.DECODE_DOWN_OPTIONS[fmt], flat.DECODE_DOWN_PROGRAMS_PER_SM[fmt]
+    flat.DECODE_DOWN_OPTIONS[fmt] = options | down
+    flat.DECODE_DOWN_PROGRAMS_PER_SM[fmt] = per_sm or programs
+    try:
+        yield {k: v for k, v in params.items() if not k.startswith("down_")}
+    finally:
+        flat.DECODE_DOWN_OPTIONS[fmt], flat.DECODE_DOWN_PROGRAMS_PER_SM[fmt] = options, programs
 
 
 def main() -> None:
@@ -140,14 +174,15 @@ def main() -> None:
             if time.monotonic() > deadline:
                 break
             row = {"variant": args.variant, "fmt": fmt, "tokens": tokens, **params}
-            call = partial(VARIANTS[args.variant], *problem.args(), weights[fmt],
-                           **with_programs(params, dev))  # fmt: skip
-            try:
-                row["rel_error"] = relative_error(call(), expected)
-                row |= compile_facts([last_facts()])
-                row["ms"] = time_call(call, dev, tokens)[0]
-            except Exception as err:  # noqa: BLE001 (a failing setting is a result)
-                row["error"] = f"{type(err).__name__}: {str(err)[:100]}"
+            with down_settings(params, fmt) as options:
+                call = partial(VARIANTS[args.variant], *problem.args(), weights[fmt],
+                               **with_programs(options, dev))  # fmt: skip
+                try:
+                    row["rel_error"] = relative_error(call(), expected)
+                    row |= compile_facts([last_facts()])
+                    row["ms"] = time_call(call, dev, tokens)[0]
+                except Exception as err:  # noqa: BLE001 (a failing setting is a result)
+                    row["error"] = f"{type(err).__name__}: {str(err)[:100]}"
             print(row, flush=True)
             rows.append(row)
     args.out.mkdir(parents=True, exist_ok=True)

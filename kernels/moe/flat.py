@@ -91,6 +91,13 @@ DECODE_TILES = {
     "int4": Tiles(block_m=16, block_n=128, block_k=128, split_k=None, num_warps=4, num_stages=3),
 }
 DECODE_PROGRAMS_PER_SM = {"bf16": 2, "fp8": 3, "int4": 2}
+# Down's own decode launch: its K (I = 1,152 at the TP2 rank) is a quarter of gate/up's, so an
+# item streams a quarter as long and each program fills and drains its pipeline four times as
+# often (ncu/moe-flat-T6-fmtfp8: down 59% of DRAM bandwidth, gate/up 75%). Its block_m and
+# block_k are gate/up's (the row tiles and K tiles are shared); its width, stages and warps
+# (options over gate/up's tiles) and its programs an SM may differ.
+DECODE_DOWN_OPTIONS: dict[str, dict[str, int]] = {"bf16": {}, "fp8": {}, "int4": {}}
+DECODE_DOWN_PROGRAMS_PER_SM = dict(DECODE_PROGRAMS_PER_SM)
 PREFILL_TILES = {
     "bf16": Tiles(block_m=128, block_n=128, block_k=64, split_k=1, num_warps=8, num_stages=4),
     "fp8": Tiles(block_m=64, block_n=128, block_k=128, split_k=1, num_warps=8, num_stages=3),
@@ -359,7 +366,13 @@ def moe_flat(
             layout = FlatLayout.of(topk_ids, topk_weights, shape, bf16_wgmma.ROWS)
             return bf16_wgmma.moe_bf16_wgmma(x, weights, layout, shape, num_programs or sms)
         programs = num_programs or default_programs(shape, weights.fmt, sms)
-        return _run_flat(x, topk_ids, topk_weights, weights, shape, tiles, schedule, programs)
+        down_tiles, down_programs = tiles, programs
+        defaults = num_programs is None and all(v is None for v in triton_options.values())
+        if defaults and not prefill_sized(shape.tokens * shape.top_k, shape.experts):
+            down_tiles = tiles.override(**DECODE_DOWN_OPTIONS[weights.fmt])
+            down_programs = sms * DECODE_DOWN_PROGRAMS_PER_SM[weights.fmt]
+        return _run_flat(x, topk_ids, topk_weights, weights, shape, tiles, schedule, programs,
+                         down_tiles, down_programs)  # fmt: skip
 
 
 def _gluon_bf16(wgmma: bool | None, x: Tensor, weights: MoeWeights, shape: MoeShape,
@@ -415,23 +428,29 @@ def _run_flat(
     tiles: Tiles,
     schedule: str,
     programs: int,
+    down_tiles: Tiles,
+    down_programs: int,
 ) -> Tensor:
+    """The flat pipeline with gate/up on `tiles` and `programs` programs, down on its own
+    (same block_m and block_k: the row tiles and the K tiles are shared)."""
+    if (down_tiles.block_m, down_tiles.block_k) != (tiles.block_m, tiles.block_k):
+        raise ValueError(f"down's tiles must share gate/up's block_m and block_k, got "
+                         f"{down_tiles} against {tiles}.")  # fmt: skip
     layout = FlatLayout.of(topk_ids, topk_weights, shape, tiles.block_m)
     counts, offsets, tile_offsets, sorted_slots, slot_weights, row_tiles = layout
     # gate/up's and down's next item under the ticket schedule; static programs never read it
     # (then counts stands in, saving a fill kernel on every call)
     tickets = torch.zeros(2, dtype=torch.int32, device=x.device) if schedule == "ticket" else counts
     gate_up_cols = triton.cdiv(shape.inter, tiles.block_n)
-    down_cols = triton.cdiv(shape.hidden, tiles.block_n)
-    gate_up_split, down_split = tiles.split_k, tiles.split_k
+    down_cols = triton.cdiv(shape.hidden, down_tiles.block_n)
+    gate_up_split, down_split = tiles.split_k, down_tiles.split_k
     if tiles.split_k is None:
         gate_up_split = auto_split_k(row_tiles, gate_up_cols, programs)
-        down_split = auto_split_k(row_tiles, down_cols, programs)
-    common = {
-        "STEPS": max(shape.experts - 1, 0).bit_length(),
-        "TICKET": schedule == "ticket",
-        **tiles.constants(weights, x.dtype),
-    }
+    if down_tiles.split_k is None:
+        down_split = auto_split_k(row_tiles, down_cols, down_programs)
+    scheduling = {"STEPS": max(shape.experts - 1, 0).bit_length(), "TICKET": schedule == "ticket"}
+    common = scheduling | tiles.constants(weights, x.dtype)
+    down_common = scheduling | down_tiles.constants(weights, x.dtype)
 
     def gate_up(h: Tensor, part: Tensor, splits: int, k_per_split: int) -> None:
         grid = (min(programs, row_tiles * gate_up_cols * splits),)
@@ -462,7 +481,7 @@ def _run_flat(
         )
 
     def down(h: Tensor, y: Tensor, splits: int, k_per_split: int) -> None:
-        grid = (min(programs, row_tiles * down_cols * splits),)
+        grid = (min(down_programs, row_tiles * down_cols * splits),)
         launch(
             _flat_down_kernel,
             grid,
@@ -483,7 +502,7 @@ def _run_flat(
             h.stride(0),
             y.stride(0),
             y.stride(1),
-            **common,
+            **down_common,
         )
 
     return run_pipeline(x, shape, tiles, gate_up_split, down_split, gate_up, down)
