@@ -38,8 +38,15 @@ SETTINGS = {
     "gluon-split2": dict(split_k=2),
     "gluon-split4": dict(split_k=4),
     "gluon-split8": dict(split_k=8),
+    # automatic splits aiming at one program an SM (one round), not half
+    "gluon-fill1": dict(split_fill=1.0),
+    "gluon-fill1-min4": dict(split_fill=1.0, min_split_steps=4),
+    "gluon-fill1-min2": dict(split_fill=1.0, min_split_steps=2),
+    "gluon-t64-fill1-min4": dict(block_t=64, split_fill=1.0, min_split_steps=4),
 }
-WHOLE_LAYER = ("bf16", "triton", "gluon")  # timed as the layer's six calls in one graph too
+# timed as the layer's six calls in one graph too
+WHOLE_LAYER = ("bf16", "triton", "gluon", "gluon-fill1", "gluon-fill1-min4", "gluon-fill1-min2",
+               "gluon-t64-fill1-min4")  # fmt: skip
 
 
 def variants(settings: list[str] | None = None) -> dict[str, tuple[Callable, Callable]]:

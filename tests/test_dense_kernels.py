@@ -11,7 +11,11 @@ from kernels.dense import DenseWeights, linear_reference, w8a8, w8a8_reference
 from kernels.dense.formats import pow2_scales
 from kernels.dense.reference import quantize_activations_reference
 from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma
-from kernels.dense.w8a16_wgmma import linear_w8a16_wgmma, linear_w8a16_wgmma_group
+from kernels.dense.w8a16_wgmma import (
+    linear_w8a16_wgmma,
+    linear_w8a16_wgmma_group,
+    split_count,
+)
 from kernels.fp8_quant import quantize_activations
 
 
@@ -426,6 +430,19 @@ def test_the_wgmma_w8a16_kernel_refuses_what_it_cannot_take(device):
         linear_w8a16_wgmma(x, weights, refill_lag=0)
     with pytest.raises(ValueError, match="split_k=0 must be an integer >= 1"):
         linear_w8a16_wgmma(x, weights, split_k=0)
+    with pytest.raises(ValueError, match="split_fill=0 must be above 0"):
+        linear_w8a16_wgmma(x, weights, split_fill=0)
+
+
+def test_wgmma_w8a16_splits_fill_at_most_one_round_of_sms():
+    # o_b at 128 rows on 132 SMs: 40 tiles of 32 K steps
+    assert split_count(40, 32, 132) == 2  # half a program an SM: 80 programs
+    assert split_count(40, 32, 132, fill=1.0) == 3  # 120 programs; 4 would take two rounds
+    assert split_count(40, 9, 132, fill=1.0) == 1  # shared_down: 9 steps make one 8-step split
+    assert split_count(40, 9, 132, fill=1.0, min_steps=3) == 3
+    assert split_count(200, 32, 132, fill=1.0) == 1  # more tiles than SMs: no split
+    for tiles in range(1, 300):
+        assert split_count(tiles, 64, 132, fill=1.0, min_steps=1) * tiles <= max(132, tiles)
 
 
 def test_w8a16_takes_the_wgmma_kernel_where_it_can_and_was_faster(device):

@@ -68,6 +68,7 @@ BLOCK = 128  # the weight block this kernel takes
 BLOCK_K = 128  # a K step: one scale block; 128-byte weight rows (the activations in two TMA boxes)
 BLOCK_TS = (64, 128)  # token columns a tile (wgmma's N); at 256, ptxas serialises (C7512)
 MAX_STAGES = 8
+SPLIT_FILL = 0.5  # programs an SM the automatic splits of K aim for, by default
 MIN_SPLIT_STEPS = 8  # K steps a split takes at least, by default
 SCALES_AHEAD = gl.constexpr(4)  # K steps between a scale's load and its use
 _SCALE_BLOCK = gl.constexpr(BLOCK)  # the kernel's view of BLOCK
@@ -339,13 +340,15 @@ def default_block_t(m: int) -> int:
     return BLOCK_TS[0] if m <= BLOCK_TS[0] else BLOCK_TS[1]
 
 
-def split_count(tiles: int, k_steps: int, sms: int) -> int:
-    """Splits of K for about one program every two SMs, each split at least MIN_SPLIT_STEPS
-    K steps. On the H200 (raw/logs/h200-dense-w8a16-gluon-times-*.csv) that was the fastest
-    of 1, 2, 4 and 8 splits, or within 5% of it, for every projection of a layer from 32 to
-    256 rows: filling every SM took 20-40% longer (each split pays its pipeline's ramp and
-    its partial sums), and splits of a few steps longer still."""
-    return max(1, min(round(sms / (2 * tiles)), k_steps // MIN_SPLIT_STEPS))
+def split_count(tiles: int, k_steps: int, sms: int, fill: float = SPLIT_FILL,
+                min_steps: int = MIN_SPLIT_STEPS) -> int:  # fmt: skip
+    """Splits of K for about `fill` programs an SM, in one round at most (programs past the
+    SMs would wait for a second), each split at least `min_steps` K steps. On the H200
+    (raw/logs/h200-dense-w8a16-gluon-times-*.csv) half a program an SM was the fastest of 1,
+    2, 4 and 8 splits, or within 5% of it, for every projection of a layer from 32 to 256
+    rows: those that filled every SM took two rounds, and splits of a few steps longer still."""
+    want = min(round(fill * sms / tiles), sms // tiles)
+    return max(1, min(want, k_steps // min_steps))
 
 
 def _slot_bytes(block_t: int) -> int:
@@ -383,6 +386,8 @@ def gemm_w8a16_wgmma(
     split_k: int | None = None,
     refill_lag: int | None = None,
     consumer_regs: int = 232,
+    split_fill: float = SPLIT_FILL,
+    min_split_steps: int = MIN_SPLIT_STEPS,
 ) -> Tensor:
     """cat_g(x[:, g] @ W_g.T) for bf16 x (M, G, K) and G FP8 weights from `weights` on, member g
     `group_strides` (values, scales elements) after the first; (M, G * N) in bf16.
@@ -390,7 +395,8 @@ def gemm_w8a16_wgmma(
     `block_t` is a tile's token columns (None: `default_block_t`), `num_stages` the ring's slots
     (None: `default_stages`), `split_k` the splits of K (None: `split_count`), `refill_lag` the
     K steps between a slot's use and its refill (None: 2 with six slots or more, else 1),
-    `consumer_regs` the registers Triton asks for each warpgroup (setmaxnreg)."""
+    `consumer_regs` the registers Triton asks for each warpgroup (setmaxnreg), `split_fill` and
+    `min_split_steps` what `split_count` aims for without a `split_k`."""
     (m, groups, k), n = x.shape, weights.out_features
     block_t = default_block_t(m) if block_t is None else block_t
     if block_t not in BLOCK_TS:
@@ -407,13 +413,18 @@ def gemm_w8a16_wgmma(
                          f"{refill_lag}.")  # fmt: skip
     if split_k is not None and (not isinstance(split_k, int) or split_k < 1):
         raise ValueError(f"split_k={split_k!r} must be an integer >= 1; 1 means no split.")
+    if not (split_fill > 0 and isinstance(min_split_steps, int) and min_split_steps >= 1):
+        raise ValueError(f"split_fill={split_fill!r} must be above 0 and min_split_steps="
+                         f"{min_split_steps!r} an integer >= 1.")  # fmt: skip
     why = check_wgmma_inputs(x, weights, groups)
     if why is not None:
         raise ValueError(f"the wgmma W8A16 kernel cannot run this GEMM: {why}; call "
                          "linear_w8a16, which takes the Triton kernel then.")  # fmt: skip
     tiles = triton.cdiv(n, ROWS) * triton.cdiv(m, block_t) * groups
     k_steps = triton.cdiv(k, BLOCK_K)
-    splits = split_count(tiles, k_steps, planned_sms(x.device)) if split_k is None else split_k
+    sms = planned_sms(x.device)
+    splits = (split_count(tiles, k_steps, sms, split_fill, min_split_steps) if split_k is None
+              else split_k)  # fmt: skip
     per_split = triton.cdiv(k_steps, min(splits, k_steps))
     splits = triton.cdiv(k_steps, per_split)
     y, part, locks = outputs(m, n, 2 * tiles // groups, splits, x.dtype, x.device, groups)

@@ -95,9 +95,14 @@ DECODE_PROGRAMS_PER_SM = {"bf16": 2, "fp8": 3, "int4": 2}
 # item streams a quarter as long and each program fills and drains its pipeline four times as
 # often (ncu/moe-flat-T6-fmtfp8: down 59% of DRAM bandwidth, gate/up 75%). Its block_m and
 # block_k are gate/up's (the row tiles and K tiles are shared); its width, stages and warps
-# (options over gate/up's tiles) and its programs an SM may differ.
-DECODE_DOWN_OPTIONS: dict[str, dict[str, int]] = {"bf16": {}, "fp8": {}, "int4": {}}
-DECODE_DOWN_PROGRAMS_PER_SM = dict(DECODE_PROGRAMS_PER_SM)
+# (options over gate/up's tiles) and its programs an SM may differ. On the H200 at T=6
+# (raw/logs/h200-moe-down-decode-probe-d21fbe7-20261202T1745.csv, the defaults timed first
+# and last): FP8 took 0.1763 ms with four programs an SM for down against 0.1807-0.1811 with
+# three; bf16 0.2897 with 128-wide down tiles against 0.2931-0.2932; INT4 0.2290 with four
+# programs against 0.2304-0.2305. Gains of 1-2.5%, each the best of its format's ten settings
+# or within 0.3 us of it; two programs (FP8) or 8-warp tiles (INT4) lost 7-13%.
+DECODE_DOWN_OPTIONS: dict[str, dict[str, int]] = {"bf16": {"block_n": 128}, "fp8": {}, "int4": {}}
+DECODE_DOWN_PROGRAMS_PER_SM = {"bf16": 2, "fp8": 4, "int4": 4}
 PREFILL_TILES = {
     "bf16": Tiles(block_m=128, block_n=128, block_k=64, split_k=1, num_warps=8, num_stages=4),
     "fp8": Tiles(block_m=64, block_n=128, block_k=128, split_k=1, num_warps=8, num_stages=3),
