@@ -15,6 +15,7 @@ from kernels.dense.w8a16_wgmma import (
     linear_w8a16_wgmma,
     linear_w8a16_wgmma_group,
     split_count,
+    tile_plan,
 )
 from kernels.fp8_quant import quantize_activations
 
@@ -436,13 +437,30 @@ def test_the_wgmma_w8a16_kernel_refuses_what_it_cannot_take(device):
 
 def test_wgmma_w8a16_splits_fill_at_most_one_round_of_sms():
     # o_b at 128 rows on 132 SMs: 40 tiles of 32 K steps
-    assert split_count(40, 32, 132) == 2  # half a program an SM: 80 programs
-    assert split_count(40, 32, 132, fill=1.0) == 3  # 120 programs; 4 would take two rounds
-    assert split_count(40, 9, 132, fill=1.0) == 1  # shared_down: 9 steps make one 8-step split
-    assert split_count(40, 9, 132, fill=1.0, min_steps=3) == 3
-    assert split_count(200, 32, 132, fill=1.0) == 1  # more tiles than SMs: no split
+    assert split_count(40, 32, 132, fill=0.5) == 2  # half a program an SM: 80 programs
+    assert split_count(40, 32, 132) == 3  # 120 programs; 4 would take two rounds
+    assert split_count(40, 9, 132) == 1  # shared_down: 9 steps make one 8-step split
+    assert split_count(40, 9, 132, min_steps=3) == 3
+    assert split_count(200, 32, 132) == 1  # more tiles than SMs: no split
     for tiles in range(1, 300):
-        assert split_count(tiles, 64, 132, fill=1.0, min_steps=1) * tiles <= max(132, tiles)
+        assert split_count(tiles, 64, 132, min_steps=1) * tiles <= max(132, tiles)
+
+
+@pytest.mark.parametrize(
+    ("m", "row_tiles", "k_steps", "plan"),
+    [
+        (64, 40, 32, (64, 3)),  # up to 64 rows: one 64-token tile
+        (128, 64, 16, (64, 1)),  # o_a: 128 programs either way, the narrower tile
+        (128, 40, 32, (128, 3)),  # o_b: 120 programs at 128 tokens against 80 at 64
+        (128, 192, 10, (128, 1)),  # q_up: two rounds at 128 tokens against three at 64
+        (256, 16, 40, (64, 2)),  # qkv_a: 128 programs either way
+        (256, 18, 40, (128, 3)),  # shared_gate_up: 108 programs against 72
+    ],
+)
+def test_wgmma_w8a16_tile_plan_takes_the_fewest_rounds_then_the_most_programs(
+    m, row_tiles, k_steps, plan
+):
+    assert tile_plan(m, row_tiles, k_steps, 132) == plan
 
 
 def test_w8a16_takes_the_wgmma_kernel_where_it_can_and_was_faster(device):

@@ -68,7 +68,7 @@ BLOCK = 128  # the weight block this kernel takes
 BLOCK_K = 128  # a K step: one scale block; 128-byte weight rows (the activations in two TMA boxes)
 BLOCK_TS = (64, 128)  # token columns a tile (wgmma's N); at 256, ptxas serialises (C7512)
 MAX_STAGES = 8
-SPLIT_FILL = 0.5  # programs an SM the automatic splits of K aim for, by default
+SPLIT_FILL = 1.0  # programs an SM the automatic splits of K aim for, by default (`tile_plan`)
 MIN_SPLIT_STEPS = 8  # K steps a split takes at least, by default
 SCALES_AHEAD = gl.constexpr(4)  # K steps between a scale's load and its use
 _SCALE_BLOCK = gl.constexpr(BLOCK)  # the kernel's view of BLOCK
@@ -335,20 +335,43 @@ def default_stages(block_t: int) -> int:
     return min(MAX_STAGES, (SHARED_MEMORY - _staging_bytes(block_t)) // _slot_bytes(block_t))
 
 
-def default_block_t(m: int) -> int:
-    """64 token columns a tile up to 64 rows, else 128."""
-    return BLOCK_TS[0] if m <= BLOCK_TS[0] else BLOCK_TS[1]
-
-
 def split_count(tiles: int, k_steps: int, sms: int, fill: float = SPLIT_FILL,
                 min_steps: int = MIN_SPLIT_STEPS) -> int:  # fmt: skip
     """Splits of K for about `fill` programs an SM, in one round at most (programs past the
-    SMs would wait for a second), each split at least `min_steps` K steps. On the H200
-    (raw/logs/h200-dense-w8a16-gluon-times-*.csv) half a program an SM was the fastest of 1,
-    2, 4 and 8 splits, or within 5% of it, for every projection of a layer from 32 to 256
-    rows: those that filled every SM took two rounds, and splits of a few steps longer still."""
+    SMs would wait for a second), each split at least `min_steps` K steps. Fixed splits of 4
+    and 8 (raw/logs/h200-dense-w8a16-gluon-times-*.csv) took two rounds where they were
+    slower, and splits of fewer steps cost more than they gave: at M=128 a layer took 0.134
+    ms with splits of 4 steps or more against 0.124 with 8."""
     want = min(round(fill * sms / tiles), sms // tiles)
     return max(1, min(want, k_steps // min_steps))
+
+
+def tile_plan(m: int, row_tiles: int, k_steps: int, sms: int, fill: float = SPLIT_FILL,
+              min_steps: int = MIN_SPLIT_STEPS) -> tuple[int, int]:  # fmt: skip
+    """(token columns a tile, splits of K) for M tokens over `row_tiles` tiles of weight rows
+    (the group's members included) and `k_steps` K steps: one 64-token tile up to 64 rows;
+    above, the width of 64 or 128 whose tiles, split by `split_count`, take the fewest rounds
+    of the SMs, then give the most programs, then the narrower.
+
+    Why: the GEMMs of a layer at 65-256 rows have few tiles of 128 weight rows (shared_down's
+    40, qkv_a's 16), so one 128-token tile per row tile leaves SMs idle, and splitting K fills
+    them at the price of partial sums. On the H200 (one run, raw/logs/h200-dense-w8a16-split-
+    fill-7eb570a-20261202T1750.csv) 64-token tiles took o_a, qkv_a, shared_down and
+    shared_gate_up at M=128 from 0.0244, 0.0239, 0.0131 and 0.0245 ms to 0.0205, 0.0184,
+    0.0115 and 0.0197, while q_up (192 row tiles, two rounds at 128 tokens) took 0.0310
+    against 0.0255; aiming the splits at one program an SM rather than half took a layer
+    from 0.0961 to 0.0943 ms at M=64 and 0.1560 to 0.1488 at 256 (0.1238 and 0.1243 at 128)."""
+    if m <= BLOCK_TS[0]:
+        return BLOCK_TS[0], split_count(row_tiles, k_steps, sms, fill, min_steps)
+
+    def plan(block_t: int) -> tuple[int, int, int]:
+        tiles = row_tiles * triton.cdiv(m, block_t)
+        programs = tiles * split_count(tiles, k_steps, sms, fill, min_steps)
+        return triton.cdiv(programs, sms), -programs, block_t
+
+    block_t = min(BLOCK_TS, key=plan)
+    tiles = row_tiles * triton.cdiv(m, block_t)
+    return block_t, split_count(tiles, k_steps, sms, fill, min_steps)
 
 
 def _slot_bytes(block_t: int) -> int:
@@ -392,13 +415,20 @@ def gemm_w8a16_wgmma(
     """cat_g(x[:, g] @ W_g.T) for bf16 x (M, G, K) and G FP8 weights from `weights` on, member g
     `group_strides` (values, scales elements) after the first; (M, G * N) in bf16.
 
-    `block_t` is a tile's token columns (None: `default_block_t`), `num_stages` the ring's slots
-    (None: `default_stages`), `split_k` the splits of K (None: `split_count`), `refill_lag` the
-    K steps between a slot's use and its refill (None: 2 with six slots or more, else 1),
-    `consumer_regs` the registers Triton asks for each warpgroup (setmaxnreg), `split_fill` and
-    `min_split_steps` what `split_count` aims for without a `split_k`."""
+    `block_t` is a tile's token columns and `split_k` the splits of K (None: `tile_plan`'s,
+    which aims at `split_fill` programs an SM with splits of `min_split_steps` K steps or more),
+    `num_stages` the ring's slots (None: `default_stages`), `refill_lag` the K steps between a
+    slot's use and its refill (None: 2 with six slots or more, else 1), `consumer_regs` the
+    registers Triton asks for each warpgroup (setmaxnreg)."""
     (m, groups, k), n = x.shape, weights.out_features
-    block_t = default_block_t(m) if block_t is None else block_t
+    if not (split_fill > 0 and isinstance(min_split_steps, int) and min_split_steps >= 1):
+        raise ValueError(f"split_fill={split_fill!r} must be above 0 and min_split_steps="
+                         f"{min_split_steps!r} an integer >= 1.")  # fmt: skip
+    row_tiles = triton.cdiv(n, ROWS) * groups
+    k_steps = triton.cdiv(k, BLOCK_K)
+    sms = planned_sms(x.device)
+    planned_t, planned_splits = tile_plan(m, row_tiles, k_steps, sms, split_fill, min_split_steps)
+    block_t = planned_t if block_t is None else block_t
     if block_t not in BLOCK_TS:
         raise ValueError(f"block_t must be one of {BLOCK_TS} (wgmma's N), got {block_t}.")
     num_stages = default_stages(block_t) if num_stages is None else num_stages
@@ -413,18 +443,17 @@ def gemm_w8a16_wgmma(
                          f"{refill_lag}.")  # fmt: skip
     if split_k is not None and (not isinstance(split_k, int) or split_k < 1):
         raise ValueError(f"split_k={split_k!r} must be an integer >= 1; 1 means no split.")
-    if not (split_fill > 0 and isinstance(min_split_steps, int) and min_split_steps >= 1):
-        raise ValueError(f"split_fill={split_fill!r} must be above 0 and min_split_steps="
-                         f"{min_split_steps!r} an integer >= 1.")  # fmt: skip
     why = check_wgmma_inputs(x, weights, groups)
     if why is not None:
         raise ValueError(f"the wgmma W8A16 kernel cannot run this GEMM: {why}; call "
                          "linear_w8a16, which takes the Triton kernel then.")  # fmt: skip
-    tiles = triton.cdiv(n, ROWS) * triton.cdiv(m, block_t) * groups
-    k_steps = triton.cdiv(k, BLOCK_K)
-    sms = planned_sms(x.device)
-    splits = (split_count(tiles, k_steps, sms, split_fill, min_split_steps) if split_k is None
-              else split_k)  # fmt: skip
+    tiles = row_tiles * triton.cdiv(m, block_t)
+    if split_k is not None:
+        splits = split_k
+    elif block_t == planned_t:
+        splits = planned_splits
+    else:
+        splits = split_count(tiles, k_steps, sms, split_fill, min_split_steps)
     per_split = triton.cdiv(k_steps, min(splits, k_steps))
     splits = triton.cdiv(k_steps, per_split)
     y, part, locks = outputs(m, n, 2 * tiles // groups, splits, x.dtype, x.device, groups)
