@@ -62,7 +62,8 @@ from workbench.peers import PEER_BLOCK, Peer, get_peers, peer_names
 from workbench.workloads.checks import relative_error, tolerance
 from workbench.workloads.dense import Layer, activations, layer_flops
 
-M_SWEEP = (1, 4, 6, 24, 128, 256, 4096, 16384)
+# decode (1-6), the middle sizes where W8A16 must hold cuBLAS (16-256) and prefill
+M_SWEEP = (1, 4, 6, 16, 24, 32, 64, 128, 256, 4096, 16384)
 BACKENDS = ("bf16", "w8a16", "w8a8", "hybrid")
 AB_PROMPT, AB_CHUNK = 46_000, 4096
 DECODE_COPIES = 3  # layer copies cycled at decode sizes: about 300 MB of weights, over L2
