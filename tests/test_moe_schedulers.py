@@ -115,6 +115,22 @@ def test_default_tiles_take_weights_in_blocks_under_128(device, name, fmt):
     assert relative_error(out, want) < (1.5e-2 if loose else 1e-2)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_flat_decode_runs_down_on_a_launch_of_its_own(device, monkeypatch, fmt):
+    # down's decode width, stages and programs may differ from gate/up's; its block_m and
+    # block_k may not (the row tiles and K tiles are shared)
+    monkeypatch.setitem(moe.flat.DECODE_DOWN_OPTIONS, fmt, {"block_n": 32, "num_stages": 2})
+    monkeypatch.setitem(moe.flat.DECODE_DOWN_PROGRAMS_PER_SM, fmt, 1)
+    x, ids, topk_weights, weights = make_problem("skewed", fmt, device, seed=5)
+    out = moe_flat(x, ids, topk_weights, weights)
+    want = moe_reference(x, ids, topk_weights, *weights.dequantize())
+    loose = fmt == "int4" and not GPU_TESTS  # as in check()
+    assert relative_error(out, want) < (1.5e-2 if loose else 1e-2)
+    monkeypatch.setitem(moe.flat.DECODE_DOWN_OPTIONS, fmt, {"block_k": 16})
+    with pytest.raises(ValueError, match="down's tiles must share gate/up's block_m and block_k"):
+        moe_flat(x, ids, topk_weights, weights)
+
+
 @pytest.mark.parametrize("name", SCHEDULERS)
 def test_split_k_two_with_swapped_operands(device, name):
     check(name, make_problem("skewed", "int4", device, seed=2), split_k=2, swap_ab=True)
