@@ -355,12 +355,15 @@ def tile_plan(m: int, row_tiles: int, k_steps: int, sms: int, fill: float = SPLI
 
     Why: the GEMMs of a layer at 65-256 rows have few tiles of 128 weight rows (shared_down's
     40, qkv_a's 16), so one 128-token tile per row tile leaves SMs idle, and splitting K fills
-    them at the price of partial sums. On the H200 (one run, raw/logs/h200-dense-w8a16-split-
-    fill-7eb570a-20261202T1750.csv) 64-token tiles took o_a, qkv_a, shared_down and
-    shared_gate_up at M=128 from 0.0244, 0.0239, 0.0131 and 0.0245 ms to 0.0205, 0.0184,
-    0.0115 and 0.0197, while q_up (192 row tiles, two rounds at 128 tokens) took 0.0310
-    against 0.0255; aiming the splits at one program an SM rather than half took a layer
-    from 0.0961 to 0.0943 ms at M=64 and 0.1560 to 0.1488 at 256 (0.1238 and 0.1243 at 128)."""
+    them at the price of partial sums. On the H200, in one run of
+    raw/logs/h200-dense-w8a16-split-fill-7eb570a-20261202T1750.csv, 64-token tiles took o_a,
+    qkv_a, shared_down and shared_gate_up at M=128 from 0.0244, 0.0239, 0.0131 and 0.0245 ms
+    to 0.0205, 0.0184, 0.0115 and 0.0197, while q_up (192 row tiles, two rounds at 128 tokens)
+    took 0.0310 against 0.0255; aiming the splits at one program an SM rather than half took a
+    layer from 0.0961 to 0.0943 ms at M=64 and 0.1560 to 0.1488 at 256 (0.1238 and 0.1243 at
+    128). With the plan, bench dense had the layer at 0.86x, 0.80x and 0.79x cuBLAS bf16 at
+    64, 128 and 256 rows (raw/bench-dense-dsv4-flash-tp2-20261202T181217; 0.85x, 0.71x and
+    0.70x in ...T150805 before it)."""
     if m <= BLOCK_TS[0]:
         return BLOCK_TS[0], split_count(row_tiles, k_steps, sms, fill, min_steps)
 
