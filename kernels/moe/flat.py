@@ -334,7 +334,9 @@ def moe_flat(
     """Routed-expert output (T, H) in x.dtype, same contract as moe_reference.
 
     num_programs defaults to the SM count (4 on the CPU), times DECODE_PROGRAMS_PER_SM at
-    decode sizes (`default_programs`). None tile options come from
+    decode sizes (`default_programs`); there, with no tile option or num_programs given, down
+    runs on its own launch (DECODE_DOWN_OPTIONS, DECODE_DOWN_PROGRAMS_PER_SM). None tile
+    options come from
     default_tiles(shape, fmt); split_k None picks a split per projection (auto_split_k), an int
     applies to both. `wgmma` runs the experts on the Gluon bf16 kernels (`bf16_wgmma`; FP8 and
     INT4 experts widened to bf16 a projection at a time, `widen`): None where they run and pay
