@@ -96,7 +96,7 @@ DECODE_FINE = [
     dict(block_n=64, block_k=128, num_warps=4, num_stages=4, programs_per_sm=4),
 ]
 # --grid down-decode: flat's down projection at decode on launch settings of its own
-# (flat.DECODE_DOWN_TILES and DECODE_DOWN_PROGRAMS_PER_SM), gate/up on its defaults; the
+# (flat.DECODE_DOWN_OPTIONS and DECODE_DOWN_PROGRAMS_PER_SM), gate/up on its defaults; the
 # defaults first and last, to show the drift of the run
 DOWN_DECODE = [
     {},

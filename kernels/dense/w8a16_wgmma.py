@@ -430,8 +430,8 @@ def gemm_w8a16_wgmma(
     row_tiles = triton.cdiv(n, ROWS) * groups
     k_steps = triton.cdiv(k, BLOCK_K)
     sms = planned_sms(x.device)
-    planned_t, planned_splits = tile_plan(m, row_tiles, k_steps, sms, split_fill, min_split_steps)
-    block_t = planned_t if block_t is None else block_t
+    if block_t is None:
+        block_t = tile_plan(m, row_tiles, k_steps, sms, split_fill, min_split_steps)[0]
     if block_t not in BLOCK_TS:
         raise ValueError(f"block_t must be one of {BLOCK_TS} (wgmma's N), got {block_t}.")
     num_stages = default_stages(block_t) if num_stages is None else num_stages
@@ -451,12 +451,8 @@ def gemm_w8a16_wgmma(
         raise ValueError(f"the wgmma W8A16 kernel cannot run this GEMM: {why}; call "
                          "linear_w8a16, which takes the Triton kernel then.")  # fmt: skip
     tiles = row_tiles * triton.cdiv(m, block_t)
-    if split_k is not None:
-        splits = split_k
-    elif block_t == planned_t:
-        splits = planned_splits
-    else:
-        splits = split_count(tiles, k_steps, sms, split_fill, min_split_steps)
+    splits = (split_count(tiles, k_steps, sms, split_fill, min_split_steps) if split_k is None
+              else split_k)  # fmt: skip
     per_split = triton.cdiv(k_steps, min(splits, k_steps))
     splits = triton.cdiv(k_steps, per_split)
     y, part, locks = outputs(m, n, 2 * tiles // groups, splits, x.dtype, x.device, groups)
