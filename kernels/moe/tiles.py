@@ -96,8 +96,12 @@ def _mma(
     An int4 tile is read as packed bytes; its low nibbles multiply `act` and its high nibbles
     `act_hi`, the activations 8 k further on (`_act_k`), so the two unpacked halves go to the
     MMA as they come out of the conversion, in the layout the bytes were loaded in: no
-    interleaving, hence no layout conversion, and the byte loads stay pipelined. The masked
-    fill 0x88 unpacks to 0. On the GPU, bf16 activations take the integer-instruction
+    interleaving, hence no layout conversion, and the byte loads stay pipelined. Masked
+    bytes are zero (code 0, the value -8 times the scale), which is harmless: a masked byte's
+    k meets a masked (zero) activation, or its column is never stored. A fill of 0x88 (two
+    zero values) cost a select after the load, and with it Triton staged every packed tile
+    through shared memory a second time to reach the MMA's layout (compiled for sm_90:
+    local_load, select, local_alloc, local_load; with zeros, one local_load). On the GPU, bf16 activations take the integer-instruction
     conversions of `kernels.dequant` (FP8's 2**-120 goes into the scale). One scale covers a
     K tile's column (the host checks). Tiles of FOLD_ROWS rows or more fold an INT4 scale
     into the weights in bf16 before the MMA, as Marlin does, so the products accumulate
@@ -110,7 +114,7 @@ def _mma(
     """
     bits: tl.constexpr = act.dtype == tl.bfloat16 and not UPCAST  # on the GPU, into bf16
     if FMT == FMT_INT4:
-        packed = tl.load(w_ptrs, mask=w_mask, other=0x88)
+        packed = tl.load(w_ptrs, mask=w_mask, other=0)
         if bits:
             w, w_hi = int4_nibbles_as_bf16(packed)
         else:
