@@ -19,12 +19,17 @@ become bf16 by bit manipulation (`kernels.dequant`), with 2**120 folded into the
 H200 that took a layer at M=1-16 from 0.072-0.080 ms to 0.059-0.064, 1.21-1.23x cuBLAS bf16
 (raw/bench-dense-*T043838).
 
-Two ways past this decode kernel did not pay on the H200 (one run each, commit 1a4167c):
-- More programs an SM: split plans for 3 and 4 made a layer 6-10% slower at M=1-16.
+Three ways past this decode kernel did not pay on the H200 (one run each):
+- More programs an SM: split plans for 3 and 4 made a layer 6-10% slower at M=1-16 (commit
+  1a4167c).
 - A CUDA-core kernel for up to 8 rows (fp32 FMAs a token row, x read in the weight tile's
   shape for 16-byte loads, no padding of M): 0.061 ms a layer at M=1 at best against 0.058
   for this kernel in the same run, and 1.7-3x slower at M=4-8, where its FMAs and reductions,
-  not bytes, set the pace (raw/logs/h200-tune-dense-cores-*.csv).
+  not bytes, set the pace (raw/logs/h200-tune-dense-cores-*.csv, commit 1a4167c).
+- No split-K, narrow tiles instead (16 or 32 weight rows, 128- or 256-deep K tiles, 1-4
+  warps, up to 8 stages), so that no GEMM pays the partial sums' round trips: a layer took
+  0.072-0.111 ms at M=1 against 0.058 for the defaults, and every projection but
+  shared_down lost (raw/logs/h200-w8a16-decode-narrow-unsplit-*.csv, commit 4d9005c).
 Timed alone, every projection's best tile setting summed to 2 to 3% under these defaults at M=1
 and 6 (raw/logs/h200-w8a16-decode-per-projection-*.csv). Each GEMM there took 7-8 us more
 than its bytes at the copy bandwidth (launch, ramp, tail, split-K arrival); cuBLAS bf16 paid
