@@ -67,8 +67,8 @@ DECODE = [
     dict(block_n=256, block_k=128, num_stages=3, num_warps=8, swap_ab=True),
     dict(block_n=128, block_k=64, num_stages=6, num_warps=4, swap_ab=True),
     # flat's programs an SM (its default: flat.default_programs, at decode two for bf16 and
-    # INT4 and three for FP8, since one 8-warp program an SM was latency-bound,
-    # ncu/moe-flat-T6-fmtint4); flat only, the other schedulers refuse the option
+    # INT4 and three for FP8, since one 8-warp program an SM was latency-bound in Nsight
+    # Compute); flat only, the other schedulers refuse the option
     dict(programs_per_sm=1),
     dict(programs_per_sm=2),
     dict(block_n=64, block_k=128, num_warps=4, num_stages=4, programs_per_sm=2),

@@ -79,8 +79,13 @@ ITEMS_PER_PROGRAM = 2
 # the bench before, T181320) and bf16 0.334: the gain over the former tiles held, the one of 3
 # stages over 4 is within the spread between runs.
 # INT4: 128-wide tiles, two programs an SM, 0.260 ms at T=6 against 0.307 for one 8-warp
-# program an SM, whose occupancy left the unpacking's latency unhidden (ncu/moe-flat-T6-fmtint4;
-# raw/logs/h200-tune-moe-int4-decode-flat-71d54fb-20261201T2150.csv). Prefill, T=33863: bf16
+# program an SM, whose occupancy left the unpacking's latency unhidden
+# (raw/logs/h200-tune-moe-int4-decode-flat-71d54fb-20261201T2150.csv). Re-tuned once the
+# packed bytes were zero-filled (tiles._mma; 0.176 ms at T=6): of 46 settings the best,
+# 32-wide tiles of 2 warps six programs an SM, took 0.1730 ms against 0.1766-0.1781 for these
+# defaults in the same run, a single run's 2%; kept
+# (raw/logs/h200-tune-moe-int4-decode-zero-fill-40d1de8-*.csv).
+# Prefill, T=33863: bf16
 # 20.0 ms (was 24.3 with 64-row tiles; raw/logs/h200-x2-tune-flat.csv); on sm_90 bf16 prefill
 # runs the Gluon kernels instead (bf16_wgmma: 14.1 to 14.6 ms in the bench), and from
 # widen.WIDEN_MIN_ROWS rows an expert so do FP8 and INT4 experts, widened. fp8 keeps 64-row
