@@ -6,12 +6,15 @@ interpreter finishes quickly while every tile has a masked edge, and the quantis
 (32) is smaller than H and I so several scale blocks meet inside one column tile.
 """
 
+import sys
+
 import pytest
 import torch
 from conftest import GPU_TESTS
 from helpers import relative_error
 
 from kernels import moe
+from kernels.compiled import launch
 from kernels.moe import (
     FORMATS,
     VARIANTS,
@@ -113,6 +116,27 @@ def test_default_tiles_take_weights_in_blocks_under_128(device, name, fmt):
     want = moe_reference(x, ids, topk_weights, *weights.dequantize())
     loose = fmt == "int4" and not GPU_TESTS  # as in check()
     assert relative_error(out, want) < (1.5e-2 if loose else 1e-2)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(("hidden", "inter", "even"), [(64, 32, True), (HIDDEN, INTER, False)])
+def test_flat_drops_its_k_masks_only_where_every_k_tile_is_full(
+    device, monkeypatch, fmt, hidden, inter, even
+):
+    # H=64 and I=32 are whole 32-deep K tiles: flat launches with EVEN_K and no K masks (16-byte
+    # copies of INT4 bytes on the GPU); H=72, I=40 end in partial tiles and keep the masks
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "HIDDEN", hidden)
+    monkeypatch.setattr(module, "INTER", inter)
+    flags = []
+
+    def recording_launch(kernel, grid, *args, **constants):
+        flags.append(constants["EVEN_K"])
+        return launch(kernel, grid, *args, **constants)
+
+    monkeypatch.setattr(moe.flat, "launch", recording_launch)
+    check("flat-static", make_problem("skewed", fmt, device, seed=6))
+    assert flags == [even, even]  # gate/up, then down
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -138,7 +138,7 @@ def _gate_up_item(
     stride_hr, stride_ps, stride_pr,
     TOP_K: tl.constexpr, SPLIT: tl.constexpr, STEPS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FMT: tl.constexpr, QBLOCK: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr, SWAP: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
 ):  # fmt: skip
     expert, slots, row_ok, col_tile, split = _locate(
         item, splits, col_tiles, tile_offsets_ptr, offsets_ptr, counts_ptr, sorted_slots_ptr,
@@ -153,7 +153,7 @@ def _gate_up_item(
     gate, up = gate_up_tile(
         x_ptr, slots // TOP_K, row_ok, w_e, s_e, cols, col_ok, inter, hidden, k_lo, k_hi,
         stride_xt, stride_xh, stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N,
-        BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+        BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP, EVEN_K,
     )  # fmt: skip
     store_gate_up(
         h_ptr, part_ptr, split, slots, row_ok, cols, col_ok, gate, up, inter, stride_hr,
@@ -170,6 +170,7 @@ def _flat_gate_up_kernel(
     TOP_K: tl.constexpr, SPLIT: tl.constexpr, STEPS: tl.constexpr, TICKET: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FMT: tl.constexpr,
     QBLOCK: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, SWAP: tl.constexpr,
+    EVEN_K: tl.constexpr,
 ):  # fmt: skip
     col_tiles = tl.cdiv(inter, BLOCK_N)
     num_items = tl.load(tile_offsets_ptr + num_experts) * col_tiles * splits
@@ -181,7 +182,7 @@ def _flat_gate_up_kernel(
                 tile_offsets_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_wk, stride_se,
                 stride_sn, stride_sk, num_experts, hidden, inter, k_per_split, splits,
                 col_tiles, stride_xt, stride_xh, stride_hr, stride_ps, stride_pr, TOP_K, SPLIT,
-                STEPS, BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+                STEPS, BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP, EVEN_K,
             )  # fmt: skip
             item = tl.atomic_add(ticket_ptr, 1)
     else:
@@ -191,7 +192,7 @@ def _flat_gate_up_kernel(
                 tile_offsets_ptr, w_ptr, s_ptr, stride_we, stride_wn, stride_wk, stride_se,
                 stride_sn, stride_sk, num_experts, hidden, inter, k_per_split, splits,
                 col_tiles, stride_xt, stride_xh, stride_hr, stride_ps, stride_pr, TOP_K, SPLIT,
-                STEPS, BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+                STEPS, BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP, EVEN_K,
             )  # fmt: skip
 
 
@@ -203,7 +204,7 @@ def _down_item(
     stride_ys, stride_yr,
     STEPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     FMT: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    SWAP: tl.constexpr,
+    SWAP: tl.constexpr, EVEN_K: tl.constexpr,
 ):  # fmt: skip
     expert, slots, row_ok, col_tile, split = _locate(
         item, splits, col_tiles, tile_offsets_ptr, offsets_ptr, counts_ptr, sorted_slots_ptr,
@@ -218,7 +219,7 @@ def _down_item(
     acc = down_tile(
         h_ptr, slots, row_ok, w_e, s_e, cols, col_ok, inter, k_lo, k_hi, stride_hr, stride_wn,
         stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION,
-        UPCAST, SWAP,
+        UPCAST, SWAP, EVEN_K,
     )  # fmt: skip
     store_down(
         y_ptr, slot_weights_ptr, split, slots, row_ok, cols, col_ok, acc, stride_ys, stride_yr,
@@ -234,7 +235,7 @@ def _flat_down_kernel(
     stride_ys, stride_yr,
     STEPS: tl.constexpr, TICKET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, FMT: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr, SWAP: tl.constexpr,
+    UPCAST: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
 ):  # fmt: skip
     col_tiles = tl.cdiv(hidden, BLOCK_N)
     num_items = tl.load(tile_offsets_ptr + num_experts) * col_tiles * splits
@@ -246,7 +247,7 @@ def _flat_down_kernel(
                 tile_offsets_ptr, slot_weights_ptr, w_ptr, s_ptr, stride_we, stride_wn,
                 stride_wk, stride_se, stride_sn, stride_sk, num_experts, hidden, inter,
                 k_per_split, splits, col_tiles, stride_hr, stride_ys, stride_yr, STEPS,
-                BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+                BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP, EVEN_K,
             )  # fmt: skip
             item = tl.atomic_add(ticket_ptr, 1)
     else:
@@ -256,7 +257,7 @@ def _flat_down_kernel(
                 tile_offsets_ptr, slot_weights_ptr, w_ptr, s_ptr, stride_we, stride_wn,
                 stride_wk, stride_se, stride_sn, stride_sk, num_experts, hidden, inter,
                 k_per_split, splits, col_tiles, stride_hr, stride_ys, stride_yr, STEPS,
-                BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+                BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP, EVEN_K,
             )  # fmt: skip
 
 
@@ -461,8 +462,11 @@ def _run_flat(
     if down_tiles.split_k is None:
         down_split = auto_split_k(row_tiles, down_cols, down_programs)
     scheduling = {"STEPS": max(shape.experts - 1, 0).bit_length(), "TICKET": schedule == "ticket"}
+    # every K tile inside K (split-K takes whole K tiles): the kernels drop their K masks
     common = scheduling | tiles.constants(weights, x.dtype)
+    common["EVEN_K"] = shape.hidden % tiles.block_k == 0
     down_common = scheduling | down_tiles.constants(weights, x.dtype)
+    down_common["EVEN_K"] = shape.inter % down_tiles.block_k == 0
 
     def gate_up(h: Tensor, part: Tensor, splits: int, k_per_split: int) -> None:
         grid = (min(programs, row_tiles * gate_up_cols * splits),)
