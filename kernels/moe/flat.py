@@ -84,8 +84,7 @@ ITEMS_PER_PROGRAM = 2
 # packed bytes were zero-filled (tiles._mma; 0.176 ms at T=6): of 46 settings the best,
 # 32-wide tiles of 2 warps six programs an SM, took 0.1730 ms against 0.1766-0.1781 for these
 # defaults in the same run, a single run's 2%; kept
-# (raw/logs/h200-tune-moe-int4-decode-zero-fill-40d1de8-*.csv).
-# Prefill, T=33863: bf16
+# (raw/logs/h200-tune-moe-int4-decode-zero-fill-40d1de8-*.csv). Prefill, T=33863: bf16
 # 20.0 ms (was 24.3 with 64-row tiles; raw/logs/h200-x2-tune-flat.csv); on sm_90 bf16 prefill
 # runs the Gluon kernels instead (bf16_wgmma: 14.1 to 14.6 ms in the bench), and from
 # widen.WIDEN_MIN_ROWS rows an expert so do FP8 and INT4 experts, widened. fp8 keeps 64-row
