@@ -1,4 +1,5 @@
-"""Registers and spilled bytes of the MoE kernels compiled for sm_90 on a machine without a GPU.
+"""Registers, spilled bytes and shared-memory copies of the MoE kernels compiled for sm_90 on a
+machine without a GPU.
 
     python scripts/moe_compile_facts.py --fmt int4 --tiles 16,128,128,8,3 128,128,128,8,3,swap
     python scripts/moe_compile_facts.py --fmt fp8 --tiles 16,256,128,8,3 --split
@@ -13,6 +14,13 @@ INT4 tiles spilled 1,100 to 1,460 bytes where 3.7.1 spilled none. Install that v
 (`python3 -m venv /tmp/t36 && /tmp/t36/bin/pip install triton==3.6.0`) and put its
 site-packages first on PYTHONPATH to see what the GPU will compile. A developer's tool, like
 tune_moe.py: `workbench bench moe` records the registers and spills of the kernels it runs.
+
+Two facts from the compiled code come with them, each of which cost the INT4 decode tiles
+time on the H200 before it was seen: the widths of the cp.async copies into shared memory
+(their K mask held INT4's packed bytes to 8-byte copies; 16 with `EVEN_K`), and the register
+tiles written back to shared memory (`local_alloc` of a value in the TTGIR: a masked load's
+nonzero fill made Triton stage every packed tile a second time). A tile whose MMA is wgmma
+writes its converted weights there by design, since wgmma reads them from shared memory.
 """
 
 from __future__ import annotations
@@ -77,6 +85,17 @@ def compile_kernel(kernel, fmt: str, tiles: tuple[int, ...], swap_ab: bool = Fal
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
+def copy_facts(compiled) -> tuple[dict[int, int], int]:
+    """({bytes a cp.async copy: copies in the PTX}, register tiles written to shared memory in
+    the TTGIR)."""
+    widths: dict[int, int] = {}
+    for size in re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^]]*\], \[[^]]*\], (0x[0-9a-f]+)",
+                           compiled.asm["ptx"]):  # fmt: skip
+        widths[int(size, 16)] = widths.get(int(size, 16), 0) + 1
+    staged = len(re.findall(r"ttg\.local_alloc %\S+ :", compiled.asm["ttgir"]))
+    return dict(sorted(widths.items(), reverse=True)), staged
+
+
 def ptxas_facts(compiled) -> tuple[int, int]:
     """(registers, spill-store bytes) that ptxas -v reports for the kernel's PTX."""
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
@@ -115,8 +134,11 @@ def main(argv: list[str] | None = None) -> None:
             for kernel in KERNELS[scheduler]:
                 compiled = compile_kernel(kernel, args.fmt, tiles, swap, args.split)
                 registers, spills = ptxas_facts(compiled)
+                widths, staged = copy_facts(compiled)
+                copies = " ".join(f"{n} of {size} B" for size, n in widths.items()) or "none"
                 print(f"{text:>21} {kernel.fn.__name__:>24}: {registers} registers, "
-                      f"{spills} bytes spilled", flush=True)  # fmt: skip
+                      f"{spills} bytes spilled, cp.async copies {copies}, {staged} register "
+                      f"tiles staged in shared memory", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
