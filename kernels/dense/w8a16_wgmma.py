@@ -50,7 +50,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from kernels.compiled import launch
 from kernels.dense.formats import DenseWeights, check_group_inputs, check_linear_inputs
-from kernels.dense.tiles import outputs
+from kernels.dense.tiles import outputs, sum_partials
 from kernels.dense.w8a8_wgmma import (
     SHARED_MEMORY,
     allocate_ring,
@@ -225,26 +225,13 @@ def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_pt
         tile = (group * gl.num_programs(0) + gl.program_id(0)) * gl.num_programs(1)
         lock = locks_ptr + (tile + gl.program_id(1)) * 2 + WARPGROUP
         if gl.atomic_add(lock, 1, sem="acq_rel") == splits - 1:
-            total = _sum_partials(member_parts + offsets, N * M, splits, inside, acc)
+            # as many partials in flight as hold 128 fp32 values a thread (the registers)
+            total = sum_partials(member_parts + offsets, N * M, splits, inside,
+                                 gl.zeros_like(acc), 128 * 128 // (WG_ROWS * BLOCK_T))  # fmt: skip
             _store(y_desc, y_buf, total, t_row, group * N + rows)
             gl.atomic_xchg(lock, 0)  # zero for the next split GEMM on the stream
     else:
         _store(y_desc, y_buf, acc, t_row, group * N + rows)
-
-
-@gluon.jit
-def _sum_partials(part_ptrs, stride_ps, splits, mask, like):
-    """The sum over splits of part_ptrs[split * stride_ps] (fp32, from L2), shaped `like`, with
-    a few loads issued before their sums (`kernels.dense.tiles.sum_partials` says why): as
-    many as hold 128 fp32 values a thread, so the consumer's registers suffice."""
-    IN_FLIGHT: gl.constexpr = 128 * 128 // (like.shape[0] * like.shape[1])
-    total = gl.zeros_like(like)
-    for first in range(0, splits, IN_FLIGHT):
-        for j in gl.static_range(IN_FLIGHT):
-            split = first + j
-            total += gl.load(part_ptrs + split * stride_ps, mask=mask & (split < splits),
-                             other=0.0, cache_modifier=".cg")  # fmt: skip
-    return total
 
 
 @gluon.jit
