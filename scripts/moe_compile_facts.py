@@ -52,8 +52,8 @@ ONE = ("stride_wk", "stride_xh", "stride_sk")
 UNSPLIT_ONE = ("splits", "stride_pr")
 # Sizes a launch at the TP2-rank shape passes as multiples of 16, which Triton specialises on.
 SIXTEENS = ("hidden", "inter", "num_experts", "k_per_split")
-# EVEN_K: flat's K tiles all lie inside K at that shape (hidden 4,096, inter 1,152); the other
-# schedulers' kernels do not take it.
+# EVEN_K: every K tile lies inside K at that shape (hidden 5,120, inter 1,152), so every
+# scheduler launches without K masks.
 FIXED = {"TOP_K": 6, "SPLIT": False, "STEPS": 9, "TICKET": False, "PRECISION": "tf32",
          "UPCAST": False, "SWAP": False, "EVEN_K": True}  # fmt: skip
 

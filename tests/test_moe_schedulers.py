@@ -119,23 +119,26 @@ def test_default_tiles_take_weights_in_blocks_under_128(device, name, fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(("name", "module"), [("flat-static", moe.flat), ("padded", moe.padded),
+                                              ("stock", moe.stock)])  # fmt: skip
 @pytest.mark.parametrize(("hidden", "inter", "even"), [(64, 32, True), (HIDDEN, INTER, False)])
-def test_flat_drops_its_k_masks_only_where_every_k_tile_is_full(
-    device, monkeypatch, fmt, hidden, inter, even
+def test_schedulers_drop_their_k_masks_only_where_every_k_tile_is_full(
+    device, monkeypatch, fmt, name, module, hidden, inter, even
 ):
-    # H=64 and I=32 are whole 32-deep K tiles: flat launches with EVEN_K and no K masks (16-byte
-    # copies of INT4 bytes on the GPU); H=72, I=40 end in partial tiles and keep the masks
-    module = sys.modules[__name__]
-    monkeypatch.setattr(module, "HIDDEN", hidden)
-    monkeypatch.setattr(module, "INTER", inter)
+    # H=64 and I=32 are whole 32-deep K tiles: the GEMMs launch with EVEN_K and no K masks
+    # (16-byte copies of INT4 bytes on the GPU); H=72, I=40 end in partial tiles and keep them
+    this = sys.modules[__name__]
+    monkeypatch.setattr(this, "HIDDEN", hidden)
+    monkeypatch.setattr(this, "INTER", inter)
     flags = []
 
     def recording_launch(kernel, grid, *args, **constants):
-        flags.append(constants["EVEN_K"])
+        if kernel.fn.__name__.endswith(("_gate_up_kernel", "_down_kernel")):
+            flags.append(constants["EVEN_K"])
         return launch(kernel, grid, *args, **constants)
 
-    monkeypatch.setattr(moe.flat, "launch", recording_launch)
-    check("flat-static", make_problem("skewed", fmt, device, seed=6))
+    monkeypatch.setattr(module, "launch", recording_launch)
+    check(name, make_problem("skewed", fmt, device, seed=6))
     assert flags == [even, even]  # gate/up, then down
 
 

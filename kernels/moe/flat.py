@@ -461,11 +461,8 @@ def _run_flat(
     if down_tiles.split_k is None:
         down_split = auto_split_k(row_tiles, down_cols, down_programs)
     scheduling = {"STEPS": max(shape.experts - 1, 0).bit_length(), "TICKET": schedule == "ticket"}
-    # every K tile inside K (split-K takes whole K tiles): the kernels drop their K masks
-    common = scheduling | tiles.constants(weights, x.dtype)
-    common["EVEN_K"] = shape.hidden % tiles.block_k == 0
-    down_common = scheduling | down_tiles.constants(weights, x.dtype)
-    down_common["EVEN_K"] = shape.inter % down_tiles.block_k == 0
+    common = scheduling | tiles.constants(weights, x.dtype, shape.hidden)
+    down_common = scheduling | down_tiles.constants(weights, x.dtype, shape.inter)
 
     def gate_up(h: Tensor, part: Tensor, splits: int, k_per_split: int) -> None:
         grid = (min(programs, row_tiles * gate_up_cols * splits),)

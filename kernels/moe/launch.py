@@ -61,10 +61,13 @@ class Tiles:
                 f"one scale covers each K tile; use block_k <= {weights.block}."
             )
 
-    def constants(self, weights: MoeWeights, dtype: torch.dtype) -> dict[str, object]:
-        """Compile-time arguments common to every GEMM kernel of the schedulers."""
+    def constants(self, weights: MoeWeights, dtype: torch.dtype, k_size: int) -> dict[str, object]:
+        """Compile-time arguments common to every GEMM kernel of the schedulers, for a GEMM
+        over K = k_size. EVEN_K: every K tile lies inside K (split-K takes whole K tiles), so
+        the kernel drops its K masks (`tiles._masks` says what that buys)."""
         precision, upcast = dot_options(dtype)
         return {
+            "EVEN_K": k_size % self.block_k == 0,
             "BLOCK_M": self.block_m,
             "BLOCK_N": self.block_n,
             "BLOCK_K": self.block_k,

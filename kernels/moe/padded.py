@@ -59,7 +59,7 @@ def _padded_gate_up_kernel(
     k_per_split, stride_xt, stride_xh, stride_hr, stride_ps, stride_pr,
     TOP_K: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, FMT: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr, SWAP: tl.constexpr,
+    UPCAST: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
 ):  # fmt: skip
     block = tl.program_id(0)
     expert = tl.load(block_experts_ptr + block)
@@ -76,7 +76,7 @@ def _padded_gate_up_kernel(
         gate, up = gate_up_tile(
             x_ptr, slots // TOP_K, row_ok, w_e, s_e, cols, col_ok, inter, hidden, k_lo, k_hi,
             stride_xt, stride_xh, stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N,
-            BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+            BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP, EVEN_K,
         )  # fmt: skip
         store_gate_up(
             h_ptr, part_ptr, split, slots, row_ok, cols, col_ok, gate, up, inter, stride_hr,
@@ -91,6 +91,7 @@ def _padded_down_kernel(
     inter, k_per_split, stride_hr, stride_ys, stride_yr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FMT: tl.constexpr,
     QBLOCK: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, SWAP: tl.constexpr,
+    EVEN_K: tl.constexpr,
 ):  # fmt: skip
     block = tl.program_id(0)
     expert = tl.load(block_experts_ptr + block)
@@ -107,7 +108,7 @@ def _padded_down_kernel(
         acc = down_tile(
             h_ptr, slots, row_ok, w_e, s_e, cols, col_ok, inter, k_lo, k_hi, stride_hr,
             stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK,
-            PRECISION, UPCAST, SWAP,
+            PRECISION, UPCAST, SWAP, EVEN_K,
         )  # fmt: skip
         store_down(
             y_ptr, slot_weights_ptr, split, slots, row_ok, cols, col_ok, acc, stride_ys,
@@ -198,7 +199,8 @@ def _run_padded(
     padded_slots, block_experts = padded_layout(topk_ids, shape.experts, tiles.block_m)
     slot_weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
     num_slots = shape.tokens * shape.top_k
-    constants = tiles.constants(weights, x.dtype)
+    gate_up_constants = tiles.constants(weights, x.dtype, shape.hidden)
+    down_constants = tiles.constants(weights, x.dtype, shape.inter)
 
     def gate_up(h: Tensor, part: Tensor, splits: int, k_per_split: int) -> None:
         grid = (block_experts.numel(), triton.cdiv(shape.inter, tiles.block_n), splits)
@@ -221,7 +223,7 @@ def _run_padded(
             part.stride(1),
             TOP_K=shape.top_k,
             SPLIT=splits > 1,
-            **constants,
+            **gate_up_constants,
         )
 
     def down(h: Tensor, y: Tensor, splits: int, k_per_split: int) -> None:
@@ -242,7 +244,7 @@ def _run_padded(
             h.stride(0),
             y.stride(0),
             y.stride(1),
-            **constants,
+            **down_constants,
         )
 
     return run_pipeline(x, shape, tiles, tiles.split_k, tiles.split_k, gate_up, down)

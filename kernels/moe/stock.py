@@ -59,6 +59,7 @@ def _stock_gate_up_kernel(
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
     SWAP: tl.constexpr,
+    EVEN_K: tl.constexpr,
 ):
     group = tl.program_id(0)
     groups = tl.num_programs(0)
@@ -82,7 +83,7 @@ def _stock_gate_up_kernel(
             gate, up = gate_up_tile(
                 x_ptr, slots // TOP_K, row_ok, w_e, s_e, cols, col_ok, inter, hidden, k_lo,
                 k_hi, stride_xt, stride_xh, stride_wn, stride_wk, stride_sn, stride_sk,
-                BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP,
+                BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP, EVEN_K,
             )  # fmt: skip
             store_gate_up(
                 h_ptr, part_ptr, split, slots, row_ok, cols, col_ok, gate, up, inter,
@@ -123,6 +124,7 @@ def _stock_down_kernel(
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
     SWAP: tl.constexpr,
+    EVEN_K: tl.constexpr,
 ):
     group = tl.program_id(0)
     groups = tl.num_programs(0)
@@ -146,7 +148,7 @@ def _stock_down_kernel(
             acc = down_tile(
                 h_ptr, slots, row_ok, w_e, s_e, cols, col_ok, inter, k_lo, k_hi, stride_hr,
                 stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N, BLOCK_K, FMT,
-                QBLOCK, PRECISION, UPCAST, SWAP,
+                QBLOCK, PRECISION, UPCAST, SWAP, EVEN_K,
             )  # fmt: skip
             store_down(
                 y_ptr, slot_weights_ptr, split, slots, row_ok, cols, col_ok, acc, stride_ys,
@@ -173,7 +175,8 @@ def run_stock(
     counts = expert_counts(topk_ids, shape.experts)
     sorted_slots = permute(topk_ids, expert_offsets_serial(counts))
     slot_weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
-    constants = tiles.constants(weights, x.dtype)
+    gate_up_constants = tiles.constants(weights, x.dtype, shape.hidden)
+    down_constants = tiles.constants(weights, x.dtype, shape.inter)
 
     def gate_up(h: Tensor, part: Tensor, splits: int, k_per_split: int) -> None:
         grid = (groups, triton.cdiv(shape.inter, tiles.block_n), splits)
@@ -196,7 +199,7 @@ def run_stock(
             part.stride(1),
             TOP_K=shape.top_k,
             SPLIT=splits > 1,
-            **constants,
+            **gate_up_constants,
         )
 
     def down(h: Tensor, y: Tensor, splits: int, k_per_split: int) -> None:
@@ -217,7 +220,7 @@ def run_stock(
             h.stride(0),
             y.stride(0),
             y.stride(1),
-            **constants,
+            **down_constants,
         )
 
     return run_pipeline(x, shape, tiles, tiles.split_k, tiles.split_k, gate_up, down)

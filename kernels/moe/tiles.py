@@ -335,7 +335,7 @@ def gate_up_tile(
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
     SWAP: tl.constexpr,
-    EVEN_K: tl.constexpr = False,
+    EVEN_K: tl.constexpr,
 ):
     """fp32 (gate, up) sums over K in [k_lo, k_hi) for x[tokens] and gate/up columns `cols`.
 
@@ -406,7 +406,7 @@ def down_tile(
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
     SWAP: tl.constexpr,
-    EVEN_K: tl.constexpr = False,
+    EVEN_K: tl.constexpr,
 ):
     """fp32 sums over K in [k_lo, k_hi) of h[slots] @ down[cols].T (no routing weight yet);
     EVEN_K as gate_up_tile takes it."""
