@@ -290,7 +290,9 @@ def _masks(
     bytes (compiled for sm_90: 12 copies of 16 bytes a K tile of gate/up for a thread, in
     place of 24 of 8). On the H200 flat INT4 took 0.159 ms at T=6 against 0.174, 0.377
     against 0.404 at T=16 and 1.37 against 1.56 at T=64; FP8 1-2% less, bf16 the same
-    (raw/logs/h200-moe-even-k-ab-*.csv). The masks of rows and columns stay."""
+    (raw/logs/h200-moe-even-k-ab-*.csv); padded INT4 0.168 against 0.174 ms at T=6 and 1.34
+    against 1.50 at T=64, stock INT4 0.54 against 0.63 at T=6
+    (raw/logs/h200-moe-even-k-padded-stock-ab-*.csv). The masks of rows and columns stay."""
     if EVEN_K:
         k_ok = tl.full(offs_k.shape, 1, tl.int1)
         hi_ok = k_ok
