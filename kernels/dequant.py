@@ -70,7 +70,7 @@ and.b32 $0, t, 0x87f087f0;
 # each half, or'ed into 0x4300, is the bf16 of 128 + q; the high nibble likewise after a
 # shift by 4. fma(v, 1, -136) then makes q - 8. $0, $1: the low nibbles of bytes 0-3;
 # $2, $3: the high nibbles.
-_INT4_TO_BF16 = tl.constexpr("""
+INT4_TO_BF16_PTX = tl.constexpr("""
 {
 .reg .b32 lo, hi, one, offset;
 mov.b32 one, 0x3f803f80;
@@ -109,7 +109,7 @@ def e4m3_as_bf16(w8):
 def int4_nibbles_as_bf16(packed):
     """(low nibbles, high nibbles) of uint8 `packed`, each q - 8 in bf16, exactly."""
     return tl.inline_asm_elementwise(
-        _INT4_TO_BF16,
+        INT4_TO_BF16_PTX,
         "=r,=r,=r,=r,r",
         [packed.to(tl.uint8, bitcast=True)],
         dtype=(tl.bfloat16, tl.bfloat16),

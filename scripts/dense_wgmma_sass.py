@@ -1,18 +1,23 @@
 """What the Gluon W8A8 and W8A16 kernels (kernels/dense/w8a8_wgmma.py, w8a16_wgmma.py) and the
-MoE kernels (kernels/moe/w8a8_wgmma.py, bf16_wgmma.py) compile to for sm_90, without a GPU.
+MoE kernels (kernels/moe/w8a8_wgmma.py, bf16_wgmma.py, int4_mma.py) compile to for sm_90,
+without a GPU.
 
     python scripts/dense_wgmma_sass.py [--block-m 128] [--block-n 128] [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel w8a16 [--block-t 64] [--stages 8] [--split]
     python scripts/dense_wgmma_sass.py --kernel moe-down [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel moe-w8a8-gate-up|moe-bf16-gate-up|moe-bf16-down
+    python scripts/dense_wgmma_sass.py --kernel moe-int4-gate-up|moe-int4-down
 
 Prints the registers and spilled bytes ptxas reports, any "Potential Performance Loss" note
 it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
 C7512: too few registers), and, from the SASS, how many FP8 wgmma instructions (QGMMA) the
 kernel holds and how many waits for them (WARPGROUP.DEPBAR); for W8A16 and the MoE bf16
 kernels, their bf16 wgmmas (HGMMA), and the 16-byte cp.async copies (LDGSTS.128) of the
-gate/up kernel's load warps. The kernels' design rests on these: each warpgroup's wgmmas of
-a K step are one group with one wait, and ptxas serialises nothing. A developer's tool, like
+gate/up kernel's load warps; for the INT4 decode kernels, their mma.sync instructions (HMMA)
+and the byte permutes that take a loaded word apart or put one together (PRMT selecting single
+bytes), which their int32 word layout is there to avoid. The kernels' design rests on these:
+each warpgroup's wgmmas of a K step are one group with one wait, and ptxas serialises
+nothing. A developer's tool, like
 moe_compile_facts.py; the GPU answers the question of speed (scripts/tune_dense.py).
 """
 
@@ -33,6 +38,7 @@ from triton.runtime.jit import mangle_type
 
 from kernels.dense import w8a8_wgmma, w8a16_wgmma
 from kernels.moe import bf16_wgmma as moe_bf16_wgmma
+from kernels.moe import int4_mma as moe_int4_mma
 from kernels.moe import w8a8_gate_up_wgmma as moe_w8a8_gate_up_wgmma
 from kernels.moe import w8a8_wgmma as moe_w8a8_wgmma
 
@@ -119,6 +125,25 @@ def compile_moe_bf16(swiglu: bool, stages: int):
     return compile_gluon(moe_bf16_wgmma._bf16_wgmma_kernel, descriptors, constants, pointers)
 
 
+def compile_moe_int4(gate_up: bool, stages: int):
+    """The MoE INT4 decode gate/up or down kernel (split K) compiled for sm_90 at the TP2 rank's
+    shape, as `int4_mma.moe_int4_mma` launches it."""
+    experts, hidden, inter = 384, 5120, 1152
+    rows, depth = (2 * inter, hidden) if gate_up else (hidden, inter)
+    words = torch.empty(experts * rows, depth // 8, dtype=torch.int32)
+    box = moe_int4_mma.gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=2)
+    w_desc = moe_int4_mma.TensorDescriptor.from_tensor(
+        words, [moe_int4_mma.BLOCK_N, moe_int4_mma.WORDS], box
+    )
+    constants = {"GATE_UP": gate_up, "TOP_K": 6, "SPLIT": True, "BLOCK_N": moe_int4_mma.BLOCK_N,
+                 "NUM_WARPS": moe_int4_mma.NUM_WARPS, "STAGES": stages,
+                 "WORD_LAYOUT": moe_int4_mma.word_layout(moe_int4_mma.BLOCK_N,
+                                                         moe_int4_mma.NUM_WARPS)}  # fmt: skip
+    pointers = {"x_ptr": "*bf16", "s_ptr": "*bf16", "sorted_slots_ptr": "*i32",
+                "tile_info_ptr": "*i32", "tile_offsets_ptr": "*i32"}  # fmt: skip
+    return compile_gluon(moe_int4_mma._int4_mma_kernel, {"w_desc": w_desc}, constants, pointers)
+
+
 def compile_gluon(kernel, descriptors: dict, constants: dict, pointers: dict | None = None):
     """A Gluon kernel compiled for sm_90: descriptors typed as a launch types them, pointers
     fp32 unless `pointers` types them (the counters int32), integers 16-divisible."""
@@ -156,6 +181,8 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         "hgmma": len(re.findall(r"\bHGMMA\.", sass)),
         "depbar": len(re.findall(r"WARPGROUP\.DEPBAR", sass)),
         "ldgsts": len(re.findall(r"\bLDGSTS\.E\.BYPASS\.128\b", sass)),
+        "hmma": len(re.findall(r"\bHMMA\.16816\.", sass)),
+        "byte_permutes": len(re.findall(r"\bPRMT\b[^;]*0x(?:3340|777[0-3])\b", sass)),
     }
 
 
@@ -167,7 +194,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--consumer-regs", type=int, default=232)
     parser.add_argument("--kernel", default="w8a8",
                         choices=("w8a8", "w8a16", "moe-down", "moe-w8a8-gate-up",
-                                 "moe-bf16-gate-up", "moe-bf16-down"))  # fmt: skip
+                                 "moe-bf16-gate-up", "moe-bf16-down", "moe-int4-gate-up",
+                                 "moe-int4-down"))  # fmt: skip
     parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.BLOCK_TS, default=64,
                         help="W8A16: token columns a tile")  # fmt: skip
     parser.add_argument("--split", action="store_true", help="W8A16: with split K")
@@ -187,6 +215,9 @@ def main(argv: list[str] | None = None) -> None:
     elif args.kernel == "moe-w8a8-gate-up":
         compiled = compile_moe_w8a8_gate_up(args.stages)
         tile = f"{moe_w8a8_wgmma.ROWS} x 2 x {moe_w8a8_wgmma.BLOCK} items"
+    elif args.kernel.startswith("moe-int4"):
+        compiled = compile_moe_int4(args.kernel == "moe-int4-gate-up", args.stages)
+        tile = f"{moe_int4_mma.BLOCK_N} x {moe_int4_mma.ROWS} tiles, split K"
     else:
         compiled = compile_moe_bf16(args.kernel == "moe-bf16-gate-up", args.stages)
         tile = f"{moe_bf16_wgmma.ROWS} x {2 * moe_bf16_wgmma.BOX} items"
@@ -200,6 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"HGMMA: {facts['hgmma']}")
     print(f"WARPGROUP.DEPBAR: {facts['depbar']}")
     print(f"LDGSTS.128: {facts['ldgsts']}")
+    print(f"HMMA: {facts['hmma']}")
+    print(f"byte PRMT: {facts['byte_permutes']}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from kernels.compiled import launch, recording
 from kernels.dense.w8a8_wgmma import supported
-from kernels.moe import bf16_wgmma
+from kernels.moe import bf16_wgmma, int4_mma
 from kernels.moe.formats import MoeWeights
 from kernels.moe.launch import (
     INT4_PREFILL_TILES,
@@ -335,6 +335,7 @@ def moe_flat(
     num_stages: int | None = None,
     swap_ab: bool | None = None,
     wgmma: bool | None = None,
+    int4_gluon: bool | None = None,
 ) -> Tensor:
     """Routed-expert output (T, H) in x.dtype, same contract as moe_reference.
 
@@ -347,7 +348,10 @@ def moe_flat(
     INT4 experts widened to bf16 a projection at a time, `widen`): None where they run and pay
     (sm_90, bf16 x, prefill sizes, from `widen.WIDEN_MIN_ROWS` rows an expert for FP8 and INT4,
     H a multiple of 256 and I of 128, no tile options or ticket schedule, which are the Triton
-    kernels'), True or an error, False never.
+    kernels'), True or an error, False never. `int4_gluon` runs INT4 experts at decode sizes
+    on the Gluon kernels of `int4_mma` (mma.sync, weights by TMA): None where they run (sm_90,
+    bf16 x, INT4 groups of 128, H and I multiples of 128, no tile options or ticket schedule),
+    True or an error, False never.
     Kernel facts of the call: kernels.moe.last_facts().
     """
     if schedule not in SCHEDULES:
@@ -377,6 +381,8 @@ def moe_flat(
         if _gluon_bf16(wgmma, x, weights, shape, schedule, triton_options):
             layout = FlatLayout.of(topk_ids, topk_weights, shape, bf16_wgmma.ROWS)
             return bf16_wgmma.moe_bf16_wgmma(x, weights, layout, shape, num_programs or sms)
+        if _gluon_int4(int4_gluon, x, weights, shape, schedule, num_programs, triton_options):
+            return _run_int4_gluon(x, topk_ids, topk_weights, weights, shape, sms)
         programs = num_programs or default_programs(shape, weights.fmt, sms)
         down_tiles, down_programs = tiles, programs
         defaults = num_programs is None and all(v is None for v in triton_options.values())
@@ -385,6 +391,46 @@ def moe_flat(
             down_programs = sms * DECODE_DOWN_PROGRAMS_PER_SM[weights.fmt]
         return _run_flat(x, topk_ids, topk_weights, weights, shape, tiles, schedule, programs,
                          down_tiles, down_programs)  # fmt: skip
+
+
+def _gluon_int4(int4_gluon: bool | None, x: Tensor, weights: MoeWeights, shape: MoeShape,
+                schedule: str, num_programs: int | None,
+                triton_options: dict[str, object]) -> bool:  # fmt: skip
+    """Whether moe_flat runs on the Gluon INT4 decode kernels (its `int4_gluon`)."""
+    if int4_gluon is not None and not isinstance(int4_gluon, bool):
+        raise ValueError(f"int4_gluon={int4_gluon!r} must be True, False or None (where it runs).")
+    if int4_gluon is False:
+        return False
+    decode = not prefill_sized(shape.tokens * shape.top_k, shape.experts)
+    missing = [
+        need
+        for need, met in (
+            ("INT4 experts at decode sizes", weights.fmt == "int4" and decode),
+            ("an sm_90 GPU, bf16 activations with 16-byte aligned rows, INT4 groups of "
+             f"{int4_mma.BLOCK_K} and H and I multiples of {int4_mma.BLOCK_K}",
+             int4_mma.runs_on(x, weights, shape)),
+            ("no Triton tile options, num_programs or ticket schedule",
+             schedule == "static" and num_programs is None
+             and all(v is None for v in triton_options.values())),
+        )
+        if not met
+    ]  # fmt: skip
+    if int4_gluon and missing:
+        raise ValueError(f"int4_gluon=True needs {'; '.join(missing)}; pass int4_gluon=None to "
+                         "use the Gluon INT4 kernels where they run.")  # fmt: skip
+    return not missing
+
+
+def _run_int4_gluon(x: Tensor, topk_ids: Tensor, topk_weights: Tensor, weights: MoeWeights,
+                    shape: MoeShape, sms: int) -> Tensor:  # fmt: skip
+    """Flat's pipeline on the Gluon INT4 kernels, split-K as flat's own decode (auto_split_k)."""
+    layout = FlatLayout.of(topk_ids, topk_weights, shape, int4_mma.ROWS)
+    programs = sms * int4_mma.PROGRAMS_PER_SM
+    splits = [
+        auto_split_k(layout.row_tiles, triton.cdiv(n, int4_mma.BLOCK_N), programs)
+        for n in (shape.inter, shape.hidden)
+    ]
+    return int4_mma.moe_int4_mma(x, weights, layout, shape, programs, *splits)
 
 
 def _gluon_bf16(wgmma: bool | None, x: Tensor, weights: MoeWeights, shape: MoeShape,

@@ -361,8 +361,8 @@ def down_wgmma(
     )  # fmt: skip
 
 
-def row_table(layout: "FlatLayout", shape: MoeShape) -> tuple[Tensor, Tensor]:
-    """(row_weights, tile_info): each sorted row's routing weight, and each 128-row tile's
+def row_table(layout: "FlatLayout", shape: MoeShape, rows: int = ROWS) -> tuple[Tensor, Tensor]:
+    """(row_weights, tile_info): each sorted row's routing weight, and each `rows`-row tile's
     (expert, first row, rows owned) (`tiles.write_tile_info`)."""
     slots = shape.tokens * shape.top_k
     device = layout.sorted_slots.device
@@ -371,6 +371,6 @@ def row_table(layout: "FlatLayout", shape: MoeShape) -> tuple[Tensor, Tensor]:
     launch(
         _row_table_kernel, (max(1, layout.row_tiles),), layout.sorted_slots, layout.counts,
         layout.offsets, layout.tile_offsets, layout.slot_weights, row_weights, tile_info,
-        shape.experts, STEPS=max(shape.experts - 1, 0).bit_length(), BLOCK_M=ROWS, num_warps=4,
+        shape.experts, STEPS=max(shape.experts - 1, 0).bit_length(), BLOCK_M=rows, num_warps=4,
     )  # fmt: skip
     return row_weights, tile_info

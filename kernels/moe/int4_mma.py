@@ -1,0 +1,324 @@
+"""Flat's routed experts on INT4 weights at decode, in Gluon: gate/up and down on the register
+MMA (mma.sync), the packed weights brought in by TMA.
+
+At T=6 the Triton kernels of the flat scheduler (`tiles._mma`) ran INT4 experts at 2.2 times
+their bytes' floor, about as fast as FP8 experts for half the bytes. Compiled for sm_90 their
+gate/up K step was 793 instructions a warp for 256 weight values a thread: the dequantisation
+(`kernels.dequant`, about 1.5 a value), and around it register moves assembling the
+activations' MMA operands out of their shared-memory loads (160), six CTA barriers from
+layout conversions of the scales through shared memory, and no way to tell Triton otherwise.
+Gluon states the layouts, so here:
+- the weights are the MMA's first operand and the token rows its N, ROWS = 8 a tile (mma.sync's
+  n8; decode experts have a few rows each), so the converted weights are the operand
+  registers as the conversion writes them, and the activations' operand is two registers an
+  MMA straight from a 16-byte load;
+- the packed bytes are read as int32 words in a layout (`word_layout`) that, spread four ways
+  and reshaped, is exactly the MMA operand's: each conversion takes one word as loaded and its
+  outputs are operand registers (loaded as bytes, every word was taken apart and put back
+  together, a byte at a time, 260 instructions a step);
+- a K step (BLOCK_K, one INT4 group: one scale a weight row) is two MMAs, low and high
+  nibbles against their own activation columns (the packed run layout of
+  `formats.pack_int4`), then the fp32 product is scaled per weight row;
+- the weight boxes come by TMA into a ring of STAGES slots that runs across a program's items
+  (a cursor walks its items and their K steps, as the Gluon W8A8 kernels' refills do), so
+  the next item's first steps are in flight while this one ends; the activations and scales,
+  from L2, are loaded a step ahead into registers.
+Work is flat's: persistent programs over (row tile, column tile, split) items, split-K partial
+sums summed by `silu_reduce` and `combine`; the row tiles' experts come from `row_table`.
+
+On the H200 at the TP2 rank's shape (uniform routing), against flat's Triton kernels in one
+run (raw/logs/h200-moe-int4-mma-decode-*.csv), the call took 0.136 ms at T=6 against 0.160,
+0.051 against 0.061 at T=1, 0.298 against 0.379 at T=16 and 1.20 against 1.45 at T=64, with
+the same errors. What did not pay, in the runs before it: the same kernel loading the weights
+straight into registers one step ahead (0.148 to 0.153 ms at T=6: about 2 TB/s, the bytes in
+flight too few); loading two or four steps at once; a cp.async ring, where Gluon's shared-memory
+analysis put a CTA barrier before every copy (0.18 to 0.33 ms); more programs an SM or more
+splits; 128-row boxes on eight warps.
+
+Gluon has no interpreter: the CPU tests compile the kernels for sm_90 and read their SASS
+(scripts/dense_wgmma_sass.py --kernel moe-int4-decode); the GPU tests compare the call with
+flat's Triton kernels.
+"""
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from kernels.compiled import launch
+from kernels.dense.w8a8_wgmma import supported
+from kernels.dequant import INT4_TO_BF16_PTX
+from kernels.moe.formats import MoeWeights
+from kernels.moe.launch import Tiles, run_pipeline
+from kernels.moe.routing import MoeShape
+from kernels.moe.w8a8_wgmma import row_table
+
+if TYPE_CHECKING:  # flat imports this module
+    from kernels.moe.flat import FlatLayout
+
+# The CTA barrier: Triton 3.6 (the H200 image's) names it thread_barrier, 3.7 barrier.
+_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+
+ROWS = 8  # token rows a tile: the MMA's N
+BLOCK_K = 128  # K values a step: one INT4 group, 64 packed bytes a weight row
+BLOCK_N = 64  # weight rows a tile: one 16-row MMA tile a warp
+NUM_WARPS = 4
+STAGES = 4  # ring slots; 6 and 8 took longer at T=1-64 (fewer programs fit an SM)
+PROGRAMS_PER_SM = 4
+_ROWS = gl.constexpr(ROWS)
+_BLOCK_K = gl.constexpr(BLOCK_K)
+WORDS = BLOCK_K // 8  # packed 32-bit words a weight row a step
+_WORDS = gl.constexpr(WORDS)
+K_WIDTH = gl.constexpr(8)  # consecutive bytes (low or high values) a thread holds a chunk
+
+
+def word_layout(block_n: int, num_warps: int) -> gl.DistributedLinearLayout:
+    """The layout of (weight rows, words, 4) that, reshaped to (weight rows, 64 bytes), is the
+    MMA's first operand with K_WIDTH 8: each thread's words hold exactly its bytes, so a word
+    loaded as int32 goes into the conversion as it is, and its outputs are operand registers."""
+    rows_per_warp = 16
+    reg = [[0, 0, 1], [0, 0, 2], [0, 1, 0], [8, 0, 0], [0, 8, 0]]
+    covered = rows_per_warp * num_warps
+    while covered < block_n:
+        reg.append([covered, 0, 0])
+        covered *= 2
+    lanes = [[0, 2, 0], [0, 4, 0], [1, 0, 0], [2, 0, 0], [4, 0, 0]]
+    warps = [[rows_per_warp << w, 0, 0] for w in range(num_warps.bit_length() - 1)]
+    return gl.DistributedLinearLayout(reg, lanes, warps, [], [block_n, 16, 4])
+
+
+@gluon.jit
+def _as_bf16(words, layout: gl.constexpr, operand: gl.constexpr):
+    """(low nibbles, high nibbles) of int32 `words` (BLOCK_N, _WORDS) as bf16 q - 8, each
+    (BLOCK_N, 2 * _WORDS * 2) in `operand`'s layout."""
+    spread = gl.expand_dims(words, 2) + gl.zeros([words.shape[0], _WORDS, 4], gl.int32, layout)
+    spread = gl.reshape(spread, [words.shape[0], 4 * _WORDS])
+    lo, hi = gl.inline_asm_elementwise(
+        INT4_TO_BF16_PTX, "=r,=r,=r,=r,r,r,r,r", [spread], dtype=(gl.bfloat16, gl.bfloat16),
+        is_pure=True, pack=4,
+    )  # fmt: skip
+    lo = gl.convert_layout(lo, operand, assert_trivial=True)
+    hi = gl.convert_layout(hi, operand, assert_trivial=True)
+    return lo, hi
+
+
+@gluon.jit
+def _product(x_lo, x_hi, words, scale, acc, WORD_LAYOUT: gl.constexpr, w_layout: gl.constexpr,
+             mma: gl.constexpr):  # fmt: skip
+    w_lo, w_hi = _as_bf16(words, WORD_LAYOUT, w_layout)
+    product = mma_v2(w_lo, x_lo, gl.zeros(acc.shape, gl.float32, mma))
+    product = mma_v2(w_hi, x_hi, product)
+    return acc + product * scale.to(gl.float32)[:, None]
+
+
+@gluon.jit
+def _item_rows(item, splits, col_tiles, tile_info_ptr, expert_rows, BLOCK_N: gl.constexpr):
+    """(first weight row of the item's box, its first k) for the refills' cursor."""
+    split = item % splits
+    col_tile = (item // splits) % col_tiles
+    expert = gl.load(tile_info_ptr + 4 * (item // (splits * col_tiles)))
+    return expert * expert_rows + col_tile * BLOCK_N, split
+
+
+@gluon.jit
+def _refill(cursor, refills, GATE_UP: gl.constexpr):
+    """Start the TMA copies of the cursor's step (item, its k, the step's number in this
+    program) into its ring slot once the slot's last reader has released it; advance the
+    cursor (the next item's rows are looked up when it starts)."""
+    item, k, seq, row, k_end = cursor
+    (w_desc, ring, ready, empty, num_items, splits, col_tiles, tile_info_ptr, expert_rows, n_size,
+     k_size, k_per_split) = refills  # fmt: skip
+    STAGES: gl.constexpr = ready.type.shape[0]
+    BOX_ROWS: gl.constexpr = w_desc.block_type.shape[0]
+    slot = seq % STAGES
+    inside = item < num_items
+    mbarrier.wait(empty.index(slot), ((seq // STAGES) & 1) ^ 1, pred=inside & (seq >= STAGES))
+    boxes: gl.constexpr = 2 if GATE_UP else 1
+    mbarrier.expect(ready.index(slot), boxes * w_desc.block_type.nbytes, pred=inside)
+    tma.async_copy_global_to_shared(w_desc, [row, k // 8], ready.index(slot),
+                                    ring.index(boxes * slot), pred=inside)  # fmt: skip
+    if GATE_UP:
+        tma.async_copy_global_to_shared(w_desc, [row + n_size, k // 8], ready.index(slot),
+                                        ring.index(2 * slot + 1), pred=inside)  # fmt: skip
+    k += _BLOCK_K
+    if k >= k_end:
+        item += gl.num_programs(0)
+        first_row, split = _item_rows(gl.minimum(item, num_items - 1), splits, col_tiles,
+                                      tile_info_ptr, expert_rows, BOX_ROWS)  # fmt: skip
+        row = first_row
+        k = split * k_per_split
+        k_end = gl.minimum(k + k_per_split, k_size)
+    return item, k, seq + 1, row, k_end
+
+
+@gluon.jit
+def _int4_mma_kernel(
+    x_ptr, out_ptr, sorted_slots_ptr, tile_info_ptr, tile_offsets_ptr, row_weights_ptr, w_desc,
+    s_ptr, stride_se, stride_sn, num_experts, expert_rows, k_size, n_size, k_per_split,
+    splits, stride_xr, stride_os, stride_or,
+    GATE_UP: gl.constexpr, TOP_K: gl.constexpr, SPLIT: gl.constexpr, BLOCK_N: gl.constexpr,
+    NUM_WARPS: gl.constexpr, WORD_LAYOUT: gl.constexpr, STAGES: gl.constexpr,
+):  # fmt: skip
+    mma: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[2, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, 8]
+    )
+    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=K_WIDTH)
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=K_WIDTH)
+    p_layout: gl.constexpr = gl.SliceLayout(2, WORD_LAYOUT)
+    boxes: gl.constexpr = 2 if GATE_UP else 1
+    ring = gl.allocate_shared_memory(gl.int32, [boxes * STAGES, BLOCK_N, _WORDS], w_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for first in gl.static_range(STAGES):
+        mbarrier.init(ready.index(first), count=1)
+        mbarrier.init(empty.index(first), count=1)
+    fence_async_shared()
+    HALF: gl.constexpr = 8
+    col_tiles = n_size // BLOCK_N
+    num_items = gl.load(tile_offsets_ptr + num_experts) * col_tiles * splits
+    # activations (K, ROWS): the low nibbles' k of a step, the first 8 of each run of 16
+    j = gl.arange(0, 4 * _WORDS, layout=gl.SliceLayout(1, a_layout))
+    k_of_j = (j // HALF) * (2 * HALF) + j % HALF
+    a_rows = gl.arange(0, _ROWS, layout=gl.SliceLayout(0, a_layout))
+    s_rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+    o_rows = gl.arange(0, _ROWS, layout=gl.SliceLayout(0, mma))
+    # the refills' cursor starts at this program's first item
+    item0 = gl.program_id(0)
+    row0, split0 = _item_rows(gl.minimum(item0, num_items - 1), splits, col_tiles, tile_info_ptr,
+                              expert_rows, BLOCK_N)  # fmt: skip
+    cursor = (item0, split0 * k_per_split, 0, row0,
+              gl.minimum(split0 * k_per_split + k_per_split, k_size))  # fmt: skip
+    refills = (w_desc, ring, ready, empty, num_items, splits, col_tiles, tile_info_ptr,
+               expert_rows, n_size, k_size, k_per_split)  # fmt: skip
+    for _ in gl.static_range(STAGES - 1):
+        cursor = _refill(cursor, refills, GATE_UP)
+    seq = 0
+    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
+        split = item % splits
+        col_tile = (item // splits) % col_tiles
+        info = tile_info_ptr + 4 * (item // (splits * col_tiles))
+        expert = gl.load(info)
+        first_row = gl.load(info + 1)
+        owned = gl.load(info + 2)
+        k_lo = split * k_per_split
+        k_hi = gl.minimum(k_lo + k_per_split, k_size)
+        a_ok = a_rows < owned
+        a_slots = gl.load(sorted_slots_ptr + first_row + a_rows, mask=a_ok, other=0)
+        if GATE_UP:
+            a_slots = a_slots // TOP_K
+        a_ptrs = x_ptr + a_slots.to(gl.int64)[None, :] * stride_xr + k_of_j[:, None]
+        a_mask = a_ok[None, :]
+        s_e = s_ptr + expert.to(gl.int64) * stride_se
+        s_ptrs = s_e + (col_tile * BLOCK_N + s_rows) * stride_sn
+        up_s = s_ptrs + n_size * stride_sn
+        acc = gl.zeros((BLOCK_N, _ROWS), gl.float32, mma)
+        up = gl.zeros((BLOCK_N, _ROWS), gl.float32, mma)
+        last = k_hi - _BLOCK_K
+        x_lo = gl.load(a_ptrs + k_lo, mask=a_mask, other=0.0)
+        x_hi = gl.load(a_ptrs + (k_lo + HALF), mask=a_mask, other=0.0)
+        scale = gl.load(s_ptrs + k_lo // _BLOCK_K)
+        up_scale = gl.load(up_s + k_lo // _BLOCK_K)
+        for k0 in range(k_lo, k_hi, _BLOCK_K):
+            cursor = _refill(cursor, refills, GATE_UP)
+            # the next step's activations and scales (from L2) while this step's weights land
+            k_next = gl.minimum(k0 + _BLOCK_K, last)
+            n_lo = gl.load(a_ptrs + k_next, mask=a_mask, other=0.0)
+            n_hi = gl.load(a_ptrs + (k_next + HALF), mask=a_mask, other=0.0)
+            n_scale = gl.load(s_ptrs + k_next // _BLOCK_K)
+            slot = seq % STAGES
+            mbarrier.wait(ready.index(slot), (seq // STAGES) & 1)
+            words = ring.index(boxes * slot).load(p_layout)
+            if GATE_UP:
+                n_up_scale = gl.load(up_s + k_next // _BLOCK_K)
+                up_words = ring.index(2 * slot + 1).load(p_layout)
+            _cta_barrier()  # every warp has read the slot: one thread releases it
+            mbarrier.arrive(empty.index(slot))
+            acc = _product(x_lo, x_hi, words, scale, acc, WORD_LAYOUT, w_layout, mma)
+            if GATE_UP:
+                up = _product(x_lo, x_hi, up_words, up_scale, up, WORD_LAYOUT, w_layout, mma)
+                up_scale = n_up_scale
+            x_lo, x_hi, scale = n_lo, n_hi, n_scale
+            seq += 1
+        o_ok = o_rows < owned
+        slots = gl.load(sorted_slots_ptr + first_row + o_rows, mask=o_ok, other=0)
+        cols = col_tile * BLOCK_N + s_rows
+        mask = o_ok[None, :]
+        out = out_ptr + split.to(gl.int64) * stride_os + slots.to(gl.int64)[None, :] * stride_or
+        out += cols[:, None]
+        if GATE_UP:
+            if SPLIT:
+                gl.store(out, acc, mask=mask)
+                gl.store(out + n_size, up, mask=mask)
+            else:
+                h = acc / (1.0 + gl.exp(-acc)) * up
+                gl.store(out, h.to(out_ptr.dtype.element_ty), mask=mask)
+        else:
+            weight = gl.load(row_weights_ptr + first_row + o_rows, mask=o_ok, other=0.0)
+            gl.store(out, (acc * weight[None, :]).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def runs_on(x: Tensor, weights: MoeWeights, shape: MoeShape) -> bool:
+    """Whether these kernels take the call: sm_90 (TMA; Gluon has no interpreter), bf16
+    activations with 16-byte aligned rows, INT4 experts in groups of one K step, and H and I
+    whole numbers of K steps and of BLOCK_N weight rows."""
+    return (
+        supported(x.device)
+        and x.dtype == torch.bfloat16
+        and x.stride(-1) == 1
+        and x.stride(0) % 8 == 0
+        and x.data_ptr() % 16 == 0
+        and weights.fmt == "int4"
+        and weights.block == BLOCK_K
+        and weights.gate_up.is_contiguous()
+        and weights.down.is_contiguous()
+        and all(size % BLOCK_K == 0 and size % BLOCK_N == 0 for size in (shape.hidden, shape.inter))
+    )
+
+
+def moe_int4_mma(
+    x: Tensor,
+    weights: MoeWeights,
+    layout: "FlatLayout",
+    shape: MoeShape,
+    programs: int,
+    gate_up_splits: int,
+    down_splits: int,
+) -> Tensor:
+    """Routed-expert output (T, H) of flat's pipeline with these kernels for gate/up and down,
+    on `layout` built with ROWS-row tiles; `programs` persistent programs each."""
+    row_weights, tile_info = row_table(layout, shape, ROWS)
+    words = word_layout(BLOCK_N, NUM_WARPS)
+    box = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=2)
+
+    def run(rows: Tensor, out: Tensor, values: Tensor, scales: Tensor, k_size: int,
+            n_size: int, splits: int, k_per_split: int, gate_up: bool) -> None:  # fmt: skip
+        # (E * N, K / 8) words: one expert's weight rows after another's
+        w_desc = TensorDescriptor.from_tensor(
+            values.view(torch.int32).reshape(-1, values.shape[-1] // 4), [BLOCK_N, WORDS], box
+        )
+        grid = (min(programs, layout.row_tiles * (n_size // BLOCK_N) * splits),)
+        launch(
+            _int4_mma_kernel, grid, rows, out, layout.sorted_slots, tile_info,
+            layout.tile_offsets, row_weights, w_desc, scales, scales.stride(0),
+            scales.stride(1), shape.experts, values.shape[1], k_size, n_size, k_per_split,
+            splits, rows.stride(0), out.stride(0) if out.dim() == 3 else 0, out.stride(-2),
+            GATE_UP=gate_up, TOP_K=shape.top_k, SPLIT=splits > 1, BLOCK_N=BLOCK_N,
+            NUM_WARPS=NUM_WARPS, WORD_LAYOUT=words, STAGES=STAGES, num_warps=NUM_WARPS,
+        )  # fmt: skip
+
+    def gate_up(h: Tensor, part: Tensor, splits: int, k_per_split: int) -> None:
+        run(x, part if splits > 1 else h, weights.gate_up, weights.gate_up_scale, shape.hidden,
+            shape.inter, splits, k_per_split, True)  # fmt: skip
+
+    def down(h: Tensor, y: Tensor, splits: int, k_per_split: int) -> None:
+        run(h, y, weights.down, weights.down_scale, shape.inter, shape.hidden, splits,
+            k_per_split, False)  # fmt: skip
+
+    tiles = Tiles(block_m=ROWS, block_n=BLOCK_N, block_k=BLOCK_K, split_k=None,
+                  num_warps=NUM_WARPS, num_stages=STAGES)  # fmt: skip
+    return run_pipeline(x, shape, tiles, gate_up_splits, down_splits, gate_up, down)

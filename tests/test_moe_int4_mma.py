@@ -1,0 +1,91 @@
+"""The Gluon INT4 decode kernels (kernels/moe/int4_mma.py) that moe_flat runs for INT4 experts at
+decode sizes on sm_90: when moe_flat takes them and its refusals on any machine, and on a GPU,
+their results against flat's Triton kernels at routings that split K or not, leave experts
+without rows, and give one expert several 8-row tiles. Their SASS is checked on the CPU in
+tests/test_dense_wgmma_sass.py (Gluon has no interpreter)."""
+
+import pytest
+import torch
+from helpers import expert_problem, relative_error
+
+from kernels.moe import MoeWeights, moe_flat, moe_reference
+from kernels.moe import flat as flat_module
+from kernels.moe import int4_mma as module
+
+EXPERTS, HIDDEN, INTER = 8, 512, 256  # H: 4 K steps, I: 2; 8 and 4 columns tiles of 64
+ROUTINGS = {
+    "one-token": torch.tensor([[3, 1]]),
+    "six-tokens": torch.tensor([[0, 5], [2, 7], [5, 1], [0, 4], [6, 3], [2, 5]]),
+    "empty-experts": torch.tensor([[0, 2], [5, 0], [2, 5], [0, 5]]),  # 1, 3, 4, 6, 7: none
+    "one-expert": torch.tensor([[4, 1]] * 20),  # 20 rows on expert 4: 8 + 8 + 4
+}
+
+
+def problem(ids: torch.Tensor, device: torch.device, fmt: str = "int4"):
+    """(x bf16, ids, routing weights, experts in `fmt`) for topk_ids `ids`."""
+    x, route, gate_up, down = expert_problem(ids, EXPERTS, HIDDEN, INTER)
+    weights = MoeWeights.quantize(gate_up.to(device), down.to(device), fmt)
+    return x.to(device), ids.to(torch.int32).to(device), route.to(device), weights
+
+
+def test_moe_flat_takes_the_gluon_int4_kernels_at_decode_sizes_only(device, monkeypatch):
+    """Where they run (sm_90, stood in for here): INT4 experts at decode sizes, with no Triton
+    tile option, num_programs or ticket schedule, and not when int4_gluon=False."""
+    ran = []
+    monkeypatch.setattr(module, "runs_on", lambda *args: True)
+    monkeypatch.setattr(module, "moe_int4_mma", lambda x, *a, **k: ran.append(a[3:]) or x)
+    decode = problem(ROUTINGS["six-tokens"], device)
+    moe_flat(*decode)
+    assert len(ran) == 1
+    programs, gate_up_splits, down_splits = ran[0]
+    assert programs == 4 * module.PROGRAMS_PER_SM  # the CPU stands in for 4 SMs
+    assert gate_up_splits >= 1 and down_splits >= 1
+    moe_flat(*decode, block_n=64)
+    moe_flat(*decode, num_programs=3)
+    moe_flat(*decode, schedule="ticket")
+    moe_flat(*decode, int4_gluon=False)
+    moe_flat(*problem(ROUTINGS["six-tokens"], device, "fp8"))
+    prefill = torch.arange(64 * 2).reshape(64, 2) % EXPERTS  # 16 rows an expert: prefill
+    monkeypatch.setattr(flat_module, "prefill_sized", lambda *args: True)
+    moe_flat(*problem(prefill, device))
+    assert len(ran) == 1
+
+
+def test_the_gluon_int4_kernels_are_refused_where_they_cannot_run(device):
+    x, ids, route, weights = problem(ROUTINGS["one-token"], device)
+    with pytest.raises(ValueError, match="int4_gluon='yes' must be True, False or None"):
+        moe_flat(x, ids, route, weights, int4_gluon="yes")
+    fp8 = problem(ROUTINGS["one-token"], device, "fp8")[3]
+    with pytest.raises(ValueError, match="int4_gluon=True needs INT4 experts at decode sizes"):
+        moe_flat(x, ids, route, fp8, int4_gluon=True)
+    with pytest.raises(ValueError, match="needs .*no Triton tile options, num_programs or ticket"):
+        moe_flat(x, ids, route, weights, num_programs=2, int4_gluon=True)
+    if device.type == "cpu":
+        with pytest.raises(ValueError, match="needs an sm_90 GPU.*pass int4_gluon=None"):
+            moe_flat(x, ids, route, weights, int4_gluon=True)
+
+
+def test_the_word_layout_covers_the_tile_once_per_spread_value():
+    """Each (weight row, word) of a BLOCK_N-row tile sits in exactly one thread, four times
+    (the spread the conversion takes), warps stacked 16 rows apart."""
+    layout = module.word_layout(module.BLOCK_N, module.NUM_WARPS)
+    assert layout.shape == [module.BLOCK_N, module.WORDS, 4]
+    bases = layout.reg_bases + layout.lane_bases + layout.warp_bases
+    assert len(bases) == (module.BLOCK_N * module.WORDS * 4).bit_length() - 1
+    spanned = {tuple(sum(b[d] for b, bit in zip(bases, f"{i:0{len(bases)}b}"[::-1], strict=True)
+                         if bit == "1") for d in range(3))
+               for i in range(2 ** len(bases))}  # fmt: skip
+    assert len(spanned) == 2 ** len(bases)  # every index a distinct element: a bijection
+    assert layout.warp_bases == [[16 << w, 0, 0] for w in range(module.NUM_WARPS.bit_length() - 1)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(ROUTINGS))
+def test_the_gluon_int4_kernels_match_flats_triton_ones(case):
+    """Against flat's Triton kernels on the same INT4 experts (the same products, other
+    summation orders) and against the reference on their values."""
+    x, ids, route, weights = problem(ROUTINGS[case], torch.device("cuda"))
+    gluon = moe_flat(x, ids, route, weights, int4_gluon=True)
+    triton_kernels = moe_flat(x, ids, route, weights, int4_gluon=False)
+    assert relative_error(gluon, triton_kernels) < 5e-3
+    assert relative_error(gluon, moe_reference(x, ids, route, weights)) < 1e-2
