@@ -27,13 +27,22 @@ Work is flat's: persistent programs over (row tile, column tile, split) items, s
 sums summed by `silu_reduce` and `combine`; the row tiles' experts come from `row_table`.
 
 On the H200 at the TP2 rank's shape (uniform routing), against flat's Triton kernels in one
-run (raw/logs/h200-moe-int4-mma-decode-*.csv), the call took 0.136 ms at T=6 against 0.160,
-0.051 against 0.061 at T=1, 0.298 against 0.379 at T=16 and 1.20 against 1.45 at T=64, with
-the same errors. What did not pay, in the runs before it: the same kernel loading the weights
-straight into registers one step ahead (0.148 to 0.153 ms at T=6: about 2 TB/s, the bytes in
-flight too few); loading two or four steps at once; a cp.async ring, where Gluon's shared-memory
-analysis put a CTA barrier before every copy (0.18 to 0.33 ms); more programs an SM or more
-splits; 128-row boxes on eight warps.
+A/B run (raw/logs/h200-moe-int4-mma-decode-ab-*.csv), the call took 0.137 ms at T=6 against
+0.160, 0.048 against 0.058 at T=1 and 0.298 against 0.377 at T=16, with the same errors; at
+T=64 they tied (1.51 and 1.50 ms; 1.20 against 1.45 in a probe run before). In the bench after
+(raw/bench-moe-dsv4-flash-tp2-20261202T233346) flat INT4 took 0.137 ms at T=6, 1.88 times
+its floor, against 2.27 in the bench before. In Nsight Compute (ncu/moe-flat-T6-fmtint4)
+gate/up takes 85 us against the Triton kernel's 121 (down 48 against 67) at 50% of DRAM
+bandwidth, 54% of issue slots busy and 23% of warps resident (four programs of four warps an
+SM), waiting most on loads (long scoreboard, 22% of samples): the dequantisation still costs
+about two instructions a value, and too few bytes are in flight to hide the rest.
+Triton 3.6 (the H200 image's) gives gate/up 128 registers and spills 8 bytes there (a pointer
+reloaded from local memory each step); 3.7 spills nothing.
+What did not pay, in the probe runs before (raw/logs/h200-moe-int4-mma-decode-probe-*.csv):
+the same kernel loading the weights straight into registers a step ahead (0.148 to 0.153 ms at
+T=6: about 2 TB/s); loading two or four steps at once; a cp.async ring, where Gluon's
+shared-memory analysis put a CTA barrier before every copy (0.18 to 0.33 ms); forcing more
+splits; more programs an SM; 128-row tiles on eight warps; rings of six to twelve slots.
 
 Gluon has no interpreter: the CPU tests compile the kernels for sm_90 and read their SASS
 (scripts/dense_wgmma_sass.py --kernel moe-int4-decode); the GPU tests compare the call with
@@ -68,7 +77,7 @@ ROWS = 8  # token rows a tile: the MMA's N
 BLOCK_K = 128  # K values a step: one INT4 group, 64 packed bytes a weight row
 BLOCK_N = 64  # weight rows a tile: one 16-row MMA tile a warp
 NUM_WARPS = 4
-STAGES = 4  # ring slots; 6 and 8 took longer at T=1-64 (fewer programs fit an SM)
+STAGES = 4  # ring slots: 6 took as long at T=1-64 in the probe runs, 8 longer
 PROGRAMS_PER_SM = 4
 _ROWS = gl.constexpr(ROWS)
 _BLOCK_K = gl.constexpr(BLOCK_K)
