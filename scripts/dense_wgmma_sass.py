@@ -141,12 +141,25 @@ def compile_moe_int4(gate_up: bool, stages: int):
                                                          moe_int4_mma.NUM_WARPS)}  # fmt: skip
     pointers = {"x_ptr": "*bf16", "s_ptr": "*bf16", "sorted_slots_ptr": "*i32",
                 "tile_info_ptr": "*i32", "tile_offsets_ptr": "*i32"}  # fmt: skip
-    return compile_gluon(moe_int4_mma._int4_mma_kernel, {"w_desc": w_desc}, constants, pointers)
+    return compile_gluon(
+        moe_int4_mma._int4_mma_kernel,
+        {"w_desc": w_desc},
+        constants,
+        pointers,
+        maxnreg=moe_int4_mma.MAX_REGISTERS,
+    )
 
 
-def compile_gluon(kernel, descriptors: dict, constants: dict, pointers: dict | None = None):
+def compile_gluon(
+    kernel,
+    descriptors: dict,
+    constants: dict,
+    pointers: dict | None = None,
+    maxnreg: int | None = None,
+):
     """A Gluon kernel compiled for sm_90: descriptors typed as a launch types them, pointers
-    fp32 unless `pointers` types them (the counters int32), integers 16-divisible."""
+    fp32 unless `pointers` types them (the counters int32), integers 16-divisible, registers
+    capped at `maxnreg` where the launch caps them."""
     signature, constexprs, attrs = {}, {}, {}
     pointers = {"locks_ptr": "*i32", **(pointers or {})}
     for i, name in enumerate(kernel.arg_names):
@@ -160,7 +173,8 @@ def compile_gluon(kernel, descriptors: dict, constants: dict, pointers: dict | N
         signature[name] = pointer if name.endswith("_ptr") else "i32"
         attrs[(i,)] = [["tt.divisibility", 16]]
     source = GluonASTSource(kernel, signature, constexprs, attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    options = {"num_warps": 4} | ({"maxnreg": maxnreg} if maxnreg else {})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def sass_facts(compiled) -> dict[str, int | list[str]]:

@@ -79,6 +79,9 @@ BLOCK_N = 64  # weight rows a tile: one 16-row MMA tile a warp
 NUM_WARPS = 4
 STAGES = 4  # ring slots: 6 took as long at T=1-64 in the probe runs, 8 longer
 PROGRAMS_PER_SM = 4
+# Registers a thread: the four programs an SM fit in 128. Left to itself, ptxas (Triton 3.6's)
+# gave gate/up 128 and spilled 8 bytes, a pointer reloaded from local memory every K step.
+MAX_REGISTERS = 128
 _ROWS = gl.constexpr(ROWS)
 _BLOCK_K = gl.constexpr(BLOCK_K)
 WORDS = BLOCK_K // 8  # packed 32-bit words a weight row a step
@@ -318,6 +321,7 @@ def moe_int4_mma(
             splits, rows.stride(0), out.stride(0) if out.dim() == 3 else 0, out.stride(-2),
             GATE_UP=gate_up, TOP_K=shape.top_k, SPLIT=splits > 1, BLOCK_N=BLOCK_N,
             NUM_WARPS=NUM_WARPS, WORD_LAYOUT=words, STAGES=STAGES, num_warps=NUM_WARPS,
+            maxnreg=MAX_REGISTERS,
         )  # fmt: skip
 
     def gate_up(h: Tensor, part: Tensor, splits: int, k_per_split: int) -> None:
