@@ -36,8 +36,10 @@ gate/up takes 85 us against the Triton kernel's 121 (down 48 against 67) at 50% 
 bandwidth, 54% of issue slots busy and 23% of warps resident (four programs of four warps an
 SM), waiting most on loads (long scoreboard, 22% of samples): the dequantisation still costs
 about two instructions a value, and too few bytes are in flight to hide the rest.
-Triton 3.6 (the H200 image's) gives gate/up 128 registers and spills 8 bytes there (a pointer
-reloaded from local memory each step); 3.7 spills nothing.
+That capture's gate/up spilled 8 bytes (ptxas under Triton 3.6 took 128 registers and reloaded
+a pointer from local memory every K step); launched with at most 128 (MAX_REGISTERS) it takes
+123 and spills nothing, and the call took 0.132 ms at T=6 against 0.136, T=1 and 16 within 1%
+(raw/logs/h200-moe-int4-mma-registers-ab-*.csv; 168 registers and three programs an SM lost).
 What did not pay, in the probe runs before (raw/logs/h200-moe-int4-mma-decode-probe-*.csv):
 the same kernel loading the weights straight into registers a step ahead (0.148 to 0.153 ms at
 T=6: about 2 TB/s); loading two or four steps at once; a cp.async ring, where Gluon's
