@@ -94,7 +94,10 @@ K_WIDTH = gl.constexpr(8)  # consecutive bytes (low or high values) a thread hol
 def word_layout(block_n: int, num_warps: int) -> gl.DistributedLinearLayout:
     """The layout of (weight rows, words, 4) that, reshaped to (weight rows, 64 bytes), is the
     MMA's first operand with K_WIDTH 8: each thread's words hold exactly its bytes, so a word
-    loaded as int32 goes into the conversion as it is, and its outputs are operand registers."""
+    loaded as int32 goes into the conversion as it is, and its outputs are operand registers.
+    Bases (a thread's registers, then lanes and warps): the four bytes of a word, the next
+    word, row + 8 and word + 8 (bytes 32 on); lanes take words 2 and 4 apart and rows 1-7;
+    warps 16 rows each, as mma.sync's m16 tiles are laid out."""
     rows_per_warp = 16
     reg = [[0, 0, 1], [0, 0, 2], [0, 1, 0], [8, 0, 0], [0, 8, 0]]
     covered = rows_per_warp * num_warps
@@ -103,13 +106,15 @@ def word_layout(block_n: int, num_warps: int) -> gl.DistributedLinearLayout:
         covered *= 2
     lanes = [[0, 2, 0], [0, 4, 0], [1, 0, 0], [2, 0, 0], [4, 0, 0]]
     warps = [[rows_per_warp << w, 0, 0] for w in range(num_warps.bit_length() - 1)]
-    return gl.DistributedLinearLayout(reg, lanes, warps, [], [block_n, 16, 4])
+    return gl.DistributedLinearLayout(reg, lanes, warps, [], [block_n, WORDS, 4])
 
 
 @gluon.jit
 def _as_bf16(words, layout: gl.constexpr, operand: gl.constexpr):
-    """(low nibbles, high nibbles) of int32 `words` (BLOCK_N, _WORDS) as bf16 q - 8, each
-    (BLOCK_N, 2 * _WORDS * 2) in `operand`'s layout."""
+    """(low nibbles, high nibbles) of int32 `words` (BLOCK_N, WORDS) as bf16 q - 8, each
+    (BLOCK_N, 4 * WORDS) bytes' values in `operand`'s layout. Each word is spread over its four
+    bytes' places (an add of zeros, which LLVM folds away), so the conversion, four elements a
+    call, is handed the word four times and reads it once ($4)."""
     spread = gl.expand_dims(words, 2) + gl.zeros([words.shape[0], _WORDS, 4], gl.int32, layout)
     spread = gl.reshape(spread, [words.shape[0], 4 * _WORDS])
     lo, hi = gl.inline_asm_elementwise(
@@ -124,6 +129,8 @@ def _as_bf16(words, layout: gl.constexpr, operand: gl.constexpr):
 @gluon.jit
 def _product(x_lo, x_hi, words, scale, acc, WORD_LAYOUT: gl.constexpr, w_layout: gl.constexpr,
              mma: gl.constexpr):  # fmt: skip
+    """acc + one K step's product of these weight rows and token rows, scaled per weight row
+    (one INT4 group a step): low nibbles against x_lo, high nibbles against x_hi."""
     w_lo, w_hi = _as_bf16(words, WORD_LAYOUT, w_layout)
     product = mma_v2(w_lo, x_lo, gl.zeros(acc.shape, gl.float32, mma))
     product = mma_v2(w_hi, x_hi, product)
@@ -132,7 +139,7 @@ def _product(x_lo, x_hi, words, scale, acc, WORD_LAYOUT: gl.constexpr, w_layout:
 
 @gluon.jit
 def _item_rows(item, splits, col_tiles, tile_info_ptr, expert_rows, BLOCK_N: gl.constexpr):
-    """(first weight row of the item's box, its first k) for the refills' cursor."""
+    """(first weight row of the item's box, its split of K) for the refills' cursor."""
     split = item % splits
     col_tile = (item // splits) % col_tiles
     expert = gl.load(tile_info_ptr + 4 * (item // (splits * col_tiles)))
@@ -178,6 +185,9 @@ def _int4_mma_kernel(
     GATE_UP: gl.constexpr, TOP_K: gl.constexpr, SPLIT: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_WARPS: gl.constexpr, WORD_LAYOUT: gl.constexpr, STAGES: gl.constexpr,
 ):  # fmt: skip
+    """Gate/up (GATE_UP: both boxes a step; silu(gate) * up into h, or with SPLIT the raw sums
+    into part) or down (one box; each row times its routing weight into y[split, slot]) of
+    flat's work items: one ROWS-row tile of an expert, BLOCK_N weight rows, one split of K."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(
         version=[2, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, 8]
     )
