@@ -130,10 +130,8 @@ def compile_moe_int4(gate_up: bool, stages: int):
     shape, as `int4_mma.moe_int4_mma` launches it."""
     experts, hidden, inter = 384, 5120, 1152
     rows, depth = (2 * inter, hidden) if gate_up else (hidden, inter)
-    words = torch.empty(experts * rows, depth // 8, dtype=torch.int32)
-    box = moe_int4_mma.gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=2)
-    w_desc = moe_int4_mma.TensorDescriptor.from_tensor(
-        words, [moe_int4_mma.BLOCK_N, moe_int4_mma.WORDS], box
+    w_desc = moe_int4_mma.weight_descriptor(
+        torch.empty(experts, rows, depth // 2, dtype=torch.uint8)
     )
     constants = {"GATE_UP": gate_up, "TOP_K": 6, "SPLIT": True, "BLOCK_N": moe_int4_mma.BLOCK_N,
                  "NUM_WARPS": moe_int4_mma.NUM_WARPS, "STAGES": stages,

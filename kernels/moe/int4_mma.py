@@ -138,12 +138,21 @@ def _product(x_lo, x_hi, words, scale, acc, WORD_LAYOUT: gl.constexpr, w_layout:
 
 
 @gluon.jit
+def _item_place(item, splits, col_tiles, tile_info_ptr):
+    """(split of K, column tile, its row tile's entry in the table of row tiles) of work item
+    `item`: flat's order, splits fastest, then column tiles."""
+    return (
+        item % splits,
+        (item // splits) % col_tiles,
+        tile_info_ptr + 4 * (item // (splits * col_tiles)),
+    )
+
+
+@gluon.jit
 def _item_rows(item, splits, col_tiles, tile_info_ptr, expert_rows, BLOCK_N: gl.constexpr):
     """(first weight row of the item's box, its split of K) for the refills' cursor."""
-    split = item % splits
-    col_tile = (item // splits) % col_tiles
-    expert = gl.load(tile_info_ptr + 4 * (item // (splits * col_tiles)))
-    return expert * expert_rows + col_tile * BLOCK_N, split
+    split, col_tile, info = _item_place(item, splits, col_tiles, tile_info_ptr)
+    return gl.load(info) * expert_rows + col_tile * BLOCK_N, split
 
 
 @gluon.jit
@@ -223,9 +232,7 @@ def _int4_mma_kernel(
         cursor = _refill(cursor, refills, GATE_UP)
     seq = 0
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-        split = item % splits
-        col_tile = (item // splits) % col_tiles
-        info = tile_info_ptr + 4 * (item // (splits * col_tiles))
+        split, col_tile, info = _item_place(item, splits, col_tiles, tile_info_ptr)
         expert = gl.load(info)
         first_row = gl.load(info + 1)
         owned = gl.load(info + 2)
@@ -246,7 +253,8 @@ def _int4_mma_kernel(
         x_lo = gl.load(a_ptrs + k_lo, mask=a_mask, other=0.0)
         x_hi = gl.load(a_ptrs + (k_lo + HALF), mask=a_mask, other=0.0)
         scale = gl.load(s_ptrs + k_lo // _BLOCK_K)
-        up_scale = gl.load(up_s + k_lo // _BLOCK_K)
+        if GATE_UP:  # down has no up rows: its "up" scales would lie past the expert's
+            up_scale = gl.load(up_s + k_lo // _BLOCK_K)
         for k0 in range(k_lo, k_hi, _BLOCK_K):
             cursor = _refill(cursor, refills, GATE_UP)
             # the next step's activations and scales (from L2) while this step's weights land
@@ -304,6 +312,14 @@ def runs_on(x: Tensor, weights: MoeWeights, shape: MoeShape) -> bool:
     )
 
 
+def weight_descriptor(values: Tensor) -> TensorDescriptor:
+    """The TMA descriptor of packed INT4 experts (E, N, K / 2) as (E * N, K / 8) int32 words,
+    one expert's weight rows after another's, in boxes of BLOCK_N rows by one K step."""
+    box = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=2)
+    words = values.view(torch.int32).reshape(-1, values.shape[-1] // 4)
+    return TensorDescriptor.from_tensor(words, [BLOCK_N, WORDS], box)
+
+
 def moe_int4_mma(
     x: Tensor,
     weights: MoeWeights,
@@ -317,14 +333,10 @@ def moe_int4_mma(
     on `layout` built with ROWS-row tiles; `programs` persistent programs each."""
     row_weights, tile_info = row_table(layout, shape, ROWS)
     words = word_layout(BLOCK_N, NUM_WARPS)
-    box = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=2)
 
     def run(rows: Tensor, out: Tensor, values: Tensor, scales: Tensor, k_size: int,
             n_size: int, splits: int, k_per_split: int, gate_up: bool) -> None:  # fmt: skip
-        # (E * N, K / 8) words: one expert's weight rows after another's
-        w_desc = TensorDescriptor.from_tensor(
-            values.view(torch.int32).reshape(-1, values.shape[-1] // 4), [BLOCK_N, WORDS], box
-        )
+        w_desc = weight_descriptor(values)
         grid = (min(programs, layout.row_tiles * (n_size // BLOCK_N) * splits),)
         launch(
             _int4_mma_kernel, grid, rows, out, layout.sorted_slots, tile_info,
