@@ -93,6 +93,10 @@ def _consumer(args, WARPGROUP: gl.constexpr):
         acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # up's
         for k_step in range(k_steps):
             slot = step % SLOTS
+            # Scales taken before the next step's load into the same names, as in the down
+            # kernel (w8a8_wgmma._consumer): no copy waits for a load across the loop's end.
+            scale = sa * sw
+            scale_2 = sa * sw_2
             mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
             fence_async_shared()  # the rows came by the load warps' cp.async
             a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
@@ -100,18 +104,17 @@ def _consumer(args, WARPGROUP: gl.constexpr):
             running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
                                     product, use_acc=False, is_async=True)  # fmt: skip
             ahead = gl.minimum(k_step + 1, k_steps - 1)  # the last step loads its own again
-            next_sa = gl.load(a_scales + ahead, mask=mine, other=0.0)
-            next_sw = gl.load(w_scales + ahead * stride_wsk)
-            next_sw_2 = gl.load(w_scales + up_scales + ahead * stride_wsk)
+            sa = gl.load(a_scales + ahead, mask=mine, other=0.0)
+            sw = gl.load(w_scales + ahead * stride_wsk)
+            sw_2 = gl.load(w_scales + up_scales + ahead * stride_wsk)
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
-            acc += product * (sa * sw)[:, None]
+            acc += product * scale[:, None]
             # `acc` as the (unused) input holds the rescale above before this wgmma
             running = warpgroup_mma(a_rows, w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)),
                                     acc, use_acc=False, is_async=True)  # fmt: skip
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             mbarrier.arrive(empty.index(slot), count=1)
-            acc_2 += product * (sa * sw_2)[:, None]
-            sa, sw, sw_2 = next_sa, next_sw, next_sw_2
+            acc_2 += product * scale_2[:, None]
             step += 1
         h = acc / (1.0 + gl.exp(-acc)) * acc_2
         scale, inverse = pow2_scale(gl.max(gl.abs(h), axis=1))
