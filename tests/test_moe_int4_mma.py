@@ -37,10 +37,12 @@ def test_moe_flat_takes_the_gluon_int4_kernels_at_decode_sizes_only(device, monk
     decode = problem(ROUTINGS["six-tokens"], device)
     moe_flat(*decode)
     assert len(ran) == 1
-    programs, gate_up_splits, down_splits = ran[0]
+    programs, gate_up_splits, down_splits, (row_weights, tile_info) = ran[0]
     sms = flat_module.sm_count(device) or flat_module.CPU_PROGRAMS  # the CPU stands in for 4
     assert programs == sms * module.PROGRAMS_PER_SM
     assert gate_up_splits >= 1 and down_splits >= 1
+    # at decode sizes the row table comes with the layout's one launch
+    assert row_weights.shape == (ROUTINGS["six-tokens"].numel(),) and tile_info.shape[1] == 4
     moe_flat(*decode, block_n=64)
     moe_flat(*decode, num_programs=3)
     moe_flat(*decode, schedule="ticket")

@@ -3,7 +3,13 @@
 import pytest
 import torch
 
-from kernels.moe.routing import combine_reference, expert_offsets_reference, sort_slots
+from kernels.moe.flat import FlatLayout
+from kernels.moe.routing import (
+    MoeShape,
+    combine_reference,
+    expert_offsets_reference,
+    sort_slots,
+)
 from kernels.moe.routing_kernels import (
     SLOT_BLOCK,
     SMALL_SLOTS,
@@ -14,6 +20,7 @@ from kernels.moe.routing_kernels import (
     permute,
     small_layout,
 )
+from kernels.moe.w8a8_wgmma import row_table
 
 
 def random_ids(tokens, top_k, experts, seed, device, skew=False):
@@ -100,6 +107,27 @@ def test_small_layout_is_the_layout_of_the_separate_kernels(
     # each expert's slots in ascending order: a stable sort of the slots by expert
     want = torch.sort(ids.flatten().long().cpu(), stable=True).indices.to(torch.int32)
     assert torch.equal(order.cpu(), want)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "top_k", "experts", "skew", "tile"),
+    [(1, 1, 1, False, 8), (6, 6, 384, False, 8), (5, 2, 13, True, 4), (42, 6, 16, True, 8)],
+)  # fmt: skip
+def test_small_layout_writes_the_row_table_as_its_own_launch_does(
+    device, tokens, top_k, experts, skew, tile
+):
+    """The Gluon INT4 decode kernels' table of row tiles, from the layout's launch, equals
+    `row_table`'s, a launch later: each sorted row's routing weight, and each row tile's
+    (expert, first row, rows owned) (the skewed routings give experts several tiles)."""
+    ids = random_ids(tokens, top_k, experts, tokens + experts, device, skew)
+    weights = torch.rand(ids.shape, generator=torch.Generator().manual_seed(1)).to(device)
+    shape = MoeShape(tokens=tokens, hidden=128, experts=experts, inter=128, top_k=top_k)
+    layout, (row_weights, tile_info) = FlatLayout.with_row_table(ids, weights, shape, tile)
+    assert torch.equal(layout.sorted_slots, FlatLayout.of(ids, weights, shape, tile).sorted_slots)
+    want_weights, want_info = row_table(layout, shape, tile)
+    tiles = int(layout.tile_offsets[-1])
+    assert torch.equal(row_weights, want_weights)
+    assert torch.equal(tile_info[:tiles, :3], want_info[:tiles, :3])
 
 
 def test_small_layout_refuses_more_slots_than_it_compares(device):

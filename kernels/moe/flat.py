@@ -294,6 +294,23 @@ class FlatLayout(NamedTuple):
             max_row_tiles(slots, shape.experts, block_m),
         )  # fmt: skip
 
+    @classmethod
+    def with_row_table(cls, topk_ids: Tensor, topk_weights: Tensor, shape: MoeShape,
+                       block_m: int) -> tuple["FlatLayout", tuple[Tensor, Tensor]]:  # fmt: skip
+        """The layout of up to SMALL_SLOTS slots and, from the same launch, the Gluon kernels'
+        table of block_m-row tiles (row_weights, tile_info), as `w8a8_wgmma.row_table` gives
+        it one launch later."""
+        slots = shape.tokens * shape.top_k
+        slot_weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
+        row_tiles = max_row_tiles(slots, shape.experts, block_m)
+        row_weights = torch.empty(slots, dtype=torch.float32, device=topk_ids.device)
+        tile_info = torch.empty(row_tiles, 4, dtype=torch.int32, device=topk_ids.device)
+        counts, offsets, tile_offsets, sorted_slots = small_layout(
+            topk_ids, shape.experts, block_m, (slot_weights, row_weights, tile_info)
+        )
+        layout = cls(counts, offsets, tile_offsets, sorted_slots, slot_weights, row_tiles)
+        return layout, (row_weights, tile_info)
+
 
 def prefill_sized(slots: int, experts: int) -> bool:
     """Whether the active experts get PREFILL_ROWS rows or more on average (compute-bound)."""
@@ -423,14 +440,19 @@ def _gluon_int4(int4_gluon: bool | None, x: Tensor, weights: MoeWeights, shape: 
 
 def _run_int4_gluon(x: Tensor, topk_ids: Tensor, topk_weights: Tensor, weights: MoeWeights,
                     shape: MoeShape, sms: int) -> Tensor:  # fmt: skip
-    """Flat's pipeline on the Gluon INT4 kernels, split-K as flat's own decode (auto_split_k)."""
-    layout = FlatLayout.of(topk_ids, topk_weights, shape, int4_mma.ROWS)
+    """Flat's pipeline on the Gluon INT4 kernels, split-K as flat's own decode (auto_split_k);
+    up to SMALL_SLOTS slots, the kernels' row table comes with the layout's launch."""
+    table = None
+    if shape.tokens * shape.top_k <= SMALL_SLOTS:
+        layout, table = FlatLayout.with_row_table(topk_ids, topk_weights, shape, int4_mma.ROWS)
+    else:
+        layout = FlatLayout.of(topk_ids, topk_weights, shape, int4_mma.ROWS)
     programs = sms * int4_mma.PROGRAMS_PER_SM
     splits = [
         auto_split_k(layout.row_tiles, triton.cdiv(n, int4_mma.BLOCK_N), programs)
         for n in (shape.inter, shape.hidden)
     ]
-    return int4_mma.moe_int4_mma(x, weights, layout, shape, programs, *splits)
+    return int4_mma.moe_int4_mma(x, weights, layout, shape, programs, *splits, table)
 
 
 def _gluon_bf16(wgmma: bool | None, x: Tensor, weights: MoeWeights, shape: MoeShape,

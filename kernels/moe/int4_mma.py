@@ -328,10 +328,13 @@ def moe_int4_mma(
     programs: int,
     gate_up_splits: int,
     down_splits: int,
+    table: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
     """Routed-expert output (T, H) of flat's pipeline with these kernels for gate/up and down,
-    on `layout` built with ROWS-row tiles; `programs` persistent programs each."""
-    row_weights, tile_info = row_table(layout, shape, ROWS)
+    on `layout` built with ROWS-row tiles; `programs` persistent programs each; `table` the
+    layout's (row_weights, tile_info) where its launch wrote them (`FlatLayout.with_row_table`),
+    else `row_table` writes them."""
+    row_weights, tile_info = table if table is not None else row_table(layout, shape, ROWS)
     words = word_layout(BLOCK_N, NUM_WARPS)
 
     def run(rows: Tensor, out: Tensor, values: Tensor, scales: Tensor, k_size: int,

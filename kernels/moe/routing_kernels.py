@@ -56,12 +56,16 @@ def _permute_kernel(ids_ptr, offsets_ptr, cursors_ptr, out_ptr, num_slots, BLOCK
 
 @triton.jit
 def _small_layout_kernel(
-    ids_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr, out_ptr, num_slots, num_experts, tile,
-    SLOTS: tl.constexpr, EXPERTS: tl.constexpr, CHUNK: tl.constexpr,
+    ids_ptr, counts_ptr, offsets_ptr, tile_offsets_ptr, out_ptr, slot_weights_ptr,
+    row_weights_ptr, tile_info_ptr, num_slots, num_experts, tile, SLOTS: tl.constexpr,
+    EXPERTS: tl.constexpr, CHUNK: tl.constexpr, ROW_TABLE: tl.constexpr,
 ):  # fmt: skip
     """The whole flat routing layout in one program: counts, slot and row-tile offsets, and the
     slots sorted by expert, each expert's in ascending slot order (a slot's rank is how many
-    earlier slots chose its expert, counted CHUNK slots at a time)."""
+    earlier slots chose its expert, counted CHUNK slots at a time); with ROW_TABLE also the
+    table of row tiles the Gluon kernels read (`tiles.write_tile_info`): each sorted row's
+    routing weight, and each tile's (expert, first row, rows owned), written by its first row's
+    slot."""
     slots = tl.arange(0, SLOTS)
     valid = slots < num_slots
     experts = tl.load(ids_ptr + slots, mask=valid, other=0)
@@ -82,19 +86,36 @@ def _small_layout_kernel(
         earlier = (theirs[None, :] == experts[:, None]) & (others[None, :] < slots[:, None])
         rank += tl.sum(earlier.to(tl.int32), axis=1)
     tl.debug_barrier()  # the offsets above, stored by other threads, are read back below
-    start = tl.load(offsets_ptr + experts, mask=valid, other=0)
-    tl.store(out_ptr + start + rank, slots, mask=valid)
+    position = tl.load(offsets_ptr + experts, mask=valid, other=0) + rank
+    tl.store(out_ptr + position, slots, mask=valid)
+    if ROW_TABLE:
+        weights = tl.load(slot_weights_ptr + slots, mask=valid, other=0.0)
+        tl.store(row_weights_ptr + position, weights, mask=valid)
+        info = tile_info_ptr + 4 * (tl.load(tile_offsets_ptr + experts, mask=valid, other=0)
+                                    + rank // tile)  # fmt: skip
+        first = valid & (rank % tile == 0)
+        owned = tl.minimum(tl.load(counts_ptr + experts, mask=valid, other=0) - rank, tile)
+        tl.store(info, experts, mask=first)
+        tl.store(info + 1, position, mask=first)
+        tl.store(info + 2, owned, mask=first)
 
 
 def small_layout(
-    topk_ids: Tensor, experts: int, tile: int
+    topk_ids: Tensor,
+    experts: int,
+    tile: int,
+    row_table: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(counts, slot offsets, row-tile offsets, sorted slots) as expert_counts,
     expert_offsets_parallel(counts) and (counts, tile) and permute give them, in one launch
     instead of six (two of them zero fills): for decode-size routings (up to SMALL_SLOTS
     slots), where each launch costs more than its work. Within an expert the slots come in
     ascending order. On the H200 the flat scheduler's served decode step took 8.36 ms with it
-    against 8.54 before, 1,093 launches against 1,293 (two runs, docs/design.md)."""
+    against 8.54 before, 1,093 launches against 1,293 (two runs, docs/design.md).
+
+    `row_table` = (fp32 routing weights a slot, row_weights, tile_info), when given: the same
+    launch fills the last two as `w8a8_wgmma.row_table` does (row_weights a sorted row,
+    tile_info (row tiles, 4) int32), one launch less for the Gluon INT4 decode kernels."""
     _check_tile(tile)
     flat = _flat_ids(topk_ids)
     if flat.numel() > SMALL_SLOTS:
@@ -105,9 +126,11 @@ def small_layout(
     tile_offsets = torch.empty_like(offsets)
     out = torch.empty(flat.numel(), dtype=torch.int32, device=flat.device)
     block = triton.next_power_of_2(max(flat.numel(), SMALL_CHUNK))
-    launch(_small_layout_kernel, (1,), flat, counts, offsets, tile_offsets, out, flat.numel(),
-           experts, tile, SLOTS=block, EXPERTS=triton.next_power_of_2(experts + 1),
-           CHUNK=SMALL_CHUNK)  # fmt: skip
+    slot_weights, row_weights, tile_info = row_table or (out, out, out)  # unread without it
+    launch(_small_layout_kernel, (1,), flat, counts, offsets, tile_offsets, out, slot_weights,
+           row_weights, tile_info, flat.numel(), experts, tile, SLOTS=block,
+           EXPERTS=triton.next_power_of_2(experts + 1), CHUNK=SMALL_CHUNK,
+           ROW_TABLE=row_table is not None)  # fmt: skip
     return counts, offsets, tile_offsets, out
 
 
