@@ -68,13 +68,8 @@ and.b32 $0, t, 0x87f087f0;
 
 # Bytes 0 and 1 (then 2 and 3) spread to the two 16-bit halves of a word; the low nibble of
 # each half, or'ed into 0x4300, is the bf16 of 128 + q; the high nibble likewise after a
-# shift by 4. fma(v, 1, -136) then makes q - 8. $0, $1: the low nibbles of bytes 0-3;
-# $2, $3: the high nibbles.
-INT4_TO_BF16_PTX = tl.constexpr("""
-{
-.reg .b32 lo, hi, one, offset;
-mov.b32 one, 0x3f803f80;
-mov.b32 offset, 0xc308c308;
+# shift by 4. $0, $1: the low nibbles of bytes 0-3; $2, $3: the high nibbles.
+_INT4_BIASED = """
 prmt.b32 lo, $4, 0, 0x4140;
 prmt.b32 hi, $4, 0, 0x4342;
 lop3.b32 $0, lo, 0x000f000f, 0x43004300, 0xea;
@@ -83,12 +78,16 @@ shr.b32 lo, lo, 4;
 shr.b32 hi, hi, 4;
 lop3.b32 $2, lo, 0x000f000f, 0x43004300, 0xea;
 lop3.b32 $3, hi, 0x000f000f, 0x43004300, 0xea;
-fma.rn.bf16x2 $0, $0, one, offset;
-fma.rn.bf16x2 $1, $1, one, offset;
-fma.rn.bf16x2 $2, $2, one, offset;
-fma.rn.bf16x2 $3, $3, one, offset;
-}
-""")
+"""
+# 128 + q, for a kernel that takes the 136 off after its MMA (kernels.moe.int4_mma).
+INT4_TO_BIASED_BF16_PTX = tl.constexpr("{\n.reg .b32 lo, hi;" + _INT4_BIASED + "}\n")
+# q - 8: fma(v, 1, -136) after the above.
+INT4_TO_BF16_PTX = tl.constexpr(
+    "{\n.reg .b32 lo, hi, one, offset;\nmov.b32 one, 0x3f803f80;\nmov.b32 offset, 0xc308c308;"
+    + _INT4_BIASED
+    + "".join(f"fma.rn.bf16x2 ${i}, ${i}, one, offset;\n" for i in range(4))
+    + "}\n"
+)
 
 
 @triton.jit

@@ -15,9 +15,10 @@ kernel holds and how many waits for them (WARPGROUP.DEPBAR); for W8A16 and the M
 kernels, their bf16 wgmmas (HGMMA), and the 16-byte cp.async copies (LDGSTS.128) of the
 gate/up kernel's load warps; for the INT4 decode kernels, their mma.sync instructions (HMMA)
 and the byte permutes that take a loaded word apart or put one together (PRMT selecting single
-bytes), which their int32 word layout is there to avoid. The kernels' design rests on these:
-each warpgroup's wgmmas of a K step are one group with one wait, and ptxas serialises
-nothing. A developer's tool, like
+bytes), which their int32 word layout is there to avoid, and their bf16 FMAs (HFMA2.BF16),
+which converting to 128 + q and taking the 136 off by an MMA leaves out. The kernels' design
+rests on these: each warpgroup's wgmmas of a K step are one group with one wait, and ptxas
+serialises nothing. A developer's tool, like
 moe_compile_facts.py; the GPU answers the question of speed (scripts/tune_dense.py).
 """
 
@@ -195,6 +196,7 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         "ldgsts": len(re.findall(r"\bLDGSTS\.E\.BYPASS\.128\b", sass)),
         "hmma": len(re.findall(r"\bHMMA\.16816\.", sass)),
         "byte_permutes": len(re.findall(r"\bPRMT\b[^;]*0x(?:3340|777[0-3])\b", sass)),
+        "bf16_fmas": len(re.findall(r"\bHFMA2\.BF16", sass)),
     }
 
 
@@ -245,6 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"LDGSTS.128: {facts['ldgsts']}")
     print(f"HMMA: {facts['hmma']}")
     print(f"byte PRMT: {facts['byte_permutes']}")
+    print(f"bf16 FMA: {facts['bf16_fmas']}")
 
 
 if __name__ == "__main__":

@@ -92,15 +92,18 @@ def test_the_moe_w8a8_gate_up_kernel_rescales_each_box_and_gathers_its_rows():
     assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"], facts["LDGSTS.128"]) == ("16", "4", "8")
 
 
-@pytest.mark.parametrize(("kernel", "mmas"), [("moe-int4-gate-up", "16"), ("moe-int4-down", "8")])
+@pytest.mark.parametrize(("kernel", "mmas"), [("moe-int4-gate-up", "24"), ("moe-int4-down", "16")])
 def test_the_moe_int4_decode_kernels_convert_each_word_as_loaded(kernel, mmas):
     # a K step is one 16-row MMA tile a warp, its low and high nibbles four k16 MMAs each, for
-    # gate's and up's boxes (gate/up) or one box (down); no byte is taken out of a loaded word
-    # or put into one (bytes loaded one by one cost 260 instructions a step); and registers few
-    # enough for the four programs an SM the host launches (4 x 128 threads x 128)
+    # gate's and up's boxes (gate/up) or one box (down), and eight more for the -136 times
+    # the activations' sum that both boxes start from; no byte is taken out of a loaded word
+    # or put into one (bytes loaded one by one cost 260 instructions a step); no bf16 FMA
+    # (the weights convert to 128 + q); and registers few enough for the four programs an SM
+    # the host launches (4 x 128 threads x 128)
     done = run("--kernel", kernel, "--stages", "4")
     assert done.returncode == 0, done.stderr
     facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
     assert facts["HMMA"] == mmas
     assert facts["byte PRMT"] == "0"
+    assert facts["bf16 FMA"] == "0"
     assert int(facts["registers"]) <= 128 and facts["spilled bytes"] == "0"

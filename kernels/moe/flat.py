@@ -289,8 +289,7 @@ class FlatLayout(NamedTuple):
             tile_offsets = expert_offsets_parallel(counts, block_m)
             sorted_slots = permute(topk_ids, offsets)
         return cls(
-            counts, offsets, tile_offsets, sorted_slots,
-            topk_weights.reshape(-1).to(torch.float32).contiguous(),
+            counts, offsets, tile_offsets, sorted_slots, _slot_weights(topk_weights),
             max_row_tiles(slots, shape.experts, block_m),
         )  # fmt: skip
 
@@ -301,7 +300,7 @@ class FlatLayout(NamedTuple):
         table of block_m-row tiles (row_weights, tile_info), as `w8a8_wgmma.row_table` gives
         it one launch later."""
         slots = shape.tokens * shape.top_k
-        slot_weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
+        slot_weights = _slot_weights(topk_weights)
         row_tiles = max_row_tiles(slots, shape.experts, block_m)
         row_weights = torch.empty(slots, dtype=torch.float32, device=topk_ids.device)
         tile_info = torch.empty(row_tiles, 4, dtype=torch.int32, device=topk_ids.device)
@@ -310,6 +309,11 @@ class FlatLayout(NamedTuple):
         )
         layout = cls(counts, offsets, tile_offsets, sorted_slots, slot_weights, row_tiles)
         return layout, (row_weights, tile_info)
+
+
+def _slot_weights(topk_weights: Tensor) -> Tensor:
+    """The routing weights as one fp32 value a slot, the form every kernel's epilogue reads."""
+    return topk_weights.reshape(-1).to(torch.float32).contiguous()
 
 
 def prefill_sized(slots: int, experts: int) -> bool:

@@ -63,7 +63,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from kernels.compiled import launch
 from kernels.dense.w8a8_wgmma import supported
-from kernels.dequant import INT4_TO_BF16_PTX
+from kernels.dequant import INT4_TO_BIASED_BF16_PTX
 from kernels.moe.formats import MoeWeights
 from kernels.moe.launch import Tiles, run_pipeline
 from kernels.moe.routing import MoeShape
@@ -111,15 +111,16 @@ def word_layout(block_n: int, num_warps: int) -> gl.DistributedLinearLayout:
 
 @gluon.jit
 def _as_bf16(words, layout: gl.constexpr, operand: gl.constexpr):
-    """(low nibbles, high nibbles) of int32 `words` (BLOCK_N, WORDS) as bf16 q - 8, each
-    (BLOCK_N, 4 * WORDS) bytes' values in `operand`'s layout. Each word is spread over its four
-    bytes' places (an add of zeros, which LLVM folds away), so the conversion, four elements a
-    call, is handed the word four times and reads it once ($4)."""
+    """(low nibbles, high nibbles) of int32 `words` (BLOCK_N, WORDS) as bf16 128 + q (the
+    136 is taken off by `_bias`), each (BLOCK_N, 4 * WORDS) bytes' values in `operand`'s
+    layout. Each word is spread over its four bytes' places (an add of zeros, which LLVM
+    folds away), so the conversion, four elements a call, is handed the word four times and
+    reads it once ($4)."""
     spread = gl.expand_dims(words, 2) + gl.zeros([words.shape[0], _WORDS, 4], gl.int32, layout)
     spread = gl.reshape(spread, [words.shape[0], 4 * _WORDS])
     lo, hi = gl.inline_asm_elementwise(
-        INT4_TO_BF16_PTX, "=r,=r,=r,=r,r,r,r,r", [spread], dtype=(gl.bfloat16, gl.bfloat16),
-        is_pure=True, pack=4,
+        INT4_TO_BIASED_BF16_PTX, "=r,=r,=r,=r,r,r,r,r", [spread],
+        dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4,
     )  # fmt: skip
     lo = gl.convert_layout(lo, operand, assert_trivial=True)
     hi = gl.convert_layout(hi, operand, assert_trivial=True)
@@ -127,14 +128,47 @@ def _as_bf16(words, layout: gl.constexpr, operand: gl.constexpr):
 
 
 @gluon.jit
-def _product(x_lo, x_hi, words, scale, acc, WORD_LAYOUT: gl.constexpr, w_layout: gl.constexpr,
-             mma: gl.constexpr):  # fmt: skip
+def _load_bf16_bits(ptrs):
+    """The bf16 at each of `ptrs`, as the int32 of its bits (upper half zero), for `_widen`.
+
+    A bf16 loaded as bf16 is packed with its neighbour into one register right where it is
+    loaded, so the step that loads the next step's scales stopped there until they came (in
+    ncu/moe-flat-T6-fmtint4, long scoreboard on that pack: 18% of down's samples, 8% of
+    gate/up's); a 32-bit register waits for no one until the next step reads it."""
+    return gl.inline_asm_elementwise(
+        "ld.global.nc.u16 $0, [$1];", "=r,l", [ptrs], dtype=gl.int32, is_pure=False, pack=1
+    )
+
+
+@gluon.jit
+def _widen(bits):
+    """The fp32 value of bf16 bits from `_load_bf16_bits`."""
+    return (bits << 16).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _bias(x_lo, x_hi, BLOCK_N: gl.constexpr, w_layout: gl.constexpr, mma: gl.constexpr):
+    """-136 times the sum of each token row's activations over the step, in the layout of a
+    step's product, every weight row alike: the MMA of a constant -136 operand.
+
+    The weights convert to 128 + q (four instructions a word less than q - 8, a third of the
+    conversion), and a step's product starts from this, so it is the sum of x (q - 8). It
+    costs one MMA a 16-wide K chunk, once a step for gate and up together."""
+    bias = gl.full([BLOCK_N, x_lo.shape[0]], -136.0, gl.bfloat16, w_layout)
+    product = mma_v2(bias, x_lo, gl.zeros([BLOCK_N, x_lo.shape[1]], gl.float32, mma))
+    return mma_v2(bias, x_hi, product)
+
+
+@gluon.jit
+def _product(x_lo, x_hi, words, scale, bias, acc, WORD_LAYOUT: gl.constexpr,
+             w_layout: gl.constexpr):  # fmt: skip
     """acc + one K step's product of these weight rows and token rows, scaled per weight row
-    (one INT4 group a step): low nibbles against x_lo, high nibbles against x_hi."""
+    (one INT4 group a step; `scale` the bits of its bf16): low nibbles against x_lo, high
+    nibbles against x_hi, from `bias` (`_bias`) up."""
     w_lo, w_hi = _as_bf16(words, WORD_LAYOUT, w_layout)
-    product = mma_v2(w_lo, x_lo, gl.zeros(acc.shape, gl.float32, mma))
+    product = mma_v2(w_lo, x_lo, bias)
     product = mma_v2(w_hi, x_hi, product)
-    return acc + product * scale.to(gl.float32)[:, None]
+    return acc + product * _widen(scale)[:, None]
 
 
 @gluon.jit
@@ -158,16 +192,15 @@ def _item_rows(item, splits, col_tiles, tile_info_ptr, expert_rows, BLOCK_N: gl.
 @gluon.jit
 def _refill(cursor, refills, GATE_UP: gl.constexpr):
     """Start the TMA copies of the cursor's step (item, its k, the step's number in this
-    program) into its ring slot once the slot's last reader has released it; advance the
-    cursor (the next item's rows are looked up when it starts)."""
+    program) into its ring slot, which every warp has read (or none yet); advance the cursor
+    (the next item's rows are looked up when it starts)."""
     item, k, seq, row, k_end = cursor
-    (w_desc, ring, ready, empty, num_items, splits, col_tiles, tile_info_ptr, expert_rows, n_size,
+    (w_desc, ring, ready, num_items, splits, col_tiles, tile_info_ptr, expert_rows, n_size,
      k_size, k_per_split) = refills  # fmt: skip
     STAGES: gl.constexpr = ready.type.shape[0]
     BOX_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     slot = seq % STAGES
     inside = item < num_items
-    mbarrier.wait(empty.index(slot), ((seq // STAGES) & 1) ^ 1, pred=inside & (seq >= STAGES))
     boxes: gl.constexpr = 2 if GATE_UP else 1
     mbarrier.expect(ready.index(slot), boxes * w_desc.block_type.nbytes, pred=inside)
     tma.async_copy_global_to_shared(w_desc, [row, k // 8], ready.index(slot),
@@ -206,10 +239,8 @@ def _int4_mma_kernel(
     boxes: gl.constexpr = 2 if GATE_UP else 1
     ring = gl.allocate_shared_memory(gl.int32, [boxes * STAGES, BLOCK_N, _WORDS], w_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for first in gl.static_range(STAGES):
         mbarrier.init(ready.index(first), count=1)
-        mbarrier.init(empty.index(first), count=1)
     fence_async_shared()
     HALF: gl.constexpr = 8
     col_tiles = n_size // BLOCK_N
@@ -226,9 +257,9 @@ def _int4_mma_kernel(
                               expert_rows, BLOCK_N)  # fmt: skip
     cursor = (item0, split0 * k_per_split, 0, row0,
               gl.minimum(split0 * k_per_split + k_per_split, k_size))  # fmt: skip
-    refills = (w_desc, ring, ready, empty, num_items, splits, col_tiles, tile_info_ptr,
-               expert_rows, n_size, k_size, k_per_split)  # fmt: skip
-    for _ in gl.static_range(STAGES - 1):
+    refills = (w_desc, ring, ready, num_items, splits, col_tiles, tile_info_ptr, expert_rows,
+               n_size, k_size, k_per_split)  # fmt: skip
+    for _ in gl.static_range(STAGES):
         cursor = _refill(cursor, refills, GATE_UP)
     seq = 0
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
@@ -252,27 +283,31 @@ def _int4_mma_kernel(
         last = k_hi - _BLOCK_K
         x_lo = gl.load(a_ptrs + k_lo, mask=a_mask, other=0.0)
         x_hi = gl.load(a_ptrs + (k_lo + HALF), mask=a_mask, other=0.0)
-        scale = gl.load(s_ptrs + k_lo // _BLOCK_K)
+        scale = _load_bf16_bits(s_ptrs + k_lo // _BLOCK_K)
         if GATE_UP:  # down has no up rows: its "up" scales would lie past the expert's
-            up_scale = gl.load(up_s + k_lo // _BLOCK_K)
+            up_scale = _load_bf16_bits(up_s + k_lo // _BLOCK_K)
         for k0 in range(k_lo, k_hi, _BLOCK_K):
-            cursor = _refill(cursor, refills, GATE_UP)
             # the next step's activations and scales (from L2) while this step's weights land
             k_next = gl.minimum(k0 + _BLOCK_K, last)
             n_lo = gl.load(a_ptrs + k_next, mask=a_mask, other=0.0)
             n_hi = gl.load(a_ptrs + (k_next + HALF), mask=a_mask, other=0.0)
-            n_scale = gl.load(s_ptrs + k_next // _BLOCK_K)
+            n_scale = _load_bf16_bits(s_ptrs + k_next // _BLOCK_K)
             slot = seq % STAGES
             mbarrier.wait(ready.index(slot), (seq // STAGES) & 1)
             words = ring.index(boxes * slot).load(p_layout)
             if GATE_UP:
-                n_up_scale = gl.load(up_s + k_next // _BLOCK_K)
+                n_up_scale = _load_bf16_bits(up_s + k_next // _BLOCK_K)
                 up_words = ring.index(2 * slot + 1).load(p_layout)
-            _cta_barrier()  # every warp has read the slot: one thread releases it
-            mbarrier.arrive(empty.index(slot))
-            acc = _product(x_lo, x_hi, words, scale, acc, WORD_LAYOUT, w_layout, mma)
+            # Every warp has read the slot: one thread refills it with the step STAGES on. One
+            # program owns the ring, so a CTA barrier does what a barrier of empty slots
+            # would, and Gluon puts fewer CTA barriers around it (5 a step before, with one).
+            _cta_barrier()
+            fence_async_shared()  # the slot's reads before the TMA writes it again
+            cursor = _refill(cursor, refills, GATE_UP)
+            bias = _bias(x_lo, x_hi, BLOCK_N, w_layout, mma)
+            acc = _product(x_lo, x_hi, words, scale, bias, acc, WORD_LAYOUT, w_layout)
             if GATE_UP:
-                up = _product(x_lo, x_hi, up_words, up_scale, up, WORD_LAYOUT, w_layout, mma)
+                up = _product(x_lo, x_hi, up_words, up_scale, bias, up, WORD_LAYOUT, w_layout)
                 up_scale = n_up_scale
             x_lo, x_hi, scale = n_lo, n_hi, n_scale
             seq += 1
