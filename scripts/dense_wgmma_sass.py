@@ -138,7 +138,7 @@ def compile_moe_int4(gate_up: bool, stages: int):
                  "NUM_WARPS": moe_int4_mma.NUM_WARPS, "STAGES": stages,
                  "WORD_LAYOUT": moe_int4_mma.word_layout(moe_int4_mma.BLOCK_N,
                                                          moe_int4_mma.NUM_WARPS)}  # fmt: skip
-    pointers = {"x_ptr": "*bf16", "h_ptr": "*bf16", "s_ptr": "*bf16", "sorted_slots_ptr": "*i32",
+    pointers = {"x_ptr": "*bf16", "s_ptr": "*bf16", "sorted_slots_ptr": "*i32",
                 "tile_info_ptr": "*i32", "tile_offsets_ptr": "*i32"}  # fmt: skip
     return compile_gluon(
         moe_int4_mma._int4_mma_kernel,

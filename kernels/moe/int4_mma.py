@@ -68,7 +68,6 @@ from kernels.moe.formats import MoeWeights
 from kernels.moe.launch import Tiles, run_pipeline
 from kernels.moe.routing import MoeShape
 from kernels.moe.w8a8_wgmma import row_table
-from kernels.zeroed import kept_zeros
 
 if TYPE_CHECKING:  # flat imports this module
     from kernels.moe.flat import FlatLayout
@@ -85,8 +84,6 @@ PROGRAMS_PER_SM = 4
 # Registers a thread: the four programs an SM fit in 128. Left to itself, ptxas (Triton 3.6's)
 # gave gate/up 128 and spilled 8 bytes, a pointer reloaded from local memory every K step.
 MAX_REGISTERS = 128
-LOCKS = 4096  # arrival counters kept a device, more where a call has more split tiles
-_locks: dict[torch.device, Tensor] = {}
 _ROWS = gl.constexpr(ROWS)
 _BLOCK_K = gl.constexpr(BLOCK_K)
 WORDS = BLOCK_K // 8  # packed 32-bit words a weight row a step
@@ -175,28 +172,6 @@ def _product(x_lo, x_hi, words, scale, bias, acc, WORD_LAYOUT: gl.constexpr,
 
 
 @gluon.jit
-def _last_split_sums(part, h_out, locks_ptr, tile, splits, stride_os, n_size, mask):
-    """h_out = silu(gate) * up of the sums of every split's partials at `part` (split 0's;
-    gate, then up n_size columns on), written by the tile's last split to arrive, as the dense
-    split-K store does (`kernels.dense.tiles.store_tile`): one launch (`silu_reduce`) fewer a
-    decode call. The CTA barrier puts every thread's partials before the count, whose acq_rel
-    atomic releases them GPU-wide; the last split reads them from L2 (.cg) and resets the
-    count for the next call."""
-    _cta_barrier()
-    lock = locks_ptr + tile
-    if gl.atomic_add(lock, 1, sem="acq_rel") == splits - 1:
-        gate = gl.load(part, mask=mask, other=0.0, cache_modifier=".cg")
-        up = gl.load(part + n_size, mask=mask, other=0.0, cache_modifier=".cg")
-        for s in range(1, splits):
-            at = part + s * stride_os
-            gate += gl.load(at, mask=mask, other=0.0, cache_modifier=".cg")
-            up += gl.load(at + n_size, mask=mask, other=0.0, cache_modifier=".cg")
-        h = gate / (1.0 + gl.exp(-gate)) * up
-        gl.store(h_out, h.to(h_out.dtype.element_ty), mask=mask)
-        gl.atomic_xchg(lock, 0)
-
-
-@gluon.jit
 def _item_place(item, splits, col_tiles, tile_info_ptr):
     """(split of K, column tile, its row tile's entry in the table of row tiles) of work item
     `item`: flat's order, splits fastest, then column tiles."""
@@ -246,16 +221,15 @@ def _refill(cursor, refills, GATE_UP: gl.constexpr):
 
 @gluon.jit
 def _int4_mma_kernel(
-    x_ptr, out_ptr, h_ptr, locks_ptr, sorted_slots_ptr, tile_info_ptr, tile_offsets_ptr,
-    row_weights_ptr, w_desc, s_ptr, stride_se, stride_sn, num_experts, expert_rows, k_size,
-    n_size, k_per_split, splits, stride_xr, stride_os, stride_or, stride_hr,
+    x_ptr, out_ptr, sorted_slots_ptr, tile_info_ptr, tile_offsets_ptr, row_weights_ptr, w_desc,
+    s_ptr, stride_se, stride_sn, num_experts, expert_rows, k_size, n_size, k_per_split,
+    splits, stride_xr, stride_os, stride_or,
     GATE_UP: gl.constexpr, TOP_K: gl.constexpr, SPLIT: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_WARPS: gl.constexpr, WORD_LAYOUT: gl.constexpr, STAGES: gl.constexpr,
 ):  # fmt: skip
-    """Gate/up (GATE_UP: both boxes a step; silu(gate) * up into h; with SPLIT the raw sums
-    into part, and the tile's last split to arrive sums them into h) or down (one box; each row
-    times its routing weight into y[split, slot]) of flat's work items: one ROWS-row tile of an
-    expert, BLOCK_N weight rows, one split of K."""
+    """Gate/up (GATE_UP: both boxes a step; silu(gate) * up into h, or with SPLIT the raw sums
+    into part) or down (one box; each row times its routing weight into y[split, slot]) of
+    flat's work items: one ROWS-row tile of an expert, BLOCK_N weight rows, one split of K."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(
         version=[2, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, 8]
     )
@@ -347,9 +321,6 @@ def _int4_mma_kernel(
             if SPLIT:
                 gl.store(out, acc, mask=mask)
                 gl.store(out + n_size, up, mask=mask)
-                h_out = h_ptr + slots.to(gl.int64)[None, :] * stride_hr + cols[:, None]
-                _last_split_sums(out - split.to(gl.int64) * stride_os, h_out, locks_ptr,
-                                 item // splits, splits, stride_os, n_size, mask)  # fmt: skip
             else:
                 h = acc / (1.0 + gl.exp(-acc)) * up
                 gl.store(out, h.to(out_ptr.dtype.element_ty), mask=mask)
@@ -401,32 +372,28 @@ def moe_int4_mma(
     row_weights, tile_info = table if table is not None else row_table(layout, shape, ROWS)
     words = word_layout(BLOCK_N, NUM_WARPS)
 
-    def run(rows: Tensor, out: Tensor, h: Tensor, values: Tensor, scales: Tensor, k_size: int,
+    def run(rows: Tensor, out: Tensor, values: Tensor, scales: Tensor, k_size: int,
             n_size: int, splits: int, k_per_split: int, gate_up: bool) -> None:  # fmt: skip
         w_desc = weight_descriptor(values)
-        tiles = layout.row_tiles * (n_size // BLOCK_N)
-        # arrival counters where gate/up sums its own splits; down never reads its pointer
-        sums = gate_up and splits > 1
-        locks = kept_zeros(_locks, tiles, x.device, least_rows=LOCKS) if sums else tile_info
+        grid = (min(programs, layout.row_tiles * (n_size // BLOCK_N) * splits),)
         launch(
-            _int4_mma_kernel, (min(programs, tiles * splits),), rows, out, h, locks,
-            layout.sorted_slots, tile_info, layout.tile_offsets, row_weights, w_desc, scales,
-            scales.stride(0), scales.stride(1), shape.experts, values.shape[1], k_size, n_size,
-            k_per_split, splits, rows.stride(0), out.stride(0) if out.dim() == 3 else 0,
-            out.stride(-2), h.stride(0), GATE_UP=gate_up, TOP_K=shape.top_k,
-            SPLIT=splits > 1, BLOCK_N=BLOCK_N, NUM_WARPS=NUM_WARPS, WORD_LAYOUT=words,
-            STAGES=STAGES, num_warps=NUM_WARPS, maxnreg=MAX_REGISTERS,
+            _int4_mma_kernel, grid, rows, out, layout.sorted_slots, tile_info,
+            layout.tile_offsets, row_weights, w_desc, scales, scales.stride(0),
+            scales.stride(1), shape.experts, values.shape[1], k_size, n_size, k_per_split,
+            splits, rows.stride(0), out.stride(0) if out.dim() == 3 else 0, out.stride(-2),
+            GATE_UP=gate_up, TOP_K=shape.top_k, SPLIT=splits > 1, BLOCK_N=BLOCK_N,
+            NUM_WARPS=NUM_WARPS, WORD_LAYOUT=words, STAGES=STAGES, num_warps=NUM_WARPS,
+            maxnreg=MAX_REGISTERS,
         )  # fmt: skip
 
     def gate_up(h: Tensor, part: Tensor, splits: int, k_per_split: int) -> None:
-        run(x, part if splits > 1 else h, h, weights.gate_up, weights.gate_up_scale,
-            shape.hidden, shape.inter, splits, k_per_split, True)  # fmt: skip
+        run(x, part if splits > 1 else h, weights.gate_up, weights.gate_up_scale, shape.hidden,
+            shape.inter, splits, k_per_split, True)  # fmt: skip
 
     def down(h: Tensor, y: Tensor, splits: int, k_per_split: int) -> None:
-        run(h, y, h, weights.down, weights.down_scale, shape.inter, shape.hidden, splits,
+        run(h, y, weights.down, weights.down_scale, shape.inter, shape.hidden, splits,
             k_per_split, False)  # fmt: skip
 
     tiles = Tiles(block_m=ROWS, block_n=BLOCK_N, block_k=BLOCK_K, split_k=None,
                   num_warps=NUM_WARPS, num_stages=STAGES)  # fmt: skip
-    return run_pipeline(x, shape, tiles, gate_up_splits, down_splits, gate_up, down,
-                        gate_up_sums_splits=True)  # fmt: skip
+    return run_pipeline(x, shape, tiles, gate_up_splits, down_splits, gate_up, down)

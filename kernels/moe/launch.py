@@ -167,13 +167,11 @@ def run_pipeline(
     down_splits: int,
     gate_up: GateUpLaunch,
     down: DownLaunch,
-    gate_up_sums_splits: bool = False,
 ) -> Tensor:
     """gate/up into h (T*K, I), split-K reduce if split, down into y (S, T*K, H), combine.
 
     With one split, gate/up writes h directly (the SiLU epilogue) and `part` is h itself, a
-    pointer the kernel never writes through. With gate_up_sums_splits, gate/up also sums its
-    split-K partials into h itself (its last split of each tile), so no reduce is launched.
+    pointer the kernel never writes through.
     """
     slots = shape.tokens * shape.top_k
     h = torch.empty(slots, shape.inter, dtype=x.dtype, device=x.device)
@@ -182,7 +180,7 @@ def run_pipeline(
     if splits > 1:
         part = torch.empty(splits, slots, 2 * shape.inter, dtype=torch.float32, device=x.device)
     gate_up(h, part, splits, k_per_split)
-    if splits > 1 and not gate_up_sums_splits:
+    if splits > 1:
         grid = (triton.cdiv(slots, SILU_ROWS), triton.cdiv(shape.inter, SILU_COLS))
         launch(
             silu_reduce_kernel,
