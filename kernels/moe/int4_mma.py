@@ -18,28 +18,46 @@ Gluon states the layouts, so here:
   together, a byte at a time, 260 instructions a step);
 - a K step (BLOCK_K, one INT4 group: one scale a weight row) is two MMAs, low and high
   nibbles against their own activation columns (the packed run layout of
-  `formats.pack_int4`), then the fp32 product is scaled per weight row;
+  `formats.pack_int4`), then the fp32 product is scaled per weight row; the nibbles convert
+  to 128 + q, and the product starts from an MMA of a constant -136 operand (`_bias`), so no
+  bf16 FMA takes the offset off;
 - the weight boxes come by TMA into a ring of STAGES slots that runs across a program's items
   (a cursor walks its items and their K steps, as the Gluon W8A8 kernels' refills do), so
-  the next item's first steps are in flight while this one ends; the activations and scales,
-  from L2, are loaded a step ahead into registers.
+  the next item's first steps are in flight while this one ends, and a slot is refilled
+  after the CTA barrier that follows its reads (one program owns its ring: no "empty"
+  mbarriers); the activations and scales, from L2, are loaded a step ahead into registers,
+  the scales as 32-bit registers (`_load_bf16_bits`).
 Work is flat's: persistent programs over (row tile, column tile, split) items, split-K partial
-sums summed by `silu_reduce` and `combine`; the row tiles' experts come from `row_table`.
+sums summed by `silu_reduce` and `combine`; the row tiles' experts come from `row_table`, or
+up to 256 slots from the layout's own launch (`FlatLayout.with_row_table`).
 
 On the H200 at the TP2 rank's shape (uniform routing), against flat's Triton kernels in one
 A/B run (raw/logs/h200-moe-int4-mma-decode-ab-*.csv), the call took 0.137 ms at T=6 against
 0.160, 0.048 against 0.058 at T=1 and 0.298 against 0.377 at T=16, with the same errors; at
 T=64 they tied (1.51 and 1.50 ms; 1.20 against 1.45 in a probe run before). In the bench after
 (raw/bench-moe-dsv4-flash-tp2-20261202T233346) flat INT4 took 0.137 ms at T=6, 1.88 times
-its floor, against 2.27 in the bench before. In Nsight Compute (ncu/moe-flat-T6-fmtint4)
-gate/up takes 85 us against the Triton kernel's 121 (down 48 against 67) at 50% of DRAM
-bandwidth, 54% of issue slots busy and 23% of warps resident (four programs of four warps an
-SM), waiting most on loads (long scoreboard, 22% of samples): the dequantisation still costs
-about two instructions a value, and too few bytes are in flight to hide the rest.
+its floor, against 2.27 in the bench before. In Nsight Compute (the capture of
+ncu/moe-flat-T6-fmtint4 at 8b4daee, since replaced) gate/up took 85 us against the Triton
+kernel's 121 (down 48 against 67) at 50% of DRAM bandwidth, 54% of issue slots busy and 23%
+of warps resident (four programs of four warps an SM), waiting most on loads (long
+scoreboard, 22% of samples): the dequantisation still cost about two instructions a value,
+and too few bytes were in flight to hide the rest.
 That capture's gate/up spilled 8 bytes (ptxas under Triton 3.6 took 128 registers and reloaded
 a pointer from local memory every K step); launched with at most 128 (MAX_REGISTERS) it takes
 123 and spills nothing, and the call took 0.132 ms at T=6 against 0.136, T=1 and 16 within 1%
 (raw/logs/h200-moe-int4-mma-registers-ab-*.csv; 168 registers and three programs an SM lost).
+Then (raw/logs/h200-moe-int4-decode-bias-mma-ab-*.csv, one A/B run of three alternated
+rounds) the scales as 32-bit loads and the refills after a CTA barrier took T=6 from 0.132 to
+0.128 ms, the bias MMA to 0.126 and the row table from the layout's launch to 0.124 (T=1
+0.048 to 0.045; T=16 0.299 to 0.282); the bench after has flat INT4 at 0.126 ms, 1.73 times
+its floor (raw/bench-moe-dsv4-flash-tp2-20261203T060945). Nsight Compute
+(ncu/moe-flat-T6-fmtint4) now has gate/up at 75 us, 56% of DRAM bandwidth, and down at 47
+us, 46%, each with 47-49% of issue slots busy, waiting most on the conversion's fixed
+latencies ("wait", a third of gate/up's samples) and, in down, on each item's first loads
+(its items are 9 K steps). Gate/up summing its own split-K partials (the last split of a
+tile, as the dense split-K store does) to drop the silu_reduce launch took 2-5 us longer at
+T=1-6, and neither 3 or 6 ring slots nor 1, 3 or 4 items a program beat 4 and 2
+(raw/logs/h200-moe-int4-decode-stages-items-sweep-*.csv).
 What did not pay, in the probe runs before (raw/logs/h200-moe-int4-mma-decode-probe-*.csv):
 the same kernel loading the weights straight into registers a step ahead (0.148 to 0.153 ms at
 T=6: about 2 TB/s); loading two or four steps at once; a cp.async ring, where Gluon's
