@@ -201,24 +201,6 @@ def _item_place(item, splits, col_tiles, tile_info_ptr):
 
 
 @gluon.jit
-def _item_info(item, splits, col_tiles, tile_info_ptr, num_items):
-    """(expert, first sorted row, rows owned) of work item `item`, or of the last item past
-    the end (loaded ahead, never used)."""
-    _, _, info = _item_place(gl.minimum(item, num_items - 1), splits, col_tiles, tile_info_ptr)
-    return gl.load(info), gl.load(info + 1), gl.load(info + 2)
-
-
-@gluon.jit
-def _row_slots(info, sorted_slots_ptr, a_rows, o_rows):
-    """The slots of an item's token rows (`info` from `_item_info`) in the activations'
-    layout and the output's; rows it does not own read slot 0."""
-    _, first_row, owned = info
-    a_slots = gl.load(sorted_slots_ptr + first_row + a_rows, mask=a_rows < owned, other=0)
-    o_slots = gl.load(sorted_slots_ptr + first_row + o_rows, mask=o_rows < owned, other=0)
-    return a_slots, o_slots
-
-
-@gluon.jit
 def _item_rows(item, splits, col_tiles, tile_info_ptr, expert_rows, BLOCK_N: gl.constexpr):
     """(first weight row of the item's box, its split of K) for the refills' cursor."""
     split, col_tile, info = _item_place(item, splits, col_tiles, tile_info_ptr)
@@ -298,23 +280,15 @@ def _int4_mma_kernel(
     for _ in gl.static_range(STAGES):
         cursor = _refill(cursor, refills, GATE_UP)
     seq = 0
-    # An item starts from its table entry, then its rows' slots, then their activations: three
-    # loads in a row. The first two come an item ahead (the entry two), so one is left.
-    step = gl.num_programs(0)
-    info = _item_info(item0, splits, col_tiles, tile_info_ptr, num_items)
-    row_slots = _row_slots(info, sorted_slots_ptr, a_rows, o_rows)
-    ahead = _item_info(item0 + step, splits, col_tiles, tile_info_ptr, num_items)
-    for item in range(item0, num_items, step):
-        expert, first_row, owned = info
-        a_slots, slots = row_slots
-        row_slots = _row_slots(ahead, sorted_slots_ptr, a_rows, o_rows)
-        info = ahead
-        ahead = _item_info(item + 2 * step, splits, col_tiles, tile_info_ptr, num_items)
-        place = _item_place(item, splits, col_tiles, tile_info_ptr)
-        split, col_tile = place[0], place[1]
+    for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
+        split, col_tile, info = _item_place(item, splits, col_tiles, tile_info_ptr)
+        expert = gl.load(info)
+        first_row = gl.load(info + 1)
+        owned = gl.load(info + 2)
         k_lo = split * k_per_split
         k_hi = gl.minimum(k_lo + k_per_split, k_size)
         a_ok = a_rows < owned
+        a_slots = gl.load(sorted_slots_ptr + first_row + a_rows, mask=a_ok, other=0)
         if GATE_UP:
             a_slots = a_slots // TOP_K
         a_ptrs = x_ptr + a_slots.to(gl.int64)[None, :] * stride_xr + k_of_j[:, None]
@@ -356,6 +330,7 @@ def _int4_mma_kernel(
             x_lo, x_hi, scale = n_lo, n_hi, n_scale
             seq += 1
         o_ok = o_rows < owned
+        slots = gl.load(sorted_slots_ptr + first_row + o_rows, mask=o_ok, other=0)
         cols = col_tile * BLOCK_N + s_rows
         mask = o_ok[None, :]
         out = out_ptr + split.to(gl.int64) * stride_os + slots.to(gl.int64)[None, :] * stride_or
