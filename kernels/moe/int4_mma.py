@@ -173,8 +173,8 @@ def _bias(x_lo, x_hi, BLOCK_N: gl.constexpr, w_layout: gl.constexpr, mma: gl.con
     conversion), and a step's product starts from this, so it is the sum of x (q - 8). It
     costs one MMA a 16-wide K chunk, once a step for gate and up together."""
     bias = gl.full([BLOCK_N, x_lo.shape[0]], -136.0, gl.bfloat16, w_layout)
-    zeros = gl.zeros([BLOCK_N, x_lo.shape[1]], gl.float32, mma)
-    return mma_v2(bias, x_lo, zeros) + mma_v2(bias, x_hi, zeros)
+    product = mma_v2(bias, x_lo, gl.zeros([BLOCK_N, x_lo.shape[1]], gl.float32, mma))
+    return mma_v2(bias, x_hi, product)
 
 
 @gluon.jit
