@@ -184,9 +184,9 @@ def _product(x_lo, x_hi, words, scale, bias, acc, WORD_LAYOUT: gl.constexpr,
     (one INT4 group a step; `scale` the bits of its bf16): low nibbles against x_lo, high
     nibbles against x_hi, from `bias` (`_bias`) up."""
     w_lo, w_hi = _as_bf16(words, WORD_LAYOUT, w_layout)
-    low = mma_v2(w_lo, x_lo, bias)
-    high = mma_v2(w_hi, x_hi, gl.zeros_like(bias))
-    return acc + (low + high) * _widen(scale)[:, None]
+    product = mma_v2(w_lo, x_lo, bias)
+    product = mma_v2(w_hi, x_hi, product)
+    return acc + product * _widen(scale)[:, None]
 
 
 @gluon.jit
