@@ -287,28 +287,28 @@ def _int4_mma_kernel(
         owned = gl.load(info + 2)
         k_lo = split * k_per_split
         k_hi = gl.minimum(k_lo + k_per_split, k_size)
-        a_ok = a_rows < owned
-        a_slots = gl.load(sorted_slots_ptr + first_row + a_rows, mask=a_ok, other=0)
+        # Rows the tile does not own read slot 0's activations, unmasked: their columns of the
+        # product are never stored, and a masked load costs a zeroing of its registers a step.
+        a_slots = gl.load(sorted_slots_ptr + first_row + a_rows, mask=a_rows < owned, other=0)
         if GATE_UP:
             a_slots = a_slots // TOP_K
         a_ptrs = x_ptr + a_slots.to(gl.int64)[None, :] * stride_xr + k_of_j[:, None]
-        a_mask = a_ok[None, :]
         s_e = s_ptr + expert.to(gl.int64) * stride_se
         s_ptrs = s_e + (col_tile * BLOCK_N + s_rows) * stride_sn
         up_s = s_ptrs + n_size * stride_sn
         acc = gl.zeros((BLOCK_N, _ROWS), gl.float32, mma)
         up = gl.zeros((BLOCK_N, _ROWS), gl.float32, mma)
         last = k_hi - _BLOCK_K
-        x_lo = gl.load(a_ptrs + k_lo, mask=a_mask, other=0.0)
-        x_hi = gl.load(a_ptrs + (k_lo + HALF), mask=a_mask, other=0.0)
+        x_lo = gl.load(a_ptrs + k_lo)
+        x_hi = gl.load(a_ptrs + (k_lo + HALF))
         scale = _load_bf16_bits(s_ptrs + k_lo // _BLOCK_K)
         if GATE_UP:  # down has no up rows: its "up" scales would lie past the expert's
             up_scale = _load_bf16_bits(up_s + k_lo // _BLOCK_K)
         for k0 in range(k_lo, k_hi, _BLOCK_K):
             # the next step's activations and scales (from L2) while this step's weights land
             k_next = gl.minimum(k0 + _BLOCK_K, last)
-            n_lo = gl.load(a_ptrs + k_next, mask=a_mask, other=0.0)
-            n_hi = gl.load(a_ptrs + (k_next + HALF), mask=a_mask, other=0.0)
+            n_lo = gl.load(a_ptrs + k_next)
+            n_hi = gl.load(a_ptrs + (k_next + HALF))
             n_scale = _load_bf16_bits(s_ptrs + k_next // _BLOCK_K)
             slot = seq % STAGES
             mbarrier.wait(ready.index(slot), (seq // STAGES) & 1)
