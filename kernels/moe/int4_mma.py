@@ -54,10 +54,23 @@ its floor (raw/bench-moe-dsv4-flash-tp2-20261203T060945). Nsight Compute
 (ncu/moe-flat-T6-fmtint4) now has gate/up at 75 us, 56% of DRAM bandwidth, and down at 47
 us, 46%, each with 47-49% of issue slots busy, waiting most on the conversion's fixed
 latencies ("wait", a third of gate/up's samples) and, in down, on each item's first loads
-(its items are 9 K steps). Gate/up summing its own split-K partials (the last split of a
-tile, as the dense split-K store does) to drop the silu_reduce launch took 2-5 us longer at
-T=1-6, and neither 3 or 6 ring slots nor 1, 3 or 4 items a program beat 4 and 2
-(raw/logs/h200-moe-int4-decode-stages-items-sweep-*.csv).
+(its items are 9 K steps). Loading the activations unmasked (a row the tile does not own
+reads slot 0's, and its column of the product is never stored) drops the zeroing of the load
+registers a step: T=6 0.124 to 0.122 ms, T=64 1.14 to 1.09
+(raw/logs/h200-moe-int4-decode-unmasked-loads-ab-*.csv); the bench after has flat INT4 at
+0.123 ms, 1.70 times its floor (raw/bench-moe-dsv4-flash-tp2-20261203T063323). The K loop
+is issue-bound more than latency-bound: a step's conversion is 128 instructions a thread (8 a
+packed word: two byte permutes, two shifts, four LOP3s, about as few as bf16's 7-bit mantissa
+allows), its 24 MMAs, and about 150 more for the loads, barriers and addressing around them
+(299 a step, compiled for sm_90; 91 more when the refills move on to the next item). What did
+not pay: gate/up summing its own split-K partials (the last split of a tile, as the dense
+split-K store does) to drop the silu_reduce launch, 2-5 us longer at T=1-6; 3 or 6 ring
+slots, or 1, 3 or 4 items a program, against 4 and 2
+(raw/logs/h200-moe-int4-decode-stages-items-sweep-*.csv); each item's table entry and rows'
+slots loaded an item ahead (a tie at T=6, raw/logs/h200-moe-int4-decode-item-prefetch-ab-*.csv);
+shorter MMA chains on more accumulators, 0.126-0.128 against 0.124 ms at T=6
+(raw/logs/h200-moe-int4-decode-mma-chains-ab-*.csv), more instructions for latency the other
+warps already hid.
 What did not pay, in the probe runs before (raw/logs/h200-moe-int4-mma-decode-probe-*.csv):
 the same kernel loading the weights straight into registers a step ahead (0.148 to 0.153 ms at
 T=6: about 2 TB/s); loading two or four steps at once; a cp.async ring, where Gluon's
