@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import expert_problem, relative_error
 
-from kernels.moe import MoeWeights, moe_flat, moe_reference, w8a8_wgmma
+from kernels.moe import MoeWeights, moe_flat, moe_reference
 from kernels.moe import bf16_wgmma as module
 from kernels.moe import flat as flat_module
 from kernels.moe.flat import FlatLayout
@@ -173,14 +173,10 @@ def test_widened_experts_on_the_gluon_kernels_match_the_triton_ones(case, fmt):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", list(ROUTINGS))
 @pytest.mark.parametrize("programs", [1, 3, None])
-@pytest.mark.parametrize("skip_idle", [True, False])
-def test_the_gluon_kernels_match_the_triton_ones(case, programs, skip_idle, monkeypatch):
+def test_the_gluon_kernels_match_the_triton_ones(case, programs):
     """4 K steps an item (H / 64 in gate/up, I / 64 in down) and 4 slots: one program's ring
     holds steps of two items; three leave a remainder of items; gate/up's load warps gather
-    the rows of whole, partial and one-row tiles (280 rows as 128 + 128 + 24, 100, one). With
-    skip_idle, a warpgroup idles through the items where it owns no rows (False forces the
-    kernels to compute them, as they do where experts have several row tiles)."""
-    monkeypatch.setattr(w8a8_wgmma, "IDLE_SKIP_MAX_ROWS", 10**9 if skip_idle else 0)
+    the rows of whole, partial and one-row tiles (280 rows as 128 + 128 + 24, 100, one)."""
     x, ids, route, weights = problem(ROUTINGS[case], torch.device("cuda"))
     gluon = moe_flat(x, ids, route, weights, num_programs=programs, wgmma=True)
     triton_kernels = moe_flat(x, ids, route, weights, num_programs=programs, wgmma=False)

@@ -15,11 +15,8 @@ from kernels.moe import (
     moe_flat_w8a8,
     moe_reference,
     moe_w8a8,
-    w8a8_wgmma,
 )
 from kernels.moe.reference import moe_w8a8_reference
-from kernels.moe.routing import MoeShape
-from workbench.presets import get_preset
 from workbench.workloads.checks import tolerance
 
 EXPERTS, TOP_K, HIDDEN, INTER = 6, 2, 256, 256  # two 128-wide blocks of H and of I
@@ -117,15 +114,11 @@ def test_flat_w8a8_runs_w8a8_at_prefill_sizes_and_flat_at_decode(device, monkeyp
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", list(ROUTINGS))
 @pytest.mark.parametrize("programs", [1, 3, None])
-@pytest.mark.parametrize("skip_idle", [True, False])
-def test_the_gluon_kernels_match_the_triton_ones(case, programs, skip_idle, monkeypatch):
+def test_the_gluon_kernels_match_the_triton_ones(case, programs):
     """The Gluon gate/up and down projections (kernels/moe/w8a8_gate_up_wgmma.py,
     w8a8_wgmma.py) against the Triton ones: one or three programs make each walk several
     items, so the rings run across items and experts (2 K steps an item, 4 slots), and
-    gate/up's load warps gather rows of whole, partial and one-row tiles. With skip_idle, a
-    warpgroup idles through the items where it owns no rows (every routing here has few rows
-    an expert, so the rule would choose it; False forces the other way)."""
-    monkeypatch.setattr(w8a8_wgmma, "IDLE_SKIP_MAX_ROWS", 10**9 if skip_idle else 0)
+    gate/up's load warps gather rows of whole, partial and one-row tiles."""
     x, ids, route, weights = problem(ROUTINGS[case], torch.device("cuda"))
     gluon = moe_w8a8(x, ids, route, weights, num_programs=programs, wgmma=True)
     triton_down = moe_w8a8(x, ids, route, weights, num_programs=programs, wgmma=False)
@@ -139,13 +132,3 @@ def test_the_gluon_kernels_are_refused_where_they_cannot_run(device):
         moe_w8a8(x, ids, route, weights, wgmma="yes")
     with pytest.raises(ValueError, match="wgmma=True needs an sm_90 .* block_m=128 and H a"):
         moe_w8a8(x, ids, route, weights, block_m=64, wgmma=True)
-
-
-def test_warpgroups_skip_idle_items_only_where_experts_have_about_one_row_tile():
-    """The rule the Gluon prefill kernels follow (w8a8_wgmma.skips_idle_rows): at the TP2
-    rank's 384 experts and top 6, 4,096 tokens (64 rows an expert) skip, 33,863 do not."""
-    shape = get_preset("dsv4-flash-tp2").rank_shapes()
-    for tokens, skips in ((4096, True), (8192, True), (8193, False), (33863, False)):
-        moe_shape = MoeShape(tokens, shape.hidden, shape.experts, shape.expert_intermediate,
-                             shape.top_k)  # fmt: skip
-        assert w8a8_wgmma.skips_idle_rows(moe_shape) is skips

@@ -85,7 +85,6 @@ from kernels.moe.w8a8_wgmma import (  # ROWS: an item's rows, two warpgroups of 
     gather_loads,
     item_place,
     row_table,
-    skips_idle_rows,
     store_rows,
 )
 from kernels.moe.widen import widened
@@ -154,15 +153,14 @@ def _consumer(args, WARPGROUP: gl.constexpr, SWIGLU: gl.constexpr):
     """Rows 64 WARPGROUP + [0, 64) of every item this program owns: per K step, wait for the
     slot's copy, issue the two boxes' wgmmas, wait for the step before's and release its
     slot (the first step starts the accumulators, so only wgmmas write them while one is in
-    flight); after an item's last step, wait for all and store (module docstring). With
-    `skip_idle` (`w8a8_wgmma.skips_idle_rows`), on an item where it owns no rows (warpgroup 1
-    on an expert's last tile of 64 rows or fewer) it only waits for and releases each step's
-    slot, and issues no wgmma. Warpgroup
+    flight); after an item's last step, wait for all and store (module docstring). On an
+    item where it owns no rows (warpgroup 1 on an expert's last tile of 64 rows or fewer) it
+    only waits for and releases each step's slot, and issues no wgmma. Warpgroup
     0 runs it as the default partition, warpgroup 1 through a worker wrapper (`_gate_up_bottom`,
     `_down_bottom`)."""
     (a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr, row_weights_ptr,
      tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows, second, my_items,
-     stride_out, LAG, skip_idle) = args  # fmt: skip
+     stride_out, LAG) = args  # fmt: skip
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BOX, 16]
@@ -183,7 +181,7 @@ def _consumer(args, WARPGROUP: gl.constexpr, SWIGLU: gl.constexpr):
     for _ in range(my_items):
         _, first_row, owned, _, col_tile = item_place(item, items, col_tiles, expert_rows,
                                                       col_rows, tile_info_ptr)  # fmt: skip
-        if owned > skip_idle * WARPGROUP * _WG_ROWS:
+        if owned > WARPGROUP * _WG_ROWS:
             rows = first_row + offsets
             mine = offsets < owned
             if SWIGLU:
@@ -230,8 +228,7 @@ def _consumer(args, WARPGROUP: gl.constexpr, SWIGLU: gl.constexpr):
 def _bf16_wgmma_kernel(
     a_desc, w_desc, out_ptr, x_ptr, stride_x, top_k, sorted_slots_ptr, row_weights_ptr,
     tile_info_ptr, tile_offsets_ptr, num_experts, col_tiles, k_steps, expert_rows, col_rows,
-    second, stride_out, skip_idle, STAGES: gl.constexpr, LAG: gl.constexpr,
-    SWIGLU: gl.constexpr,
+    second, stride_out, STAGES: gl.constexpr, LAG: gl.constexpr, SWIGLU: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     """Gate/up (SWIGLU: rows gathered from x by the load warps) or down (rows of h by TMA,
@@ -242,7 +239,7 @@ def _bf16_wgmma_kernel(
     my_items = gl.cdiv(items - gl.program_id(0), gl.num_programs(0))
     args = (a_desc, w_desc, a_ring, w_ring, ready, empty, out_ptr, sorted_slots_ptr,
             row_weights_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows, col_rows,
-            second, my_items, stride_out, LAG, skip_idle)  # fmt: skip
+            second, my_items, stride_out, LAG)  # fmt: skip
     if SWIGLU:
         loads = (x_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty,
                  sorted_slots_ptr, tile_info_ptr, items, col_tiles, k_steps, expert_rows,
@@ -303,7 +300,6 @@ def projection(
     programs: int,
     *,
     swiglu: bool,
-    skip_idle: bool,
     top_k: int = 1,
     num_stages: int = DEFAULT_STAGES,
     lag: int = DEFAULT_LAG,
@@ -311,8 +307,7 @@ def projection(
     """One projection in bf16: gate/up (`swiglu`: rows is x (T, H), sorted row p's token is
     sorted_slots[p] // top_k; weights (E, 2I, H)) writes silu(gate) * up at the rows' sorted
     places of out (slots, I); down (rows is h, sorted; weights (E, H, I)) writes each row
-    times its routing weight at its slot of out (slots, H); `skip_idle` from
-    `w8a8_wgmma.skips_idle_rows`."""
+    times its routing weight at its slot of out (slots, H)."""
     check_ring(num_stages, lag)
     experts, width, depth = weights.shape
     a_desc, w_desc = expert_descriptors(rows, weights, BOX, BLOCK_K)
@@ -324,8 +319,7 @@ def projection(
     launch(
         _bf16_wgmma_kernel, (grid,), a_desc, w_desc, out, rows, rows.stride(0), top_k,
         layout.sorted_slots, row_weights, tile_info, layout.tile_offsets, experts, col_tiles,
-        depth // BLOCK_K, width, col_rows, second, out.stride(0), int(skip_idle),
-        STAGES=num_stages, LAG=lag,
+        depth // BLOCK_K, width, col_rows, second, out.stride(0), STAGES=num_stages, LAG=lag,
         SWIGLU=swiglu, CONSUMER_REGS=CONSUMER_REGS[swiglu], num_warps=4,
     )  # fmt: skip
 
@@ -341,7 +335,7 @@ def moe_bf16_wgmma(
     slots = shape.tokens * shape.top_k
     row_weights, tile_info = row_table(layout, shape)
     h = torch.empty(slots, shape.inter, dtype=x.dtype, device=x.device)
-    options = {"num_stages": num_stages, "lag": lag, "skip_idle": skips_idle_rows(shape)}
+    options = {"num_stages": num_stages, "lag": lag}
     projection(x, widened(weights, "gate_up", layout.counts), h, layout, row_weights, tile_info,
                programs, swiglu=True, top_k=shape.top_k, **options)  # fmt: skip
     y = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)

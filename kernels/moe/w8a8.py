@@ -61,7 +61,7 @@ from kernels.moe.tiles import locate_rows, store_down
 from kernels.moe.w8a8_gate_up_wgmma import gate_up_wgmma
 from kernels.moe.w8a8_wgmma import ROWS as DOWN_ROWS
 from kernels.moe.w8a8_wgmma import WIDE as DOWN_WIDE
-from kernels.moe.w8a8_wgmma import down_wgmma, row_table, skips_idle_rows
+from kernels.moe.w8a8_wgmma import down_wgmma, row_table
 from kernels.moe.w8a8_wgmma import runs_on as down_runs_on
 
 BLOCK = 128  # the weight block, a tile's width and a K step
@@ -218,9 +218,7 @@ def moe_w8a8(
         gs, ds = weights.gate_up_scale, weights.down_scale
         if gluon:
             row_weights, tile_info = row_table(layout, shape)
-            skip_idle = skips_idle_rows(shape)
-            gate_up_wgmma(x8, xs, h8, hs, gate_up, gs, layout, tile_info, shape.top_k, programs,
-                          skip_idle)  # fmt: skip
+            gate_up_wgmma(x8, xs, h8, hs, gate_up, gs, layout, tile_info, shape.top_k, programs)
         else:
             launch(
                 _w8a8_gate_up_kernel, (min(programs, row_tiles * (shape.inter // BLOCK)),), x8,
@@ -231,7 +229,7 @@ def moe_w8a8(
             )  # fmt: skip
         if gluon:
             down_wgmma(h8, hs, y, down, ds, sorted_slots, row_weights, tile_info, tile_offsets,
-                       programs, skip_idle)  # fmt: skip
+                       programs)  # fmt: skip
             return combine(y, shape.tokens, shape.top_k, x.dtype)
         launch(
             _w8a8_down_kernel, (min(programs, row_tiles * (shape.hidden // BLOCK)),), h8, hs, y,

@@ -65,12 +65,12 @@ CONSUMER_REGS = 224  # what the load warps leave of 64K registers to each consum
 def _consumer(args, WARPGROUP: gl.constexpr):
     """Rows 64 WARPGROUP + [0, 64) of every item this program owns. Per K step: wait for the
     slot, fence the gathered rows for wgmma, issue the gate box's wgmma, load the next step's
-    scales while it runs, fold its product in, the same for the up box, release the slot. With
-    `skip_idle`, on an item where it owns no rows (warpgroup 1 on an expert's last tile of 64
-    rows or fewer) it only waits for and releases each step's slot, as the down kernel does."""
+    scales while it runs, fold its product in, the same for the up box, release the slot. On
+    an item where it owns no rows (warpgroup 1 on an expert's last tile of 64 rows or fewer)
+    it only waits for and releases each step's slot, as the down kernel does."""
     (a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr, tile_info_ptr,
      items, col_tiles, k_steps, top_k, inter, my_items, stride_xst, stride_wse, stride_wsn,
-     stride_wsk, stride_hr, stride_hsk, skip_idle) = args  # fmt: skip
+     stride_wsk, stride_hr, stride_hsk) = args  # fmt: skip
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BLOCK, 32]
@@ -83,7 +83,7 @@ def _consumer(args, WARPGROUP: gl.constexpr):
     for _ in range(my_items):
         expert, first_row, owned, _, col_tile = item_place(item, items, col_tiles, 2 * inter,
                                                            _BLOCK, tile_info_ptr)  # fmt: skip
-        if owned > skip_idle * WARPGROUP * _WG_ROWS:
+        if owned > WARPGROUP * _WG_ROWS:
             rows = first_row + offsets
             mine = offsets < owned
             tokens = gl.load(sorted_slots_ptr + rows, mask=mine, other=0) // top_k
@@ -139,7 +139,7 @@ def _consumer(args, WARPGROUP: gl.constexpr):
 def _w8a8_gate_up_wgmma_kernel(
     a_desc, w_desc, x8_ptr, stride_x, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr,
     tile_info_ptr, tile_offsets_ptr, num_experts, hidden, inter, top_k, stride_xst,
-    stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk, skip_idle, STAGES: gl.constexpr,
+    stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk, STAGES: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES, 2, 1 + 32 * LOAD_WARPS)
@@ -149,7 +149,7 @@ def _w8a8_gate_up_wgmma_kernel(
     my_items = gl.cdiv(items - gl.program_id(0), gl.num_programs(0))
     args = (a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr,
             tile_info_ptr, items, col_tiles, k_steps, top_k, inter, my_items, stride_xst,
-            stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk, skip_idle)  # fmt: skip
+            stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk)  # fmt: skip
     loads = (x8_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty, sorted_slots_ptr,
              tile_info_ptr, items, col_tiles, k_steps, 2 * inter, _BLOCK, inter,
              my_items)  # fmt: skip
@@ -176,15 +176,13 @@ def gate_up_wgmma(
     tile_info: Tensor,
     top_k: int,
     programs: int,
-    skip_idle: bool,
     num_stages: int = DEFAULT_STAGES,
 ) -> None:
     """h8[row], hs[block, row] = FP8 silu(gate) * up of every sorted row (its token's x8 row
     times the expert's gate/up), quantised per row and 128-column block, as the Triton kernel
     writes them: x8 (T, H) FP8 with scales xs (T, H / 128), gate_up (E, 2I, H) FP8 in
     128 x 128 blocks with gate_up_scale (E, 2I / 128, H / 128), tile_info the row table
-    (`w8a8_wgmma.row_table`); `programs` persistent programs; `skip_idle` from
-    `w8a8_wgmma.skips_idle_rows`."""
+    (`w8a8_wgmma.row_table`); `programs` persistent programs."""
     experts, width, hidden = gate_up.shape
     inter = width // 2
     a_desc, w_desc = expert_descriptors(x8, gate_up, BLOCK, BLOCK)
@@ -193,5 +191,5 @@ def gate_up_wgmma(
         _w8a8_gate_up_wgmma_kernel, (grid,), a_desc, w_desc, x8, x8.stride(0), xs,
         gate_up_scale, h8, hs, layout.sorted_slots, tile_info, layout.tile_offsets, experts,
         hidden, inter, top_k, xs.stride(0), *gate_up_scale.stride(), h8.stride(0),
-        hs.stride(0), int(skip_idle), STAGES=num_stages, CONSUMER_REGS=CONSUMER_REGS, num_warps=4,
+        hs.stride(0), STAGES=num_stages, CONSUMER_REGS=CONSUMER_REGS, num_warps=4,
     )  # fmt: skip

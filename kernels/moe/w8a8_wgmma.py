@@ -79,9 +79,6 @@ DEFAULT_STAGES = 4
 LOAD_AHEAD = 3  # K steps the ring loads ahead (the dense kernel's measured choice)
 LOAD_WARPS = gl.constexpr(4)  # gate/up's load partition: 128 threads, 8 16-byte copies each
 LOAD_REGS = gl.constexpr(64)
-# The Gluon prefill kernels let a warpgroup skip the items where it owns no rows only while
-# the experts average at most this many rows (`skips_idle_rows`).
-IDLE_SKIP_MAX_ROWS = 128
 
 
 @triton.jit
@@ -146,14 +143,13 @@ def _consumer(args, LAG: gl.constexpr, WARPGROUP: gl.constexpr):
     two items. Warpgroup 0 also refills the slot used LAG steps before (once both warpgroups
     have released it) with the step SLOTS ahead, whose item and K step advance as a cursor.
 
-    With `skip_idle` (1; `skips_idle_rows`), a warpgroup that owns none of an item's rows
-    (warpgroup 1 where the expert's last tile has 64 rows or fewer) only keeps the ring's
-    count for it: it waits for and releases each step's slot, and issues no wgmma, so the
-    other warpgroup has the tensor cores alone.
+    A warpgroup that owns none of an item's rows (warpgroup 1 where the expert's last tile
+    has 64 rows or fewer) only keeps the ring's count for it: it waits for and releases each
+    step's slot, and issues no wgmma, so the other warpgroup has the tensor cores alone.
     """
     (h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr,
      row_weights_ptr, tile_info_ptr, items, hidden, k_steps, my_items, stride_hsk, stride_wse,
-     stride_wsn, stride_wsk, stride_yr, skip_idle) = args  # fmt: skip
+     stride_wsn, stride_wsk, stride_yr) = args  # fmt: skip
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BLOCK, 32]
@@ -185,7 +181,7 @@ def _consumer(args, LAG: gl.constexpr, WARPGROUP: gl.constexpr):
             item + programs, items, col_tiles, hidden, _WIDE, tile_info_ptr
         )
         next_w_scales = ws_ptr + next_expert * stride_wse + 2 * next_col * stride_wsn
-        if owned > skip_idle * WARPGROUP * _WG_ROWS:
+        if owned > WARPGROUP * _WG_ROWS:
             slots = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
             weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
             acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
@@ -313,7 +309,7 @@ def store_rows(y_ptr, slots, mine, first_col, values, stride_yr):
 def _w8a8_down_wgmma_kernel(
     h_desc, w_desc, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr, row_weights_ptr, tile_info_ptr,
     tile_offsets_ptr, num_experts, hidden, inter, stride_hsk, stride_wse, stride_wsn,
-    stride_wsk, stride_yr, skip_idle, STAGES: gl.constexpr, LAG: gl.constexpr,
+    stride_wsk, stride_yr, STAGES: gl.constexpr, LAG: gl.constexpr,
     CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     a_ring, w_ring, ready, empty = allocate_ring(h_desc, w_desc, STAGES)
@@ -329,8 +325,7 @@ def _w8a8_down_wgmma_kernel(
                    w_row, first % k_steps)  # fmt: skip
     args = (h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,
             sorted_slots_ptr, row_weights_ptr, tile_info_ptr, items, hidden, k_steps,
-            my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr,
-            skip_idle)  # fmt: skip
+            my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr)  # fmt: skip
     gl.warp_specialize([(_consumer, (args, LAG, 0)), (_bottom_rows, (args, LAG))], [4],
                        [CONSUMER_REGS])  # fmt: skip
 
@@ -341,17 +336,6 @@ def _w8a8_down_wgmma_kernel(
 def _bottom_rows(args, LAG: gl.constexpr):
     """Warpgroup 1 (the worker partition): each item's last 64 rows."""
     _consumer(args, LAG, 1)
-
-
-def skips_idle_rows(shape: MoeShape) -> bool:
-    """Whether the Gluon prefill kernels skip the wgmmas of a warpgroup that owns none of an
-    item's rows: only while the experts average at most IDLE_SKIP_MAX_ROWS rows. There each
-    expert has about one row tile, so items that finish early cost nothing else. With several
-    row tiles an expert, the programs working on one expert's weights at the same time share
-    them in L2, and items of unequal length pull the programs apart (on the H200 at T=33,863
-    the skip made moe_w8a8 7% and the flat bf16 kernels 20% slower, while at T=4,096 it made
-    moe_w8a8 6% faster: raw/logs/h200-moe-prefill-idle-rows-*)."""
-    return shape.tokens * shape.top_k <= IDLE_SKIP_MAX_ROWS * shape.experts
 
 
 def runs_on(hidden: int, inter: int) -> bool:
@@ -379,7 +363,6 @@ def down_wgmma(
     tile_info: Tensor,
     tile_offsets: Tensor,
     programs: int,
-    skip_idle: bool,
     num_stages: int = DEFAULT_STAGES,
     consumer_regs: int = 232,
 ) -> None:
@@ -407,8 +390,8 @@ def down_wgmma(
     launch(
         _w8a8_down_wgmma_kernel, (grid,), h_desc, w_desc, hs, down_scale, y, sorted_slots,
         row_weights, tile_info, tile_offsets, experts, hidden, inter, hs.stride(0),
-        *down_scale.stride(), y.stride(0), int(skip_idle), STAGES=num_stages,
-        LAG=max(1, num_stages - LOAD_AHEAD), CONSUMER_REGS=consumer_regs, num_warps=4,
+        *down_scale.stride(), y.stride(0), STAGES=num_stages, LAG=max(1, num_stages - LOAD_AHEAD),
+        CONSUMER_REGS=consumer_regs, num_warps=4,
     )  # fmt: skip
 
 
