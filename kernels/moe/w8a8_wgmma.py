@@ -113,25 +113,6 @@ def item_place(item, items, col_tiles, expert_rows, col_rows, tile_info_ptr):
 
 
 @gluon.jit
-def _refill(h_desc, w_desc, a_ring, w_ring, ready, empty, step, total, cursor, k_steps, items,
-            col_tiles, hidden, tile_info_ptr, LAG: gl.constexpr):  # fmt: skip
-    """Warpgroup 0's refill after releasing `step`: the slot used LAG steps before (once both
-    warpgroups have released it) gets the step the cursor (item, K step, its rows' and weight
-    box's first rows) points at; returns the cursor advanced."""
-    load_item, load_k, load_row, load_w_row = cursor
-    if step >= LAG:
-        issue_load(h_desc, w_desc, a_ring, w_ring, ready, released_slot(empty, step, LAG),
-                   total, load_row, load_w_row, load_k)  # fmt: skip
-        load_k += 1
-        if load_k == k_steps:
-            load_k = 0
-            load_item += gl.num_programs(0)
-            _, load_row, _, load_w_row, _ = item_place(load_item, items, col_tiles, hidden,
-                                                       _WIDE, tile_info_ptr)  # fmt: skip
-    return load_item, load_k, load_row, load_w_row
-
-
-@gluon.jit
 def _consumer(args, LAG: gl.constexpr, WARPGROUP: gl.constexpr):
     """Rows 64 WARPGROUP + [0, 64) of every item this program owns.
 
@@ -142,10 +123,6 @@ def _consumer(args, LAG: gl.constexpr, WARPGROUP: gl.constexpr):
     next item's place) is loaded when the item starts, so no round trip to L2 stands between
     two items. Warpgroup 0 also refills the slot used LAG steps before (once both warpgroups
     have released it) with the step SLOTS ahead, whose item and K step advance as a cursor.
-
-    A warpgroup that owns none of an item's rows (warpgroup 1 where the expert's last tile
-    has 64 rows or fewer) only keeps the ring's count for it: it waits for and releases each
-    step's slot, and issues no wgmma, so the other warpgroup has the tensor cores alone.
     """
     (h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr,
      row_weights_ptr, tile_info_ptr, items, hidden, k_steps, my_items, stride_hsk, stride_wse,
@@ -162,11 +139,9 @@ def _consumer(args, LAG: gl.constexpr, WARPGROUP: gl.constexpr):
     step = 0
     # The refill cursor: step SLOTS (the prologue loaded 0 .. SLOTS - 1), as an item and K step.
     load_item = gl.program_id(0) + (SLOTS // k_steps) * programs
+    load_k = SLOTS % k_steps
     _, load_row, _, load_w_row, _ = item_place(load_item, items, col_tiles, hidden, _WIDE,
                                                tile_info_ptr)  # fmt: skip
-    cursor = (load_item, SLOTS % k_steps, load_row, load_w_row)
-    refills = (h_desc, w_desc, a_ring, w_ring, ready, empty)
-    places = (items, col_tiles, hidden, tile_info_ptr)
     item = gl.program_id(0)
     expert, first_row, owned, _, col_tile = item_place(item, items, col_tiles, hidden, _WIDE,
                                                        tile_info_ptr)  # fmt: skip
@@ -177,63 +152,59 @@ def _consumer(args, LAG: gl.constexpr, WARPGROUP: gl.constexpr):
     for _ in range(my_items):
         rows = first_row + offsets
         mine = offsets < owned
+        slots = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
+        weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
         next_expert, next_row, next_owned, _, next_col = item_place(
             item + programs, items, col_tiles, hidden, _WIDE, tile_info_ptr
         )
         next_w_scales = ws_ptr + next_expert * stride_wse + 2 * next_col * stride_wsn
-        if owned > WARPGROUP * _WG_ROWS:
-            slots = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
-            weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
-            acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
-            acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # the second column tile's
-            for k_step in range(k_steps):
-                slot = step % SLOTS
-                more = k_step + 1 < k_steps
-                # This step's scales, taken before the next step's are loaded into the same
-                # names: a loaded register then stays where it lands until the next step
-                # reads it, where copying it across the loop's end waited for the load (ncu:
-                # 11% of the samples, long scoreboard on that copy).
-                scale = sa * sw
-                scale_2 = sa * sw_2
-                mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
-                a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
-                w_tile = w_ring.index(slot)
-                running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
-                                        product, use_acc=False, is_async=True)  # fmt: skip
-                sa = gl.load(
-                    hs_ptr + gl.where(more, (k_step + 1) * stride_hsk + rows, next_row + offsets),
-                    mask=gl.where(more, mine, offsets < next_owned), other=0.0,
-                )  # fmt: skip
-                next_sw_ptr = gl.where(more, w_scales + (k_step + 1) * stride_wsk, next_w_scales)
-                sw = gl.load(next_sw_ptr)
-                sw_2 = gl.load(next_sw_ptr + stride_wsn)
-                product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
-                acc += product * scale[:, None]
-                # `acc` as the (unused) input holds the rescale above before this wgmma; with
-                # `product` there, it sinks below it and reads the wgmma's registers
-                running = warpgroup_mma(a_rows,
-                                        w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)),
-                                        acc, use_acc=False, is_async=True)  # fmt: skip
-                product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
-                mbarrier.arrive(empty.index(slot), count=1)
-                if WARPGROUP == 0:
-                    cursor = _refill(*refills, step, total, cursor, k_steps, *places, LAG)
-                acc_2 += product * scale_2[:, None]
-                step += 1
-            store_rows(y_ptr, slots, mine, col_tile * _WIDE, acc * weights[:, None], stride_yr)
-            store_rows(y_ptr, slots, mine, col_tile * _WIDE + _BLOCK, acc_2 * weights[:, None],
-                       stride_yr)  # fmt: skip
-        else:
-            for _k in range(k_steps):
-                slot = step % SLOTS
-                mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
-                mbarrier.arrive(empty.index(slot), count=1)
-                if WARPGROUP == 0:
-                    cursor = _refill(*refills, step, total, cursor, k_steps, *places, LAG)
-                step += 1
-            sa = gl.load(hs_ptr + next_row + offsets, mask=offsets < next_owned, other=0.0)
-            sw = gl.load(next_w_scales)
-            sw_2 = gl.load(next_w_scales + stride_wsn)
+        acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
+        acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # the second column tile's
+        for k_step in range(k_steps):
+            slot = step % SLOTS
+            more = k_step + 1 < k_steps
+            # This step's scales, taken before the next step's are loaded into the same
+            # names: a loaded register then stays where it lands until the next step reads
+            # it, where copying it across the loop's end waited for the load (ncu: 11% of
+            # the samples, long scoreboard on that copy).
+            scale = sa * sw
+            scale_2 = sa * sw_2
+            mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
+            a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
+            w_tile = w_ring.index(slot)
+            running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
+                                    product, use_acc=False, is_async=True)  # fmt: skip
+            sa = gl.load(
+                hs_ptr + gl.where(more, (k_step + 1) * stride_hsk + rows, next_row + offsets),
+                mask=gl.where(more, mine, offsets < next_owned), other=0.0,
+            )  # fmt: skip
+            next_sw_ptr = gl.where(more, w_scales + (k_step + 1) * stride_wsk, next_w_scales)
+            sw = gl.load(next_sw_ptr)
+            sw_2 = gl.load(next_sw_ptr + stride_wsn)
+            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+            acc += product * scale[:, None]
+            # `acc` as the (unused) input holds the rescale above before this wgmma; with
+            # `product` there, it sinks below it and reads the wgmma's registers
+            running = warpgroup_mma(a_rows, w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)),
+                                    acc, use_acc=False, is_async=True)  # fmt: skip
+            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+            mbarrier.arrive(empty.index(slot), count=1)
+            if WARPGROUP == 0 and step >= LAG:
+                issue_load(h_desc, w_desc, a_ring, w_ring, ready, released_slot(empty, step, LAG),
+                           total,
+                           load_row, load_w_row, load_k)  # fmt: skip
+                load_k += 1
+                if load_k == k_steps:
+                    load_k = 0
+                    load_item += programs
+                    _, load_row, _, load_w_row, _ = item_place(
+                        load_item, items, col_tiles, hidden, _WIDE, tile_info_ptr
+                    )
+            acc_2 += product * scale_2[:, None]
+            step += 1
+        store_rows(y_ptr, slots, mine, col_tile * _WIDE, acc * weights[:, None], stride_yr)
+        store_rows(y_ptr, slots, mine, col_tile * _WIDE + _BLOCK, acc_2 * weights[:, None],
+                    stride_yr)  # fmt: skip
         item += programs
         expert, first_row, owned, col_tile = next_expert, next_row, next_owned, next_col
         w_scales = next_w_scales
