@@ -41,6 +41,9 @@ ROUTINGS = {
     "empty-experts": torch.tensor([[0, 2], [5, 0], [2, 5], [0, 5], [5, 2]]),  # 1, 3, 4: none
     "one-expert": torch.tensor([[4, 4]] * 40),  # 80 rows: several tiles, one partly filled
     "one-token": torch.tensor([[3, 1]]),
+    # 150 rows of experts 0 and 1 (128 + 22: the second tile's last 64 rows hold none), 20 of
+    # 2 and 3: the Gluon kernels' warpgroups see items of both kinds
+    "two-tiles": torch.tensor([[0, 1]] * 150 + [[2, 3]] * 20),
 }
 
 
