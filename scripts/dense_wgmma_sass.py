@@ -132,7 +132,7 @@ def compile_moe_int4(gate_up: bool, stages: int):
     experts, hidden, inter = 384, 5120, 1152
     rows, depth = (2 * inter, hidden) if gate_up else (hidden, inter)
     w_desc = moe_int4_mma.weight_descriptor(
-        torch.empty(experts, rows, depth // 2, dtype=torch.uint8)
+        torch.empty(experts, rows, depth // 2, dtype=torch.uint8), 2 if gate_up else 1
     )
     constants = {"GATE_UP": gate_up, "TOP_K": 6, "SPLIT": True, "BLOCK_N": moe_int4_mma.BLOCK_N,
                  "NUM_WARPS": moe_int4_mma.NUM_WARPS, "STAGES": stages,

@@ -119,6 +119,9 @@ _ROWS = gl.constexpr(ROWS)
 _BLOCK_K = gl.constexpr(BLOCK_K)
 WORDS = BLOCK_K // 8  # packed 32-bit words a weight row a step
 _WORDS = gl.constexpr(WORDS)
+# A ring slot's boxes seen as one (boxes * BLOCK_N, WORDS) matrix: each 64-byte row swizzled
+# as TMA wrote it, the planes one after the other.
+_PLANE_LAYOUT = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32))
 K_WIDTH = gl.constexpr(8)  # consecutive bytes (low or high values) a thread holds a chunk
 
 
@@ -215,46 +218,45 @@ def _item_place(item, splits, col_tiles, tile_info_ptr):
 
 
 @gluon.jit
-def _item_rows(item, splits, col_tiles, tile_info_ptr, expert_rows, BLOCK_N: gl.constexpr):
-    """(first weight row of the item's box, its split of K) for the refills' cursor."""
+def _item_rows(item, splits, col_tiles, tile_info_ptr, BOXES: gl.constexpr,
+               BLOCK_N: gl.constexpr):  # fmt: skip
+    """(the item's expert's first plane and its first weight row there, its split of K) for
+    the refills' cursor (`weight_descriptor`: an expert's BOXES planes of weight rows)."""
     split, col_tile, info = _item_place(item, splits, col_tiles, tile_info_ptr)
-    return gl.load(info) * expert_rows + col_tile * BLOCK_N, split
+    return gl.load(info) * BOXES, col_tile * BLOCK_N, split
 
 
 @gluon.jit
 def _refill(cursor, refills, GATE_UP: gl.constexpr):
-    """Start the TMA copies of the cursor's step (item, its k, the step's number in this
-    program) into its ring slot, which every warp has read (or none yet); advance the cursor
+    """Start the TMA copy of the cursor's step (item, its k, the step's number in this
+    program, its expert's first plane and weight row) into its ring slot, which every warp has
+    read (or none yet): one 3-D box, gate/up's gate and up rows together; advance the cursor
     (the next item's rows are looked up when it starts)."""
-    item, k, seq, row, k_end = cursor
-    (w_desc, ring, ready, num_items, splits, col_tiles, tile_info_ptr, expert_rows, n_size,
-     k_size, k_per_split) = refills  # fmt: skip
+    item, k, seq, plane, row, k_end = cursor
+    (w_desc, ring, ready, num_items, splits, col_tiles, tile_info_ptr, k_size,
+     k_per_split) = refills  # fmt: skip
     STAGES: gl.constexpr = ready.type.shape[0]
-    BOX_ROWS: gl.constexpr = w_desc.block_type.shape[0]
+    BOXES: gl.constexpr = w_desc.block_type.shape[0]
+    BOX_ROWS: gl.constexpr = w_desc.block_type.shape[1]
     slot = seq % STAGES
     inside = item < num_items
-    boxes: gl.constexpr = 2 if GATE_UP else 1
-    mbarrier.expect(ready.index(slot), boxes * w_desc.block_type.nbytes, pred=inside)
-    tma.async_copy_global_to_shared(w_desc, [row, k // 8], ready.index(slot),
-                                    ring.index(boxes * slot), pred=inside)  # fmt: skip
-    if GATE_UP:
-        tma.async_copy_global_to_shared(w_desc, [row + n_size, k // 8], ready.index(slot),
-                                        ring.index(2 * slot + 1), pred=inside)  # fmt: skip
+    mbarrier.expect(ready.index(slot), w_desc.block_type.nbytes, pred=inside)
+    tma.async_copy_global_to_shared(w_desc, [plane, row, k // 8], ready.index(slot),
+                                    ring.index(slot), pred=inside)  # fmt: skip
     k += _BLOCK_K
     if k >= k_end:
         item += gl.num_programs(0)
-        first_row, split = _item_rows(gl.minimum(item, num_items - 1), splits, col_tiles,
-                                      tile_info_ptr, expert_rows, BOX_ROWS)  # fmt: skip
-        row = first_row
+        plane, row, split = _item_rows(gl.minimum(item, num_items - 1), splits, col_tiles,
+                                       tile_info_ptr, BOXES, BOX_ROWS)  # fmt: skip
         k = split * k_per_split
         k_end = gl.minimum(k + k_per_split, k_size)
-    return item, k, seq + 1, row, k_end
+    return item, k, seq + 1, plane, row, k_end
 
 
 @gluon.jit
 def _int4_mma_kernel(
     x_ptr, out_ptr, sorted_slots_ptr, tile_info_ptr, tile_offsets_ptr, row_weights_ptr, w_desc,
-    s_ptr, stride_se, stride_sn, num_experts, expert_rows, k_size, n_size, k_per_split,
+    s_ptr, stride_se, stride_sn, num_experts, k_size, n_size, k_per_split,
     splits, stride_xr, stride_os, stride_or,
     GATE_UP: gl.constexpr, TOP_K: gl.constexpr, SPLIT: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_WARPS: gl.constexpr, WORD_LAYOUT: gl.constexpr, STAGES: gl.constexpr,
@@ -269,7 +271,7 @@ def _int4_mma_kernel(
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=K_WIDTH)
     p_layout: gl.constexpr = gl.SliceLayout(2, WORD_LAYOUT)
     boxes: gl.constexpr = 2 if GATE_UP else 1
-    ring = gl.allocate_shared_memory(gl.int32, [boxes * STAGES, BLOCK_N, _WORDS], w_desc.layout)
+    ring = gl.allocate_shared_memory(gl.int32, [STAGES, boxes, BLOCK_N, _WORDS], w_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for first in gl.static_range(STAGES):
         mbarrier.init(ready.index(first), count=1)
@@ -285,12 +287,12 @@ def _int4_mma_kernel(
     o_rows = gl.arange(0, _ROWS, layout=gl.SliceLayout(0, mma))
     # the refills' cursor starts at this program's first item
     item0 = gl.program_id(0)
-    row0, split0 = _item_rows(gl.minimum(item0, num_items - 1), splits, col_tiles, tile_info_ptr,
-                              expert_rows, BLOCK_N)  # fmt: skip
-    cursor = (item0, split0 * k_per_split, 0, row0,
+    plane0, row0, split0 = _item_rows(gl.minimum(item0, num_items - 1), splits, col_tiles,
+                                      tile_info_ptr, boxes, BLOCK_N)  # fmt: skip
+    cursor = (item0, split0 * k_per_split, 0, plane0, row0,
               gl.minimum(split0 * k_per_split + k_per_split, k_size))  # fmt: skip
-    refills = (w_desc, ring, ready, num_items, splits, col_tiles, tile_info_ptr, expert_rows,
-               n_size, k_size, k_per_split)  # fmt: skip
+    refills = (w_desc, ring, ready, num_items, splits, col_tiles, tile_info_ptr, k_size,
+               k_per_split)  # fmt: skip
     for _ in gl.static_range(STAGES):
         cursor = _refill(cursor, refills, GATE_UP)
     seq = 0
@@ -326,10 +328,12 @@ def _int4_mma_kernel(
             n_scale = _load_bf16_bits(s_ptrs + k_next // _BLOCK_K)
             slot = seq % STAGES
             mbarrier.wait(ready.index(slot), (seq // STAGES) & 1)
-            words = ring.index(boxes * slot).load(p_layout)
+            boxes_read = ring.index(slot)._reinterpret(gl.int32, [boxes * BLOCK_N, _WORDS],
+                                                       _PLANE_LAYOUT)  # fmt: skip
+            words = boxes_read.slice(0, BLOCK_N).load(p_layout)
             if GATE_UP:
                 n_up_scale = _load_bf16_bits(up_s + k_next // _BLOCK_K)
-                up_words = ring.index(2 * slot + 1).load(p_layout)
+                up_words = boxes_read.slice(BLOCK_N, BLOCK_N).load(p_layout)
             # Every warp has read the slot: one thread refills it with the step STAGES on. One
             # program owns the ring, so a CTA barrier does what a barrier of empty slots
             # would, and Gluon puts fewer CTA barriers around it (5 a step before, with one).
@@ -379,12 +383,14 @@ def runs_on(x: Tensor, weights: MoeWeights, shape: MoeShape) -> bool:
     )
 
 
-def weight_descriptor(values: Tensor) -> TensorDescriptor:
-    """The TMA descriptor of packed INT4 experts (E, N, K / 2) as (E * N, K / 8) int32 words,
-    one expert's weight rows after another's, in boxes of BLOCK_N rows by one K step."""
-    box = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=2)
-    words = values.view(torch.int32).reshape(-1, values.shape[-1] // 4)
-    return TensorDescriptor.from_tensor(words, [BLOCK_N, WORDS], box)
+def weight_descriptor(values: Tensor, boxes: int) -> TensorDescriptor:
+    """The TMA descriptor of packed INT4 experts (E, N, K / 2) as (E * boxes, N / boxes, K / 8)
+    int32 words, in boxes of `boxes` planes by BLOCK_N rows by one K step: gate/up (2) takes
+    a column tile's gate rows and up rows in one copy, into two consecutive ring buffers."""
+    box = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=3)
+    experts, rows, packed = values.shape
+    words = values.view(torch.int32).reshape(experts * boxes, rows // boxes, packed // 4)
+    return TensorDescriptor.from_tensor(words, [boxes, BLOCK_N, WORDS], box)
 
 
 def moe_int4_mma(
@@ -406,12 +412,12 @@ def moe_int4_mma(
 
     def run(rows: Tensor, out: Tensor, values: Tensor, scales: Tensor, k_size: int,
             n_size: int, splits: int, k_per_split: int, gate_up: bool) -> None:  # fmt: skip
-        w_desc = weight_descriptor(values)
+        w_desc = weight_descriptor(values, 2 if gate_up else 1)
         grid = (min(programs, layout.row_tiles * (n_size // BLOCK_N) * splits),)
         launch(
             _int4_mma_kernel, grid, rows, out, layout.sorted_slots, tile_info,
             layout.tile_offsets, row_weights, w_desc, scales, scales.stride(0),
-            scales.stride(1), shape.experts, values.shape[1], k_size, n_size, k_per_split,
+            scales.stride(1), shape.experts, k_size, n_size, k_per_split,
             splits, rows.stride(0), out.stride(0) if out.dim() == 3 else 0, out.stride(-2),
             GATE_UP=gate_up, TOP_K=shape.top_k, SPLIT=splits > 1, BLOCK_N=BLOCK_N,
             NUM_WARPS=NUM_WARPS, WORD_LAYOUT=words, STAGES=STAGES, num_warps=NUM_WARPS,
