@@ -177,8 +177,8 @@ def compile_gluon(
 
 
 def sass_facts(compiled) -> dict[str, int | list[str]]:
-    """ptxas's performance notes, and the QGMMA, HGMMA, WARPGROUP.DEPBAR and 16-byte LDGSTS
-    counts of the SASS."""
+    """ptxas's performance notes, and the QGMMA, HGMMA, WARPGROUP.DEPBAR, 16-byte LDGSTS and
+    TMA load (UTMALDG) counts of the SASS."""
     tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     with tempfile.TemporaryDirectory() as folder:
         ptx, cubin = os.path.join(folder, "k.ptx"), os.path.join(folder, "k.cubin")
@@ -197,6 +197,7 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         "hmma": len(re.findall(r"\bHMMA\.16816\.", sass)),
         "byte_permutes": len(re.findall(r"\bPRMT\b[^;]*0x(?:3340|777[0-3])\b", sass)),
         "bf16_fmas": len(re.findall(r"\bHFMA2\.BF16", sass)),
+        "tma_loads": len(re.findall(r"\bUTMALDG\.", sass)),
     }
 
 
@@ -248,6 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"HMMA: {facts['hmma']}")
     print(f"byte PRMT: {facts['byte_permutes']}")
     print(f"bf16 FMA: {facts['bf16_fmas']}")
+    print(f"TMA loads: {facts['tma_loads']}")
 
 
 if __name__ == "__main__":

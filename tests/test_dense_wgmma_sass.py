@@ -98,12 +98,14 @@ def test_the_moe_int4_decode_kernels_convert_each_word_as_loaded(kernel, mmas):
     # gate's and up's boxes (gate/up) or one box (down), and eight more for the -136 times
     # the activations' sum that both boxes start from; no byte is taken out of a loaded word
     # or put into one (bytes loaded one by one cost 260 instructions a step); no bf16 FMA
-    # (the weights convert to 128 + q); and registers few enough for the four programs an SM
-    # the host launches (4 x 128 threads x 128)
+    # (the weights convert to 128 + q); one TMA copy a step, gate/up's two boxes one 3-D box
+    # (the ring's STAGES first fills, then the refill in the loop); and registers few enough
+    # for the four programs an SM the host launches (4 x 128 threads x 128)
     done = run("--kernel", kernel, "--stages", "4")
     assert done.returncode == 0, done.stderr
     facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
     assert facts["HMMA"] == mmas
     assert facts["byte PRMT"] == "0"
     assert facts["bf16 FMA"] == "0"
+    assert facts["TMA loads"] == "5"
     assert int(facts["registers"]) <= 128 and facts["spilled bytes"] == "0"
