@@ -8,11 +8,9 @@ import pytest
 import torch
 from helpers import expert_problem, relative_error
 
-from kernels.compiled import launch
 from kernels.moe import MoeWeights, moe_flat, moe_reference
 from kernels.moe import flat as flat_module
 from kernels.moe import int4_mma as module
-from kernels.moe.tiles import silu_reduce_kernel
 
 EXPERTS, HIDDEN, INTER = 8, 512, 256  # H: 4 K steps, I: 2; 8 and 4 columns tiles of 64
 ROUTINGS = {
@@ -94,25 +92,3 @@ def test_the_gluon_int4_kernels_match_flats_triton_ones(case):
     triton_kernels = moe_flat(x, ids, route, weights, int4_gluon=False)
     assert relative_error(gluon, triton_kernels) < 5e-3
     assert relative_error(gluon, moe_reference(x, ids, route, weights)) < 1e-2
-
-
-def test_the_split_k_reduce_writes_h_in_the_order_the_int4_down_kernel_reads(device):
-    """silu_reduce with INTERLEAVED (which the Gluon INT4 path asks of run_pipeline): of every
-    four columns of h the middle two swap, and the columns of the high nibbles (the last 8
-    of each run of 16) hold a sixteenth of their value, exactly, where down's 16-byte loads
-    hand them to weights converted in the order of bytes 0, 2, 1, 3 (dequant)."""
-    slots, inter, splits = 5, 64, 3
-    part = torch.randn(splits, slots, 2 * inter, generator=torch.Generator().manual_seed(0))
-    part = part.to(device)
-    plain = torch.empty(slots, inter, dtype=torch.bfloat16, device=device)
-    interleaved = torch.empty_like(plain)
-    for h, flag in ((plain, False), (interleaved, True)):
-        launch(silu_reduce_kernel, (slots // 4 + 1, 1), part, h, slots, inter, splits,
-               part.stride(0), part.stride(1), h.stride(0), BLOCK_R=4, BLOCK_C=64,
-               INTERLEAVED=flag)  # fmt: skip
-    cols = torch.arange(inter)
-    moved = cols - cols % 4 + torch.tensor([0, 2, 1, 3]).repeat(inter // 4)
-    factor = torch.where(cols % 16 >= 8, 1 / 16, 1.0).to(device)
-    expected = torch.empty_like(plain)
-    expected[:, moved.to(device)] = (plain.float() * factor).to(torch.bfloat16)
-    assert torch.equal(interleaved, expected)

@@ -167,13 +167,11 @@ def run_pipeline(
     down_splits: int,
     gate_up: GateUpLaunch,
     down: DownLaunch,
-    interleaved_h: bool = False,
 ) -> Tensor:
     """gate/up into h (T*K, I), split-K reduce if split, down into y (S, T*K, H), combine.
 
     With one split, gate/up writes h directly (the SiLU epilogue) and `part` is h itself, a
-    pointer the kernel never writes through. `interleaved_h`: the reduce writes h in the
-    Gluon INT4 down kernel's order (`tiles.interleaved_columns`), as its gate/up does.
+    pointer the kernel never writes through.
     """
     slots = shape.tokens * shape.top_k
     h = torch.empty(slots, shape.inter, dtype=x.dtype, device=x.device)
@@ -197,7 +195,6 @@ def run_pipeline(
             h.stride(0),
             BLOCK_R=SILU_ROWS,
             BLOCK_C=SILU_COLS,
-            INTERLEAVED=interleaved_h,
         )
     splits, k_per_split = split_plan(shape.inter, tiles.block_k, down_splits)
     # Split partials stay fp32; whole rows go in the activations' dtype, as in moe_w8a8 (half

@@ -513,10 +513,8 @@ def silu_reduce_kernel(
     stride_hr,
     BLOCK_R: tl.constexpr,
     BLOCK_C: tl.constexpr,
-    INTERLEAVED: tl.constexpr = False,
 ):
-    """h = silu(sum of gate partials) * (sum of up partials) for split-K gate/up; INTERLEAVED,
-    in the order the Gluon INT4 down kernel reads (`interleaved_columns`)."""
+    """h = silu(sum of gate partials) * (sum of up partials) for split-K gate/up."""
     rows = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (rows < num_rows)[:, None] & (cols < inter)[None, :]
@@ -528,23 +526,7 @@ def silu_reduce_kernel(
         up += tl.load(p + inter, mask=mask, other=0.0)
         p += stride_ps
     h = gate * tl.sigmoid(gate) * up
-    if INTERLEAVED:
-        cols, sixteenths = interleaved_columns(cols)
-        h *= sixteenths[None, :]
     tl.store(h_ptr + rows[:, None] * stride_hr + cols[None, :], h.to(h_ptr.dtype.element_ty), mask)
-
-
-@triton.jit
-def interleaved_columns(cols):
-    """(where each column of h goes, its factor) for the Gluon INT4 down kernel
-    (kernels.moe.int4_mma), which multiplies h by weights converted in the order of each
-    word's bytes 0, 2, 1, 3, the high nibbles as 16 times theirs: of every four columns the
-    middle two swap places, and the columns of the high nibbles (the last 8 of each run of
-    16, `formats.pack_int4`) are divided by 16 (exactly). So its 16-byte loads of h are the
-    MMA operand as they come."""
-    swapped = cols - (cols & 3) + ((cols & 1) << 1) + ((cols >> 1) & 1)
-    # operators only (no tl. function): the Gluon kernel calls it too
-    return swapped, 1.0 - 0.9375 * ((cols >> 3) & 1).to(tl.float32)
 
 
 @triton.jit
