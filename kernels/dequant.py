@@ -79,41 +79,8 @@ shr.b32 hi, hi, 4;
 lop3.b32 $2, lo, 0x000f000f, 0x43004300, 0xea;
 lop3.b32 $3, hi, 0x000f000f, 0x43004300, 0xea;
 """
-# 128 + q, for a kernel that takes the 136 off after its MMA (kernels.moe.int4_mma's down).
+# 128 + q, for a kernel that takes the 136 off after its MMA (kernels.moe.int4_mma).
 INT4_TO_BIASED_BF16_PTX = tl.constexpr("{\n.reg .b32 lo, hi;" + _INT4_BIASED + "}\n")
-# Four bytes of one word, each two INT4 codes, in five instructions where `_INT4_BIASED`
-# takes eight: masks pick the low nibbles of bytes 0 and 2 (then 1 and 3, after one shift)
-# into the two halves of a word, or'ed into 0x4300, the bf16 of 128 + q; the high nibbles
-# stay where they are, four bits up, for 128 + 16 q. So the outputs pair bytes 0 and 2, and
-# 1 and 3: $0, $1 the low nibbles, $2, $3 the high ones, each in the order of bytes 0, 2, 1,
-# 3; an MMA on them takes the activations in that order too (`BF16_PAIRS_INTERLEAVE_PTX`),
-# the high nibbles' divided by 16 (kernels.moe.int4_mma's gate/up).
-INT4_WORD_TO_BF16_PAIRS_PTX = tl.constexpr("""
-{
-.reg .b32 t;
-lop3.b32 $0, $4, 0x000f000f, 0x43004300, 0xea;
-shr.b32 t, $4, 8;
-lop3.b32 $1, t, 0x000f000f, 0x43004300, 0xea;
-lop3.b32 $2, $4, 0x00f000f0, 0x43004300, 0xea;
-lop3.b32 $3, t, 0x00f000f0, 0x43004300, 0xea;
-}
-""")
-# Four bf16 (two words: x0 x1, x2 x3) in the order x0 x2, x1 x3 (`INT4_WORD_TO_BF16_PAIRS_PTX`).
-BF16_PAIRS_INTERLEAVE_PTX = tl.constexpr("""
-prmt.b32 $0, $2, $3, 0x5410;
-prmt.b32 $1, $2, $3, 0x7632;
-""")
-# The same, each value divided by 16 (exactly: a power of two), for the high nibbles'.
-BF16_PAIRS_INTERLEAVE_SIXTEENTH_PTX = tl.constexpr("""
-{
-.reg .b32 t, sixteenth;
-mov.b32 sixteenth, 0x3d803d80;
-prmt.b32 t, $2, $3, 0x5410;
-mul.rn.bf16x2 $0, t, sixteenth;
-prmt.b32 t, $2, $3, 0x7632;
-mul.rn.bf16x2 $1, t, sixteenth;
-}
-""")
 # q - 8: fma(v, 1, -136) after the above.
 INT4_TO_BF16_PTX = tl.constexpr(
     "{\n.reg .b32 lo, hi, one, offset;\nmov.b32 one, 0x3f803f80;\nmov.b32 offset, 0xc308c308;"

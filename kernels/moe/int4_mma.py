@@ -94,12 +94,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from kernels.compiled import launch
 from kernels.dense.w8a8_wgmma import supported
-from kernels.dequant import (
-    BF16_PAIRS_INTERLEAVE_PTX,
-    BF16_PAIRS_INTERLEAVE_SIXTEENTH_PTX,
-    INT4_TO_BIASED_BF16_PTX,
-    INT4_WORD_TO_BF16_PAIRS_PTX,
-)
+from kernels.dequant import INT4_TO_BIASED_BF16_PTX
 from kernels.moe.formats import MoeWeights
 from kernels.moe.launch import Tiles, run_pipeline
 from kernels.moe.routing import MoeShape
@@ -149,20 +144,17 @@ def word_layout(block_n: int, num_warps: int) -> gl.DistributedLinearLayout:
 
 
 @gluon.jit
-def _as_bf16(words, layout: gl.constexpr, operand: gl.constexpr, INTERLEAVED: gl.constexpr):
-    """(low nibbles, high nibbles) of int32 `words` (BLOCK_N, WORDS) as bf16, each
-    (BLOCK_N, 4 * WORDS) bytes' values in `operand`'s layout (`_bias` takes the offsets off):
-    INTERLEAVED, 128 + q and 128 + 16 q, a word's four in the order of bytes 0, 2, 1, 3, in
-    five instructions a word (`dequant.INT4_WORD_TO_BF16_PAIRS_PTX`; `_activations` puts x
-    in the same order); else 128 + q in byte order, in eight. Each word is spread over its
-    four bytes' places (an add of zeros, which LLVM folds away), so the conversion, four
-    elements a call, is handed the word four times and reads it once ($4)."""
+def _as_bf16(words, layout: gl.constexpr, operand: gl.constexpr):
+    """(low nibbles, high nibbles) of int32 `words` (BLOCK_N, WORDS) as bf16 128 + q (the
+    136 is taken off by `_bias`), each (BLOCK_N, 4 * WORDS) bytes' values in `operand`'s
+    layout. Each word is spread over its four bytes' places (an add of zeros, which LLVM
+    folds away), so the conversion, four elements a call, is handed the word four times and
+    reads it once ($4)."""
     spread = gl.expand_dims(words, 2) + gl.zeros([words.shape[0], _WORDS, 4], gl.int32, layout)
     spread = gl.reshape(spread, [words.shape[0], 4 * _WORDS])
-    ptx: gl.constexpr = INT4_WORD_TO_BF16_PAIRS_PTX if INTERLEAVED else INT4_TO_BIASED_BF16_PTX
     lo, hi = gl.inline_asm_elementwise(
-        ptx, "=r,=r,=r,=r,r,r,r,r", [spread], dtype=(gl.bfloat16, gl.bfloat16), is_pure=True,
-        pack=4,
+        INT4_TO_BIASED_BF16_PTX, "=r,=r,=r,=r,r,r,r,r", [spread],
+        dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4,
     )  # fmt: skip
     lo = gl.convert_layout(lo, operand, assert_trivial=True)
     hi = gl.convert_layout(hi, operand, assert_trivial=True)
@@ -190,42 +182,25 @@ def _widen(bits):
 
 
 @gluon.jit
-def _activations(x_lo, x_hi):
-    """A step's activations as the MMAs take them (`_as_bf16`): each run of four K in the
-    order 0, 2, 1, 3, the high nibbles' divided by 16 (exact)."""
-    x_lo = gl.inline_asm_elementwise(BF16_PAIRS_INTERLEAVE_PTX, "=r,=r,r,r", [x_lo],
-                                     dtype=gl.bfloat16, is_pure=True, pack=4)  # fmt: skip
-    x_hi = gl.inline_asm_elementwise(BF16_PAIRS_INTERLEAVE_SIXTEENTH_PTX, "=r,=r,r,r", [x_hi],
-                                     dtype=gl.bfloat16, is_pure=True, pack=4)  # fmt: skip
-    return x_lo, x_hi
+def _bias(x_lo, x_hi, BLOCK_N: gl.constexpr, w_layout: gl.constexpr, mma: gl.constexpr):
+    """-136 times the sum of each token row's activations over the step, in the layout of a
+    step's product, every weight row alike: the MMA of a constant -136 operand.
 
-
-@gluon.jit
-def _bias(x_lo, x_hi, BLOCK_N: gl.constexpr, w_layout: gl.constexpr, mma: gl.constexpr,
-          INTERLEAVED: gl.constexpr):  # fmt: skip
-    """What the weights' offsets add to a step's product, taken off, in its layout, every
-    weight row alike: -136 times the sum of each token row's x_lo, and -136 times that of its
-    x_hi, or (INTERLEAVED) -256 times it (`_activations` divided x_hi by 16): the MMAs of
-    constant operands.
-
-    The nibbles convert to 128 + q, or the high ones to 128 + 16 q (`_as_bf16`), where q - 8
-    took four instructions a word more, and a step's product starts from this, so it is the
-    sum of x (q - 8). It costs two MMAs a 16-wide K chunk, once a step for gate and up
-    together."""
-    bias_lo = gl.full([BLOCK_N, x_lo.shape[0]], -136.0, gl.bfloat16, w_layout)
-    bias_hi = gl.full([BLOCK_N, x_hi.shape[0]], -256.0 if INTERLEAVED else -136.0, gl.bfloat16,
-                      w_layout)  # fmt: skip
-    product = mma_v2(bias_lo, x_lo, gl.zeros([BLOCK_N, x_lo.shape[1]], gl.float32, mma))
-    return mma_v2(bias_hi, x_hi, product)
+    The weights convert to 128 + q (four instructions a word less than q - 8, a third of the
+    conversion), and a step's product starts from this, so it is the sum of x (q - 8). It
+    costs one MMA a 16-wide K chunk, once a step for gate and up together."""
+    bias = gl.full([BLOCK_N, x_lo.shape[0]], -136.0, gl.bfloat16, w_layout)
+    product = mma_v2(bias, x_lo, gl.zeros([BLOCK_N, x_lo.shape[1]], gl.float32, mma))
+    return mma_v2(bias, x_hi, product)
 
 
 @gluon.jit
 def _product(x_lo, x_hi, words, scale, bias, acc, WORD_LAYOUT: gl.constexpr,
-             w_layout: gl.constexpr, INTERLEAVED: gl.constexpr):  # fmt: skip
+             w_layout: gl.constexpr):  # fmt: skip
     """acc + one K step's product of these weight rows and token rows, scaled per weight row
     (one INT4 group a step; `scale` the bits of its bf16): low nibbles against x_lo, high
     nibbles against x_hi, from `bias` (`_bias`) up."""
-    w_lo, w_hi = _as_bf16(words, WORD_LAYOUT, w_layout, INTERLEAVED)
+    w_lo, w_hi = _as_bf16(words, WORD_LAYOUT, w_layout)
     product = mma_v2(w_lo, x_lo, bias)
     product = mma_v2(w_hi, x_hi, product)
     return acc + product * _widen(scale)[:, None]
@@ -365,16 +340,10 @@ def _int4_mma_kernel(
             _cta_barrier()
             fence_async_shared()  # the slot's reads before the TMA writes it again
             cursor = _refill(cursor, refills, GATE_UP)
-            # Gate/up converts its weights in five instructions a word and puts x in their
-            # order; down's activations would cost that order more than it saves (206
-            # instructions a step against 200, sm_90 SASS)
+            bias = _bias(x_lo, x_hi, BLOCK_N, w_layout, mma)
+            acc = _product(x_lo, x_hi, words, scale, bias, acc, WORD_LAYOUT, w_layout)
             if GATE_UP:
-                x_lo, x_hi = _activations(x_lo, x_hi)
-            bias = _bias(x_lo, x_hi, BLOCK_N, w_layout, mma, GATE_UP)
-            acc = _product(x_lo, x_hi, words, scale, bias, acc, WORD_LAYOUT, w_layout, GATE_UP)
-            if GATE_UP:
-                up = _product(x_lo, x_hi, up_words, up_scale, bias, up, WORD_LAYOUT, w_layout,
-                              GATE_UP)  # fmt: skip
+                up = _product(x_lo, x_hi, up_words, up_scale, bias, up, WORD_LAYOUT, w_layout)
                 up_scale = n_up_scale
             x_lo, x_hi, scale = n_lo, n_hi, n_scale
             seq += 1
