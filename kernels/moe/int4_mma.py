@@ -74,7 +74,8 @@ warps already hid.
 A K step's weights now come as one 3-D TMA box (`weight_descriptor`: gate/up's gate and up
 rows together), so gate/up issues one copy a step and one CTA barrier fewer (286 instructions
 a step against 299): T=6 0.1214 against 0.1221 ms, T=16 0.285 against 0.287
-(raw/logs/h200-moe-int4-decode-tma3d-ab-*.csv). The conversion is about as short as bf16
+(raw/logs/h200-moe-int4-decode-tma3d-ab-*.csv); the bench after has flat INT4 at 0.123 ms,
+1.69 times its floor (raw/bench-moe-dsv4-flash-tp2-20261203T093533). The conversion is about as short as bf16
 allows: a nibble must sit in the mantissa (bits 0-6) of its half, so of a word's eight only
 two are in place, and each other pair needs a shift or a permute; converting with masks alone
 (the high nibbles at bits 4-7 as 128 + 16 q) was wrong, bit 7 being the exponent's (that A/B,
