@@ -75,13 +75,13 @@ A K step's weights now come as one 3-D TMA box (`weight_descriptor`: gate/up's g
 rows together), so gate/up issues one copy a step and one CTA barrier fewer (286 instructions
 a step against 299): T=6 0.1214 against 0.1221 ms, T=16 0.285 against 0.287
 (raw/logs/h200-moe-int4-decode-tma3d-ab-*.csv); the bench after has flat INT4 at 0.123 ms,
-1.69 times its floor (raw/bench-moe-dsv4-flash-tp2-20261203T093533). The conversion is about as short as bf16
-allows: a nibble must sit in the mantissa (bits 0-6) of its half, so of a word's eight only
-two are in place, and each other pair needs a shift or a permute; converting with masks alone
-(the high nibbles at bits 4-7 as 128 + 16 q) was wrong, bit 7 being the exponent's (that A/B,
-commits ea8a244 and aec990a, reverted). Masks and three shifts (seven a word, one fewer) would
-put K in the order of bytes 0, 2, 1, 3, and gate/up's activations would need a permute for
-each instruction saved.
+1.69 times its floor (raw/bench-moe-dsv4-flash-tp2-20261203T093533). The conversion is about
+as short as bf16 allows: a nibble must sit in the mantissa (bits 0-6) of its half, so of a
+word's eight only two are in place, and each other pair needs a shift or a permute;
+converting with masks alone (the high nibbles at bits 4-7 as 128 + 16 q) was wrong, bit 7
+being the exponent's (that A/B, commits ea8a244 and aec990a, reverted). Masks and three
+shifts (seven a word, one fewer) would put K in the order of bytes 0, 2, 1, 3, and gate/up's
+activations would need a permute for each instruction saved.
 What did not pay, in the probe runs before (raw/logs/h200-moe-int4-mma-decode-probe-*.csv):
 the same kernel loading the weights straight into registers a step ahead (0.148 to 0.153 ms at
 T=6: about 2 TB/s); loading two or four steps at once; a cp.async ring, where Gluon's
