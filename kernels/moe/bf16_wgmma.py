@@ -45,14 +45,13 @@ ring already asks about 10 TB/s of L2 across the card. Running tiles of 64 rows 
 half items (both warpgroups on their 64 rows, the columns split) did not pay
 (raw/logs/h200-moe-bf16-half-items-*.csv): chosen per item inside the kernel, gate/up took
 11.06 ms against 7.69; as launches of their own, the half items' kernel re-read every expert's
-weights from HBM (1.66 ms for 15% of the items). Nor did
-letting warpgroup 1 skip the wgmmas of the items where it owns no rows (commits 9ee0b05,
-53354a3; one process, alternated): at T=33,863 this call took 17.16 ms against 14.61 and
-moe_w8a8 9.76 against 9.40, and only moe_w8a8 at 4,096 gained (2.24 against 2.27;
-raw/logs/h200-moe-prefill-idle-rows-*.csv). Items that finish early pull the programs
-apart, and an expert's weights are shared in L2 only while the programs on its row tiles run
-together. Fewer bytes a MAC (a pair of programs sharing
-each weight box by TMA multicast) is what is left to try.
+weights from HBM (1.66 ms for 15% of the items). Nor did letting warpgroup 1 skip the wgmmas
+of the items where it owns no rows (commits 9ee0b05, 53354a3; one process, alternated): at
+T=33,863 this call took 17.16 ms against 14.61 and moe_w8a8 9.76 against 9.40, and only
+moe_w8a8 at 4,096 gained (2.24 against 2.27; raw/logs/h200-moe-prefill-idle-rows-*.csv).
+Items that finish early pull the programs apart, and an expert's weights are shared in L2
+only while the programs on its row tiles run together. Fewer bytes a MAC (a pair of programs
+sharing each weight box by TMA multicast) is what is left to try.
 
 Gluon has no interpreter: the CPU tests compile both kernels for sm_90 and read their SASS
 (scripts/dense_wgmma_sass.py --kernel moe-bf16-gate-up / moe-bf16-down); the GPU tests compare

@@ -238,7 +238,7 @@ def _item_rows(item, splits, col_tiles, tile_info_ptr, BOXES: gl.constexpr,
 
 
 @gluon.jit
-def _refill(cursor, refills, GATE_UP: gl.constexpr):
+def _refill(cursor, refills):
     """Start the TMA copy of the cursor's step (item, its k, the step's number in this
     program, its expert's first plane and weight row) into its ring slot, which every warp has
     read (or none yet): one 3-D box, gate/up's gate and up rows together; advance the cursor
@@ -305,7 +305,7 @@ def _int4_mma_kernel(
     refills = (w_desc, ring, ready, num_items, splits, col_tiles, tile_info_ptr, k_size,
                k_per_split)  # fmt: skip
     for _ in gl.static_range(STAGES):
-        cursor = _refill(cursor, refills, GATE_UP)
+        cursor = _refill(cursor, refills)
     seq = 0
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
         split, col_tile, info = _item_place(item, splits, col_tiles, tile_info_ptr)
@@ -350,7 +350,7 @@ def _int4_mma_kernel(
             # would, and Gluon puts fewer CTA barriers around it (5 a step before, with one).
             _cta_barrier()
             fence_async_shared()  # the slot's reads before the TMA writes it again
-            cursor = _refill(cursor, refills, GATE_UP)
+            cursor = _refill(cursor, refills)
             bias = _bias(x_lo, x_hi, BLOCK_N, w_layout, mma)
             acc = _product(x_lo, x_hi, words, scale, bias, acc, WORD_LAYOUT, w_layout)
             if GATE_UP:
