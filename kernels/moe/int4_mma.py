@@ -281,7 +281,7 @@ def _int4_mma_kernel(
     w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=K_WIDTH)
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=K_WIDTH)
     p_layout: gl.constexpr = gl.SliceLayout(2, WORD_LAYOUT)
-    boxes: gl.constexpr = 2 if GATE_UP else 1
+    boxes: gl.constexpr = w_desc.block_type.shape[0]  # gate/up's 2 (`weight_descriptor`)
     ring = gl.allocate_shared_memory(gl.int32, [STAGES, boxes, BLOCK_N, _WORDS], w_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for first in gl.static_range(STAGES):
