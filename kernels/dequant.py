@@ -53,19 +53,6 @@ and.b32 $1, t, 0x87f087f0;
 }
 """)
 
-# The same for one pair of bytes, as a 16-bit register holds them: where the FP8 values come
-# from shared memory two bytes a load (wgmma's register layout for a bf16 operand holds pairs
-# of K), packing four into a word first took more permutes than the conversion.
-E4M3_PAIR_TO_BF16_PTX = tl.constexpr("""
-{
-.reg .b32 t;
-cvt.u32.u16 t, $1;
-prmt.b32 t, t, 0, 0x9180;
-shl.b32 t, t, 4;
-and.b32 $0, t, 0x87f087f0;
-}
-""")
-
 # Bytes 0 and 1 (then 2 and 3) spread to the two 16-bit halves of a word; the low nibble of
 # each half, or'ed into 0x4300, is the bf16 of 128 + q; the high nibble likewise after a
 # shift by 4. $0, $1: the low nibbles of bytes 0-3; $2, $3: the high nibbles.

@@ -12,13 +12,14 @@ Prints the registers and spilled bytes ptxas reports, any "Potential Performance
 it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
 C7512: too few registers), and, from the SASS, how many FP8 wgmma instructions (QGMMA) the
 kernel holds and how many waits for them (WARPGROUP.DEPBAR); for W8A16 and the MoE bf16
-kernels, their bf16 wgmmas (HGMMA), and the 16-byte cp.async copies (LDGSTS.128) of the
-gate/up kernel's load warps; for the INT4 decode kernels, their mma.sync instructions (HMMA)
-and the byte permutes that take a loaded word apart or put one together (PRMT selecting single
-bytes), which their int32 word layout is there to avoid, and their bf16 FMAs (HFMA2.BF16),
-which converting to 128 + q and taking the 136 off by an MMA leaves out. The kernels' design
-rests on these: each warpgroup's wgmmas of a K step are one group with one wait, and ptxas
-serialises nothing. A developer's tool, like
+kernels, their bf16 wgmmas (HGMMA), the 16-byte cp.async copies (LDGSTS.128) of the gate/up
+kernel's load warps, and the W8A16 kernel's shared loads of its weights (16 bytes each, from
+the K order of kernels/dense/k_order.py); for the INT4 decode kernels, their mma.sync
+instructions (HMMA) and the byte permutes that take a loaded word apart or put one together
+(PRMT selecting single bytes), which their int32 word layout is there to avoid, and their bf16
+FMAs (HFMA2.BF16), which converting to 128 + q and taking the 136 off by an MMA leaves out.
+The kernels' design rests on these: each warpgroup's wgmmas of a K step are one group with one
+wait, and ptxas serialises nothing. A developer's tool, like
 moe_compile_facts.py; the GPU answers the question of speed (scripts/tune_dense.py).
 """
 
@@ -177,8 +178,8 @@ def compile_gluon(
 
 
 def sass_facts(compiled) -> dict[str, int | list[str]]:
-    """ptxas's performance notes, and the QGMMA, HGMMA, WARPGROUP.DEPBAR, 16-byte LDGSTS and
-    TMA load (UTMALDG) counts of the SASS."""
+    """ptxas's performance notes, and the QGMMA, HGMMA, WARPGROUP.DEPBAR, 16-byte LDGSTS, TMA
+    load (UTMALDG) and 16-byte and 2-byte shared load (LDS.128, LDS.U16) counts of the SASS."""
     tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     with tempfile.TemporaryDirectory() as folder:
         ptx, cubin = os.path.join(folder, "k.ptx"), os.path.join(folder, "k.cubin")
@@ -198,6 +199,8 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         "byte_permutes": len(re.findall(r"\bPRMT\b[^;]*0x(?:3340|777[0-3])\b", sass)),
         "bf16_fmas": len(re.findall(r"\bHFMA2\.BF16", sass)),
         "tma_loads": len(re.findall(r"\bUTMALDG\.", sass)),
+        "lds128": len(re.findall(r"\bLDS\.128\b", sass)),
+        "lds16": len(re.findall(r"\bLDS\.U16\b", sass)),
     }
 
 
@@ -250,6 +253,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"byte PRMT: {facts['byte_permutes']}")
     print(f"bf16 FMA: {facts['bf16_fmas']}")
     print(f"TMA loads: {facts['tma_loads']}")
+    print(f"LDS.128: {facts['lds128']}")
+    print(f"LDS.U16: {facts['lds16']}")
 
 
 if __name__ == "__main__":

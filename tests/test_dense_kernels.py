@@ -387,7 +387,7 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
         (48, 640, 768, {"split_k": 1}),  # an even number (6): the loop's tail step
         (100, 1024, 4096, {"split_k": 3}),  # uneven splits: 11, 11, 10 steps
         (300, 256, 384, {"block_t": 128, "num_stages": 4}),  # token tiles with a tail
-        (40, 384, 208, {"split_k": 2}),  # one step a split; K past the last full TMA box
+        (40, 384, 192, {"split_k": 2}),  # one step a split; K past the last full TMA box
     ],
 )
 def test_the_wgmma_w8a16_kernel_computes_w8a16(m, n, k, options, device):
@@ -423,6 +423,8 @@ def test_the_wgmma_w8a16_kernel_refuses_what_it_cannot_take(device):
         linear_w8a16_wgmma(*make(64, 256, 256, torch.bfloat16, block=32, device=device))
     with pytest.raises(ValueError, match="takes bf16 activations"):
         linear_w8a16_wgmma(x.float(), weights)
+    with pytest.raises(ValueError, match="K order .* needs K a multiple of 64"):
+        linear_w8a16_wgmma(*make(64, 256, 208, torch.bfloat16, block=128, device=device))
     with pytest.raises(ValueError, match="block_t must be one of"):
         linear_w8a16_wgmma(x, weights, block_t=32)
     with pytest.raises(ValueError, match="KB of shared memory.*use num_stages <= 4"):

@@ -34,7 +34,8 @@ def test_the_w8a16_kernels_wgmmas_stay_in_flight_and_nothing_is_serialised(block
     """W8A16: each warpgroup peels the first K step, runs two a loop iteration and one in the
     tail (8 m64nTk16 bf16 wgmmas a 128-deep step, one group each), and ptxas serialises none:
     the first step starts the accumulator (use_acc=False), so nothing else writes it in flight
-    (C7515)."""
+    (C7515). A thread loads a step's 64 weight bytes as four 16-byte shared loads (the K order
+    of kernels/dense/k_order.py), not 32 two-byte ones."""
     args = ["--kernel", "w8a16", "--block-t", str(block_t), "--stages", str(stages)]
     done = run(*args, *(["--split"] if split else []))
     assert done.returncode == 0, done.stderr
@@ -42,6 +43,7 @@ def test_the_w8a16_kernels_wgmmas_stay_in_flight_and_nothing_is_serialised(block
     assert facts["spilled bytes"] == "0"
     assert facts["ptxas notes"] == "none"
     assert facts["HGMMA"] == str(2 * 8 * (1 + 2 + 1))  # two warpgroups; peeled, loop, tail
+    assert (facts["LDS.128"], facts["LDS.U16"]) == (str(2 * 4 * (1 + 2 + 1)), "0")
 
 
 def test_bad_settings_and_the_interpreter_are_refused():

@@ -50,6 +50,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from kernels.compiled import launch
 from kernels.dense.formats import DenseWeights, check_group_inputs, check_linear_inputs
+from kernels.dense.k_order import SLICE, reordered
 from kernels.dense.tiles import outputs, sum_partials
 from kernels.dense.w8a8_wgmma import (
     SHARED_MEMORY,
@@ -59,7 +60,7 @@ from kernels.dense.w8a8_wgmma import (
     released_slot,
     supported,
 )
-from kernels.dequant import E4M3_BITS_SCALE, E4M3_PAIR_TO_BF16_PTX
+from kernels.dequant import E4M3_BITS_SCALE, E4M3_TO_BF16_PTX
 from kernels.moe.routing import planned_sms
 
 ROWS = 128  # weight rows a tile: two warpgroups of wgmma's 64
@@ -72,20 +73,28 @@ SPLIT_FILL = 1.0  # programs an SM the automatic splits of K aim for, by default
 MIN_SPLIT_STEPS = 8  # K steps a split takes at least, by default
 SCALES_AHEAD = gl.constexpr(4)  # K steps between a scale's load and its use
 _SCALE_BLOCK = gl.constexpr(BLOCK)  # the kernel's view of BLOCK
+# A warpgroup's 64 x 128 weights of a K step as they lie in the slot (`k_order`): a thread's
+# first 16 registers are one row's 16 contiguous bytes (one 16-byte load), lanes c = 0-3 take
+# the row's four 16-byte pieces of each 64-wide slice, lanes 4-31 and the warps the rows.
+_STORED = gl.constexpr(gl.DistributedLinearLayout(
+    reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [8, 0], [0, 64]],
+    lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
+    warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[WG_ROWS, BLOCK_K]))  # fmt: skip
 # The threads' barrier: Triton 3.6's Gluon calls it thread_barrier, 3.7's barrier.
 _threads_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
 
 
 @gluon.jit
 def _e4m3_as_bf16(w8):
-    """`kernels.dequant.e4m3_as_bf16` for Gluon tensors: the value times 2**-120 in bf16."""
+    """`kernels.dequant.e4m3_as_bf16` for Gluon tensors: the value times 2**-120 in bf16, four
+    values from each 32-bit register the 16-byte loads fill."""
     return gl.inline_asm_elementwise(
-        E4M3_PAIR_TO_BF16_PTX,
-        "=r,h",
+        E4M3_TO_BF16_PTX,
+        "=r,=r,r",
         [w8.to(gl.uint8, bitcast=True)],
         dtype=gl.bfloat16,
         is_pure=True,
-        pack=2,
+        pack=4,
     )
 
 
@@ -102,6 +111,19 @@ def _load_step(x_desc, w_desc, x_ring, w_ring, ready, step, steps, t_row, w_row,
     tma.async_copy_global_to_shared(x_desc, [t_row, x_col + k], bar, x_ring.index(slot),
                                     pred=inside)  # fmt: skip
     tma.async_copy_global_to_shared(w_desc, [w_row, k], bar, w_ring.index(slot), pred=inside)
+
+
+@gluon.jit
+def _in_k_order(w, a_layout: gl.constexpr):
+    """The weights `w` (64, 128), loaded in the stored order of `k_order`, relabelled in K's
+    order as wgmma's register operand. Each thread keeps its values: the reshapes and the
+    permute only rename its registers, and the layout they leave is `a_layout` up to the order
+    of a thread's register pairs, which `convert_layout` renames too (no data moves; the SASS
+    test checks for shared stores)."""
+    gl.static_assert(w.shape[1] == 2 * 64, "two 64-wide slices of K a step")
+    # stored column (q, c, j, h, b) -> K index (q, j, h, c, b); see k_order
+    w = w.reshape([w.shape[0], 2, 4, 4, 2, 2]).permute((0, 1, 3, 4, 2, 5))
+    return gl.convert_layout(w.reshape([w.shape[0], 128]), a_layout)
 
 
 @gluon.jit
@@ -136,9 +158,9 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, sc
                                                  k_width=2)  # fmt: skip
     slot = i % SLOTS
     mbarrier.wait(ready.index(slot), (i // SLOTS) & 1)
-    w8 = w_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0).load(a_layout)
+    w8 = w_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0).load(_STORED)
     next_sw = _scale(scales, i + SCALES_AHEAD, k_lo, steps, stride_sk)
-    w = _e4m3_as_bf16(w8) * (sw * E4M3_BITS_SCALE).to(gl.bfloat16)
+    w = _in_k_order(_e4m3_as_bf16(w8) * (sw * E4M3_BITS_SCALE).to(gl.bfloat16), a_layout)
     acc = warpgroup_mma(w, x_ring.index(slot).permute((1, 0)), acc, use_acc=not FIRST,
                         is_async=True)  # fmt: skip
     if FIRST:
@@ -393,8 +415,10 @@ def check_wgmma_inputs(x: Tensor, weights: DenseWeights, groups: int) -> str | N
         return f"it takes bf16 activations, not {x.dtype}"
     if x.stride(2) != 1 or (groups > 1 and x.stride(1) != k):
         return "the activations' members must be contiguous in each row"
-    if k % 16 or x.stride(0) % 8 or x.data_ptr() % 16 or (groups * n) % 8:
-        return "TMA needs 16-byte aligned rows (K a multiple of 16, N of 8)"
+    if k % SLICE:
+        return f"its weights' K order (kernels.dense.k_order) needs K a multiple of {SLICE}"
+    if x.stride(0) % 8 or x.data_ptr() % 16 or (groups * n) % 8:
+        return "TMA needs 16-byte aligned rows (N a multiple of 8)"
     if groups > 1 and (n % ROWS or k % BLOCK_K):
         return f"a group needs N a multiple of {ROWS} and K of {BLOCK_K}"
     if not supported(x.device):
@@ -456,7 +480,7 @@ def gemm_w8a16_wgmma(
     splits = triton.cdiv(k_steps, per_split)
     y, part, locks = outputs(m, n, 2 * tiles // groups, splits, x.dtype, x.device, groups)
     x_2d = x.as_strided((m, groups * k), (x.stride(0), 1))
-    w_2d = weights.values.as_strided((groups * n, k), weights.values.stride())
+    w_2d = reordered(weights.values, groups * n)
     if groups > 1 and group_strides[0] != n * k:
         raise ValueError("a group's FP8 values must lie one after another (torch.stack); build "
                          "them with DenseWeights.quantize_group.")  # fmt: skip
