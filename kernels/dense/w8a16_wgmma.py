@@ -10,7 +10,9 @@ two blocks an SM). This kernel computes the same y.T = W @ x.T tile by tile, wit
 - the weights as wgmma's first operand, read from registers: each warpgroup loads its 64 rows
   of the slot from shared memory, turns them into bf16 by bit manipulation (`kernels.dequant`)
   and multiplies them by the block's power-of-two scale (exact), so one accumulator runs
-  through every wgmma and the next step's conversion overlaps this step's wgmma;
+  through every wgmma and the next step's conversion overlaps this step's wgmma. The weights
+  lie in the K order of `k_order` (a copy made on first use), in which a thread's 64 bytes of
+  a step are four 16-byte shared loads; in nn.Linear's order they were 32 two-byte loads;
 - the activations as the second operand, straight from their slot (the K-major transposed
   view wgmma reads for 16-bit types).
 
