@@ -47,3 +47,16 @@ def test_the_copy_is_made_once_for_a_group_and_freed_with_the_weights():
     del member
     gc.collect()
     assert len(k_order._copies) == cached - 2
+
+
+def test_the_copy_is_not_made_inside_a_cuda_graph_capture(device):
+    """GPU only: the first call must come before a capture, which the refusal says."""
+    if device.type != "cuda":
+        pytest.skip("a CUDA graph capture needs a GPU (WORKBENCH_GPU_TESTS=1)")
+    values = torch.zeros(128, 128, dtype=torch.float8_e4m3fn, device=device)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(ValueError, match="call it once before capturing"), torch.cuda.graph(graph):
+        k_order.reordered(values, 128)
+    k_order.reordered(values, 128)  # outside a capture it is made, and a capture then finds it
+    with torch.cuda.graph(torch.cuda.CUDAGraph()):
+        assert k_order.reordered(values, 128).shape == (128, 128)

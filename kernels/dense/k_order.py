@@ -20,6 +20,7 @@ the nn.Linear-ordered values the other kernels read: a served model would store 
 
 import weakref
 
+import torch
 from torch import Tensor
 
 SLICE = 64  # the reordered width of K: a thread's 16 bytes of a row
@@ -41,9 +42,18 @@ _copies: dict[tuple[int, int], Tensor] = {}
 def reordered(values: Tensor, rows: int) -> Tensor:
     """`reorder_k` of the first `rows` rows at `values`' stride from its first element (a
     group's members lie one after another), made once for each (values, rows) and dropped
-    when `values` is freed."""
+    when `values` is freed.
+
+    Made inside a CUDA graph's capture, the copy would be a kernel of the graph and its memory
+    the graph's, so it is refused there: one call before the capture makes it."""
     key = (id(values), rows)
     if key not in _copies:
+        if values.is_cuda and torch.cuda.is_current_stream_capturing():
+            raise ValueError(
+                "the W8A16 wgmma kernel's first call on a weight makes the weight's K-ordered "
+                "copy (kernels.dense.k_order), which a CUDA graph capture cannot hold; call it "
+                "once before capturing, as a warm-up does."
+            )
         view = values.as_strided((rows, values.shape[1]), values.stride())
         _copies[key] = reorder_k(view)
         weakref.finalize(values, _copies.pop, key, None)
