@@ -169,19 +169,6 @@ def test_missing_run_json_and_missing_tables(tmp_path):
         read_table(path, meta, "prefill")
 
 
-def test_the_commit_passed_by_a_capture_script_wins_over_a_stale_checkout(monkeypatch):
-    from workbench.capture import environment
-
-    monkeypatch.setenv("WORKBENCH_GIT_COMMIT", "d93424b68b89b0f5e2e045db633792259ffedcb3")
-    assert environment._git() == {
-        "commit": "d93424b68b89b0f5e2e045db633792259ffedcb3",
-        "dirty": None,
-        "source": "env",
-    }
-    monkeypatch.delenv("WORKBENCH_GIT_COMMIT")
-    assert len(environment._git()["commit"]) == 40  # this checkout's own HEAD
-
-
 def test_committed_artifacts_stay_under_40_mb():
     """The GPU machine takes a working tree of at most 64 MiB; raw/ and ncu/ keep 40 MB of it
     so code, fixtures and a capture's output fit beside them. Supersede old runs, or store

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,11 @@ from workbench.analysis.experiments import load_ab, load_sweep
 from workbench.analysis.ncu_files import SUFFIXES, shadowed
 from workbench.analysis.profile import device_name, load
 from workbench.artifacts import RUN_FILE, read_meta, read_table
+from workbench.capture.git_state import matching_commit
 from workbench.errors import ArtifactError
 
 NOT_RECORDED = "not recorded"
+REPO = Path(__file__).resolve().parents[2]  # whose history a dirty run's code is looked up in
 
 
 @dataclass(frozen=True)
@@ -139,14 +142,24 @@ def split_cpu(collection: Collection) -> tuple[Collection, Collection]:
     return gpu, cpu
 
 
+@cache
+def code_commit(source_trees: tuple[tuple[str, str], ...]) -> str | None:
+    """The commit of this repository whose source folders are `source_trees`, which a run
+    recorded as dirty (`workbench.capture.git_state`); None if none is, or none recorded."""
+    return matching_commit(dict(source_trees), REPO) if source_trees else None
+
+
 def environment_row(meta: dict) -> dict:
     """GPU, driver, CUDA, torch, Triton, date and commit of an artifact's metadata, with
-    NOT_RECORDED where the artifact does not say (sweeps and A/B runs record no environment)."""
+    NOT_RECORDED where the artifact does not say (sweeps and A/B runs record no environment).
+    A run recorded as dirty names the commit its source folders match, where one does: the
+    GPU machine's copy of the tree carries a stale .git."""
     env = meta.get("environment") or {}
     gpu, git = env.get("gpu") or {}, env.get("git") or {}
     commit = str(git.get("commit") or "")[:10]
     if commit and git.get("dirty"):
-        commit += " (dirty)"
+        matched = code_commit(tuple(sorted((git.get("source_trees") or {}).items())))
+        commit = f"{matched[:10]} (by its source)" if matched else f"{commit} (dirty)"
     values = {
         "GPU": gpu.get("name") or (gpu.get("note") if gpu else None),
         "driver": gpu.get("driver_version"),

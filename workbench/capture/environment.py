@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
-import os
 import platform
 import shutil
 import subprocess
@@ -18,6 +17,8 @@ from pathlib import Path
 import torch
 import triton
 
+from workbench.capture.git_state import git_state
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -27,17 +28,6 @@ def _run(cmd: list[str]) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
-
-
-def _git() -> dict:
-    """The commit of the code that ran. WORKBENCH_GIT_COMMIT, which the capture scripts pass
-    along, wins: the GPU machine's copy of the tree may carry a stale .git (or none), whose
-    HEAD is not the code that ran."""
-    if os.environ.get("WORKBENCH_GIT_COMMIT"):
-        return {"commit": os.environ["WORKBENCH_GIT_COMMIT"], "dirty": None, "source": "env"}
-    commit = _run(["git", "rev-parse", "HEAD"])
-    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
-    return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
 
 
 def _gpu() -> dict:
@@ -88,5 +78,5 @@ def describe() -> dict:
         "bytecode": _bytecode(),
         "platform": platform.platform(),
         "workbench": _version("moe-workbench"),
-        "git": _git(),
+        "git": git_state(REPO),
     }

@@ -10,16 +10,15 @@ as Ctrl-C, so a box taken back from outside still leaves a complete log.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
+from workbench.capture.git_state import git_state
 from workbench.errors import WorkbenchError
 from workbench.plan.archive import archive, snapshot
 from workbench.plan.plan_file import Plan, load_plan
@@ -38,25 +37,6 @@ from workbench.plan.steps import GRACE_S, command, run_step
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository root: steps start here
 MIN_STEP_S = 1.0  # a step offered less time than this is skipped, not started
-
-
-def _git(root: Path) -> dict[str, Any]:
-    """The commit that ran. WORKBENCH_GIT_COMMIT wins (captures record the same): a copy of
-    the tree made for a GPU box may carry a stale .git, or none."""
-    if os.environ.get("WORKBENCH_GIT_COMMIT"):
-        return {"commit": os.environ["WORKBENCH_GIT_COMMIT"], "dirty": None, "source": "env"}
-
-    def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(
-                ["git", *args], cwd=root, capture_output=True, text=True, timeout=10
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
-
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": git("rev-parse", "HEAD"), "dirty": None if dirty is None else bool(dirty)}
 
 
 def _run_steps(
@@ -124,7 +104,7 @@ def run_plan(
             f"{out_dir} already holds {JSON_FILE} from an earlier run; give a new or empty folder"
         )
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = PlanResult(plan.name, plan.path, out_dir, budget_s, _git(root), now())
+    result = PlanResult(plan.name, plan.path, out_dir, budget_s, git_state(root), now())
     result.steps = [StepResult(s.name, command(s, out_dir)[1]) for s in plan.steps]
     start = time.monotonic()
     with (out_dir / LOG_FILE).open("ab") as log:
