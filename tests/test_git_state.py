@@ -1,4 +1,4 @@
-"""workbench.capture.git_state: the commit a capture records, and the source trees that match
+"""workbench.analysis.git_state: the commit a capture records, and the source trees that match
 a run from a copy whose .git is stale to the commit whose code ran."""
 
 import shutil
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.capture.git_state import git_state, matching_commit, source_trees
+from workbench.analysis.git_state import git_state, matching_commit, source_trees
 
 
 def git(root: Path, *args: str) -> str:

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from workbench.analysis.experiments import load_ab, load_sweep
+from workbench.analysis.git_state import matching_commit
 from workbench.analysis.ncu_files import SUFFIXES, shadowed
 from workbench.analysis.profile import device_name, load
 from workbench.artifacts import RUN_FILE, read_meta, read_table
-from workbench.capture.git_state import matching_commit
 from workbench.errors import ArtifactError
 
 NOT_RECORDED = "not recorded"
@@ -145,7 +145,7 @@ def split_cpu(collection: Collection) -> tuple[Collection, Collection]:
 @cache
 def code_commit(source_trees: tuple[tuple[str, str], ...]) -> str | None:
     """The commit of this repository whose source folders are `source_trees`, which a run
-    recorded as dirty (`workbench.capture.git_state`); None if none is, or none recorded."""
+    recorded as dirty (`workbench.analysis.git_state`); None if none is, or none recorded."""
     return matching_commit(dict(source_trees), REPO) if source_trees else None
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import triton
 
-from workbench.capture.git_state import git_state
+from workbench.analysis.git_state import git_state
 
 REPO = Path(__file__).resolve().parents[2]
 

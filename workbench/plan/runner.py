@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
-from workbench.capture.git_state import git_state
+from workbench.analysis.git_state import git_state
 from workbench.errors import WorkbenchError
 from workbench.plan.archive import archive, snapshot
 from workbench.plan.plan_file import Plan, load_plan

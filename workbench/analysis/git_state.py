@@ -5,7 +5,9 @@ The GPU machine gets a copy of the working tree with the .git of an earlier mome
 `git rev-parse HEAD` names an older commit and the tree reads as dirty. The tree ids of
 `kernels/` and `workbench/` as they are on disk (hashed through a scratch index, so the
 repository's own index is not touched) equal those of the commit whose code ran, which
-`matching_commit` then finds in the local history.
+`matching_commit` then finds in the local history. It lives in analysis, beside the report
+that matches recorded trees, and needs only git: the captures and the plan runner record with
+it.
 """
 
 from __future__ import annotations
