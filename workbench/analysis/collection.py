@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from workbench.analysis.experiments import load_ab, load_sweep
-from workbench.analysis.git_state import matching_commit
+from workbench.analysis.git_state import REPO, matching_commit
 from workbench.analysis.ncu_files import SUFFIXES, shadowed
 from workbench.analysis.profile import device_name, load
 from workbench.artifacts import RUN_FILE, read_meta, read_table
 from workbench.errors import ArtifactError
 
 NOT_RECORDED = "not recorded"
-REPO = Path(__file__).resolve().parents[2]  # whose history a dirty run's code is looked up in
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]  # this checkout: whose code a capture records
 SOURCE_FOLDERS = ("kernels", "workbench")
 HISTORY_DEPTH = 2000  # commits of HEAD's history `matching_commit` looks through
 

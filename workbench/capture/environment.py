@@ -17,9 +17,7 @@ from pathlib import Path
 import torch
 import triton
 
-from workbench.analysis.git_state import git_state
-
-REPO = Path(__file__).resolve().parents[2]
+from workbench.analysis.git_state import REPO, git_state
 
 
 def _run(cmd: list[str]) -> str | None:
