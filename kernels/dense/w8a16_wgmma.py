@@ -482,10 +482,10 @@ def gemm_w8a16_wgmma(
     splits = triton.cdiv(k_steps, per_split)
     y, part, locks = outputs(m, n, 2 * tiles // groups, splits, x.dtype, x.device, groups)
     x_2d = x.as_strided((m, groups * k), (x.stride(0), 1))
-    w_2d = reordered(weights.values, groups * n)
     if groups > 1 and group_strides[0] != n * k:
         raise ValueError("a group's FP8 values must lie one after another (torch.stack); build "
                          "them with DenseWeights.quantize_group.")  # fmt: skip
+    w_2d = reordered(weights.values, groups * n)  # after the check: a copy of what it reads
     grid = (triton.cdiv(n, ROWS), triton.cdiv(m, block_t), splits * groups)
     launch(
         _w8a16_wgmma_kernel, grid, descriptor(x_2d, [block_t, BLOCK_K]),
