@@ -4,8 +4,7 @@ GEMM on the same quantised operands where it is installed, to see where the GEMM
 stands against the leading FP8 kernel (the bench's layer rows add the quantiser, the same for
 both, and o_a's concatenation).
 
-    python scripts/dense_w8a8_gemm_times.py OUT.csv [M ...] [--settings default ...]
-                                                              (default M: 4096 16384)
+    python scripts/dense_w8a8_gemm_times.py OUT.csv [M ...]        (default M: 4096 16384)
 
 Each setting is checked first against the W8A8 reference; times are medians of CUDA-graph
 replays by the workbench's timer. A developer's tool, like dense_projection_times.py.
@@ -31,11 +30,6 @@ from workbench.workloads.dense import Layer, activations
 # name: gemm_w8a8_wgmma options (block_m, block_n, num_stages, refill_lag; none: its defaults)
 SETTINGS = {
     "default": {},
-    # the warpgroups' wgmmas as their slot is ready (before, both at once: one's rescale no
-    # longer overlaps the other's wgmma once they fall into step)
-    "unordered": dict(ordered=False),
-    "m128-unordered": dict(block_m=128, ordered=False),
-    "m128": dict(block_m=128),
     "m128s5lag2": dict(block_m=128, num_stages=5, refill_lag=2),
     "m128s5lag1": dict(block_m=128, num_stages=5, refill_lag=1),
     "m256s4lag2": dict(block_m=256, num_stages=4, refill_lag=2),
@@ -62,19 +56,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
     parser.add_argument("m", type=int, nargs="*", default=[4096, 16384])
-    parser.add_argument(
-        "--settings",
-        nargs="+",
-        choices=[*SETTINGS, "deepgemm"],
-        help="the settings timed (default: all, and DeepGEMM where installed)",
-    )
     args = parser.parse_args()
     device = torch.device("cuda")
     layer = Layer(get_preset("dsv4-flash-tp2").rank_shapes(), 1, 128, torch.bfloat16, device, 0)
-    chosen = args.settings or [*SETTINGS, "deepgemm"]
     kernels = {name: partial(gemm_w8a8_wgmma, out_dtype=torch.bfloat16, **options)
-               for name, options in SETTINGS.items() if name in chosen}  # fmt: skip
-    if "deepgemm" in chosen and deepgemm.available()[0]:
+               for name, options in SETTINGS.items()}  # fmt: skip
+    if deepgemm.available()[0]:
         kernels["deepgemm"] = deepgemm_gemm
     rows = []
     for m in args.m:

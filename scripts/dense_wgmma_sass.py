@@ -47,9 +47,7 @@ from kernels.moe import w8a8_wgmma as moe_w8a8_wgmma
 SHAPE = (4096, 2048, 7168)  # (M, N, K): any shape whose rows are 16-byte aligned
 
 
-def compile_kernel(
-    block_m: int, block_n: int, stages: int, consumer_regs: int, ordered: bool = True
-):
+def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int):
     """The kernel compiled for sm_90 with host TMA descriptors typed as a launch types them."""
     m, n, k = SHAPE
     descriptors = {
@@ -61,8 +59,7 @@ def compile_kernel(
                                         [w8a8_wgmma.ROWS // 2, block_n]),
     }  # fmt: skip
     constants = {"STAGES": stages, "CONSUMER_REGS": consumer_regs,
-                 "REFILL_LAG": max(1, stages - w8a8_wgmma.LOAD_AHEAD),
-                 "ORDERED": ordered}  # fmt: skip
+                 "REFILL_LAG": max(1, stages - w8a8_wgmma.LOAD_AHEAD)}  # fmt: skip
     return compile_gluon(w8a8_wgmma._w8a8_wgmma_kernel, descriptors, constants)
 
 
@@ -220,14 +217,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.BLOCK_TS, default=64,
                         help="W8A16: token columns a tile")  # fmt: skip
     parser.add_argument("--split", action="store_true", help="W8A16: with split K")
-    parser.add_argument("--unordered", action="store_true",
-                        help="W8A8: the warpgroups' wgmmas in no set order")  # fmt: skip
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         parser.error("TRITON_INTERPRET=1 is set; unset it to compile the kernel.")
     if args.kernel == "w8a8":
         compiled = compile_kernel(args.block_m, args.block_n, args.stages,
-                                  args.consumer_regs, not args.unordered)  # fmt: skip
+                                  args.consumer_regs)  # fmt: skip
         tile = f"{args.block_m} x {args.block_n} tiles"
     elif args.kernel == "w8a16":
         compiled = compile_w8a16(args.block_t, args.stages, args.split, args.consumer_regs)

@@ -356,22 +356,6 @@ def test_the_wgmma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
     assert relative_error(out, dense.w8a8_reference(x, weights)) < 1e-2
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("block_m", [128, 256])
-def test_the_wgmma_w8a8_kernel_computes_w8a8_with_its_warpgroups_in_either_order(block_m, device):
-    """Warpgroup 1 waits for warpgroup 0's wgmma of each step by default (`ordered`); without
-    that wait the product must be the same."""
-    if device.type != "cuda":
-        pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
-    x, weights = make(1000, 384, 1040, torch.bfloat16, block=128, seed=block_m, device=device)
-    values, scales = quantize_activations(x, 128, outer_major=True)
-    want = dense.w8a8_reference(x, weights)
-    for ordered in (True, False):
-        out = gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16, block_m=block_m,
-                              ordered=ordered)  # fmt: skip
-        assert relative_error(out, want) < 1e-2, ordered
-
-
 def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
     if device.type != "cuda":  # Gluon has no interpreter: asked for on the CPU, it says so
         x, weights = make(300, 256, 128, torch.bfloat16, block=128, device=device)

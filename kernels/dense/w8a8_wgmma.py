@@ -16,6 +16,11 @@ What was tried, compiled for sm_90 and read off the SASS (scripts/dense_wgmma_sa
   share nothing but the TMA ring's mbarriers: while one rescales, the other's wgmma holds the
   tensor cores. A third, producer warpgroup would cap every warp's registers (168) below what
   two 64 x 128 fp32 tiles need, so warpgroup 0 refills the ring.
+- Warpgroup 1 waiting for warpgroup 0's wgmma of each K step (an mbarrier a slot), so that
+  the two could not fall into step and rescale at once: on the H200 a layer's GEMMs took
+  1% less time at M=4096 and 0.5% more at 16384, and 3% more with one-wave tiles
+  (raw/logs/h200-dense-w8a8-ordered-warpgroups-ab-*.csv). They do not fall into step; it
+  was taken out.
 
 Loads are TMA copies into a ring of slots, each with a `ready` barrier the copy completes
 and an `empty` barrier both warpgroups arrive at once their wgmma has read it. Programs are
@@ -172,10 +177,9 @@ def _weight_scale(sw_ptr, block_n, k_step, ok, stride_swn, stride_swk):
 
 
 @gluon.jit
-def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, turn, sa_ptr,
-              sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
-              stride_swk, LAG: gl.constexpr, ORDERED: gl.constexpr,
-              WARPGROUP: gl.constexpr):  # fmt: skip
+def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+              LAG: gl.constexpr, WARPGROUP: gl.constexpr):  # fmt: skip
     """Rows 64 WARPGROUP + [0, 64) of every 128-row wave of every tile this program owns.
 
     A tile is one wave of 128 rows or two (BLOCK_M 256, as DeepGEMM's 256-row tiles are): the
@@ -228,8 +232,6 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, turn
             slot = step % SLOTS
             more = k_step + 1 < k_steps
             mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
-            if ORDERED and WARPGROUP == 1:
-                mbarrier.wait(turn.index(slot), (step // SLOTS) & 1)  # warpgroup 0's went first
             a_rows = a_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0)
             running = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product,
                                     use_acc=False, is_async=True)  # fmt: skip
@@ -237,8 +239,6 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, turn
             next_sw = _weight_scale(sw_ptr, weight_block, k_step + 1, more, stride_swn,
                                     stride_swk)  # fmt: skip
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
-            if ORDERED and WARPGROUP == 0:
-                mbarrier.arrive(turn.index(slot), count=1)
             if TWO_WAVES:
                 acc += product * (sa * sw)[:, None]
                 a_rows = a_ring.index(slot).slice(WAVE + WARPGROUP * WG_ROWS, WG_ROWS, dim=0)
@@ -288,16 +288,12 @@ def _store_wave(y_desc, y_buf, acc, row, column):
 def _w8a8_wgmma_kernel(
     a_desc, w_desc, y_desc, sa_ptr, sw_ptr, M, N, K, stride_sak, stride_swn, stride_swk,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, REFILL_LAG: gl.constexpr,
-    ORDERED: gl.constexpr,
 ):  # fmt: skip
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     gl.static_assert((BLOCK_M == 128) | (BLOCK_M == 256), "one or two waves of 128 rows")
-    turn = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for slot in gl.static_range(STAGES):
-        mbarrier.init(turn.index(slot), count=1)  # warpgroup 0's product of the slot's step
-    a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES)  # fences the inits
+    a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES)
     y_bufs = allocate_staging(y_desc)
 
     tiles_m = gl.cdiv(M, BLOCK_M)
@@ -309,30 +305,30 @@ def _w8a8_wgmma_kernel(
         pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
         issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_tiles * k_steps,
                    pid_m * BLOCK_M, pid_n * BLOCK_N, first % k_steps)  # fmt: skip
-    args = (a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, turn, sa_ptr, sw_ptr,
-            M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-            REFILL_LAG, ORDERED)  # fmt: skip
+    args = (a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
+            k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+            REFILL_LAG)  # fmt: skip
     gl.warp_specialize([(_top_rows, args), (_bottom_rows, args)], [4], [CONSUMER_REGS])
 
 
 @gluon.jit
-def _top_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, turn, sa_ptr,
-              sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
-              stride_swk, LAG: gl.constexpr, ORDERED: gl.constexpr):  # fmt: skip
+def _top_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+              LAG: gl.constexpr):  # fmt: skip
     """Warpgroup 0 (the default partition): each wave's first 64 rows, and the ring's refills."""
-    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, turn, sa_ptr, sw_ptr,
-              M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, LAG,
-              ORDERED, 0)  # fmt: skip
+    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, LAG,
+              0)  # fmt: skip
 
 
 @gluon.jit
-def _bottom_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, turn, sa_ptr,
-              sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
-              stride_swk, LAG: gl.constexpr, ORDERED: gl.constexpr):  # fmt: skip
+def _bottom_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr,
+                 M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
+                 LAG: gl.constexpr):  # fmt: skip
     """Warpgroup 1 (the worker partition): each wave's last 64 rows."""
-    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, turn, sa_ptr, sw_ptr,
-              M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, LAG,
-              ORDERED, 1)  # fmt: skip
+    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, LAG,
+              1)  # fmt: skip
 
 
 def supported(device: torch.device) -> bool:
@@ -369,7 +365,6 @@ def gemm_w8a8_wgmma(
     consumer_regs: int = 232,
     block_m: int | None = None,
     refill_lag: int | None = None,
-    ordered: bool = True,
 ) -> Tensor:
     """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
     (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks.
@@ -379,9 +374,7 @@ def gemm_w8a8_wgmma(
     weight scale; `consumer_regs` is the register budget Triton asks for each warpgroup
     (setmaxnreg); `num_stages` the ring's slots (None: DEFAULT_STAGES by block_m);
     `refill_lag` the K steps between a ring slot's use and warpgroup 0's refill of it (1 or
-    more; None: LOAD_AHEAD steps ahead where the ring has them); `ordered` makes warpgroup 1
-    issue each step's wgmma after warpgroup 0's has finished (False: both as their slot is
-    ready)."""
+    more; None: LOAD_AHEAD steps ahead where the ring has them)."""
     check_tma_inputs("wgmma", scales, weights)
     if block_n not in (32, 64, 128):
         raise ValueError(f"block_n must be 32, 64 or 128 (a power of two no wider than a "
@@ -423,6 +416,6 @@ def gemm_w8a8_wgmma(
         descriptor(weights.values, [block_n, BLOCK]), descriptor(y, [ROWS // 2, block_n]),
         scales, weights.scales, m, n, k, scales.stride(1), *weights.scales.stride(),
         STAGES=num_stages,
-        CONSUMER_REGS=consumer_regs, REFILL_LAG=refill_lag, ORDERED=ordered, num_warps=4,
+        CONSUMER_REGS=consumer_regs, REFILL_LAG=refill_lag, num_warps=4,
     )  # fmt: skip
     return y
