@@ -26,7 +26,9 @@ GROUP_M = 8  # row tiles per group in the program order (L2 reuse of weight tile
 LOCKS = 4096  # arrival counters kept per device; split GEMMs have fewer tiles than 2 per SM
 PARTIALS_IN_FLIGHT = tl.constexpr(4)  # partial tiles the summing program loads at once
 REDUCE_BYTES = 512 * 1024  # most fp32 partial sums the last split of a tile adds (default plan)
+SUMS = 1 << 20  # fp32 sums kept per device at least (4 MB), so that few calls grow them
 _locks: dict[torch.device, Tensor] = {}
+_sums: dict[torch.device, Tensor] = {}
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,19 @@ def outputs(
     if splits == 1:
         return y, y, y
     part = torch.empty(splits, groups, m, n, dtype=torch.float32, device=device)
-    return y, part, kept_zeros(_locks, groups * tiles, device, least_rows=LOCKS)
+    return y, part, arrival_counters(groups * tiles, device)
+
+
+def arrival_counters(tiles: int, device: torch.device) -> Tensor:
+    """`tiles` split-K arrival counters, zero between calls (`outputs`)."""
+    return kept_zeros(_locks, tiles, device, least_rows=LOCKS)
+
+
+def kept_sums(elements: int, device: torch.device) -> Tensor:
+    """`elements` fp32 zeros that a split GEMM's splits add their partial tiles into (atomics
+    in L2) and the last split of each tile reads and zeroes again, so one buffer per device
+    serves every such GEMM on its stream (`kernels.zeroed`)."""
+    return kept_zeros(_sums, elements, device, least_rows=SUMS).view(torch.float32)
 
 
 @triton.jit

@@ -53,7 +53,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from kernels.compiled import launch
 from kernels.dense.formats import DenseWeights, check_group_inputs, check_linear_inputs
 from kernels.dense.k_order import SLICE, reordered
-from kernels.dense.tiles import outputs, sum_partials
+from kernels.dense.tiles import arrival_counters, kept_sums
 from kernels.dense.w8a8_wgmma import (
     SHARED_MEMORY,
     allocate_ring,
@@ -194,7 +194,7 @@ def _first_scales(scales, k_lo, steps, stride_sk):
 
 
 @gluon.jit
-def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, part_ptr,
+def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
               locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
               LAG: gl.constexpr, SPLIT: gl.constexpr, WARPGROUP: gl.constexpr):  # fmt: skip
     """Weight rows 64 WARPGROUP + [0, 64) of this program's tile, over its split of K (at
@@ -237,23 +237,20 @@ def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_pt
     y_buf = y_bufs.index(WARPGROUP)
     rows = gl.program_id(0) * ROWS + WARPGROUP * WG_ROWS  # the first weight row, in its member
     if SPLIT:
-        # The partials (G, splits, N, M): a thread's two neighbouring tokens are 8 bytes
+        # The sums (G, N, M), zero between GEMMs: a thread's two neighbouring tokens are 8 bytes
         n = rows + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, layout))
         t = t_row + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, layout))
         inside = (n < N)[:, None] & (t < M)[None, :]
-        offsets = n.to(gl.int64)[:, None] * M + t[None, :]
-        member_parts = part_ptr + group.to(gl.int64) * splits * N * M
-        split = gl.program_id(2) % splits
-        gl.store(member_parts + split * N * M + offsets, acc, mask=inside)
-        _threads_barrier()  # every thread's partial before the count (acq_rel releases them)
+        sums = sums_ptr + group.to(gl.int64) * N * M + n.to(gl.int64)[:, None] * M + t[None, :]
+        gl.atomic_add(sums, acc, mask=inside, sem="relaxed")  # added in L2; no value comes back
+        _threads_barrier()  # every thread's sums before the count (acq_rel releases them)
         tile = (group * gl.num_programs(0) + gl.program_id(0)) * gl.num_programs(1)
         lock = locks_ptr + (tile + gl.program_id(1)) * 2 + WARPGROUP
         if gl.atomic_add(lock, 1, sem="acq_rel") == splits - 1:
-            # as many partials in flight as hold 128 fp32 values a thread (the registers)
-            total = sum_partials(member_parts + offsets, N * M, splits, inside,
-                                 gl.zeros_like(acc), 128 * 128 // (WG_ROWS * BLOCK_T))  # fmt: skip
+            total = gl.load(sums, mask=inside, other=0.0, cache_modifier=".cg")
+            gl.store(sums, gl.zeros_like(acc), mask=inside)  # zero for the next split GEMM
             _store(y_desc, y_buf, total, t_row, group * N + rows)
-            gl.atomic_xchg(lock, 0)  # zero for the next split GEMM on the stream
+            gl.atomic_xchg(lock, 0)
     else:
         _store(y_desc, y_buf, acc, t_row, group * N + rows)
 
@@ -269,7 +266,7 @@ def _store(y_desc, y_buf, acc, t_row, column):
 
 @gluon.jit
 def _w8a16_wgmma_kernel(
-    x_desc, w_desc, y_desc, s_ptr, part_ptr, locks_ptr, M, N, K, steps_per_split, splits,
+    x_desc, w_desc, y_desc, s_ptr, sums_ptr, locks_ptr, M, N, K, steps_per_split, splits,
     stride_sn, stride_sk, stride_sg, STAGES: gl.constexpr, LAG: gl.constexpr,
     SPLIT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
@@ -294,7 +291,7 @@ def _w8a16_wgmma_kernel(
         ready,
         empty,
         s_ptr,
-        part_ptr,
+        sums_ptr,
         locks_ptr,
         M,
         N,
@@ -314,41 +311,41 @@ def _w8a16_wgmma_kernel(
 
 
 @gluon.jit
-def _top_rows(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, part_ptr,
+def _top_rows(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
               locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
               LAG: gl.constexpr):  # fmt: skip
     """Warpgroup 0 (the default partition): the tile's first 64 weight rows, and the refills."""
-    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, part_ptr,
+    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
               locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
               LAG, False, 0)  # fmt: skip
 
 
 @gluon.jit
-def _bottom_rows(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, part_ptr,
+def _bottom_rows(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
                  locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
                  LAG: gl.constexpr):  # fmt: skip
     """Warpgroup 1 (the worker partition): the tile's last 64 weight rows."""
-    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, part_ptr,
+    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
               locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
               LAG, False, 1)  # fmt: skip
 
 
 @gluon.jit
 def _top_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr,
-                    part_ptr, locks_ptr, M, N, K, steps_per_split, splits, stride_sn,
+                    sums_ptr, locks_ptr, M, N, K, steps_per_split, splits, stride_sn,
                     stride_sk, stride_sg, LAG: gl.constexpr):  # fmt: skip
     """`_top_rows` of a split K (partition arguments lose constexpr-ness, hence four)."""
-    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, part_ptr,
+    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
               locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
               LAG, True, 0)  # fmt: skip
 
 
 @gluon.jit
 def _bottom_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr,
-                       part_ptr, locks_ptr, M, N, K, steps_per_split, splits, stride_sn,
+                       sums_ptr, locks_ptr, M, N, K, steps_per_split, splits, stride_sn,
                        stride_sk, stride_sg, LAG: gl.constexpr):  # fmt: skip
     """`_bottom_rows` of a split K."""
-    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, part_ptr,
+    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
               locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
               LAG, True, 1)  # fmt: skip
 
@@ -480,7 +477,10 @@ def gemm_w8a16_wgmma(
               else split_k)  # fmt: skip
     per_split = triton.cdiv(k_steps, min(splits, k_steps))
     splits = triton.cdiv(k_steps, per_split)
-    y, part, locks = outputs(m, n, 2 * tiles // groups, splits, x.dtype, x.device, groups)
+    y = torch.empty(m, groups * n, dtype=x.dtype, device=x.device)
+    sums, locks = y, y
+    if splits > 1:
+        sums, locks = kept_sums(groups * n * m, x.device), arrival_counters(2 * tiles, x.device)
     x_2d = x.as_strided((m, groups * k), (x.stride(0), 1))
     if groups > 1 and group_strides[0] != n * k:
         raise ValueError("a group's FP8 values must lie one after another (torch.stack); build "
@@ -490,7 +490,7 @@ def gemm_w8a16_wgmma(
     launch(
         _w8a16_wgmma_kernel, grid, descriptor(x_2d, [block_t, BLOCK_K]),
         descriptor(w_2d, [ROWS, BLOCK_K]), descriptor(y, [block_t, WG_ROWS]), weights.scales,
-        part, locks, m, n, k, per_split, splits, *weights.scales.stride(), group_strides[1],
+        sums, locks, m, n, k, per_split, splits, *weights.scales.stride(), group_strides[1],
         STAGES=num_stages, LAG=refill_lag, SPLIT=splits > 1, CONSUMER_REGS=consumer_regs,
         num_warps=4,
     )  # fmt: skip
