@@ -19,8 +19,9 @@ two blocks an SM). This kernel computes the same y.T = W @ x.T tile by tile, wit
 As in `w8a8_wgmma`, the two warpgroups are two partitions (`gl.warp_specialize`) that share only
 the ring's barriers: each releases a slot once its wgmma has read it, and warpgroup 0 refills
 the slot `LAG` steps behind. Narrow projections split K (grid axis 2, with the group's member)
-as the Triton kernels do: fp32 partial tiles, an arrival count a warpgroup tile, and the last
-to arrive sums the partials. A tile's result leaves through a staging buffer by TMA, which
+as the Triton kernels do: each split adds its fp32 partial tile into sums kept at zero (L2
+atomics), counts its arrival (a count a warpgroup tile), and the last to arrive writes the tile
+from the sums and zeroes them. A tile's result leaves through a staging buffer by TMA, which
 clips rows and columns past the output's edge.
 
 It takes DeepSeek's 128 x 128 weight blocks only: a tile's 128 weight rows then lie in one
