@@ -85,8 +85,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
     parser.add_argument("m", type=int, nargs="*", default=[32, 64, 128, 256])
-    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), help="Gluon settings "
-                        "to time beside bf16 and triton (default: all)")  # fmt: skip
+    parser.add_argument("--settings", nargs="*", choices=list(SETTINGS),
+                        help="Gluon settings to time beside bf16 and triton (default: all; "
+                        "the flag alone: none)")  # fmt: skip
     args = parser.parse_args()
     device = torch.device("cuda")
     layer = Layer(get_preset("dsv4-flash-tp2").rank_shapes(), 1, 128, torch.bfloat16, device, 0)
