@@ -2,11 +2,14 @@
 program-to-tile order, and the output store with its split-K reduction.
 
 Both FP8 kernels (w8a16, w8a8) go through these, so their profiles differ only in how they
-multiply. Split-K (small M) adds each split's fp32 partial tile into an (M, N) buffer of sums
-kept at zero between GEMMs (atomics in L2), and the last split of each output tile to arrive
-(an atomic count per tile) writes the tile from the sums and zeroes them: one launch per GEMM.
-A separate reduction kernel would cost a launch per projection, about as long as a decode-size
-projection itself.
+multiply. Split-K (small M) writes fp32 partial sums to a (splits, M, N) buffer, and the last
+split of each output tile to arrive (an atomic count per tile) sums them and writes the tile:
+one launch per GEMM. A separate reduction kernel would cost a launch per projection, about as
+long as a decode-size projection itself. The Gluon W8A16 kernel (`w8a16_wgmma`) has its splits
+add into fp32 sums kept at zero instead (`kept_sums`: L2 atomics, one tile for the last split
+to read); the same store in these Triton kernels gave wrong results on the H200 at 3 to 24
+rows, where the interpreter's were right (raw/logs/h200-bench-dense-triton-split-sums-wrong-
+5936bea-*.csv), so they keep the partials.
 """
 
 import dataclasses
@@ -25,7 +28,8 @@ from kernels.zeroed import kept_zeros
 WARPS = (1, 2, 4, 8, 16)
 GROUP_M = 8  # row tiles per group in the program order (L2 reuse of weight tiles at large M)
 LOCKS = 4096  # arrival counters kept per device; split GEMMs have fewer tiles than 2 per SM
-REDUCE_BYTES = 512 * 1024  # most fp32 partial sums a tile's splits add in L2 (default plan)
+PARTIALS_IN_FLIGHT = tl.constexpr(4)  # partial tiles the summing program loads at once
+REDUCE_BYTES = 512 * 1024  # most fp32 partial sums the last split of a tile adds (default plan)
 SUMS = 1 << 20  # fp32 sums kept per device at least (4 MB), so that few calls grow them
 _locks: dict[torch.device, Tensor] = {}
 _sums: dict[torch.device, Tensor] = {}
@@ -105,11 +109,10 @@ def split_plan(tiles: GemmTiles, m: int, n: int, k: int, device: torch.device) -
     """(splits, K elements per split): whole K tiles per split, no split left empty.
 
     Without an explicit split_k, small-M GEMMs split K until there are about two programs per
-    SM: a decode GEMM with N = 64 would otherwise stream its whole weight through one SM. Every
-    split's partial tile is L2 traffic, so the plan keeps a tile's under REDUCE_BYTES: on the
-    H200, 128 x 128 tiles split 80 ways (narrow projections at M of 128 to 944) made layers 5
-    to 8 times slower than cuBLAS (raw/bench-dense-*T154120; the last split then read every
-    partial tile itself).
+    SM: a decode GEMM with N = 64 would otherwise stream its whole weight through one SM. The
+    last split of a tile adds all the partial tiles alone, so the plan keeps what it reads
+    under REDUCE_BYTES: on the H200, 128 x 128 tiles split 80 ways (narrow projections at M of
+    128 to 944) made layers 5 to 8 times slower than cuBLAS (raw/bench-dense-*T154120).
     """
     k_tiles = triton.cdiv(k, tiles.block_k)
     want = tiles.split_k
@@ -130,9 +133,9 @@ def outputs(
     device: torch.device,
     groups: int = 1,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(y, sums, locks): the output (M, groups * N), the fp32 sums (groups, M, N) the splits add
-    their partial tiles into (`kept_sums`) and the arrival counters, `tiles` per group (y
-    stands in for both when not split).
+    """(y, part, locks): the output (M, groups * N), the fp32 partial-sum buffer (splits,
+    groups, M, N) and the arrival counters, `tiles` per group (y stands in for both when not
+    split).
 
     The counters are zero between calls (the last split of a tile resets its counter), so one
     zeroed buffer per device serves every split GEMM on its stream (`kernels.zeroed`).
@@ -140,7 +143,8 @@ def outputs(
     y = torch.empty(m, groups * n, dtype=dtype, device=device)
     if splits == 1:
         return y, y, y
-    return y, kept_sums(groups * m * n, device), arrival_counters(groups * tiles, device)
+    part = torch.empty(splits, groups, m, n, dtype=torch.float32, device=device)
+    return y, part, arrival_counters(groups * tiles, device)
 
 
 def arrival_counters(tiles: int, device: torch.device) -> Tensor:
@@ -185,29 +189,47 @@ def program_tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.c
 
 
 @triton.jit
-def store_tile(
-    y_ptr, sums_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, SPLIT: tl.constexpr,
-):  # fmt: skip
-    """y[rows, cols] = acc in y's dtype. With SPLIT, acc is added into sums[rows, cols] (fp32,
-    zero before the GEMM; atomics done in L2, no value comes back) and the tile's last split to
-    arrive writes y[rows, cols] = sums[rows, cols] instead and zeroes the sums again.
+def sum_partials(part_ptrs, stride_ps, splits, mask, total, IN_FLIGHT: tl.constexpr):
+    """`total` plus the sum over splits of part_ptrs[split * stride_ps] (fp32, read from L2),
+    with IN_FLIGHT loads issued before their sums; the caller passes zeros in acc's layout.
 
-    The barrier puts every thread's additions before the count (the acq_rel atomic releases
-    them GPU-wide); the last split reads the sums from L2 (.cg), then resets the count for
-    the next GEMM on the stream. Why atomics: the last split used to read every split's
-    partial tile, `splits` round trips' worth of L2 traffic on one SM while the others idled.
+    Why: a loop of one load a split adds each partial before it asks for the next, so the
+    last split of a tile waits one L2 round trip a split (the loop compiled for sm_90 has no
+    pipelining: one ld.global.cg batch a split, then the adds). On the H200 a layer's W8A16
+    GEMMs took 3% less time at M=24 and 32 (0.0756 to 0.0732 ms, 0.0764 to 0.0741), where the
+    32-row middle tiles split K; at 1-16 rows 0.2-0.8% less, within the spread; the Gluon
+    kernel's sum (64-256 rows) did not change (raw/logs/h200-dense-partials-in-flight-ab-*)."""
+    for first in range(0, splits, IN_FLIGHT):
+        for j in tl.static_range(IN_FLIGHT):
+            split = first + j
+            total += tl.load(part_ptrs + split * stride_ps, mask=mask & (split < splits),
+                             other=0.0, cache_modifier=".cg")  # fmt: skip
+    return total
+
+
+@triton.jit
+def store_tile(
+    y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps,
+    SPLIT: tl.constexpr,
+):  # fmt: skip
+    """y[rows, cols] = acc in y's dtype. With SPLIT, acc goes to part[split] and the tile's
+    last split to arrive writes y[rows, cols] = the sum of part[:, rows, cols] instead.
+
+    The barrier puts every thread's partial before the count (the acq_rel atomic releases
+    them GPU-wide); the summing program reads the partials from L2 (.cg), then resets the
+    count for the next GEMM on the stream.
     """
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     y_ptrs = y_ptr + rows[:, None] * stride_ym + cols[None, :]
     if SPLIT:
         splits = tl.num_programs(1)
-        sums = sums_ptr + rows[:, None] * N + cols[None, :]
-        tl.atomic_add(sums, acc, mask=mask, sem="relaxed")
+        offsets = rows[:, None] * N + cols[None, :]
+        tl.store(part_ptr + tl.program_id(1).to(tl.int64) * stride_ps + offsets, acc, mask=mask)
         tl.debug_barrier()
         lock = locks_ptr + tl.program_id(0)
         if tl.atomic_add(lock, 1, sem="acq_rel") == splits - 1:
-            total = tl.load(sums, mask=mask, other=0.0, cache_modifier=".cg")
-            tl.store(sums, tl.zeros_like(acc), mask=mask)
+            total = sum_partials(part_ptr + offsets, stride_ps, splits, mask, tl.zeros_like(acc),
+                                 PARTIALS_IN_FLIGHT)  # fmt: skip
             tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=mask)
             tl.atomic_xchg(lock, 0)
     else:

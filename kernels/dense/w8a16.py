@@ -202,8 +202,8 @@ def _direct_mainloop(
 
 @triton.jit
 def _w8a16_kernel(
-    x_ptr, w_ptr, s_ptr, y_ptr, sums_ptr, locks_ptr, M, N, K, k_per_split,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sk, stride_ym,
+    x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, locks_ptr, M, N, K, k_per_split,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sk, stride_ym, stride_ps,
     stride_xg, stride_wg, stride_sg,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SUB_K: tl.constexpr,
     QBLOCK: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
@@ -217,7 +217,7 @@ def _w8a16_kernel(
     w_ptr += g * stride_wg
     s_ptr += g * stride_sg
     y_ptr += g * N
-    sums_ptr += g * M * N
+    part_ptr += g * M * N
     locks_ptr += g * tl.num_programs(0)
     pid_m, pid_n = program_tile(M, N, BLOCK_M, BLOCK_N, GROUP)
     rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
@@ -243,7 +243,7 @@ def _w8a16_kernel(
         )  # fmt: skip
     if PDL:  # the next grid may launch and prefetch while this one stores
         gdc_launch_dependents()
-    store_tile(y_ptr, sums_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, SPLIT)
+    store_tile(y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps, SPLIT)
 
 
 def linear_w8a16(
@@ -300,7 +300,7 @@ def _launch(
     tiles.check()
     splits, k_per_split = split_plan(tiles, m, groups * n, k, x.device)
     tiles_mn = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
-    y, sums, locks = outputs(m, n, tiles_mn, splits, x.dtype, x.device, groups)
+    y, part, locks = outputs(m, n, tiles_mn, splits, x.dtype, x.device, groups)
     precision, upcast = dot_options(x.dtype)
     grid = (tiles_mn, splits, groups)
     pdl = tiles.launch_pdl(x.device)
@@ -308,9 +308,9 @@ def _launch(
     prefetch = pdl and prefetchable(values.data_ptr(), values.stride(0), group_strides[0])
     with recording():
         launch(
-            _w8a16_kernel, grid, x, weights.values, weights.scales, y, sums, locks, m, n, k,
+            _w8a16_kernel, grid, x, weights.values, weights.scales, y, part, locks, m, n, k,
             k_per_split, x.stride(0), x.stride(2), *weights.values.stride(),
-            *weights.scales.stride(), y.stride(0), x.stride(1), *group_strides,
+            *weights.scales.stride(), y.stride(0), part.stride(0), x.stride(1), *group_strides,
             BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
             SUB_K=tiles.sub_k(weights.block), QBLOCK=weights.block, SPLIT=splits > 1,
             PRECISION=precision, UPCAST=upcast, GROUP=GROUP_M, SWAP=tiles.swap_ab,

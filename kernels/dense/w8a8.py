@@ -61,8 +61,8 @@ WGMMA_FIXED = {"block_k": 128, "num_warps": 8, "split_k": None}
 
 @triton.jit
 def _w8a8_kernel(
-    a_ptr, sa_ptr, w_ptr, sw_ptr, y_ptr, sums_ptr, locks_ptr, M, N, K, k_per_split,
-    stride_am, stride_sam, stride_wn, stride_wk, stride_swn, stride_swk, stride_ym,
+    a_ptr, sa_ptr, w_ptr, sw_ptr, y_ptr, part_ptr, locks_ptr, M, N, K, k_per_split,
+    stride_am, stride_sam, stride_wn, stride_wk, stride_swn, stride_swk, stride_ym, stride_ps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_K: tl.constexpr,
     QBLOCK: tl.constexpr, SPLIT: tl.constexpr, GROUP: tl.constexpr,
 ):  # fmt: skip
@@ -96,7 +96,7 @@ def _w8a8_kernel(
             acc += tl.dot(a, w) * sa[:, None] * sw[None, :]
         a_ptrs += SUB_K
         w_ptrs += SUB_K * stride_wk
-    store_tile(y_ptr, sums_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, SPLIT)
+    store_tile(y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps, SPLIT)
 
 
 def linear_w8a8(
@@ -174,14 +174,14 @@ def linear_w8a8(
             )  # fmt: skip
     splits, k_per_split = split_plan(tiles, m, n, k, x.device)
     tiles_mn = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
-    y, sums, locks = outputs(m, n, tiles_mn, splits, x.dtype, x.device)
+    y, part, locks = outputs(m, n, tiles_mn, splits, x.dtype, x.device)
     grid = (tiles_mn, splits)
     with recording():
         values, scales = quantize_activations(x, weights.block)
         launch(
-            _w8a8_kernel, grid, values, scales, weights.values, weights.scales, y, sums, locks,
+            _w8a8_kernel, grid, values, scales, weights.values, weights.scales, y, part, locks,
             m, n, k, k_per_split, values.stride(0), scales.stride(0), *weights.values.stride(),
-            *weights.scales.stride(), y.stride(0), BLOCK_M=tiles.block_m,
+            *weights.scales.stride(), y.stride(0), part.stride(0), BLOCK_M=tiles.block_m,
             BLOCK_N=tiles.block_n, SUB_K=tiles.sub_k(weights.block),
             QBLOCK=weights.block, SPLIT=splits > 1, GROUP=GROUP_M, num_warps=tiles.num_warps,
             num_stages=tiles.num_stages,
