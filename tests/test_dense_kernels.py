@@ -402,6 +402,20 @@ def test_the_wgmma_w8a16_kernel_computes_w8a16(m, n, k, options, device):
     assert relative_error(out, x.float() @ weights.dequantize().T) < 1e-2
 
 
+def test_the_wgmma_w8a16_kernels_splits_leave_their_sums_at_zero(device):
+    """The splits of K add into one buffer of fp32 sums per device, which the last split of
+    each tile reads and zeroes: the next split GEMM on the stream starts from zeros."""
+    if device.type != "cuda":
+        pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
+    from kernels.dense import tiles
+
+    x, weights = make(100, 1024, 4096, torch.bfloat16, block=128, seed=5, device=device)
+    first = linear_w8a16_wgmma(x, weights, split_k=3)
+    assert not tiles._sums[x.device].any()
+    # the same again, up to the order of the additions, which the GPU does not fix
+    assert relative_error(linear_w8a16_wgmma(x, weights, split_k=3), first) < 1e-3
+
+
 def test_the_wgmma_w8a16_kernel_runs_a_group_in_one_launch(device):
     if device.type != "cuda":
         pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
