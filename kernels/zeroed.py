@@ -5,11 +5,14 @@ finish (the dense split-K arrival counters, the decode select's running totals).
 per device then serves every call on its stream, and a CUDA graph replays those kernels
 without a memset launch. The buffer is made, or grown, by the first call that needs that
 many rows on the device, which in practice runs eagerly (a check or a warm-up) before any
-graph capture.
+graph capture. A buffer that is outgrown is kept, not freed: a graph captured with it may
+still be replayed, and its kernels would otherwise write into memory that is no longer theirs.
 """
 
 import torch
 from torch import Tensor
+
+_outgrown: list[Tensor] = []  # buffers a larger one replaced, kept for the graphs that hold them
 
 
 def kept_zeros(
@@ -23,6 +26,8 @@ def kept_zeros(
     at least `least_rows` rows when it has to be made."""
     held = store.get(device)
     if held is None or held.shape[0] < rows:
+        if held is not None:
+            _outgrown.append(held)
         held = store[device] = torch.zeros(
             max(rows, least_rows), *row_shape, dtype=torch.int32, device=device
         )

@@ -30,7 +30,9 @@ GROUP_M = 8  # row tiles per group in the program order (L2 reuse of weight tile
 LOCKS = 4096  # arrival counters kept per device; split GEMMs have fewer tiles than 2 per SM
 PARTIALS_IN_FLIGHT = tl.constexpr(4)  # partial tiles the summing program loads at once
 REDUCE_BYTES = 512 * 1024  # most fp32 partial sums the last split of a tile adds (default plan)
-SUMS = 1 << 20  # fp32 sums kept per device at least (4 MB), so that few calls grow them
+# fp32 sums kept per device at least (8 MB): K is split only where a GEMM has at most half as
+# many tiles as SMs, so on the H200 (132) a split GEMM's sums are at most 66 tiles of 128 x 128
+SUMS = 1 << 21
 _locks: dict[torch.device, Tensor] = {}
 _sums: dict[torch.device, Tensor] = {}
 
