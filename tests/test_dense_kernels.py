@@ -270,7 +270,8 @@ def test_default_tiles_compile_without_spills_and_replay_in_a_cuda_graph(linear,
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(replayed, eager)
+    # equal up to rounding: the Gluon W8A16 kernel's splits of K add in L2 in no fixed order
+    assert relative_error(replayed, eager) < 1e-3
 
 
 @pytest.mark.parametrize("linear", [dense.linear_w8a16, dense.linear_w8a8, dense.linear_hybrid])

@@ -21,8 +21,10 @@ the ring's barriers: each releases a slot once its wgmma has read it, and warpgr
 the slot `LAG` steps behind. Narrow projections split K (grid axis 2, with the group's member)
 as the Triton kernels do: each split adds its fp32 partial tile into sums kept at zero (L2
 atomics), counts its arrival (a count a warpgroup tile), and the last to arrive writes the tile
-from the sums and zeroes them. A tile's result leaves through a staging buffer by TMA, which
-clips rows and columns past the output's edge.
+from the sums and zeroes them. The additions' order is the order the splits arrive in, so a
+split GEMM's output can differ in its last bits from one run to the next (the Triton kernels'
+partials are summed in split order). A tile's result leaves through a staging buffer by TMA,
+which clips rows and columns past the output's edge.
 
 It takes DeepSeek's 128 x 128 weight blocks only: a tile's 128 weight rows then lie in one
 block, so a K step of 64 has one scale. Gluon has no interpreter: the CPU tests check the
