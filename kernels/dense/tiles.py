@@ -191,9 +191,9 @@ def program_tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.c
 
 
 @triton.jit
-def sum_partials(part_ptrs, stride_ps, splits, mask, total, IN_FLIGHT: tl.constexpr):
-    """`total` plus the sum over splits of part_ptrs[split * stride_ps] (fp32, read from L2),
-    with IN_FLIGHT loads issued before their sums; the caller passes zeros in acc's layout.
+def sum_partials(part_ptrs, stride_ps, splits, mask, IN_FLIGHT: tl.constexpr):
+    """The sum over splits of part_ptrs[split * stride_ps] (fp32, read from L2), with
+    IN_FLIGHT loads issued before their sums.
 
     Why: a loop of one load a split adds each partial before it asks for the next, so the
     last split of a tile waits one L2 round trip a split (the loop compiled for sm_90 has no
@@ -201,6 +201,7 @@ def sum_partials(part_ptrs, stride_ps, splits, mask, total, IN_FLIGHT: tl.conste
     GEMMs took 3% less time at M=24 and 32 (0.0756 to 0.0732 ms, 0.0764 to 0.0741), where the
     32-row middle tiles split K; at 1-16 rows 0.2-0.8% less, within the spread; the Gluon
     kernel's sum (64-256 rows) did not change (raw/logs/h200-dense-partials-in-flight-ab-*)."""
+    total = tl.zeros(mask.shape, tl.float32)
     for first in range(0, splits, IN_FLIGHT):
         for j in tl.static_range(IN_FLIGHT):
             split = first + j
@@ -230,8 +231,7 @@ def store_tile(
         tl.debug_barrier()
         lock = locks_ptr + tl.program_id(0)
         if tl.atomic_add(lock, 1, sem="acq_rel") == splits - 1:
-            total = sum_partials(part_ptr + offsets, stride_ps, splits, mask, tl.zeros_like(acc),
-                                 PARTIALS_IN_FLIGHT)  # fmt: skip
+            total = sum_partials(part_ptr + offsets, stride_ps, splits, mask, PARTIALS_IN_FLIGHT)
             tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=mask)
             tl.atomic_xchg(lock, 0)
     else:

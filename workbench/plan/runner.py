@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
-from workbench.analysis.git_state import git_state
+from workbench.analysis.git_state import REPO, git_state
 from workbench.errors import WorkbenchError
 from workbench.plan.archive import archive, snapshot
 from workbench.plan.plan_file import Plan, load_plan
@@ -35,7 +35,6 @@ from workbench.plan.records import (
 )
 from workbench.plan.steps import GRACE_S, command, run_step
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository root: steps start here
 MIN_STEP_S = 1.0  # a step offered less time than this is skipped, not started
 
 
@@ -95,7 +94,7 @@ def run_plan(
             )
         plan = replace(plan, steps=tuple(step for step in plan.steps if step.name in only))
     out_dir = Path(out_dir).resolve()
-    root = Path(root).resolve() if root is not None else ROOT
+    root = Path(root).resolve() if root is not None else REPO  # steps start in the checkout
     if budget_s is not None and not budget_s > 0:
         raise WorkbenchError(f"--budget-s {budget_s} must be a positive number of seconds")
     budget_s = plan.budget_s if budget_s is None else min(plan.budget_s, budget_s)
