@@ -76,6 +76,9 @@ BLOCK_TS = (64, 128)  # token columns a tile (wgmma's N); at 256, ptxas serialis
 MAX_STAGES = 8
 SPLIT_FILL = 1.0  # programs an SM the automatic splits of K aim for, by default (`tile_plan`)
 MIN_SPLIT_STEPS = 8  # K steps a split takes at least, by default
+# Both were chosen when splits stored partial tiles; with the splits' L2 atomic sums they still
+# won (raw/logs/h200-dense-w8a16-split-settings-atomic-sums-*.csv: 0.0860 ms a layer at 64 rows
+# against 0.0877-0.0880 with splits of 2 or 4 steps, 0.1053 against 0.1072-0.1139 at 128).
 SCALES_AHEAD = gl.constexpr(4)  # K steps between a scale's load and its use
 _SCALE_BLOCK = gl.constexpr(BLOCK)  # the kernel's view of BLOCK
 # A warpgroup's 64 x 128 weights of a K step as they lie in the slot (`k_order`): a thread's
