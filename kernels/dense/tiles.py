@@ -7,9 +7,11 @@ split of each output tile to arrive (an atomic count per tile) sums them and wri
 one launch per GEMM. A separate reduction kernel would cost a launch per projection, about as
 long as a decode-size projection itself. The Gluon W8A16 kernel (`w8a16_wgmma`) has its splits
 add into fp32 sums kept at zero instead (`kept_sums`: L2 atomics, one tile for the last split
-to read); the same store in these Triton kernels gave wrong results on the H200 at 3 to 24
-rows, where the interpreter's were right (raw/logs/h200-bench-dense-triton-split-sums-wrong-
-5936bea-*.csv), so they keep the partials.
+to read). The same store in these Triton kernels read some sums back stale on the H200 (a few
+rows, varying from call to call: raw/logs/h200-dense-triton-split-sums-diagnosis-*.txt), where
+the interpreter's were right; read by an atomic exchange they were right, but a decode layer
+was no faster (raw/logs/h200-dense-triton-split-sums-exchange-ab-*.csv), so these kernels keep
+the partials.
 """
 
 import dataclasses
