@@ -168,7 +168,12 @@ def _direct_mainloop(
     BLOCK_K: tl.constexpr, SUB_K: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr,
     UPCAST: tl.constexpr, EVEN_K: tl.constexpr,
 ):  # fmt: skip
-    """The (BLOCK_M, BLOCK_N) tile of y = x @ W.T, each sub-tile's product scaled in fp32."""
+    """The (BLOCK_M, BLOCK_N) tile of y = x @ W.T, each sub-tile's product scaled in fp32.
+
+    Each sub-tile's column scales are loaded one sub-tile ahead, as the MoE decode tiles do
+    (`kernels.moe.tiles.SCALES_AHEAD_ROWS`): loaded in the step, compiled for sm_90, the load
+    (`ld.global`, not one of the pipelined copies) was waited for right after the step's 16
+    MMAs, an L2 round trip a step that a decode program's few steps cannot hide."""
     BITS: tl.constexpr = x_ptr.dtype.element_ty == tl.bfloat16 and not UPCAST
     row_ok, col_ok = rows < M, cols < N
     offs_k = tl.arange(0, SUB_K)
@@ -176,6 +181,7 @@ def _direct_mainloop(
     w_ptrs = w_ptr + cols[None, :] * stride_wn + (k_lo + offs_k)[:, None] * stride_wk
     s_ptrs = s_ptr + (cols // QBLOCK) * stride_sn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    scale = _column_scales(s_ptrs, col_ok, k_lo, k_hi, stride_sk, QBLOCK)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         for j in tl.static_range(BLOCK_K // SUB_K):
             k_sub = k0 + j * SUB_K
@@ -184,8 +190,7 @@ def _direct_mainloop(
                         other=0.0)  # fmt: skip
             w8 = tl.load(w_ptrs + j * SUB_K * stride_wk, mask=k_ok[:, None] & col_ok[None, :],
                          other=0.0)  # fmt: skip
-            scale = tl.load(s_ptrs + (k_sub // QBLOCK) * stride_sk, mask=col_ok & (k_sub < K),
-                            other=0.0)  # past K: no scale block there to read  # fmt: skip
+            next_scale = _column_scales(s_ptrs, col_ok, k_sub + SUB_K, k_hi, stride_sk, QBLOCK)
             if BITS:
                 w = e4m3_as_bf16(w8)
                 scale *= E4M3_BITS_SCALE
@@ -195,9 +200,17 @@ def _direct_mainloop(
                 x = x.to(tl.float32)
                 w = w.to(tl.float32)
             acc += tl.dot(x, w, input_precision=PRECISION) * scale[None, :]
+            scale = next_scale
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
     return acc
+
+
+@triton.jit
+def _column_scales(s_ptrs, col_ok, k, k_hi, stride_sk, QBLOCK: tl.constexpr):
+    """The weight scales of columns `s_ptrs` for the sub-tile from k; zeros from k_hi on (past
+    this program's K range there is nothing to scale, and past K no block to read)."""
+    return tl.load(s_ptrs + (k // QBLOCK) * stride_sk, mask=col_ok & (k < k_hi), other=0.0)
 
 
 @triton.jit
