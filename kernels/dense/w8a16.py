@@ -19,7 +19,7 @@ become bf16 by bit manipulation (`kernels.dequant`), with 2**120 folded into the
 H200 that took a layer at M=1-16 from 0.072-0.080 ms to 0.059-0.064, 1.21-1.23x cuBLAS bf16
 (raw/bench-dense-*T043838).
 
-Three ways past this decode kernel did not pay on the H200 (one run each):
+Four ways past this decode kernel did not pay on the H200 (one run each):
 - More programs an SM: split plans for 3 and 4 made a layer 6-10% slower at M=1-16 (commit
   1a4167c).
 - A CUDA-core kernel for up to 8 rows (fp32 FMAs a token row, x read in the weight tile's
@@ -30,6 +30,11 @@ Three ways past this decode kernel did not pay on the H200 (one run each):
   warps, up to 8 stages), so that no GEMM pays the partial sums' round trips: a layer took
   0.072-0.111 ms at M=1 against 0.058 for the defaults, and every projection but
   shared_down lost (raw/logs/h200-w8a16-decode-narrow-unsplit-*.csv, commit 4d9005c).
+- Each sub-tile's weight scales loaded one sub-tile ahead, as the MoE decode tiles do: compiled
+  for sm_90 the scale load (an `ld.global`, not one of the pipelined copies) is waited for right
+  after the step's MMAs, but the layer took 59.2 against 59.8 us at M=1, the same at 4 and 6,
+  and 2% longer at 16 and 24; five stages in place of four were slower at every size
+  (raw/logs/h200-dense-w8a16-scales-ahead-ab-*.csv, commit daf3b80).
 Timed alone, every projection's best tile setting summed to 2 to 3% under these defaults at M=1
 and 6 (raw/logs/h200-w8a16-decode-per-projection-*.csv). Each GEMM there took 7-8 us more
 than its bytes at the copy bandwidth (launch, ramp, tail, split-K arrival); cuBLAS bf16 paid
@@ -168,12 +173,7 @@ def _direct_mainloop(
     BLOCK_K: tl.constexpr, SUB_K: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr,
     UPCAST: tl.constexpr, EVEN_K: tl.constexpr,
 ):  # fmt: skip
-    """The (BLOCK_M, BLOCK_N) tile of y = x @ W.T, each sub-tile's product scaled in fp32.
-
-    Each sub-tile's column scales are loaded one sub-tile ahead, as the MoE decode tiles do
-    (`kernels.moe.tiles.SCALES_AHEAD_ROWS`): loaded in the step, compiled for sm_90, the load
-    (`ld.global`, not one of the pipelined copies) was waited for right after the step's 16
-    MMAs, an L2 round trip a step that a decode program's few steps cannot hide."""
+    """The (BLOCK_M, BLOCK_N) tile of y = x @ W.T, each sub-tile's product scaled in fp32."""
     BITS: tl.constexpr = x_ptr.dtype.element_ty == tl.bfloat16 and not UPCAST
     row_ok, col_ok = rows < M, cols < N
     offs_k = tl.arange(0, SUB_K)
@@ -181,7 +181,6 @@ def _direct_mainloop(
     w_ptrs = w_ptr + cols[None, :] * stride_wn + (k_lo + offs_k)[:, None] * stride_wk
     s_ptrs = s_ptr + (cols // QBLOCK) * stride_sn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    scale = _column_scales(s_ptrs, col_ok, k_lo, k_hi, stride_sk, QBLOCK)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         for j in tl.static_range(BLOCK_K // SUB_K):
             k_sub = k0 + j * SUB_K
@@ -190,7 +189,8 @@ def _direct_mainloop(
                         other=0.0)  # fmt: skip
             w8 = tl.load(w_ptrs + j * SUB_K * stride_wk, mask=k_ok[:, None] & col_ok[None, :],
                          other=0.0)  # fmt: skip
-            next_scale = _column_scales(s_ptrs, col_ok, k_sub + SUB_K, k_hi, stride_sk, QBLOCK)
+            scale = tl.load(s_ptrs + (k_sub // QBLOCK) * stride_sk, mask=col_ok & (k_sub < K),
+                            other=0.0)  # past K: no scale block there to read  # fmt: skip
             if BITS:
                 w = e4m3_as_bf16(w8)
                 scale *= E4M3_BITS_SCALE
@@ -200,17 +200,9 @@ def _direct_mainloop(
                 x = x.to(tl.float32)
                 w = w.to(tl.float32)
             acc += tl.dot(x, w, input_precision=PRECISION) * scale[None, :]
-            scale = next_scale
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
     return acc
-
-
-@triton.jit
-def _column_scales(s_ptrs, col_ok, k, k_hi, stride_sk, QBLOCK: tl.constexpr):
-    """The weight scales of columns `s_ptrs` for the sub-tile from k; zeros from k_hi on (past
-    this program's K range there is nothing to scale, and past K no block to read)."""
-    return tl.load(s_ptrs + (k // QBLOCK) * stride_sk, mask=col_ok & (k < k_hi), other=0.0)
 
 
 @triton.jit
