@@ -70,8 +70,10 @@ warps resident at M=128 where 25% fit) was not it either: splitting their K 2 to
 layer 8-23% slower at M=64 and 128 (raw/logs/h200-tune-dense-middle-splits-*.csv).
 """
 
+import weakref
 from collections.abc import Sequence
 
+import torch
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -171,14 +173,18 @@ def _direct_mainloop(
     x_ptr, w_ptr, s_ptr, rows, cols, M, N, K, k_lo, k_hi, stride_xm, stride_xk, stride_wn,
     stride_wk, stride_sn, stride_sk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, SUB_K: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr, EVEN_K: tl.constexpr,
+    UPCAST: tl.constexpr, EVEN_K: tl.constexpr, TILED: tl.constexpr,
 ):  # fmt: skip
-    """The (BLOCK_M, BLOCK_N) tile of y = x @ W.T, each sub-tile's product scaled in fp32."""
+    """The (BLOCK_M, BLOCK_N) tile of y = x @ W.T, each sub-tile's product scaled in fp32.
+
+    TILED: w_ptr points at this program's first weight tile in the layout of `tiled_values`
+    (minus k_lo), whose K tiles follow one another, each BLOCK_N rows of BLOCK_K values."""
     BITS: tl.constexpr = x_ptr.dtype.element_ty == tl.bfloat16 and not UPCAST
     row_ok, col_ok = rows < M, cols < N
     offs_k = tl.arange(0, SUB_K)
     x_ptrs = x_ptr + rows[:, None] * stride_xm + (k_lo + offs_k)[None, :] * stride_xk
-    w_ptrs = w_ptr + cols[None, :] * stride_wn + (k_lo + offs_k)[:, None] * stride_wk
+    w_rows = cols % BLOCK_N if TILED else cols
+    w_ptrs = w_ptr + w_rows[None, :] * stride_wn + (k_lo + offs_k)[:, None] * stride_wk
     s_ptrs = s_ptr + (cols // QBLOCK) * stride_sn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
@@ -201,7 +207,7 @@ def _direct_mainloop(
                 w = w.to(tl.float32)
             acc += tl.dot(x, w, input_precision=PRECISION) * scale[None, :]
         x_ptrs += BLOCK_K * stride_xk
-        w_ptrs += BLOCK_K * stride_wk
+        w_ptrs += BLOCK_N * BLOCK_K if TILED else BLOCK_K * stride_wk
     return acc
 
 
@@ -213,7 +219,7 @@ def _w8a16_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SUB_K: tl.constexpr,
     QBLOCK: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     GROUP: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
-    PREFETCH: tl.constexpr,
+    PREFETCH: tl.constexpr, TILED: tl.constexpr,
 ):  # fmt: skip
     # Grid axis 2 is the projection of a group (kernels.dense.grouped): its input columns,
     # weight, scales, output columns, partial sums and arrival counters.
@@ -229,6 +235,9 @@ def _w8a16_kernel(
     cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     k_lo = tl.program_id(1) * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
+    if TILED:  # this program's first weight tile (`tiled_values`), less the k_lo added below
+        first_tile = pid_n.to(tl.int64) * tl.cdiv(K, BLOCK_K) + k_lo // BLOCK_K
+        w_ptr += first_tile * (BLOCK_N * BLOCK_K) - k_lo
     if PDL:  # the first K tiles of this program's weights into L2 while the grid before runs
         if PREFETCH:
             nbytes = tl.minimum(k_hi - k_lo, PREFETCH_BYTES)  # one byte a value
@@ -244,7 +253,7 @@ def _w8a16_kernel(
         acc = _direct_mainloop(
             x_ptr, w_ptr, s_ptr, rows, cols, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
             stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N, BLOCK_K, SUB_K,
-            QBLOCK, PRECISION, UPCAST, EVEN_K,
+            QBLOCK, PRECISION, UPCAST, EVEN_K, TILED,
         )  # fmt: skip
     if PDL:  # the next grid may launch and prefetch while this one stores
         gdc_launch_dependents()
@@ -309,17 +318,43 @@ def _launch(
     precision, upcast = dot_options(x.dtype)
     grid = (tiles_mn, splits, groups)
     pdl = tiles.launch_pdl(x.device)
-    values = weights.values
-    prefetch = pdl and prefetchable(values.data_ptr(), values.stride(0), group_strides[0])
+    values, value_strides = weights.values, weights.values.stride()
+    tiled = not tiles.swap_ab and n % tiles.block_n == 0 and k % tiles.block_k == 0
+    if tiled:
+        values = tiled_values(values, groups * n, tiles.block_n, tiles.block_k)
+        value_strides = (tiles.block_k, 1)
+    aligned = prefetchable(values.data_ptr(), values.stride(0), group_strides[0])
+    prefetch = pdl and not tiled and aligned
     with recording():
         launch(
-            _w8a16_kernel, grid, x, weights.values, weights.scales, y, part, locks, m, n, k,
-            k_per_split, x.stride(0), x.stride(2), *weights.values.stride(),
+            _w8a16_kernel, grid, x, values, weights.scales, y, part, locks, m, n, k,
+            k_per_split, x.stride(0), x.stride(2), *value_strides,
             *weights.scales.stride(), y.stride(0), part.stride(0), x.stride(1), *group_strides,
             BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
             SUB_K=tiles.sub_k(weights.block), QBLOCK=weights.block, SPLIT=splits > 1,
             PRECISION=precision, UPCAST=upcast, GROUP=GROUP_M, SWAP=tiles.swap_ab,
-            EVEN_K=k % tiles.block_k == 0, PDL=pdl, PREFETCH=prefetch,
+            EVEN_K=k % tiles.block_k == 0, PDL=pdl, PREFETCH=prefetch, TILED=tiled,
             num_warps=tiles.num_warps, num_stages=tiles.num_stages, launch_pdl=pdl,
         )  # fmt: skip
     return y
+
+
+_tiled: dict[tuple[int, int, int, int], Tensor] = {}
+
+
+def tiled_values(values: Tensor, rows: int, block_n: int, block_k: int) -> Tensor:
+    """The first `rows` rows of FP8 `values` (at its stride) as (rows / block_n, K / block_k,
+    block_n, block_k), contiguous: each tile a program reads in a K step lies in one piece.
+    Made once for each (values, rows, tiles) and dropped when `values` is freed."""
+    key = (id(values), rows, block_n, block_k)
+    if key not in _tiled:
+        if values.is_cuda and torch.cuda.is_current_stream_capturing():
+            raise ValueError("the W8A16 kernel's first call on a weight makes its tiled copy, "
+                             "which a CUDA graph capture cannot hold; call it once before "
+                             "capturing, as a warm-up does.")  # fmt: skip
+        k = values.shape[1]
+        view = values.as_strided((rows, k), values.stride())
+        tiles = view.reshape(rows // block_n, block_n, k // block_k, block_k).permute(0, 2, 1, 3)
+        _tiled[key] = tiles.contiguous()
+        weakref.finalize(values, _tiled.pop, key, None)
+    return _tiled[key]
