@@ -19,7 +19,7 @@ become bf16 by bit manipulation (`kernels.dequant`), with 2**120 folded into the
 H200 that took a layer at M=1-16 from 0.072-0.080 ms to 0.059-0.064, 1.21-1.23x cuBLAS bf16
 (raw/bench-dense-*T043838).
 
-Four ways past this decode kernel did not pay on the H200 (one run each):
+Five ways past this decode kernel did not pay on the H200:
 - More programs an SM: split plans for 3 and 4 made a layer 6-10% slower at M=1-16 (commit
   1a4167c).
 - A CUDA-core kernel for up to 8 rows (fp32 FMAs a token row, x read in the weight tile's
@@ -35,6 +35,10 @@ Four ways past this decode kernel did not pay on the H200 (one run each):
   after the step's MMAs, but the layer took 59.2 against 59.8 us at M=1, the same at 4 and 6,
   and 2% longer at 16 and 24; five stages in place of four were slower at every size
   (raw/logs/h200-dense-w8a16-scales-ahead-ab-*.csv, commit daf3b80).
+- The weights in a tiled copy, each program's 64 x 128 K-step tile in one 8 KB piece (DRAM
+  pages read whole, as a plain read kernel reads them): the layer took 1-3.5% longer up to 16
+  rows and the same at 24-32 (raw/logs/h200-dense-w8a16-tiled-weights-ab-*.csv, commit
+  33cba16), so page locality is not what holds these GEMMs back.
 Timed alone, every projection's best tile setting summed to 2 to 3% under these defaults at M=1
 and 6 (raw/logs/h200-w8a16-decode-per-projection-*.csv). Each GEMM there took 7-8 us more
 than its bytes at the copy bandwidth (launch, ramp, tail, split-K arrival); cuBLAS bf16 paid
@@ -70,10 +74,8 @@ warps resident at M=128 where 25% fit) was not it either: splitting their K 2 to
 layer 8-23% slower at M=64 and 128 (raw/logs/h200-tune-dense-middle-splits-*.csv).
 """
 
-import weakref
 from collections.abc import Sequence
 
-import torch
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -173,18 +175,14 @@ def _direct_mainloop(
     x_ptr, w_ptr, s_ptr, rows, cols, M, N, K, k_lo, k_hi, stride_xm, stride_xk, stride_wn,
     stride_wk, stride_sn, stride_sk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, SUB_K: tl.constexpr, QBLOCK: tl.constexpr, PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr, EVEN_K: tl.constexpr, TILED: tl.constexpr,
+    UPCAST: tl.constexpr, EVEN_K: tl.constexpr,
 ):  # fmt: skip
-    """The (BLOCK_M, BLOCK_N) tile of y = x @ W.T, each sub-tile's product scaled in fp32.
-
-    TILED: w_ptr points at this program's first weight tile in the layout of `tiled_values`
-    (minus k_lo), whose K tiles follow one another, each BLOCK_N rows of BLOCK_K values."""
+    """The (BLOCK_M, BLOCK_N) tile of y = x @ W.T, each sub-tile's product scaled in fp32."""
     BITS: tl.constexpr = x_ptr.dtype.element_ty == tl.bfloat16 and not UPCAST
     row_ok, col_ok = rows < M, cols < N
     offs_k = tl.arange(0, SUB_K)
     x_ptrs = x_ptr + rows[:, None] * stride_xm + (k_lo + offs_k)[None, :] * stride_xk
-    w_rows = cols % BLOCK_N if TILED else cols
-    w_ptrs = w_ptr + w_rows[None, :] * stride_wn + (k_lo + offs_k)[:, None] * stride_wk
+    w_ptrs = w_ptr + cols[None, :] * stride_wn + (k_lo + offs_k)[:, None] * stride_wk
     s_ptrs = s_ptr + (cols // QBLOCK) * stride_sn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
@@ -207,7 +205,7 @@ def _direct_mainloop(
                 w = w.to(tl.float32)
             acc += tl.dot(x, w, input_precision=PRECISION) * scale[None, :]
         x_ptrs += BLOCK_K * stride_xk
-        w_ptrs += BLOCK_N * BLOCK_K if TILED else BLOCK_K * stride_wk
+        w_ptrs += BLOCK_K * stride_wk
     return acc
 
 
@@ -219,7 +217,7 @@ def _w8a16_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SUB_K: tl.constexpr,
     QBLOCK: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     GROUP: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
-    PREFETCH: tl.constexpr, TILED: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):  # fmt: skip
     # Grid axis 2 is the projection of a group (kernels.dense.grouped): its input columns,
     # weight, scales, output columns, partial sums and arrival counters.
@@ -235,9 +233,6 @@ def _w8a16_kernel(
     cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     k_lo = tl.program_id(1) * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
-    if TILED:  # this program's first weight tile (`tiled_values`), less the k_lo added below
-        first_tile = pid_n.to(tl.int64) * tl.cdiv(K, BLOCK_K) + k_lo // BLOCK_K
-        w_ptr += first_tile * (BLOCK_N * BLOCK_K) - k_lo
     if PDL:  # the first K tiles of this program's weights into L2 while the grid before runs
         if PREFETCH:
             nbytes = tl.minimum(k_hi - k_lo, PREFETCH_BYTES)  # one byte a value
@@ -253,7 +248,7 @@ def _w8a16_kernel(
         acc = _direct_mainloop(
             x_ptr, w_ptr, s_ptr, rows, cols, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
             stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N, BLOCK_K, SUB_K,
-            QBLOCK, PRECISION, UPCAST, EVEN_K, TILED,
+            QBLOCK, PRECISION, UPCAST, EVEN_K,
         )  # fmt: skip
     if PDL:  # the next grid may launch and prefetch while this one stores
         gdc_launch_dependents()
@@ -318,43 +313,17 @@ def _launch(
     precision, upcast = dot_options(x.dtype)
     grid = (tiles_mn, splits, groups)
     pdl = tiles.launch_pdl(x.device)
-    values, value_strides = weights.values, weights.values.stride()
-    tiled = not tiles.swap_ab and n % tiles.block_n == 0 and k % tiles.block_k == 0
-    if tiled:
-        values = tiled_values(values, groups * n, tiles.block_n, tiles.block_k)
-        value_strides = (tiles.block_k, 1)
-    aligned = prefetchable(values.data_ptr(), values.stride(0), group_strides[0])
-    prefetch = pdl and not tiled and aligned
+    values = weights.values
+    prefetch = pdl and prefetchable(values.data_ptr(), values.stride(0), group_strides[0])
     with recording():
         launch(
-            _w8a16_kernel, grid, x, values, weights.scales, y, part, locks, m, n, k,
-            k_per_split, x.stride(0), x.stride(2), *value_strides,
+            _w8a16_kernel, grid, x, weights.values, weights.scales, y, part, locks, m, n, k,
+            k_per_split, x.stride(0), x.stride(2), *weights.values.stride(),
             *weights.scales.stride(), y.stride(0), part.stride(0), x.stride(1), *group_strides,
             BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
             SUB_K=tiles.sub_k(weights.block), QBLOCK=weights.block, SPLIT=splits > 1,
             PRECISION=precision, UPCAST=upcast, GROUP=GROUP_M, SWAP=tiles.swap_ab,
-            EVEN_K=k % tiles.block_k == 0, PDL=pdl, PREFETCH=prefetch, TILED=tiled,
+            EVEN_K=k % tiles.block_k == 0, PDL=pdl, PREFETCH=prefetch,
             num_warps=tiles.num_warps, num_stages=tiles.num_stages, launch_pdl=pdl,
         )  # fmt: skip
     return y
-
-
-_tiled: dict[tuple[int, int, int, int], Tensor] = {}
-
-
-def tiled_values(values: Tensor, rows: int, block_n: int, block_k: int) -> Tensor:
-    """The first `rows` rows of FP8 `values` (at its stride) as (rows / block_n, K / block_k,
-    block_n, block_k), contiguous: each tile a program reads in a K step lies in one piece.
-    Made once for each (values, rows, tiles) and dropped when `values` is freed."""
-    key = (id(values), rows, block_n, block_k)
-    if key not in _tiled:
-        if values.is_cuda and torch.cuda.is_current_stream_capturing():
-            raise ValueError("the W8A16 kernel's first call on a weight makes its tiled copy, "
-                             "which a CUDA graph capture cannot hold; call it once before "
-                             "capturing, as a warm-up does.")  # fmt: skip
-        k = values.shape[1]
-        view = values.as_strided((rows, k), values.stride())
-        tiles = view.reshape(rows // block_n, block_n, k // block_k, block_k).permute(0, 2, 1, 3)
-        _tiled[key] = tiles.contiguous()
-        weakref.finalize(values, _tiled.pop, key, None)
-    return _tiled[key]
