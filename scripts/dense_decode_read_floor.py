@@ -28,6 +28,7 @@ import pandas as pd
 import torch
 import triton
 import triton.language as tl
+from dense_w8a16_gemm_times import run_all  # scripts/ is first on the path of a script
 
 import kernels.dense as dense
 from workbench.capture.bench_rows import time_call
@@ -72,11 +73,6 @@ def fastest_read(nbytes: int, device: torch.device) -> tuple[Callable[[], None],
         if best is None or ms < best[2]:
             best = (call, f"{chunk * 4 // 1024}KBx{warps}w", ms)
     return best
-
-
-def run_all(calls: list[Callable]) -> None:
-    for call in calls:
-        call()
 
 
 def traced_kernels(calls: list[Callable], device: torch.device) -> list[tuple[float, float]]:
@@ -144,13 +140,10 @@ def main() -> None:
                    "kernel_us": sum(d for d, _ in traced), "gap_us": sum(g for _, g in traced),
                    "per_kernel_us": " ".join(f"{d:.1f}" for d, _ in traced),
                    "gaps_us": " ".join(f"{g:.1f}" for _, g in traced)}  # fmt: skip
-            print(row, flush=True)
             rows.append(row)
     table = pd.DataFrame(rows)
     table.to_csv(args.out, index=False)
-    pd.set_option("display.width", 250)
-    pd.set_option("display.max_columns", 30)
-    print(table.round(4).to_string(index=False))
+    print(table.round(4).to_string(index=False, line_width=250))
 
 
 if __name__ == "__main__":
