@@ -77,7 +77,7 @@ def measure_moe(config: dict) -> dict:
     from workbench.capture.timing import time_launch
     from workbench.capture.worker_memory import moe_bytes, oom_row
     from workbench.presets import get_preset
-    from workbench.workloads.checks import passes, relative_error
+    from workbench.workloads.checks import moe_check_key, passes, relative_error
     from workbench.workloads.moe import expert_weights, moe_problem, reference
     from workbench.workloads.seeds import serving_dtype
 
@@ -94,7 +94,7 @@ def measure_moe(config: dict) -> dict:
     call = partial(VARIANTS[w["variant"]], *problem.args(), weights, **config["params"])
     error = relative_error(call(), reference(problem, weights))
     row = {"rel_error": error, **compile_facts([last_facts()])}
-    if not passes(error, "moe", w["fmt"]):
+    if not passes(error, "moe", moe_check_key(w["variant"], w["fmt"])):
         return row | {"status": "wrong"}
     timing = time_launch(call, dev, tokens, repeats=Repeats(**config["repeats"]))
     stats = dict(timing.stats)

@@ -15,12 +15,12 @@ from functools import partial
 
 import torch
 
-from kernels.moe import FORMATS, VARIANTS, W8A8_VARIANTS, moe_reference
+from kernels.moe import FORMATS, VARIANTS, moe_reference
 from workbench.analysis.ncu_files import DECODE_STEP
 from workbench.capture.ncu_args import DECODE_DEFAULTS, Mark, TargetArgs, Workload, range_name
 from workbench.errors import WorkbenchError
 from workbench.presets import get_preset
-from workbench.workloads.checks import relative_error, tolerance
+from workbench.workloads.checks import moe_check_key, relative_error, tolerance
 from workbench.workloads.model import Plan, SyntheticModel
 from workbench.workloads.moe import expert_weights, moe_problem, reference
 from workbench.workloads.seeds import serving_dtype
@@ -99,7 +99,7 @@ def build_moe(args: TargetArgs) -> list[Workload]:
         raise WorkbenchError(f"unknown weight format fmt={fmt}; known: {', '.join(FORMATS)}")
     # the W8A8 variants quantise x and h too: checked against the bf16-activation reference
     # at W8A8's bound, as the bench checks them
-    scheme = "w8a8" if args.variant in W8A8_VARIANTS else fmt
+    scheme = moe_check_key(args.variant, fmt)
     params = _keyword_params(fn, options, f"moe variant '{args.variant}'")
     device = device_for(args.device)
     dtype = serving_dtype(device)
