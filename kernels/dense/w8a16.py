@@ -33,10 +33,10 @@ Five ways past this decode kernel did not pay on the H200:
 - Each sub-tile's weight scales loaded one sub-tile ahead, as the MoE decode tiles do: compiled
   for sm_90 the scale load (an `ld.global`, not one of the pipelined copies) is waited for right
   after the step's MMAs, but the layer took 59.2 against 59.8 us at M=1, the same at 4 and 6,
-  and 2% longer at 16 and 24; five stages in place of four were slower at every size
+  and 2% longer at 16 and 24; five stages in place of four were slower at 1 to 24 rows
   (raw/logs/h200-dense-w8a16-scales-ahead-ab-*.csv, commit daf3b80).
 - The weights in a tiled copy, each program's 64 x 128 K-step tile in one 8 KB piece (DRAM
-  pages read whole, as a plain read kernel reads them): the layer took 1-3.5% longer up to 16
+  pages read whole, as a plain read kernel reads them): the layer took 1.6-3.8% longer up to 16
   rows and the same at 24-32 (raw/logs/h200-dense-w8a16-tiled-weights-ab-*.csv, commit
   33cba16), so page locality is not what holds these GEMMs back.
 Timed alone, every projection's best tile setting summed to 2 to 3% under these defaults at M=1
