@@ -37,7 +37,7 @@ from workbench.capture.bench_rows import (
 )
 from workbench.peers import PEER_BLOCK, get_peers, peer_names
 from workbench.presets import RankShapes
-from workbench.workloads.checks import relative_error, tolerance
+from workbench.workloads.checks import moe_check_key, relative_error, tolerance
 from workbench.workloads.moe import (
     MoeProblem,
     expert_masters,
@@ -263,7 +263,7 @@ def bench_moe(
                     expected = references[id(weights[fmt])] = reference(problem, weights[fmt])
                     for variant in [v for f, v in pairs if f == fmt]:
                         call = partial(VARIANTS[variant], *args, weights[fmt])
-                        scheme = "w8a8" if variant in W8A8_VARIANTS else None
+                        scheme = moe_check_key(variant, fmt)
                         rows.append(measure("moe", variant, fmt, call, expected, problem, s,
                                             ceilings, dev, scheme))  # fmt: skip
                         print_row(bar, rows[-1], REPORT_KEYS)
