@@ -32,6 +32,7 @@ GROUP_M = 8  # row tiles per group in the program order (L2 reuse of weight tile
 LOCKS = 4096  # arrival counters kept per device; split GEMMs have fewer tiles than 2 per SM
 PARTIALS_IN_FLIGHT = tl.constexpr(4)  # partial tiles the summing program loads at once
 REDUCE_BYTES = 512 * 1024  # most fp32 partial sums the last split of a tile adds (default plan)
+MAX_ROUNDS = 4  # programs an SM a split plan stacks at most: the decode tiles' shared memory
 # fp32 sums kept per device at least (8 MB): K is split only where a GEMM has at most half as
 # many tiles as SMs, so on the H200 (132) a split GEMM's sums are at most 66 tiles of 128 x 128
 SUMS = 1 << 21
@@ -110,22 +111,46 @@ class TilesByM:
 
 
 def split_plan(tiles: GemmTiles, m: int, n: int, k: int, device: torch.device) -> tuple[int, int]:
-    """(splits, K elements per split): whole K tiles per split, no split left empty.
-
-    Without an explicit split_k, small-M GEMMs split K until there are about two programs per
-    SM: a decode GEMM with N = 64 would otherwise stream its whole weight through one SM. The
-    last split of a tile adds all the partial tiles alone, so the plan keeps what it reads
-    under REDUCE_BYTES: on the H200, 128 x 128 tiles split 80 ways (narrow projections at M of
-    128 to 944) made layers 5 to 8 times slower than cuBLAS (raw/bench-dense-*T154120).
-    """
+    """(splits, K elements per split): whole K tiles per split, no split left empty; an explicit
+    split_k as given, else `balanced_splits`. The last split of a tile adds all the partial
+    tiles alone, so the plan keeps what it reads under REDUCE_BYTES: on the H200, 128 x 128
+    tiles split 80 ways (narrow projections at M of 128 to 944) made layers 5 to 8 times slower
+    than cuBLAS (raw/bench-dense-*T154120)."""
     k_tiles = triton.cdiv(k, tiles.block_k)
-    want = tiles.split_k
-    if want is None:
+    if tiles.split_k is None:
         programs = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
-        want = triton.cdiv(2 * planned_sms(device), programs)
-        want = min(want, max(1, REDUCE_BYTES // (4 * tiles.block_m * tiles.block_n)))
-    per_split = triton.cdiv(k_tiles, min(want, k_tiles))
-    return triton.cdiv(k_tiles, per_split), per_split * tiles.block_k
+        most = max(1, REDUCE_BYTES // (4 * tiles.block_m * tiles.block_n))
+        splits, per_split = balanced_splits(programs, k_tiles, planned_sms(device), most)
+    else:
+        per_split = triton.cdiv(k_tiles, min(tiles.split_k, k_tiles))
+        splits = triton.cdiv(k_tiles, per_split)
+    return splits, per_split * tiles.block_k
+
+
+def balanced_splits(tiles: int, k_steps: int, sms: int, most: int) -> tuple[int, int]:
+    """(splits, K steps a split) of `tiles` output tiles over K, at most `most` splits, that
+    give the busiest SM the fewest K steps: programs stack in rounds of one an SM, so that SM
+    runs rounds x steps. Ties go to fewer splits (fewer partial sums); a plan of one round is
+    taken only where no other is (one program an SM leaves its load latency bare), and none of
+    more than MAX_ROUNDS where a split was asked for (the programs past what an SM holds wait).
+
+    Why: a decode GEMM has few output tiles, so K is split until every SM has programs, and a
+    plan that leaves a third program on some SMs (o_a: 64 tiles x 5 splits = 320 programs,
+    seven steps each; 21 steps on 56 SMs) runs as long as its busiest SM, where four splits (256
+    programs, eight steps, 16 on the busiest) took the projection from 12.96 to 11.70 us at M=1
+    on the H200 (raw/logs/h200-w8a16-decode-per-projection-*.csv)."""
+    best: tuple[tuple[bool, int, int], int, int] | None = None
+    for want in range(1, min(k_steps, most) + 1):
+        per = triton.cdiv(k_steps, want)
+        splits = triton.cdiv(k_steps, per)
+        rounds = triton.cdiv(tiles * splits, sms)
+        if splits > 1 and rounds > MAX_ROUNDS:
+            continue
+        key = (rounds < 2, rounds * per, splits)
+        if best is None or key < best[0]:
+            best = (key, splits, per)
+    assert best is not None  # one split is always a plan
+    return best[1], best[2]
 
 
 def outputs(
