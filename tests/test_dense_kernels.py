@@ -169,6 +169,23 @@ def test_the_default_split_plan_fills_the_gpu_but_bounds_the_reduction(monkeypat
                             torch.device("cpu")) == (20, 256)  # fmt: skip
 
 
+def test_balanced_splits_spare_the_busiest_sm():
+    from kernels.dense.tiles import MAX_ROUNDS, balanced_splits
+
+    # o_a's 64 tiles (32 K steps) on 132 SMs: 5 splits stack a third program of 7 steps on 56
+    # SMs (21 steps), 4 splits two of 8 (16), 8 splits four of 4 (16, but more partial sums)
+    assert balanced_splits(64, 32, 132, 128) == (4, 8)
+    # qkv_a's 31 tiles: 4 splits would be one round (one program an SM), 8 are two of 5 steps
+    assert balanced_splits(31, 40, 132, 128) == (8, 5)
+    # q_up's 384 tiles already fill three rounds: no split
+    assert balanced_splits(384, 10, 132, 128) == (1, 10)
+    # one tile: every plan is one round, so the shortest splits
+    assert balanced_splits(1, 40, 132, 128) == (40, 1)
+    # `most` bounds the splits; beyond MAX_ROUNDS only the unsplit plan is left
+    assert balanced_splits(1, 40, 132, 8) == (8, 5)
+    assert balanced_splits(MAX_ROUNDS * 132 + 1, 10, 132, 128) == (1, 10)
+
+
 @pytest.mark.parametrize("swap_ab", [False, True])
 def test_sub_tiles_past_k_read_no_scale(swap_ab, device):
     # K=72 in a 128-wide K tile: sub-tiles at 96 lie past K, in no scale block. Scales held as a

@@ -13,8 +13,13 @@ Two orientations, chosen by the tiles' `swap_ab`:
   took 0.132 ms this way and 0.158 ms swapped at its best tiles (two runs, not one:
   raw/bench-dense-*T154120 and raw/logs/h200-tune-dense.csv; tune_dense.py now times both),
   and with the bit conversion 0.080 against 0.091 at M=32 and 0.111 against 0.134 at M=64.
-Each K tile is cut into sub-tiles of one scale block; decode sizes split K until about two
-programs sit on every SM (see `tiles.split_plan`). Up to 32 token rows a tile, the weights
+Each K tile is cut into sub-tiles of one scale block; decode sizes split K so that the
+busiest SM runs the fewest K steps (`tiles.balanced_splits`: o_a in four splits, not five,
+shared_gate_up in seven, not eight, shared_down in three); on the H200 that took a layer from
+0.0596-0.0631 to 0.0585-0.0613 ms at M=1-16 and 0.0750-0.0770 to 0.0732-0.0737 at 24-32 in
+one A/B run (raw/logs/h200-dense-w8a16-balanced-splits-ab-*.csv), and the bench after has the
+layer at 1.27x cuBLAS bf16 at 1 row and 1.30-1.31x at 4-16 (raw/bench-dense-*T192855). Up to
+32 token rows a tile, the weights
 become bf16 by bit manipulation (`kernels.dequant`), with 2**120 folded into the scale: on the
 H200 that took a layer at M=1-16 from 0.072-0.080 ms to 0.059-0.064, 1.21-1.23x cuBLAS bf16
 (raw/bench-dense-*T043838).
