@@ -29,7 +29,7 @@ from kernels.zeroed import kept_zeros
 
 WARPS = (1, 2, 4, 8, 16)
 GROUP_M = 8  # row tiles per group in the program order (L2 reuse of weight tiles at large M)
-LOCKS = 4096  # arrival counters kept per device; split GEMMs have fewer tiles than 2 per SM
+LOCKS = 4096  # arrival counters kept per device; a split GEMM has at most 2 tiles an SM
 PARTIALS_IN_FLIGHT = tl.constexpr(4)  # partial tiles the summing program loads at once
 REDUCE_BYTES = 512 * 1024  # most fp32 partial sums the last split of a tile adds (default plan)
 MAX_ROUNDS = 4  # programs an SM a split plan stacks at most: the decode tiles' shared memory
@@ -131,8 +131,8 @@ def balanced_splits(tiles: int, k_steps: int, sms: int, most: int) -> tuple[int,
     """(splits, K steps a split) of `tiles` output tiles over K, at most `most` splits, that
     give the busiest SM the fewest K steps: programs stack in rounds of one an SM, so that SM
     runs rounds x steps. Ties go to fewer splits (fewer partial sums); a plan of one round is
-    taken only where no other is (one program an SM leaves its load latency bare), and none of
-    more than MAX_ROUNDS where a split was asked for (the programs past what an SM holds wait).
+    taken only where no other is (one program an SM leaves its load latency bare), and no split
+    plan of more than MAX_ROUNDS rounds (the programs past what an SM holds would wait).
 
     Why: a decode GEMM has few output tiles, so K is split until every SM has programs, and a
     plan that leaves a third program on some SMs (o_a: 64 tiles x 5 splits = 320 programs,

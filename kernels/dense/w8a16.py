@@ -15,7 +15,7 @@ Two orientations, chosen by the tiles' `swap_ab`:
   and with the bit conversion 0.080 against 0.091 at M=32 and 0.111 against 0.134 at M=64.
 Each K tile is cut into sub-tiles of one scale block; decode sizes split K so that the
 busiest SM runs the fewest K steps (`tiles.balanced_splits`: o_a in four splits, not five,
-shared_gate_up in seven, not eight, shared_down in three); on the H200 that took a layer from
+shared_gate_up in seven, not eight); on the H200 that took a layer from
 0.0596-0.0631 to 0.0585-0.0613 ms at M=1-16 and 0.0750-0.0770 to 0.0732-0.0737 at 24-32 in
 one A/B run (raw/logs/h200-dense-w8a16-balanced-splits-ab-*.csv), and the bench after has the
 layer at 1.27x cuBLAS bf16 at 1 row and 1.30-1.31x at 4-16 (raw/bench-dense-*T192855). Up to
