@@ -81,6 +81,23 @@ def run_all(calls: list[Callable]) -> None:
         call()
 
 
+def gpu_layer() -> tuple[torch.device, Layer]:
+    """The GPU and one copy of a `dsv4-flash-tp2` layer's dense weights on it (bf16 and FP8)."""
+    device = torch.device("cuda")
+    return device, Layer(get_preset("dsv4-flash-tp2").rank_shapes(), 1, 128, torch.bfloat16,
+                         device, 0)  # fmt: skip
+
+
+def saved_table(rows: list[dict], out: str) -> pd.DataFrame:
+    """`rows` as a table, written to `out` (CSV), pandas set to print it whole."""
+    table = pd.DataFrame(rows)
+    table.to_csv(out, index=False)
+    pd.set_option("display.width", 250)
+    pd.set_option("display.max_columns", 30)
+    pd.set_option("display.max_rows", 500)
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
@@ -89,8 +106,7 @@ def main() -> None:
                         help="Gluon settings to time beside bf16 and triton (default: all; "
                         "the flag alone: none)")  # fmt: skip
     args = parser.parse_args()
-    device = torch.device("cuda")
-    layer = Layer(get_preset("dsv4-flash-tp2").rank_shapes(), 1, 128, torch.bfloat16, device, 0)
+    device, layer = gpu_layer()
     rows = []
     for m in args.m:
         xs = activations(m, layer.input_widths, 0, device, torch.bfloat16)
@@ -112,10 +128,7 @@ def main() -> None:
                 row["ms"] = time_call(partial(run_all, calls), device, m, graph=True)[0]
                 print(row, flush=True)
                 rows.append(row)
-    table = pd.DataFrame(rows)
-    table.to_csv(args.out, index=False)
-    pd.set_option("display.width", 250)
-    pd.set_option("display.max_columns", 30)
+    table = saved_table(rows, args.out)
     print(table.pivot_table(index=["m", "proj"], columns="setting", values="ms").round(4))
 
 

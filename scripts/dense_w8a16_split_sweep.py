@@ -17,7 +17,6 @@ import argparse
 from collections.abc import Callable
 from functools import partial
 
-import pandas as pd
 import torch
 import triton
 
@@ -26,9 +25,8 @@ from kernels.dense.w8a16 import WGMMA_MIN_M, default_tiles
 from kernels.dense.w8a16_wgmma import BLOCK_K as WGMMA_BLOCK_K
 from kernels.dense.w8a16_wgmma import linear_w8a16_wgmma, linear_w8a16_wgmma_group
 from workbench.capture.bench_rows import time_call
-from workbench.presets import get_preset
 from workbench.workloads.checks import relative_error
-from workbench.workloads.dense import Layer, Projection, activations
+from workbench.workloads.dense import Projection, activations
 
 SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16)
 ROUNDS = 3  # default and best layers, alternated
@@ -63,14 +61,13 @@ def call_of(p: Projection, x: torch.Tensor, members: list, m: int, split_k: int 
 
 
 def main() -> None:
-    from dense_w8a16_gemm_times import references, run_all  # scripts/ is on sys.path
+    from dense_w8a16_gemm_times import gpu_layer, references, run_all, saved_table  # scripts/
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
     parser.add_argument("m", type=int, nargs="*", default=[1, 6, 16, 64, 128, 256])
     args = parser.parse_args()
-    device = torch.device("cuda")
-    layer = Layer(get_preset("dsv4-flash-tp2").rank_shapes(), 1, 128, torch.bfloat16, device, 0)
+    device, layer = gpu_layer()
     rows = []
     for m in args.m:
         xs = activations(m, layer.input_widths, 0, device, torch.bfloat16)
@@ -104,11 +101,7 @@ def main() -> None:
                 row = {"m": m, "proj": name, "round": round_, "ms": ms}
                 print(row, flush=True)
                 rows.append(row)
-    table = pd.DataFrame(rows)
-    table.to_csv(args.out, index=False)
-    pd.set_option("display.width", 250)
-    pd.set_option("display.max_columns", 30)
-    pd.set_option("display.max_rows", 500)
+    table = saved_table(rows, args.out)
     print(table.pivot_table(index=["m", "proj"], columns="split_k", values="ms",
                             aggfunc="first").round(4))  # fmt: skip
     layers = table[table.proj.str.startswith("layer")]
