@@ -24,16 +24,14 @@ from collections.abc import Callable
 from functools import partial
 from statistics import median
 
-import pandas as pd
 import torch
 import triton
 import triton.language as tl
-from dense_w8a16_gemm_times import run_all  # scripts/ is first on the path of a script
+from dense_w8a16_gemm_times import gpu_layer, run_all, saved_table  # scripts/: on the path
 
 import kernels.dense as dense
 from workbench.capture.bench_rows import time_call
-from workbench.presets import get_preset
-from workbench.workloads.dense import Layer, activations
+from workbench.workloads.dense import activations
 
 # (int32 elements a program reads, warps): 8 to 32 KB a program, every load issued at once
 READ_SETTINGS = [(2048, 4), (4096, 4), (8192, 4), (8192, 8)]
@@ -116,8 +114,7 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("m", type=int, nargs="*", default=[1, 4, 16])
     args = parser.parse_args()
-    device = torch.device("cuda")
-    layer = Layer(get_preset("dsv4-flash-tp2").rank_shapes(), 1, 128, torch.bfloat16, device, 0)
+    device, layer = gpu_layer()
     rows: list[dict] = []
     chains: dict[str, list[Callable]] = {}
     for fmt, element in (("fp8", 1), ("bf16", 2)):
@@ -145,9 +142,7 @@ def main() -> None:
                    "per_kernel_us": " ".join(f"{d:.1f}" for d, _ in traced),
                    "gaps_us": " ".join(f"{g:.1f}" for _, g in traced)}  # fmt: skip
             rows.append(row)
-    table = pd.DataFrame(rows)
-    table.to_csv(args.out, index=False)
-    print(table.round(4).to_string(index=False, line_width=250))
+    print(saved_table(rows, args.out).round(4).to_string(index=False, line_width=250))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from kernels.dense.w8a16_wgmma import BLOCK_K as WGMMA_BLOCK_K
 from kernels.dense.w8a16_wgmma import linear_w8a16_wgmma, linear_w8a16_wgmma_group
 from workbench.capture.bench_rows import time_call
 from workbench.workloads.checks import relative_error
-from workbench.workloads.dense import Projection, activations
+from workbench.workloads.dense import Layer, activations
 
 SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16)
 ROUNDS = 3  # default and best layers, alternated
@@ -53,11 +53,9 @@ def linears(m: int, split_k: int | None) -> tuple[Callable, Callable]:
             partial(dense.linear_w8a16_group, wgmma=False, split_k=split_k))  # fmt: skip
 
 
-def call_of(p: Projection, x: torch.Tensor, members: list, m: int, split_k: int | None) -> Callable:
-    linear, linear_group = linears(m, split_k)
-    if p.count == 1:
-        return partial(linear, x, members[0])
-    return partial(linear_group, x.view(m, p.count, p.k), members)
+def projection_calls(layer: Layer, xs: dict, m: int, split_k: int | None) -> list[Callable]:
+    """The layer's calls (`Layer.calls`) on its FP8 weights, every projection at `split_k`."""
+    return layer.calls(*linears(m, split_k), xs, layer.fp8[0])
 
 
 def main() -> None:
@@ -73,15 +71,13 @@ def main() -> None:
         xs = activations(m, layer.input_widths, 0, device, torch.bfloat16)
         wants = references(layer, xs)
         block_k = WGMMA_BLOCK_K if m >= WGMMA_MIN_M else default_tiles(m).block_k
-        defaults, best, first = [], [], 0
-        for p, want in zip(layer.projections, wants, strict=True):
-            members = layer.fp8[0][first : first + p.count]
-            first += p.count
-            x = xs[p.k * p.count]
+        calls_at = partial(projection_calls, layer, xs, m)
+        defaults, best = calls_at(None), []
+        for i, (p, want) in enumerate(zip(layer.projections, wants, strict=True)):
             timed = {}
             settings = [(None, (0, 0)), *plans(triton.cdiv(p.k, block_k)).items()]
             for split_k, (splits, per) in settings:
-                call = call_of(p, x, members, m, split_k)
+                call = calls_at(split_k)[i]
                 row = {"m": m, "proj": p.name, "n": p.n, "k": p.k * p.count,
                        "split_k": split_k or "default", "splits": splits, "steps": per}  # fmt: skip
                 try:
@@ -92,9 +88,7 @@ def main() -> None:
                     row["status"] = f"{type(err).__name__}: {str(err)[:120]}"
                 print(row, flush=True)
                 rows.append(row)
-            defaults.append(call_of(p, x, members, m, None))
-            fastest = min(timed, key=timed.get)
-            best.append(call_of(p, x, members, m, fastest))
+            best.append(calls_at(min(timed, key=timed.get))[i])
         for round_ in range(ROUNDS):
             for name, calls in (("layer-default", defaults), ("layer-best", best)):
                 ms = time_call(partial(run_all, calls), device, m, graph=True)[0]
