@@ -15,6 +15,7 @@ the partials.
 """
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -127,6 +128,7 @@ def split_plan(tiles: GemmTiles, m: int, n: int, k: int, device: torch.device) -
     return splits, per_split * tiles.block_k
 
 
+@functools.lru_cache(maxsize=1024)  # on every launch's host path: a few shapes a model
 def balanced_splits(tiles: int, k_steps: int, sms: int, most: int) -> tuple[int, int]:
     """(splits, K steps a split) of `tiles` output tiles over K, at most `most` splits, that
     give the busiest SM the fewest K steps: programs stack in rounds of one an SM, so that SM
