@@ -4,7 +4,8 @@ GEMM on the same quantised operands where it is installed, to see where the GEMM
 stands against the leading FP8 kernel (the bench's layer rows add the quantiser, the same for
 both, and o_a's concatenation).
 
-    python scripts/dense_w8a8_gemm_times.py OUT.csv [M ...]        (default M: 4096 16384)
+    python scripts/dense_w8a8_gemm_times.py OUT.csv [M ...] [--settings default ...]
+                                                                 (default M: 4096 16384)
 
 Each setting is checked first against the W8A8 reference; times are medians of CUDA-graph
 replays by the workbench's timer. A developer's tool, like dense_projection_times.py.
@@ -38,6 +39,8 @@ SETTINGS = {
     # mostly idle (shared_gate_up at M=4096: 288 tiles on 132 SMs)
     "m256n64s5": dict(block_m=256, block_n=64, num_stages=5),
     "m128n64s6": dict(block_m=128, block_n=64, num_stages=6),
+    # every tile whole, the last round's too (`tail_plan` off)
+    "no-tail": dict(tail_split=False),
 }
 
 
@@ -56,11 +59,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
     parser.add_argument("m", type=int, nargs="*", default=[4096, 16384])
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS),
+                        help="the settings to time (default: all)")  # fmt: skip
     args = parser.parse_args()
     device = torch.device("cuda")
     layer = Layer(get_preset("dsv4-flash-tp2").rank_shapes(), 1, 128, torch.bfloat16, device, 0)
     kernels = {name: partial(gemm_w8a8_wgmma, out_dtype=torch.bfloat16, **options)
-               for name, options in SETTINGS.items()}  # fmt: skip
+               for name, options in SETTINGS.items() if name in args.settings}  # fmt: skip
     if deepgemm.available()[0]:
         kernels["deepgemm"] = deepgemm_gemm
     rows = []
