@@ -2,6 +2,9 @@
 format (power-of-two block scales), W8A16, W8A8 with its activation quantiser, the hybrid
 switch, and the errors bad input gets."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from helpers import relative_error
@@ -31,6 +34,12 @@ def make(m, n, k, dtype=torch.float32, block=32, seed=0, device="cpu"):
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(seed + 1))
     w = master(n, k, seed).to(dtype).to(device)
     return x.to(dtype).to(device), DenseWeights.quantize(w, "fp8", block)
+
+
+def test_kernels_dense_imports_first_in_a_fresh_interpreter():
+    """The scripts import kernels.dense before anything else; through kernels.dense.tiles and
+    kernels.moe that order once met a module half imported (a circular import)."""
+    subprocess.run([sys.executable, "-c", "import kernels.dense"], check=True, timeout=120)
 
 
 # ---- the format ----------------------------------------------------------------------------

@@ -60,9 +60,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+# a module, not its names: kernels.dense.tiles imports kernels.moe, which imports this module
+import kernels.dense.tiles as dense_tiles
 from kernels.compiled import launch
 from kernels.dense.formats import DenseWeights
-from kernels.dense.tiles import arrival_counters, kept_sums
 from kernels.dense.w8a8_tma import BLOCK, check_tma_inputs
 from kernels.moe.routing import planned_sms
 
@@ -535,11 +536,10 @@ def gemm_w8a8_wgmma(
     tiles = triton.cdiv(m, block_m) * triton.cdiv(groups * n, block_n)
     k_steps = triton.cdiv(k, BLOCK)
     whole, splits, per = tail_plan(tiles, k_steps, sms) if tail_split else (tiles, 1, k_steps)
-    sums, locks = y, y
-    if splits > 1:
-        tail = tiles - whole
-        sums = kept_sums(tail * block_m * block_n, values.device)
-        locks = arrival_counters(2 * tail, values.device)
+    # the kernel compiles its split tiles' sums whether or not this GEMM has any: real buffers
+    tail = tiles - whole
+    sums = dense_tiles.kept_sums(max(1, tail * block_m * block_n), values.device)
+    locks = dense_tiles.arrival_counters(max(1, 2 * tail), values.device)
     w_2d = weights.values.as_strided((groups * n, k), weights.values.stride())
     launch(
         _w8a8_wgmma_kernel, (min(tiles, sms),), descriptor(values, [block_m, BLOCK]),
