@@ -5,7 +5,11 @@ stands against the leading FP8 kernel (the bench's layer rows add the quantiser,
 both, and o_a's concatenation).
 
     python scripts/dense_w8a8_gemm_times.py OUT.csv [M ...] [--settings default ...]
+                                            [--proj q_up ...] [--rounds R]
                                                                  (default M: 4096 16384)
+
+With --rounds, each projection's settings are timed R times in turn, so a slow spell of the
+GPU falls on all of them; the table gives each setting's median.
 
 Each setting is checked first against the W8A8 reference; times are medians of CUDA-graph
 replays by the workbench's timer. A developer's tool, like dense_projection_times.py.
@@ -61,6 +65,9 @@ def main() -> None:
     parser.add_argument("m", type=int, nargs="*", default=[4096, 16384])
     parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS),
                         help="the settings to time (default: all)")  # fmt: skip
+    parser.add_argument("--proj", nargs="+", help="the projections to time (default: all)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time the settings this many times, alternated")  # fmt: skip
     args = parser.parse_args()
     device = torch.device("cuda")
     layer = Layer(get_preset("dsv4-flash-tp2").rank_shapes(), 1, 128, torch.bfloat16, device, 0)
@@ -75,24 +82,29 @@ def main() -> None:
         for p in layer.projections:
             weights = layer.fp8[0][first]  # a group's first member: its members share a shape
             first += p.count
+            if args.proj and p.name not in args.proj:
+                continue
             x = xs[p.k * p.count][:, : p.k].contiguous()
             values, scales = quantize_activations(x, 128, outer_major=True)
             want = dense.w8a8_reference(x, weights)
-            for name, gemm in kernels.items():
-                row = {"m": m, "proj": p.name, "n": p.n, "k": p.k, "setting": name}
-                try:
-                    call = partial(gemm, values, scales, weights)
-                    row["rel_error"] = relative_error(call(), want)
-                    row["ms"] = time_call(call, device, m, graph=True)[0]
-                    row["tflops"] = 2 * m * p.n * p.k / row["ms"] / 1e9
-                except Exception as err:  # noqa: BLE001 (a failing setting is a result)
-                    row["status"] = f"{type(err).__name__}: {str(err)[:100]}"
-                print(row, flush=True)
-                rows.append(row)
+            for round_ in range(args.rounds):
+                for name, gemm in kernels.items():
+                    row = {"m": m, "proj": p.name, "n": p.n, "k": p.k, "setting": name,
+                           "round": round_}  # fmt: skip
+                    try:
+                        call = partial(gemm, values, scales, weights)
+                        row["rel_error"] = relative_error(call(), want)
+                        row["ms"] = time_call(call, device, m, graph=True)[0]
+                        row["tflops"] = 2 * m * p.n * p.k / row["ms"] / 1e9
+                    except Exception as err:  # noqa: BLE001 (a failing setting is a result)
+                        row["status"] = f"{type(err).__name__}: {str(err)[:100]}"
+                    print(row, flush=True)
+                    rows.append(row)
     table = pd.DataFrame(rows)
     table.to_csv(args.out, index=False)
     pd.set_option("display.width", 200)
-    print(table.pivot_table(index=["m", "proj"], columns="setting", values="ms").round(4))
+    print(table.pivot_table(index=["m", "proj"], columns="setting", values="ms",
+                            aggfunc="median").round(4))  # fmt: skip
 
 
 if __name__ == "__main__":
