@@ -476,6 +476,7 @@ def gemm_w8a8_wgmma(
     groups: int = 1,
     group_strides: tuple[int, int] = (0, 0),
     tail_split: bool = True,
+    min_tail_steps: int = MIN_TAIL_STEPS,
 ) -> Tensor:
     """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
     (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks; with `groups`
@@ -490,7 +491,8 @@ def gemm_w8a8_wgmma(
     (setmaxnreg); `num_stages` the ring's slots (None: DEFAULT_STAGES by block_m);
     `refill_lag` the K steps between a ring slot's use and warpgroup 0's refill of it (1 or
     more; None: LOAD_AHEAD steps ahead where the ring has them); `tail_split` splits the K
-    of the last round's tiles over the SMs where `tail_plan` finds it pays."""
+    of the last round's tiles over the SMs where `tail_plan` finds it pays, in splits of
+    `min_tail_steps` K steps or more."""
     check_tma_inputs("wgmma", scales, weights)
     if block_n not in (32, 64, 128):
         raise ValueError(f"block_n must be 32, 64 or 128 (a power of two no wider than a "
@@ -535,7 +537,10 @@ def gemm_w8a8_wgmma(
     y = torch.empty(m, groups * n, dtype=out_dtype, device=values.device)
     tiles = triton.cdiv(m, block_m) * triton.cdiv(groups * n, block_n)
     k_steps = triton.cdiv(k, BLOCK)
-    whole, splits, per = tail_plan(tiles, k_steps, sms) if tail_split else (tiles, 1, k_steps)
+    if min_tail_steps < 1:
+        raise ValueError(f"min_tail_steps must be 1 or more, got {min_tail_steps}.")
+    whole, splits, per = (tail_plan(tiles, k_steps, sms, min_tail_steps) if tail_split
+                          else (tiles, 1, k_steps))  # fmt: skip
     # the kernel compiles its split tiles' sums whether or not this GEMM has any: real buffers
     tail = tiles - whole
     sums = dense_tiles.kept_sums(max(1, tail * block_m * block_n), values.device)
