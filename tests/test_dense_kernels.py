@@ -387,10 +387,10 @@ def test_the_wgmma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
 def test_tail_plan_splits_only_a_short_last_round():
     # shared_gate_up at 4,096 rows: 288 two-wave tiles of 40 K steps on 132 SMs
     assert tail_plan(288, 40, 132) == (264, 5, 8)
-    assert tail_plan(144, 8, 132) == (132, 2, 4)  # 12 tail tiles, splits of 4 steps at least
-    assert tail_plan(3072, 10, 132) == (3036, 2, 5)  # q_up: 36 tail tiles
-    for tiles, k_steps in [(128, 40), (264, 40), (240, 40), (288, 7)]:
-        # one round or less, whole rounds, a tail over half the SMs, splits under 4 steps
+    assert tail_plan(144, 16, 132) == (132, 2, 8)  # 12 tail tiles, splits of 8 steps at least
+    assert tail_plan(3072, 10, 132, min_steps=4) == (3036, 2, 5)  # q_up: 36 tail tiles
+    for tiles, k_steps in [(128, 40), (264, 40), (240, 40), (3072, 10)]:
+        # one round or less, whole rounds, a tail over half the SMs, splits under 8 steps
         assert tail_plan(tiles, k_steps, 132) == (tiles, 1, k_steps)
 
 
@@ -400,7 +400,7 @@ def test_the_wgmma_w8a8_kernel_splits_its_tail_tiles(device):
     summed in L2, and the sums left at zero for the next call."""
     if device.type != "cuda":
         pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
-    x, weights = make(2048, 2304, 1024, torch.bfloat16, block=128, seed=3, device=device)
+    x, weights = make(2048, 2304, 2048, torch.bfloat16, block=128, seed=3, device=device)
     values, scales = quantize_activations(x, 128, outer_major=True)
     first = gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16)
     assert relative_error(first, dense.w8a8_reference(x, weights)) < 1e-2
@@ -422,13 +422,13 @@ def test_the_w8a8_group_runs_members_one_by_one_where_the_gluon_kernel_cannot(de
 
 @pytest.mark.gpu
 def test_the_wgmma_w8a8_kernel_runs_a_group_in_one_launch(device):
-    """Two members (M=2048, N=1152, K=1024) as column tiles of one launch, the activations
+    """Two members (M=2048, N=1152, K=2048) as column tiles of one launch, the activations
     quantised as one (M, 2K) tensor: 144 tiles, so the tail is split too."""
     if device.type != "cuda":
         pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
-    masters = [master(1152, 1024, seed).to(torch.bfloat16).to(device) for seed in range(2)]
+    masters = [master(1152, 2048, seed).to(torch.bfloat16).to(device) for seed in range(2)]
     group = DenseWeights.quantize_group(masters, "fp8", 128)
-    x = torch.randn(2048, 2, 1024, generator=torch.Generator().manual_seed(9))
+    x = torch.randn(2048, 2, 2048, generator=torch.Generator().manual_seed(9))
     x = x.to(torch.bfloat16).to(device)
     out = linear_w8a8_group(x, group)
     assert out.shape == (2048, 2 * 1152)

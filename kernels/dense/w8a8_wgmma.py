@@ -84,8 +84,12 @@ DEFAULT_STAGES = {128: 5, 256: 4}
 # default keeps three steps ahead.
 LOAD_AHEAD = 3
 SHARED_MEMORY = 232448  # bytes a block may take on sm_90 (227 KB, opted in)
-# K steps a split of a tail tile takes at least (`tail_plan`)
-MIN_TAIL_STEPS = 4
+# K steps a split of a tail tile takes at least (`tail_plan`). On the H200 (one run, five
+# alternated rounds, raw/logs/h200-dense-w8a8-tail-split-ab-*.csv) shared_gate_up at 4,096
+# rows took 0.1183 ms in five splits of 8 K steps against 0.1240 unsplit (0.1212 in four of
+# 10, 0.1256 in two of 20), while q_up's 36 tail tiles in two splits of 5 took 0.3215 against
+# 0.3028: a split's partial tile added in L2 costs more than a short tail round.
+MIN_TAIL_STEPS = 8
 # The threads' barrier: Triton 3.6's Gluon calls it thread_barrier, 3.7's barrier.
 threads_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
 
@@ -357,7 +361,9 @@ def _add_split(y_desc, y_buf, acc, acc_2, sums_ptr, locks_ptr, tail, splits, row
         gl.atomic_xchg(lock, 0)
 
 
-@gluon.jit
+# `splits` is 1 where no tail is split; specialised to that constant, the kernel spilled 8
+# bytes (ptxas for sm_90, Triton 3.6), so it stays an argument.
+@gluon.jit(do_not_specialize=["splits"])
 def _w8a8_wgmma_kernel(
     a_desc, w_desc, y_desc, sa_ptr, sw_ptr, sums_ptr, locks_ptr, M, member_n, K, whole,
     splits, per, stride_sak, stride_swn, stride_swk, stride_sg, STAGES: gl.constexpr,
@@ -444,8 +450,9 @@ def tail_plan(tiles: int, k_steps: int, sms: int,
     0.087, raw/logs/h200-dense-w8a8-projection-times-2e9b9f7-*.csv). Splitting each tail
     tile's K so the tail fills the SMs (24 tiles in 5 splits of 8 of its 40 K steps: 120
     programs) leaves that round a fifth as long, for the price of adding the splits' partial
-    tiles in L2 (`_add_split`). No split below `min_steps` K steps, nor where the tail is
-    more than half the SMs (it would gain less than the sums cost)."""
+    tiles in L2 (`_add_split`), which is most of the gain: on the H200 that GEMM took 0.118
+    ms against 0.124 (MIN_TAIL_STEPS says where it was measured). No split below
+    `min_steps` K steps, nor where the tail is more than half the SMs."""
     programs = min(tiles, sms)
     tail = tiles % programs
     splits = min(programs // tail, k_steps // min_steps) if tail else 1
