@@ -43,11 +43,6 @@ SETTINGS = {
     # mostly idle (shared_gate_up at M=4096: 288 tiles on 132 SMs)
     "m256n64s5": dict(block_m=256, block_n=64, num_stages=5),
     "m128n64s6": dict(block_m=128, block_n=64, num_stages=6),
-    # every tile whole, the last round's too (`tail_plan` off)
-    "no-tail": dict(tail_split=False),
-    # fewer, longer splits of the tail tiles (shared_gate_up at 4,096 rows: 4 and 2, not 5)
-    "tail-min10": dict(min_tail_steps=10),
-    "tail-min20": dict(min_tail_steps=20),
 }
 
 

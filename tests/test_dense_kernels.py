@@ -13,8 +13,7 @@ import kernels.dense as dense
 from kernels.dense import DenseWeights, linear_reference, w8a8, w8a8_reference
 from kernels.dense.formats import pow2_scales
 from kernels.dense.reference import quantize_activations_reference
-from kernels.dense.w8a8 import linear_w8a8_group
-from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma, tail_plan
+from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma
 from kernels.dense.w8a16_wgmma import (
     linear_w8a16_wgmma,
     linear_w8a16_wgmma_group,
@@ -37,8 +36,9 @@ def make(m, n, k, dtype=torch.float32, block=32, seed=0, device="cpu"):
 
 
 def test_kernels_dense_imports_first_in_a_fresh_interpreter():
-    """The scripts import kernels.dense before anything else; through kernels.dense.tiles and
-    kernels.moe that order once met a module half imported (a circular import)."""
+    """The scripts import kernels.dense before anything else: kernels.dense.tiles imports
+    kernels.moe, whose kernels import kernels.dense modules, so a name imported back from
+    kernels.dense.tiles would meet that module half imported (a circular import)."""
     subprocess.run([sys.executable, "-c", "import kernels.dense"], check=True, timeout=120)
 
 
@@ -382,60 +382,6 @@ def test_the_wgmma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
     out = dense.linear_w8a8(x, weights, wgmma=True, **options)
     assert out.shape == (m, n) and out.dtype == torch.bfloat16
     assert relative_error(out, dense.w8a8_reference(x, weights)) < 1e-2
-
-
-def test_tail_plan_splits_only_a_short_last_round():
-    # shared_gate_up at 4,096 rows: 288 two-wave tiles of 40 K steps on 132 SMs
-    assert tail_plan(288, 40, 132) == (264, 5, 8)
-    assert tail_plan(144, 16, 132) == (132, 2, 8)  # 12 tail tiles, splits of 8 steps at least
-    assert tail_plan(3072, 10, 132, min_steps=4) == (3036, 2, 5)  # q_up: 36 tail tiles
-    for tiles, k_steps in [(128, 40), (264, 40), (240, 40), (3072, 10)]:
-        # one round or less, whole rounds, a tail over half the SMs, splits under 8 steps
-        assert tail_plan(tiles, k_steps, 132) == (tiles, 1, k_steps)
-
-
-@pytest.mark.gpu
-def test_the_wgmma_w8a8_kernel_splits_its_tail_tiles(device):
-    """144 two-wave tiles on 132 SMs: the 12 of the last round are split in two along K,
-    summed in L2, and the sums left at zero for the next call."""
-    if device.type != "cuda":
-        pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
-    x, weights = make(2048, 2304, 2048, torch.bfloat16, block=128, seed=3, device=device)
-    values, scales = quantize_activations(x, 128, outer_major=True)
-    first = gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16)
-    assert relative_error(first, dense.w8a8_reference(x, weights)) < 1e-2
-    whole = gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16, tail_split=False)
-    assert relative_error(first, whole) < 1e-6
-    again = gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16)
-    assert torch.equal(first, again)  # two splits add in either order to the same sum
-
-
-def test_the_w8a8_group_runs_members_one_by_one_where_the_gluon_kernel_cannot(device):
-    """Off sm_90, below the prefill sizes or with options, a group is its members' GEMMs."""
-    masters = [master(128, 256, seed).to(device) for seed in range(2)]
-    group = DenseWeights.quantize_group(masters, "fp8", 128)
-    x = torch.randn(8, 2, 256, generator=torch.Generator().manual_seed(5)).to(device)
-    want = torch.cat([dense.w8a8_reference(x[:, g], w) for g, w in enumerate(group)], 1)
-    assert relative_error(linear_w8a8_group(x, group), want) < 1e-3
-    assert relative_error(linear_w8a8_group(x, group, block_n=32), want) < 1e-3
-
-
-@pytest.mark.gpu
-def test_the_wgmma_w8a8_kernel_runs_a_group_in_one_launch(device):
-    """Two members (M=2048, N=1152, K=2048) as column tiles of one launch, the activations
-    quantised as one (M, 2K) tensor: 144 tiles, so the tail is split too."""
-    if device.type != "cuda":
-        pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
-    masters = [master(1152, 2048, seed).to(torch.bfloat16).to(device) for seed in range(2)]
-    group = DenseWeights.quantize_group(masters, "fp8", 128)
-    x = torch.randn(2048, 2, 2048, generator=torch.Generator().manual_seed(9))
-    x = x.to(torch.bfloat16).to(device)
-    out = linear_w8a8_group(x, group)
-    assert out.shape == (2048, 2 * 1152)
-    members = dense.one_by_one(dense.linear_w8a8, x, group)
-    assert relative_error(out, members) < 1e-6
-    want = torch.cat([dense.w8a8_reference(x[:, g], w) for g, w in enumerate(group)], 1)
-    assert relative_error(out, want) < 1e-2
 
 
 def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):

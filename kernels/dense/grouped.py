@@ -5,9 +5,8 @@ Run one by one, a group costs G launches and a concatenation. At decode sizes a 
 more than its bytes: on the H200 each of o_a's four 1024 x 4096 W8A16 GEMMs took 10.4 us
 alone at M=1 for 4 MB of weights (a few us at the copy bandwidth). So each variant that can
 runs a group as one launch: W8A16 with the group as a grid axis, bf16 as one cuBLAS batched
-GEMM, W8A8 as one launch of its Gluon kernel at prefill sizes (`linear_w8a8_group`), the
-hybrid by its row threshold. Variants without one (a peer's kernel) run the members one by one
-and concatenate, as before.
+GEMM, the hybrid by its row threshold. Variants without one (W8A8, a peer's kernel) run the
+members one by one and concatenate, as before.
 """
 
 from collections.abc import Callable, Sequence
@@ -18,7 +17,7 @@ from torch import Tensor
 
 from kernels.dense.formats import stacked_stride
 from kernels.dense.hybrid import hybrid_threshold
-from kernels.dense.w8a8 import linear_w8a8_group
+from kernels.dense.w8a8 import linear_w8a8
 from kernels.dense.w8a16 import linear_w8a16_group
 
 
@@ -42,16 +41,15 @@ def linear_bf16_group(x: Tensor, group: Sequence[Tensor]) -> Tensor:
 
 
 def linear_hybrid_group(x: Tensor, group: Sequence, hybrid_m: int | None = None) -> Tensor:
-    """The W8A16 group launch up to the hybrid's row threshold, W8A8's above."""
+    """The W8A16 group launch up to the hybrid's row threshold, W8A8 member by member above."""
     if x.shape[0] <= hybrid_threshold(hybrid_m):
         return linear_w8a16_group(x, group)
-    return linear_w8a8_group(x, group)
+    return one_by_one(linear_w8a8, x, group)
 
 
 GROUP_VARIANTS: dict[str, Callable] = {
     "bf16": linear_bf16_group,
     "w8a16": linear_w8a16_group,
-    "w8a8": linear_w8a8_group,
     "hybrid": linear_hybrid_group,
 }
 

@@ -64,7 +64,6 @@ from kernels.dense.w8a8_wgmma import (
     descriptor,
     released_slot,
     supported,
-    threads_barrier,
 )
 from kernels.dequant import E4M3_BITS_SCALE, E4M3_TO_BF16_PTX
 from kernels.moe.routing import planned_sms
@@ -89,6 +88,8 @@ _STORED = gl.constexpr(gl.DistributedLinearLayout(
     reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [8, 0], [0, 64]],
     lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
     warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[WG_ROWS, BLOCK_K]))  # fmt: skip
+# The threads' barrier: Triton 3.6's Gluon calls it thread_barrier, 3.7's barrier.
+_threads_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
 
 
 @gluon.jit
@@ -248,7 +249,7 @@ def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_pt
         inside = (n < N)[:, None] & (t < M)[None, :]
         sums = sums_ptr + group.to(gl.int64) * N * M + n.to(gl.int64)[:, None] * M + t[None, :]
         gl.atomic_add(sums, acc, mask=inside, sem="relaxed")  # added in L2; no value comes back
-        threads_barrier()  # every thread's sums before the count (acq_rel releases them)
+        _threads_barrier()  # every thread's sums before the count (acq_rel releases them)
         tile = (group * gl.num_programs(0) + gl.program_id(0)) * gl.num_programs(1)
         lock = locks_ptr + (tile + gl.program_id(1)) * 2 + WARPGROUP
         if gl.atomic_add(lock, 1, sem="acq_rel") == splits - 1:

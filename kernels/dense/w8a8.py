@@ -12,15 +12,12 @@ every 32 of K, CUDA-core work the tensor cores wait on, since each product must 
 before it is scaled; `block=128` quarters it (DeepSeek's 128-wide blocks exist for this reason).
 """
 
-from collections.abc import Sequence
-
-import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
 from kernels.compiled import launch, recording
-from kernels.dense.formats import DenseWeights, check_group_inputs, check_linear_inputs
+from kernels.dense.formats import DenseWeights, check_linear_inputs
 from kernels.dense.tiles import (
     GROUP_M,
     GemmTiles,
@@ -190,26 +187,3 @@ def linear_w8a8(
             num_stages=tiles.num_stages,
         )  # fmt: skip
     return y
-
-
-def linear_w8a8_group(x: Tensor, group: Sequence[DenseWeights], **options: int | None) -> Tensor:
-    """cat_g(x[:, g] @ W_g.T) for x (M, G, K) and G FP8 weights of one shape at one stride
-    (`formats.stacked_stride`); (M, G * N) in x's dtype. Where `linear_w8a8` would take the
-    Gluon kernel (prefill sizes on sm_90, 128-wide blocks, no options) and the members' N and
-    K are whole blocks, the activations are quantised as one (M, G * K) tensor and the group
-    runs as one launch of it (`gemm_w8a8_wgmma`'s groups); else member by member, `options`
-    passed on, concatenated.
-
-    Why: member by member, a layer's o_a (four 1024 x 4096 members) took four quantiser
-    launches, four GEMMs of 128 tiles each on 132 SMs, and a concatenation."""
-    strides = check_group_inputs(x, group, "fp8")
-    (m, count, k), first = x.shape, group[0]
-    whole_blocks = first.block == TMA_BLOCK and k % TMA_BLOCK == 0
-    if (options or not whole_blocks or first.out_features % TMA_BLOCK or m < TMA_MIN_M
-            or not supported(x.device)):  # fmt: skip
-        return torch.cat([linear_w8a8(x[:, g], w, **options) for g, w in enumerate(group)], 1)
-    with recording():
-        values, scales = quantize_activations(x.reshape(m, count * k), first.block,
-                                              outer_major=True)  # fmt: skip
-        return gemm_w8a8_wgmma(values, scales, first, x.dtype, groups=count,
-                               group_strides=strides)  # fmt: skip

@@ -60,8 +60,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-# a module, not its names: kernels.dense.tiles imports kernels.moe, which imports this module
-import kernels.dense.tiles as dense_tiles
 from kernels.compiled import launch
 from kernels.dense.formats import DenseWeights
 from kernels.dense.w8a8_tma import BLOCK, check_tma_inputs
@@ -84,14 +82,6 @@ DEFAULT_STAGES = {128: 5, 256: 4}
 # default keeps three steps ahead.
 LOAD_AHEAD = 3
 SHARED_MEMORY = 232448  # bytes a block may take on sm_90 (227 KB, opted in)
-# K steps a split of a tail tile takes at least (`tail_plan`). On the H200 (one run, five
-# alternated rounds, raw/logs/h200-dense-w8a8-tail-split-ab-*.csv) shared_gate_up at 4,096
-# rows took 0.1183 ms in five splits of 8 K steps against 0.1240 unsplit (0.1212 in four of
-# 10, 0.1256 in two of 20), while q_up's 36 tail tiles in two splits of 5 took 0.3215 against
-# 0.3028: a split's partial tile added in L2 costs more than a short tail round.
-MIN_TAIL_STEPS = 8
-# The threads' barrier: Triton 3.6's Gluon calls it thread_barrier, 3.7's barrier.
-threads_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
 
 
 @gluon.jit
@@ -144,11 +134,10 @@ def _tile_of(tile, tiles_m, tiles_n):
 
 @gluon.jit
 def issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, a_row, w_row, k_step,
-               w_row_2=0, a_col=0):  # fmt: skip
+               w_row_2=0):  # fmt: skip
     """Start the TMA copies of this program's `step` (if it has one: step < total), K step
-    `k_step` of the tiles whose first rows are a_row (activations, from column a_col on: a
-    group member's) and w_row (weights; with two boxes a slot, `allocate_ring`'s W_BOXES, the
-    second's are w_row_2), into its slot."""
+    `k_step` of the tiles whose first rows are a_row (activations) and w_row (weights; with
+    two boxes a slot, `allocate_ring`'s W_BOXES, the second's are w_row_2), into its slot."""
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     BOX: gl.constexpr = w_desc.block_type.shape[0]
     W_BOXES: gl.constexpr = w_ring.type.shape[1] // BOX
@@ -158,7 +147,7 @@ def issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, a_row, w_row,
     mbarrier.expect(bar, a_desc.block_type.nbytes + W_BOXES * w_desc.block_type.nbytes,
                     pred=inside)  # fmt: skip
     off_k = k_step * a_desc.block_type.shape[1]
-    tma.async_copy_global_to_shared(a_desc, [a_row, a_col + off_k], bar, a_ring.index(slot),
+    tma.async_copy_global_to_shared(a_desc, [a_row, off_k], bar, a_ring.index(slot),
                                     pred=inside)  # fmt: skip
     if W_BOXES == 1:
         tma.async_copy_global_to_shared(w_desc, [w_row, off_k], bar, w_ring.index(slot),
@@ -181,30 +170,17 @@ def _row_scales(sa_ptr, rows, k_step, ok, M, stride_sak):
 
 
 @gluon.jit
-def _work(item, my_whole, whole, splits, per, k_steps, tiles_m, tiles_n):
-    """(pid_m, pid_n, first K step, K steps) of this program's `item`-th piece of work. Its
-    whole tiles come first, round-robin over the programs; then, where the last round's tiles
-    are split (`tail_plan`), one split of K of a tail tile: program j takes split j % splits
-    of tail tile j // splits."""
-    if item < my_whole:
-        tile = gl.program_id(0) + item * gl.num_programs(0)
-        k_lo = item * 0
-        count = k_steps
-    else:
-        tile = whole + gl.program_id(0) // splits
-        k_lo = (gl.program_id(0) % splits) * per
-        count = gl.minimum(per, k_steps - k_lo)
-    pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
-    return pid_m, pid_n, k_lo, count
+def _weight_scale(sw_ptr, block_n, k_step, ok, stride_swn, stride_swk):
+    """The weight scale of a K step: a tile lies in one weight block (its width divides the
+    block's), so one scale covers it."""
+    return gl.load(sw_ptr + block_n * stride_swn + k_step * stride_swk, mask=ok, other=0.0)
 
 
 @gluon.jit
-def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr,
-              sums_ptr, locks_ptr, M, member_n, k_steps, my_whole, my_items, total, whole,
-              splits, per, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_sg,
+def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
               LAG: gl.constexpr, WARPGROUP: gl.constexpr):  # fmt: skip
-    """Rows 64 WARPGROUP + [0, 64) of every 128-row wave of every piece of work this program
-    owns (`_work`).
+    """Rows 64 WARPGROUP + [0, 64) of every 128-row wave of every tile this program owns.
 
     A tile is one wave of 128 rows or two (BLOCK_M 256, as DeepGEMM's 256-row tiles are): the
     second wave shares the step's weight tile, so a K step reads 48 KB of ring for 8 MFLOP
@@ -215,18 +191,14 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
     step's scales while it runs, wait for it, release the slot (last wave), and fold the
     product into the wave's accumulator with the scales loaded a step before (an L2 round
     trip a step, otherwise exposed). Warpgroup 0 also refills the slot used LAG steps before,
-    once both warpgroups have released it, so it rarely waits for the other; the refill's
-    piece of work and K step advance as a cursor, so a step does no division. The two
-    warpgroups share no barrier besides the ring's, so one rescales while the other's wgmma
-    holds the tensor cores: the overlap a single warpgroup cannot get, because ptxas
-    serialises its wgmmas when any instruction reads an accumulator while one is in flight
-    (ptxas info C7514). A finished wave leaves through this warpgroup's staging buffer by a
-    TMA store, which clips rows and columns past the output's edge; a split's waves go into
-    the tile's sums (`_add_split`).
-
-    A group's members (x (M, G, K) against G stacked weights) are column tiles of one
-    (M, G * member_n) output: a tile's member g reads the activations' columns g * K on, and
-    the row scales of their K blocks."""
+    once both warpgroups have released it, so it rarely waits for the other; the refill's tile
+    and K step advance as a cursor, so a step does no division. The two warpgroups share no
+    barrier besides the ring's, so one rescales while the other's wgmma holds the tensor
+    cores: the overlap a single warpgroup cannot get, because ptxas serialises its wgmmas when
+    any instruction reads an accumulator while one is in flight (ptxas info C7514). A finished
+    wave leaves through this warpgroup's staging buffer by a TMA store, which clips rows and
+    columns past the output's edge.
+    """
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -240,34 +212,32 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
     row_offsets = WARPGROUP * WG_ROWS + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, layout))
     y_buf = y_bufs.index(WARPGROUP)
     product = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)
-    work = (my_whole, whole, splits, per, k_steps, tiles_m, tiles_n)
+    total = my_tiles * k_steps
     step = 0
-    # The refill cursor: step SLOTS (the prologue loaded 0 .. SLOTS - 1), as a piece of work
-    # and a K step into it.
-    load_item = gl.minimum(SLOTS // k_steps, my_whole)
-    load_k = SLOTS - load_item * k_steps
-    load_m, load_n, load_lo, load_count = _work(load_item, *work)
-    for item in range(my_items):
-        pid_m, pid_n, k_lo, count = _work(item, *work)
-        member = pid_n * BLOCK_N // member_n
-        a_k = member * k_steps + k_lo  # the activations' K step (a member's are G * K wide)
+    # The refill cursor: step SLOTS (the prologue loaded 0 .. SLOTS - 1), as a tile and K step.
+    load_tile = SLOTS // k_steps
+    load_k = SLOTS % k_steps
+    load_m, load_n = _tile_of(gl.program_id(0) + load_tile * gl.num_programs(0), tiles_m,
+                              tiles_n)  # fmt: skip
+    for t in range(my_tiles):
+        pid_m, pid_n = _tile_of(gl.program_id(0) + t * gl.num_programs(0), tiles_m, tiles_n)
         rows = pid_m * BLOCK_M + row_offsets
-        sw_ptrs = (sw_ptr + member * stride_sg + k_lo * stride_swk
-                   + (pid_n * BLOCK_N - member * member_n) // BLOCK_K * stride_swn)  # fmt: skip
-        sa = _row_scales(sa_ptr, rows, a_k, True, M, stride_sak)
-        sa_2 = _row_scales(sa_ptr, rows + WAVE, a_k, TWO_WAVES, M, stride_sak)
-        sw = gl.load(sw_ptrs)  # a tile lies in one weight block: one scale a K step
+        weight_block = pid_n * BLOCK_N // BLOCK_K
+        sa = _row_scales(sa_ptr, rows, 0, True, M, stride_sak)
+        sa_2 = _row_scales(sa_ptr, rows + WAVE, 0, TWO_WAVES, M, stride_sak)
+        sw = _weight_scale(sw_ptr, weight_block, 0, True, stride_swn, stride_swk)
         acc = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)
         acc_2 = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)  # the second wave's
-        for k_step in range(count):
+        for k_step in range(k_steps):
             slot = step % SLOTS
-            more = k_step + 1 < count
+            more = k_step + 1 < k_steps
             mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
             a_rows = a_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0)
             running = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product,
                                     use_acc=False, is_async=True)  # fmt: skip
-            next_sa = _row_scales(sa_ptr, rows, a_k + k_step + 1, more, M, stride_sak)
-            next_sw = gl.load(sw_ptrs + (k_step + 1) * stride_swk, mask=more, other=0.0)
+            next_sa = _row_scales(sa_ptr, rows, k_step + 1, more, M, stride_sak)
+            next_sw = _weight_scale(sw_ptr, weight_block, k_step + 1, more, stride_swn,
+                                    stride_swk)  # fmt: skip
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             if TWO_WAVES:
                 acc += product * (sa * sw)[:, None]
@@ -276,20 +246,20 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
                 # with `product` there, it sinks below it and reads the wgmma's registers
                 running = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), acc,
                                         use_acc=False, is_async=True)  # fmt: skip
-                next_sa_2 = _row_scales(sa_ptr, rows + WAVE, a_k + k_step + 1, more, M,
-                                        stride_sak)  # fmt: skip
+                next_sa_2 = _row_scales(sa_ptr, rows + WAVE, k_step + 1, more, M, stride_sak)
                 product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             mbarrier.arrive(empty.index(slot), count=1)
             if WARPGROUP == 0 and step >= LAG:
-                load_member = load_n * BLOCK_N // member_n
                 issue_load(a_desc, w_desc, a_ring, w_ring, ready, released_slot(empty, step, LAG),
-                           total, load_m * BLOCK_M, load_n * BLOCK_N, load_lo + load_k, 0,
-                           load_member * k_steps * BLOCK_K)  # fmt: skip
+                           total,
+                           load_m * BLOCK_M, load_n * BLOCK_N, load_k)  # fmt: skip
                 load_k += 1
-                if load_k == load_count:
+                if load_k == k_steps:
                     load_k = 0
-                    load_item += 1
-                    load_m, load_n, load_lo, load_count = _work(load_item, *work)
+                    load_tile += 1
+                    load_m, load_n = _tile_of(
+                        gl.program_id(0) + load_tile * gl.num_programs(0), tiles_m, tiles_n
+                    )
             if TWO_WAVES:
                 acc_2 += product * (sa_2 * sw)[:, None]
                 sa_2 = next_sa_2
@@ -297,13 +267,10 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
                 acc += product * (sa * sw)[:, None]
             sa, sw = next_sa, next_sw
             step += 1
-        row = pid_m * BLOCK_M + WARPGROUP * WG_ROWS
-        if item < my_whole:
-            _store_waves(y_desc, y_buf, acc, acc_2, row, pid_n * BLOCK_N, TWO_WAVES)
-        else:  # a split of a tail tile
-            _add_split(y_desc, y_buf, acc, acc_2, sums_ptr, locks_ptr,
-                       gl.program_id(0) // splits, splits, row, pid_n * BLOCK_N, TWO_WAVES,
-                       WARPGROUP)  # fmt: skip
+        _store_wave(y_desc, y_buf, acc, pid_m * BLOCK_M + WARPGROUP * WG_ROWS, pid_n * BLOCK_N)
+        if TWO_WAVES:
+            _store_wave(y_desc, y_buf, acc_2, pid_m * BLOCK_M + WAVE + WARPGROUP * WG_ROWS,
+                        pid_n * BLOCK_N)  # fmt: skip
     tma.store_wait(pendings=0)
 
 
@@ -318,56 +285,9 @@ def _store_wave(y_desc, y_buf, acc, row, column):
 
 
 @gluon.jit
-def _store_waves(y_desc, y_buf, acc, acc_2, row, column, TWO_WAVES: gl.constexpr):
-    """Store a warpgroup's rows of a tile: `acc` at `row`, and with two waves `acc_2` a wave
-    below."""
-    _store_wave(y_desc, y_buf, acc, row, column)
-    if TWO_WAVES:
-        _store_wave(y_desc, y_buf, acc_2, row + 2 * acc.shape[0], column)
-
-
-@gluon.jit
-def _add_split(y_desc, y_buf, acc, acc_2, sums_ptr, locks_ptr, tail, splits, row, column,
-               TWO_WAVES: gl.constexpr, WARPGROUP: gl.constexpr):  # fmt: skip
-    """Add a warpgroup's rows of one split of tail tile `tail` into the tile's fp32 sums, kept
-    at zero between GEMMs (atomics done in L2, no value back); the split that arrives last (a
-    count a warpgroup and tile) stores the sums' rows by `_store_waves` and zeroes them.
-
-    As in the Gluon W8A16 kernel: the order of the additions is the order the splits arrive
-    in, so a tail tile's output can differ in its last bits from one run to the next."""
-    WG_ROWS: gl.constexpr = acc.shape[0]
-    BLOCK_N: gl.constexpr = acc.shape[1]
-    WAVES: gl.constexpr = 2 if TWO_WAVES else 1
-    layout: gl.constexpr = acc.type.layout
-    r = gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, layout))
-    c = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
-    # a tail tile's sums: (waves, warpgroups, WG_ROWS, BLOCK_N)
-    sums = (sums_ptr + (tail * WAVES * 2 + WARPGROUP) * (WG_ROWS * BLOCK_N)
-            + r[:, None] * BLOCK_N + c[None, :])  # fmt: skip
-    sums_2 = sums + 2 * WG_ROWS * BLOCK_N  # the second wave's
-    gl.atomic_add(sums, acc, sem="relaxed")
-    if TWO_WAVES:
-        gl.atomic_add(sums_2, acc_2, sem="relaxed")
-    threads_barrier()  # every thread's sums before the count (acq_rel releases them)
-    lock = locks_ptr + tail * 2 + WARPGROUP
-    if gl.atomic_add(lock, 1, sem="acq_rel") == splits - 1:
-        total = gl.load(sums, cache_modifier=".cg")
-        gl.store(sums, gl.zeros_like(acc))
-        total_2 = total
-        if TWO_WAVES:
-            total_2 = gl.load(sums_2, cache_modifier=".cg")
-            gl.store(sums_2, gl.zeros_like(acc))
-        _store_waves(y_desc, y_buf, total, total_2, row, column, TWO_WAVES)
-        gl.atomic_xchg(lock, 0)
-
-
-# `splits` is 1 where no tail is split; specialised to that constant, the kernel spilled 8
-# bytes (ptxas for sm_90, Triton 3.6), so it stays an argument.
-@gluon.jit(do_not_specialize=["splits"])
 def _w8a8_wgmma_kernel(
-    a_desc, w_desc, y_desc, sa_ptr, sw_ptr, sums_ptr, locks_ptr, M, member_n, K, whole,
-    splits, per, stride_sak, stride_swn, stride_swk, stride_sg, STAGES: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, REFILL_LAG: gl.constexpr,
+    a_desc, w_desc, y_desc, sa_ptr, sw_ptr, M, N, K, stride_sak, stride_swn, stride_swk,
+    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, REFILL_LAG: gl.constexpr,
 ):  # fmt: skip
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -377,49 +297,38 @@ def _w8a8_wgmma_kernel(
     y_bufs = allocate_staging(y_desc)
 
     tiles_m = gl.cdiv(M, BLOCK_M)
-    tiles_n = gl.cdiv(w_desc.shape[0], BLOCK_N)  # the group's members side by side
+    tiles_n = gl.cdiv(N, BLOCK_N)
     k_steps = gl.cdiv(K, BLOCK_K)
-    my_whole = gl.cdiv(whole - gl.program_id(0), gl.num_programs(0))
-    my_split = gl.program_id(0) < (tiles_m * tiles_n - whole) * splits
-    split_steps = gl.minimum(per, k_steps - (gl.program_id(0) % splits) * per)
-    my_items = my_whole + my_split.to(gl.int32)
-    total = my_whole * k_steps + gl.where(my_split, split_steps, 0)
-    work = (my_whole, whole, splits, per, k_steps, tiles_m, tiles_n)
+    my_tiles = gl.cdiv(tiles_m * tiles_n - gl.program_id(0), gl.num_programs(0))
     for first in gl.static_range(STAGES):
-        item = gl.minimum(first // k_steps, my_whole)  # past the whole tiles: the split's
-        pid_m, pid_n, k_lo, _ = _work(item, *work)
-        issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, total, pid_m * BLOCK_M,
-                   pid_n * BLOCK_N, k_lo + first - item * k_steps, 0,
-                   (pid_n * BLOCK_N // member_n) * k_steps * BLOCK_K)  # fmt: skip
-    args = (a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr,
-            sums_ptr, locks_ptr, M, member_n, k_steps, my_whole, my_items, total, whole, splits,
-            per, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_sg,
+        tile = gl.program_id(0) + (first // k_steps) * gl.num_programs(0)
+        pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
+        issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_tiles * k_steps,
+                   pid_m * BLOCK_M, pid_n * BLOCK_N, first % k_steps)  # fmt: skip
+    args = (a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
+            k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
             REFILL_LAG)  # fmt: skip
     gl.warp_specialize([(_top_rows, args), (_bottom_rows, args)], [4], [CONSUMER_REGS])
 
 
 @gluon.jit
-def _top_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr,
-              sums_ptr, locks_ptr, M, member_n, k_steps, my_whole, my_items, total, whole,
-              splits, per, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_sg,
+def _top_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
               LAG: gl.constexpr):  # fmt: skip
     """Warpgroup 0 (the default partition): each wave's first 64 rows, and the ring's refills."""
-    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr,
-              sums_ptr, locks_ptr, M, member_n, k_steps, my_whole, my_items, total, whole,
-              splits, per, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_sg,
-              LAG, 0)  # fmt: skip
+    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, LAG,
+              0)  # fmt: skip
 
 
 @gluon.jit
 def _bottom_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr,
-                 sums_ptr, locks_ptr, M, member_n, k_steps, my_whole, my_items, total, whole,
-                 splits, per, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_sg,
+                 M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
                  LAG: gl.constexpr):  # fmt: skip
     """Warpgroup 1 (the worker partition): each wave's last 64 rows."""
-    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr,
-              sums_ptr, locks_ptr, M, member_n, k_steps, my_whole, my_items, total, whole,
-              splits, per, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, stride_sg,
-              LAG, 1)  # fmt: skip
+    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, LAG,
+              1)  # fmt: skip
 
 
 def supported(device: torch.device) -> bool:
@@ -436,30 +345,6 @@ def default_block_m(m: int, n: int, block_n: int, sms: int) -> int:
     1024 (raw/logs/h200-tune-dense-wgmma-waves-*.csv), where one-wave tiles fit in one round."""
     one_wave_tiles = triton.cdiv(m, ROWS) * triton.cdiv(n, block_n)
     return 2 * ROWS if one_wave_tiles > sms else ROWS
-
-
-def tail_plan(tiles: int, k_steps: int, sms: int,
-              min_steps: int = MIN_TAIL_STEPS) -> tuple[int, int, int]:  # fmt: skip
-    """(tiles taken whole, splits of K of each tail tile, K steps a split) for `tiles` tiles of
-    `k_steps` K steps on `sms` persistent programs.
-
-    Why: the programs take the tiles round-robin, so where the last round is partial (the
-    tail: tiles % programs) its few programs run a whole tile's K steps while the other SMs
-    idle. A layer's shared_gate_up at 4,096 rows has 288 two-wave tiles on 132 SMs: two
-    rounds and 24 tiles, so a third of its time went to 24 SMs (0.128 ms against DeepGEMM's
-    0.087, raw/logs/h200-dense-w8a8-projection-times-2e9b9f7-*.csv). Splitting each tail
-    tile's K so the tail fills the SMs (24 tiles in 5 splits of 8 of its 40 K steps: 120
-    programs) leaves that round a fifth as long, for the price of adding the splits' partial
-    tiles in L2 (`_add_split`), which is most of the gain: on the H200 that GEMM took 0.118
-    ms against 0.124 (MIN_TAIL_STEPS says where it was measured). No split below
-    `min_steps` K steps, nor where the tail is more than half the SMs."""
-    programs = min(tiles, sms)
-    tail = tiles % programs
-    splits = min(programs // tail, k_steps // min_steps) if tail else 1
-    if splits < 2:
-        return tiles, 1, k_steps
-    per = triton.cdiv(k_steps, splits)
-    return tiles - tail, triton.cdiv(k_steps, per), per
 
 
 def descriptor(tensor: Tensor, block_shape: list[int]) -> TensorDescriptor:
@@ -480,43 +365,25 @@ def gemm_w8a8_wgmma(
     consumer_regs: int = 232,
     block_m: int | None = None,
     refill_lag: int | None = None,
-    groups: int = 1,
-    group_strides: tuple[int, int] = (0, 0),
-    tail_split: bool = True,
-    min_tail_steps: int = MIN_TAIL_STEPS,
 ) -> Tensor:
     """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
-    (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks; with `groups`
-    G > 1, y = cat_g(x_g @ W_g.T) for activations (M, G * K) quantised as one (member g's are
-    columns g * K on) and G weights from `weights` on, member g `group_strides` (values,
-    scales elements) after the first, as `DenseWeights.quantize_group` stacks them: one
-    launch for the group, where member by member a layer's o_a took four.
+    (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks.
 
     Tiles are `block_m` rows (one wave of two warpgroups' 64 rows, or two waves; None:
     `default_block_m`) by `block_n` columns, inside one weight block, so a K step takes one
     weight scale; `consumer_regs` is the register budget Triton asks for each warpgroup
     (setmaxnreg); `num_stages` the ring's slots (None: DEFAULT_STAGES by block_m);
     `refill_lag` the K steps between a ring slot's use and warpgroup 0's refill of it (1 or
-    more; None: LOAD_AHEAD steps ahead where the ring has them); `tail_split` splits the K
-    of the last round's tiles over the SMs where `tail_plan` finds it pays, in splits of
-    `min_tail_steps` K steps or more."""
+    more; None: LOAD_AHEAD steps ahead where the ring has them)."""
     check_tma_inputs("wgmma", scales, weights)
     if block_n not in (32, 64, 128):
         raise ValueError(f"block_n must be 32, 64 or 128 (a power of two no wider than a "
                          f"weight block; wider, a warpgroup's two fp32 tiles overflow its "
                          f"registers), got {block_n}.")  # fmt: skip
-    m, k, n = values.shape[0], weights.in_features, weights.out_features
-    if groups < 1 or values.shape[1] != groups * k:
-        raise ValueError(f"values must be (M, groups * K) = (M, {groups} * {k}), got "
-                         f"{tuple(values.shape)}; quantise a group's activations as one "
-                         "(M, G * K) tensor.")  # fmt: skip
-    if groups > 1 and (n % block_n or k % BLOCK or group_strides[0] != n * k):
-        raise ValueError(f"a group needs N ({n}) a multiple of block_n ({block_n}), K ({k}) "
-                         f"of {BLOCK}, and its FP8 values one after another (torch.stack); "
-                         "build them with DenseWeights.quantize_group.")  # fmt: skip
+    (m, k), n = values.shape, weights.out_features
     sms = planned_sms(values.device)
     if block_m is None:
-        block_m = default_block_m(m, groups * n, block_n, sms)
+        block_m = default_block_m(m, n, block_n, sms)
     if num_stages is None:
         num_stages = DEFAULT_STAGES.get(block_m, 3)
     if refill_lag is None:
@@ -541,23 +408,14 @@ def gemm_w8a8_wgmma(
             found += f" of compute capability {torch.cuda.get_device_capability(values.device)}"
         raise ValueError(f"the wgmma W8A8 kernel needs an sm_90 (Hopper) GPU, got {found}; "
                          "leave wgmma unset to take the Triton kernels.")  # fmt: skip
-    y = torch.empty(m, groups * n, dtype=out_dtype, device=values.device)
-    tiles = triton.cdiv(m, block_m) * triton.cdiv(groups * n, block_n)
-    k_steps = triton.cdiv(k, BLOCK)
-    if min_tail_steps < 1:
-        raise ValueError(f"min_tail_steps must be 1 or more, got {min_tail_steps}.")
-    whole, splits, per = (tail_plan(tiles, k_steps, sms, min_tail_steps) if tail_split
-                          else (tiles, 1, k_steps))  # fmt: skip
-    # the kernel compiles its split tiles' sums whether or not this GEMM has any: real buffers
-    tail = tiles - whole
-    sums = dense_tiles.kept_sums(max(1, tail * block_m * block_n), values.device)
-    locks = dense_tiles.arrival_counters(max(1, 2 * tail), values.device)
-    w_2d = weights.values.as_strided((groups * n, k), weights.values.stride())
+    y = torch.empty(m, n, dtype=out_dtype, device=values.device)
+    tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
+    programs = min(tiles, sms)
     launch(
-        _w8a8_wgmma_kernel, (min(tiles, sms),), descriptor(values, [block_m, BLOCK]),
-        descriptor(w_2d, [block_n, BLOCK]), descriptor(y, [ROWS // 2, block_n]), scales,
-        weights.scales, sums, locks, m, n, k, whole, splits, per, scales.stride(1),
-        *weights.scales.stride(), group_strides[1], STAGES=num_stages,
+        _w8a8_wgmma_kernel, (programs,), descriptor(values, [block_m, BLOCK]),
+        descriptor(weights.values, [block_n, BLOCK]), descriptor(y, [ROWS // 2, block_n]),
+        scales, weights.scales, m, n, k, scales.stride(1), *weights.scales.stride(),
+        STAGES=num_stages,
         CONSUMER_REGS=consumer_regs, REFILL_LAG=refill_lag, num_warps=4,
     )  # fmt: skip
     return y
