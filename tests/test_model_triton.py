@@ -54,6 +54,15 @@ def test_model_runs_fp8_dense_and_triton_attention(baseline, dense, options):
     assert relative_error(hidden, baseline[2]) < 0.15
 
 
+def test_the_hybrid_hands_dense_pdl_to_its_w8a16_side():
+    """dense_pdl=None (auto) on the hybrid reaches its W8A16 GEMMs, one by one and grouped;
+    it raised a TypeError there. Off on this CPU, so the run is the one without it."""
+    model, tokens, hidden = run("hybrid", "torch", hybrid_m=4, dense_pdl=None)
+    _, want_tokens, want_hidden = run("hybrid", "torch", hybrid_m=4)
+    assert model.kernels_run["dense"] == "hybrid"
+    assert (tokens == want_tokens).all() and torch.equal(hidden, want_hidden)
+
+
 def test_triton_attention_alone_matches_the_torch_reference(baseline):
     _, tokens, hidden = run("bf16", "triton")
     assert (tokens == baseline[1]).all()
