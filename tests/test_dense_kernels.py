@@ -4,6 +4,7 @@ switch, and the errors bad input gets."""
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -39,7 +40,9 @@ def test_kernels_dense_imports_first_in_a_fresh_interpreter():
     """The scripts import kernels.dense before anything else: kernels.dense.tiles imports
     kernels.moe, whose kernels import kernels.dense modules, so a name imported back from
     kernels.dense.tiles would meet that module half imported (a circular import)."""
-    subprocess.run([sys.executable, "-c", "import kernels.dense"], check=True, timeout=120)
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-c", "import kernels.dense"], check=True, timeout=120,
+                   cwd=root)  # fmt: skip
 
 
 # ---- the format ----------------------------------------------------------------------------
