@@ -20,17 +20,16 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
-import pandas as pd
 import torch
+from dense_w8a16_gemm_times import gpu_layer, saved_table  # scripts/: on the path
 
 import kernels.dense as dense
 from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma
 from kernels.fp8_quant import quantize_activations
 from workbench.capture.bench_rows import time_call
 from workbench.peers import deepgemm
-from workbench.presets import get_preset
 from workbench.workloads.checks import relative_error
-from workbench.workloads.dense import Layer, activations
+from workbench.workloads.dense import activations
 
 # name: gemm_w8a8_wgmma options (block_m, block_n, num_stages, refill_lag; none: its defaults)
 SETTINGS = {
@@ -67,8 +66,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="time the settings this many times, alternated")  # fmt: skip
     args = parser.parse_args()
-    device = torch.device("cuda")
-    layer = Layer(get_preset("dsv4-flash-tp2").rank_shapes(), 1, 128, torch.bfloat16, device, 0)
+    device, layer = gpu_layer()
     kernels = {name: partial(gemm_w8a8_wgmma, out_dtype=torch.bfloat16, **options)
                for name, options in SETTINGS.items() if name in args.settings}  # fmt: skip
     if deepgemm.available()[0]:
@@ -98,9 +96,7 @@ def main() -> None:
                         row["status"] = f"{type(err).__name__}: {str(err)[:100]}"
                     print(row, flush=True)
                     rows.append(row)
-    table = pd.DataFrame(rows)
-    table.to_csv(args.out, index=False)
-    pd.set_option("display.width", 200)
+    table = saved_table(rows, args.out)
     print(table.pivot_table(index=["m", "proj"], columns="setting", values="ms",
                             aggfunc="median").round(4))  # fmt: skip
 
