@@ -72,7 +72,8 @@ ROWS = 128  # weight rows a tile: two warpgroups of wgmma's 64
 WG_ROWS = 64
 BLOCK = 128  # the weight block this kernel takes
 BLOCK_K = 128  # a K step: one scale block; 128-byte weight rows (the activations in two TMA boxes)
-BLOCK_TS = (64, 128)  # token columns a tile (wgmma's N); at 256, ptxas serialises (C7512)
+BLOCK_TS = (64, 128)  # token columns a tile (wgmma's N) the plan picks; at 256, ptxas serialises
+TOKEN_TILES = (8, 16, 32, *BLOCK_TS)  # what a caller may ask for (C7512)
 MAX_STAGES = 8
 SPLIT_FILL = 1.0  # programs an SM the automatic splits of K aim for, by default (`tile_plan`)
 MIN_SPLIT_STEPS = 8  # K steps a split takes at least, by default
@@ -460,8 +461,8 @@ def gemm_w8a16_wgmma(
     sms = planned_sms(x.device)
     if block_t is None:
         block_t = tile_plan(m, row_tiles, k_steps, sms, split_fill, min_split_steps)[0]
-    if block_t not in BLOCK_TS:
-        raise ValueError(f"block_t must be one of {BLOCK_TS} (wgmma's N), got {block_t}.")
+    if block_t not in TOKEN_TILES:
+        raise ValueError(f"block_t must be one of {TOKEN_TILES} (wgmma's N), got {block_t}.")
     num_stages = default_stages(block_t) if num_stages is None else num_stages
     used = num_stages * _slot_bytes(block_t) + _staging_bytes(block_t)
     if used > SHARED_MEMORY:
