@@ -50,10 +50,16 @@ SETTINGS = {
     "gluon-t8-min4-s12": dict(block_t=8, min_split_steps=4, num_stages=12),
     "gluon-t8-min4-lag1": dict(block_t=8, min_split_steps=4, refill_lag=1),
     "gluon-t16-min4": dict(block_t=16, min_split_steps=4),
+    # two or three blocks an SM, their registers capped, the plan counting their slots
+    "gluon-t8-min4-b2": dict(block_t=8, min_split_steps=4, blocks_per_sm=2),
+    "gluon-t8-min2-b2": dict(block_t=8, min_split_steps=2, blocks_per_sm=2),
+    "gluon-t8-min2-b3": dict(block_t=8, min_split_steps=2, blocks_per_sm=3),
+    "gluon-t16-min4-b2": dict(block_t=16, min_split_steps=4, blocks_per_sm=2),
 }
 # timed as the layer's six calls in one graph too
 WHOLE_LAYER = ("bf16", "triton", "gluon", "gluon-fill1", "gluon-fill1-min4", "gluon-fill1-min2",
-               "gluon-t64-fill1-min4", "gluon-t8", "gluon-t8-min4", "gluon-t16-min4")  # fmt: skip
+               "gluon-t64-fill1-min4", "gluon-t8", "gluon-t8-min4", "gluon-t16-min4",
+               "gluon-t8-min4-b2", "gluon-t8-min2-b2")  # fmt: skip
 ROUNDS = 3  # the Triton layer and each projection's fastest setting, alternated
 
 
