@@ -43,24 +43,10 @@ SETTINGS = {
     "gluon-fill1-min4": dict(split_fill=1.0, min_split_steps=4),
     "gluon-fill1-min2": dict(split_fill=1.0, min_split_steps=2),
     "gluon-t64-fill1-min4": dict(block_t=64, split_fill=1.0, min_split_steps=4),
-    # narrow token tiles for decode sizes: a wgmma N of 8 or 16, K split over the SMs
-    "gluon-t8": dict(block_t=8),
-    "gluon-t8-min4": dict(block_t=8, min_split_steps=4),
-    "gluon-t8-min2": dict(block_t=8, min_split_steps=2),
-    "gluon-t8-min4-s12": dict(block_t=8, min_split_steps=4, num_stages=12),
-    "gluon-t8-min4-lag1": dict(block_t=8, min_split_steps=4, refill_lag=1),
-    "gluon-t16-min4": dict(block_t=16, min_split_steps=4),
-    # two or three blocks an SM, their registers capped, the plan counting their slots
-    "gluon-t8-min4-b2": dict(block_t=8, min_split_steps=4, blocks_per_sm=2),
-    "gluon-t8-min2-b2": dict(block_t=8, min_split_steps=2, blocks_per_sm=2),
-    "gluon-t8-min2-b3": dict(block_t=8, min_split_steps=2, blocks_per_sm=3),
-    "gluon-t16-min4-b2": dict(block_t=16, min_split_steps=4, blocks_per_sm=2),
 }
 # timed as the layer's six calls in one graph too
 WHOLE_LAYER = ("bf16", "triton", "gluon", "gluon-fill1", "gluon-fill1-min4", "gluon-fill1-min2",
-               "gluon-t64-fill1-min4", "gluon-t8", "gluon-t8-min4", "gluon-t16-min4",
-               "gluon-t8-min4-b2", "gluon-t8-min2-b2")  # fmt: skip
-ROUNDS = 3  # the Triton layer and each projection's fastest setting, alternated
+               "gluon-t64-fill1-min4")  # fmt: skip
 
 
 def variants(settings: list[str] | None = None) -> dict[str, tuple[Callable, Callable]]:
@@ -125,7 +111,6 @@ def main() -> None:
     for m in args.m:
         xs = activations(m, layer.input_widths, 0, device, torch.bfloat16)
         wants = references(layer, xs)  # once an M: every variant is checked against them
-        fastest: dict[str, tuple[float, Callable]] = {}  # projection: its fastest FP8 call
         for name, (linear, linear_group) in variants(args.settings).items():
             weights = layer.weights("bf16" if name == "bf16" else "w8a16")[0]
             calls = layer.calls(linear, linear_group, xs, weights)
@@ -134,9 +119,6 @@ def main() -> None:
                 try:
                     row["rel_error"] = relative_error(call(), want)
                     row["ms"] = time_call(call, device, m, graph=True)[0]
-                    if name != "bf16" and row["ms"] < fastest.get(p.name, (float("inf"),))[0]:
-                        fastest[p.name] = (row["ms"], call)
-                        row["fastest_so_far"] = True
                 except Exception as err:  # noqa: BLE001 (a failing setting is a result)
                     row["status"] = f"{type(err).__name__}: {str(err)[:120]}"
                 print(row, flush=True)
@@ -146,27 +128,8 @@ def main() -> None:
                 row["ms"] = time_call(partial(run_all, calls), device, m, graph=True)[0]
                 print(row, flush=True)
                 rows.append(row)
-        rows += alternated_layers(m, device, layer, xs, [fastest[p.name][1]
-                                                         for p in layer.projections])  # fmt: skip
     table = saved_table(rows, args.out)
     print(table.pivot_table(index=["m", "proj"], columns="setting", values="ms").round(4))
-    layers = table[table.setting.isin(["layer-triton", "layer-fastest"])]
-    print(layers.pivot_table(index="m", columns="setting", values="ms", aggfunc="median").round(4))
-
-
-def alternated_layers(m: int, device: torch.device, layer: Layer, xs: dict,
-                      fastest: list[Callable]) -> list[dict]:  # fmt: skip
-    """The layer on the Triton W8A16 kernel and on each projection's fastest setting, ROUNDS
-    times alternated, so that the comparison stays below the GPU's run-to-run spread."""
-    triton_calls = layer.calls(dense.linear_w8a16, dense.linear_w8a16_group, xs,
-                               layer.weights("w8a16")[0])  # fmt: skip
-    rows = []
-    for round_ in range(ROUNDS):
-        for name, calls in (("layer-triton", triton_calls), ("layer-fastest", fastest)):
-            ms = time_call(partial(run_all, calls), device, m, graph=True)[0]
-            rows.append({"m": m, "proj": "layer", "setting": name, "round": round_, "ms": ms})
-            print(rows[-1], flush=True)
-    return rows
 
 
 if __name__ == "__main__":

@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
                         choices=("w8a8", "w8a16", "moe-down", "moe-w8a8-gate-up",
                                  "moe-bf16-gate-up", "moe-bf16-down", "moe-int4-gate-up",
                                  "moe-int4-down"))  # fmt: skip
-    parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.TOKEN_TILES, default=64,
+    parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.BLOCK_TS, default=64,
                         help="W8A16: token columns a tile")  # fmt: skip
     parser.add_argument("--split", action="store_true", help="W8A16: with split K")
     args = parser.parse_args(argv)

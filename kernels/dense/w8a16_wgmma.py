@@ -72,11 +72,8 @@ ROWS = 128  # weight rows a tile: two warpgroups of wgmma's 64
 WG_ROWS = 64
 BLOCK = 128  # the weight block this kernel takes
 BLOCK_K = 128  # a K step: one scale block; 128-byte weight rows (the activations in two TMA boxes)
-BLOCK_TS = (64, 128)  # token columns a tile (wgmma's N) the plan picks; at 256, ptxas serialises
-TOKEN_TILES = (8, 16, 32, *BLOCK_TS)  # what a caller may ask for (C7512)
+BLOCK_TS = (64, 128)  # token columns a tile (wgmma's N); at 256, ptxas serialises (C7512)
 MAX_STAGES = 8
-REGISTERS = 65536  # an SM's, which the blocks on it share
-BLOCK_RESERVED = 1024  # shared memory the runtime keeps for each block on an SM
 SPLIT_FILL = 1.0  # programs an SM the automatic splits of K aim for, by default (`tile_plan`)
 MIN_SPLIT_STEPS = 8  # K steps a split takes at least, by default
 # Both were chosen when splits stored partial tiles; with the splits' L2 atomic sums they still
@@ -359,19 +356,9 @@ def _bottom_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, em
               LAG, True, 1)  # fmt: skip
 
 
-def default_stages(block_t: int, shared_memory: int = SHARED_MEMORY) -> int:
-    """As many ring slots as `shared_memory` holds beside the staging buffers, up to
-    MAX_STAGES."""
-    return min(MAX_STAGES, (shared_memory - _staging_bytes(block_t)) // _slot_bytes(block_t))
-
-
-def _register_options(consumer_regs: int, blocks_per_sm: int) -> dict[str, int]:
-    """The launch's register options: with several blocks an SM, every thread (two
-    warpgroups) capped to its share of the SM's registers, rounded down to setmaxnreg's step."""
-    if blocks_per_sm == 1:
-        return {"CONSUMER_REGS": consumer_regs}
-    cap = REGISTERS // (2 * 128 * blocks_per_sm) // 8 * 8
-    return {"CONSUMER_REGS": min(consumer_regs, cap), "maxnreg": cap}
+def default_stages(block_t: int) -> int:
+    """As many ring slots as shared memory holds beside the staging buffers, up to MAX_STAGES."""
+    return min(MAX_STAGES, (SHARED_MEMORY - _staging_bytes(block_t)) // _slot_bytes(block_t))
 
 
 def split_count(tiles: int, k_steps: int, sms: int, fill: float = SPLIT_FILL,
@@ -455,7 +442,6 @@ def gemm_w8a16_wgmma(
     consumer_regs: int = 232,
     split_fill: float = SPLIT_FILL,
     min_split_steps: int = MIN_SPLIT_STEPS,
-    blocks_per_sm: int = 1,
 ) -> Tensor:
     """cat_g(x[:, g] @ W_g.T) for bf16 x (M, G, K) and G FP8 weights from `weights` on, member g
     `group_strides` (values, scales elements) after the first; (M, G * N) in bf16.
@@ -464,30 +450,24 @@ def gemm_w8a16_wgmma(
     which aims at `split_fill` programs an SM with splits of `min_split_steps` K steps or more),
     `num_stages` the ring's slots (None: `default_stages`), `refill_lag` the K steps between a
     slot's use and its refill (None: 2 with six slots or more, else 1), `consumer_regs` the
-    registers Triton asks for each warpgroup (setmaxnreg). `blocks_per_sm` above 1 caps every
-    thread's registers (and `consumer_regs`) so that many blocks fit an SM, and the split plan
-    counts that many program slots an SM; the ring must then fit its share of shared memory."""
+    registers Triton asks for each warpgroup (setmaxnreg)."""
     (m, groups, k), n = x.shape, weights.out_features
     if not (split_fill > 0 and isinstance(min_split_steps, int) and min_split_steps >= 1):
         raise ValueError(f"split_fill={split_fill!r} must be above 0 and min_split_steps="
                          f"{min_split_steps!r} an integer >= 1.")  # fmt: skip
-    if blocks_per_sm not in (1, 2, 3):
-        raise ValueError(f"blocks_per_sm must be 1, 2 or 3, got {blocks_per_sm!r}.")
     row_tiles = triton.cdiv(n, ROWS) * groups
     k_steps = triton.cdiv(k, BLOCK_K)
-    sms = planned_sms(x.device) * blocks_per_sm
+    sms = planned_sms(x.device)
     if block_t is None:
         block_t = tile_plan(m, row_tiles, k_steps, sms, split_fill, min_split_steps)[0]
-    if block_t not in TOKEN_TILES:
-        raise ValueError(f"block_t must be one of {TOKEN_TILES} (wgmma's N), got {block_t}.")
-    share = SHARED_MEMORY // blocks_per_sm - BLOCK_RESERVED * (blocks_per_sm > 1)
-    num_stages = default_stages(block_t, share) if num_stages is None else num_stages
+    if block_t not in BLOCK_TS:
+        raise ValueError(f"block_t must be one of {BLOCK_TS} (wgmma's N), got {block_t}.")
+    num_stages = default_stages(block_t) if num_stages is None else num_stages
     used = num_stages * _slot_bytes(block_t) + _staging_bytes(block_t)
-    if used > share:
+    if used > SHARED_MEMORY:
         raise ValueError(f"num_stages={num_stages} with {block_t}-token tiles needs {used // 1024} "
-                         f"KB of shared memory, more than the {share // 1024} KB a block has at "
-                         f"{blocks_per_sm} an SM; use num_stages <= "
-                         f"{default_stages(block_t, share)}.")  # fmt: skip
+                         f"KB of shared memory, more than sm_90's {SHARED_MEMORY // 1024} KB; use "
+                         f"num_stages <= {default_stages(block_t)}.")  # fmt: skip
     refill_lag = (2 if num_stages >= 6 else 1) if refill_lag is None else refill_lag
     if not 1 <= refill_lag < num_stages:
         raise ValueError(f"refill_lag must be at least 1 and below num_stages={num_stages}, got "
@@ -517,8 +497,7 @@ def gemm_w8a16_wgmma(
         _w8a16_wgmma_kernel, grid, descriptor(x_2d, [block_t, BLOCK_K]),
         descriptor(w_2d, [ROWS, BLOCK_K]), descriptor(y, [block_t, WG_ROWS]), weights.scales,
         sums, locks, m, n, k, per_split, splits, *weights.scales.stride(), group_strides[1],
-        STAGES=num_stages, LAG=refill_lag, SPLIT=splits > 1, **_register_options(consumer_regs,
-                                                                                 blocks_per_sm),
+        STAGES=num_stages, LAG=refill_lag, SPLIT=splits > 1, CONSUMER_REGS=consumer_regs,
         num_warps=4,
     )  # fmt: skip
     return y
