@@ -2,7 +2,7 @@
 process (each setting checked against the reference first), to choose its defaults.
 
     python scripts/tune_moe.py OUT_DIR [--variant flat] [--budget-s 120] [--case fp8:6 ...]
-                                       [--grid decode-fine|down-decode]
+                                       [--grid decode-fine|down-decode|int4-prefill]
 
 `--variant w8a8` takes its own grid (FP8 experts at T = 4,096 and 33,863); its rel_error is
 then against the bf16-activation reference, FP8 activations' rounding included.
@@ -111,7 +111,18 @@ DOWN_DECODE = [
     dict(down_programs_per_sm=2),
     {},
 ]
-GRIDS = {"decode-fine": DECODE_FINE, "down-decode": DOWN_DECODE}
+# --grid int4-prefill: INT4 prefill tiles (launch.INT4_PREFILL_TILES, weights as the MMA's first
+# operand) for padded and stock; the defaults spill 8 and 64 bytes in gate/up under Triton 3.6,
+# these compile without spills in both (scripts/moe_compile_facts.py)
+INT4_PREFILL = [
+    {},
+    dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, swap_ab=True),
+    dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=4, swap_ab=True),
+    dict(block_m=64, block_n=128, block_k=128, num_warps=8, num_stages=3, swap_ab=True),
+    dict(block_m=64, block_n=128, block_k=128, num_warps=8, num_stages=4, swap_ab=True),
+    dict(block_m=64, block_n=128, block_k=64, num_warps=8, num_stages=4, swap_ab=True),
+]
+GRIDS = {"decode-fine": DECODE_FINE, "down-decode": DOWN_DECODE, "int4-prefill": INT4_PREFILL}
 CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),
          ("bf16", 6, DECODE[:4] + PROGRAMS), ("int4", 6, DECODE),
          ("int4", 33863, PREFILL)]  # fmt: skip
