@@ -16,6 +16,7 @@ from workbench.report.page import ReportPage, WithoutAbsences, display
 from workbench.report.sections_benchmarks import write_attention, write_dense, write_moe
 from workbench.report.sections_experiments import write_hybrid, write_sweeps
 from workbench.report.sections_profiles import write_ncu, write_profiles
+from workbench.report.sections_targets import write_targets
 from workbench.report.seed_tables import SECTIONS, Section, artifact_table, coverage
 
 CPU_TITLE = "CPU runs"
@@ -34,6 +35,7 @@ WRITERS: dict[str, Callable[[ReportPage, Collection, Section], None]] = {
     "Hybrid dense GEMM, controlled A/B": write_hybrid,
     "MoE kernels against their floor": write_moe,
     "Sparse attention kernels": write_attention,
+    "Kernel targets": write_targets,
 }
 
 

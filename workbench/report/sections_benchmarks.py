@@ -245,11 +245,18 @@ def _newer_partial_runs(page: ReportPage, collection: Collection, main: Artifact
             page.text(f"Peers not measured in that run: {', '.join(untimed)}.")
 
 
+def dense_run(collection: Collection) -> Artifact | None:
+    """The bench dense run the dense tables come from: the newest whole run (the one that
+    holds the A/B table), else the newest that timed our layer kernels."""
+    return newest(collection, "bench-dense", _holds(DENSE_AB)) or newest(
+        collection, "bench-dense", _holds(DENSE_LAYER)
+    )
+
+
 def write_dense(page: ReportPage, collection: Collection, section: Section) -> None:
     """The seed's backend table (tokens per second per scenario), one layer's projections at
     each M against its roofline floor, the peers at the same M, and each backend's accuracy,
-    from the newest whole run (the one that holds the A/B table, else the newest); then each
-    newer run on its own."""
+    from `dense_run`; then each newer run on its own."""
     ab_run = newest(collection, "bench-dense", _holds(DENSE_AB))
     if ab_run is not None:
         ab = dense_ab_table(bench_rows(ab_run))
@@ -258,7 +265,7 @@ def write_dense(page: ReportPage, collection: Collection, section: Section) -> N
         ab.columns = [f"{scenario(c)} (tokens/s)" for c in ab.columns]
         page.table(ab, "The seed's backend table: dense GEMMs of all layers, tokens per second",
                    sources([ab_run], _ceilings))  # fmt: skip
-    item = ab_run or newest(collection, "bench-dense", _holds(DENSE_LAYER))
+    item = dense_run(collection)
     if item is None:
         return
     rows = bench_rows(item)

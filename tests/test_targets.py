@@ -1,0 +1,129 @@
+"""The kernel targets (`analysis.targets`): verdicts from the committed H200 runs, and from
+small tables that miss rows, so a run that lacks a size or a peer never reads as a pass."""
+
+from __future__ import annotations
+
+import pandas as pd
+from helpers import ROOT
+
+from workbench.analysis.collection import collect
+from workbench.analysis.targets import (
+    dense_verdicts,
+    hybrid_ab_verdict,
+    moe_verdicts,
+)
+from workbench.report.sections_targets import write_targets
+from workbench.report.seed_tables import SECTIONS
+
+DENSE_RUN = ROOT / "raw" / "bench-dense-dsv4-flash-tp2-20261203T194546" / "bench.csv"
+MOE_RUN = ROOT / "raw" / "bench-moe-dsv4-flash-tp2-20261203T093533" / "bench.csv"
+
+
+def test_dense_verdicts_of_the_committed_run():
+    """The H200 run of record: W8A16 at 1 row and W8A8 at prefill miss, the hybrid meets."""
+    verdicts = dense_verdicts(pd.read_csv(DENSE_RUN))
+    decode, middle, hybrid, prefill = verdicts
+    assert decode.met is False and decode.measured.startswith("M=1 1.26x, M=4 1.31x, M=6 1.30x")
+    assert "humming at most 0.57x our speed" in decode.measured
+    assert middle.met is False and "M=64 0.94x" in middle.measured
+    assert hybrid.met is True and "1.04x" in hybrid.measured
+    assert prefill.met is False and "M=4,096 1.33x, M=16,384 1.35x" in prefill.measured
+    assert "M=4,096 0.88x, M=16,384 0.87x" in prefill.measured  # DeepGEMM, the fastest peer
+
+
+def test_moe_verdicts_of_the_committed_run():
+    fp8, int4, int4_prefill, spills, w8a8, bf16 = moe_verdicts(pd.read_csv(MOE_RUN))
+    assert fp8.met is True and fp8.measured.startswith("1.21x its floor")
+    assert int4.met is False and int4.measured == "1.69x its floor (0.123 ms)"
+    assert int4_prefill.met is True and int4_prefill.measured.startswith("0 spills, 0.76x")
+    assert spills.met is False and spills.measured == "padded T=33,863: 8 bytes"
+    assert w8a8.met is True and bf16.met is True
+    assert [v.status for v in (fp8, int4)] == ["met", "missed"]
+
+
+def layer_rows(times: dict[tuple[str, int], float]) -> pd.DataFrame:
+    """bench dense rows of our layer kernels at (variant, M) with these times."""
+    return pd.DataFrame(
+        [{"kernel": "dense-layer", "variant": v, "m": m, "ms": ms} for (v, m), ms in times.items()]
+    )
+
+
+def test_a_missing_peer_or_size_is_not_measured_never_met():
+    """W8A16 fast enough at every decode size but no humming row: not measured. One size too
+    slow: missed whatever else is absent."""
+    fast = {("bf16", m): 1.4 for m in (1, 4, 6)} | {("w8a16", m): 1.0 for m in (1, 4, 6)}
+    decode = dense_verdicts(layer_rows(fast))[0]
+    assert decode.met is None and decode.status == "not measured"
+    assert decode.measured.endswith("; no humming")
+    slow = fast | {("w8a16", 4): 1.2}
+    assert dense_verdicts(layer_rows(slow))[0].met is False
+    humming = pd.DataFrame([{"kernel": "humming", "m": m, "ms": 1.1} for m in (1, 4, 6)])
+    met = dense_verdicts(pd.concat([layer_rows(fast), humming]))[0]
+    assert met.met is True and "humming at most 0.91x our speed" in met.measured
+    middle = dense_verdicts(layer_rows(fast))[1]
+    assert middle.met is None and "M=16 not timed" in middle.measured
+
+
+def test_the_hybrid_is_judged_at_every_m_where_all_three_ran():
+    times = {("hybrid", 64): 1.0, ("w8a16", 64): 1.0, ("w8a8", 64): 1.2,
+             ("hybrid", 4096): 1.06, ("w8a16", 4096): 2.0, ("w8a8", 4096): 1.0}  # fmt: skip
+    hybrid = dense_verdicts(layer_rows(times))[2]
+    assert (
+        hybrid.met is False and hybrid.measured == "at most 1.06x the better one's time (M=4,096)"
+    )
+    times[("hybrid", 4096)] = 1.04
+    assert dense_verdicts(layer_rows(times))[2].met is True
+    assert dense_verdicts(layer_rows({("hybrid", 1): 1.0}))[2].met is None
+
+
+def test_moe_verdicts_without_rows_are_not_measured():
+    empty = pd.DataFrame(columns=["kernel", "variant", "weight_dtype", "tokens", "routing", "ms",
+                                  "spills"])  # fmt: skip
+    verdicts = moe_verdicts(empty)
+    assert [v.met for v in verdicts] == [None] * 6
+    assert verdicts[3].measured == "no INT4 rows compiled"
+
+
+def test_the_seed_ab_needs_an_interval_above_one():
+    """b / a is the hybrid's time over W8A16's: tokens per second are its inverse."""
+    table = pd.DataFrame([{"phase": "prefill", "tokens": 46000, "ratio": 0.94, "ci_low": 0.89,
+                           "ci_high": 0.976}])  # fmt: skip
+    met = hybrid_ab_verdict(table)
+    assert met.met is True and met.measured == "1.06x at 46,000 tokens (95% interval 1.02 - 1.12)"
+    table.loc[0, "ci_high"] = 1.01
+    assert hybrid_ab_verdict(table).met is False
+    assert hybrid_ab_verdict(table.assign(phase="decode")).met is None
+
+
+class Recorder:
+    """A ReportPage that keeps what the writer put on it."""
+
+    def __init__(self):
+        self.tables, self.absences = [], []
+
+    def table(self, frame, caption="", source="", **_):
+        self.tables.append((frame, caption, source))
+        return self
+
+    def absent(self, what, command):
+        self.absences.append((what, command))
+        return self
+
+
+def test_the_section_names_the_run_of_every_verdict(monkeypatch):
+    """From the committed runs: one table, each row naming its run, the caption counting the
+    targets met; with no runs, the section says what is absent and how to make it."""
+    monkeypatch.chdir(ROOT)
+    section = next(s for s in SECTIONS if s.title == "Kernel targets")
+    runs = [DENSE_RUN.parent.relative_to(ROOT), MOE_RUN.parent.relative_to(ROOT)]
+    page = Recorder()
+    write_targets(page, collect(runs), section)
+    [(frame, caption, source)] = page.tables
+    assert (
+        len(frame) == 10 and caption == f"Kernel targets: {(frame.status == 'met').sum()} of 10 met"
+    )
+    assert set(frame["from"]) == {f"`{r.as_posix()}`" for r in runs}
+    assert source.startswith("From `raw/bench-dense") and "NVIDIA H200" in source
+    empty = Recorder()
+    write_targets(empty, collect([]), section)
+    assert empty.tables == [] and empty.absences[0][1] == section.command

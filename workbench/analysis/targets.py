@@ -1,0 +1,313 @@
+"""The dense and MoE kernels' performance targets, checked against benchmark runs.
+
+Each target is a ratio that one run measures on both sides (our kernel over cuBLAS bf16, over
+its roofline floor, over the fastest peer, or one arm of an A/B over the other), so a verdict
+never mixes runs. The thresholds are the FP8 kernel work's goals: W8A16 beating cuBLAS bf16 at
+decode by the bandwidth it saves, W8A8 running prefill at FP8 speed beside DeepGEMM and
+cuBLAS's own blockwise FP8, the hybrid taking the better of both, the quantised MoE paths near
+their floor, and the seed's hybrid A/B reproduced with significance. A verdict is `met`,
+`missed`, or `None` when the run lacks a row it needs (a size or a peer it did not time): a
+missing row is never read as a pass.
+
+Pure pandas over the rows `bench dense` and `bench moe` write and an A/B result's table, so
+the report, a notebook and the tests read the same verdicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import pandas as pd
+
+DENSE_LAYER = "dense-layer"  # bench dense's rows of the workbench's own layer kernels
+DECODE_M = (1, 4, 6)
+MIDDLE_M = (16, 24, 32, 64, 128, 256)
+PREFILL_M = (4096, 16384)
+FP8_PEERS = ("deepgemm", "cublas_fp8")
+MOE_DECODE_T = 6
+MOE_PREFILL_T = 33863
+MOE_COLUMNS = ("kernel", "variant", "weight_dtype", "tokens", "routing", "ms", "ratio_to_floor",
+               "tflops", "ratio_to_cublas", "spills")  # fmt: skip
+HYBRID_SLACK = 1.05  # the hybrid within 5% of the better of its two kernels
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One target: what is measured, the goal, the figures measured, and whether they meet it
+    (None: the run lacks a row the target needs)."""
+
+    measure: str
+    target: str
+    measured: str
+    met: bool | None
+
+    @property
+    def status(self) -> str:
+        return {True: "met", False: "missed", None: "not measured"}[self.met]
+
+
+def _all(checks: Iterable[bool | None]) -> bool | None:
+    """Met when every check is, None when any is unmeasured and none failed."""
+    checks = list(checks)
+    if any(c is False for c in checks):
+        return False
+    return None if not checks or any(c is None for c in checks) else True
+
+
+def _times(x: float) -> str:
+    return f"{x:.2f}x"
+
+
+# ---- dense --------------------------------------------------------------------------------------
+def _layer_ms(rows: pd.DataFrame, variant: str, m: int) -> float | None:
+    """Our layer's median ms in `variant` at M rows, None when the run did not time it."""
+    hit = rows[(rows["kernel"] == DENSE_LAYER) & (rows["variant"] == variant) & (rows["m"] == m)]
+    ms = hit["ms"].dropna()
+    return float(ms.iloc[0]) if len(ms) else None
+
+
+def _peer_ms(rows: pd.DataFrame, kernel: str, m: int) -> float | None:
+    hit = rows[(rows["kernel"] == kernel) & (rows["m"] == m)]["ms"].dropna()
+    return float(hit.iloc[0]) if len(hit) else None
+
+
+def _over_bf16(rows: pd.DataFrame, variant: str, m: int) -> float | None:
+    """cuBLAS bf16's layer time over ours in `variant` (a speedup) at M rows."""
+    ours, bf16 = _layer_ms(rows, variant, m), _layer_ms(rows, "bf16", m)
+    return None if ours is None or bf16 is None else bf16 / ours
+
+
+def _speedups(rows: pd.DataFrame, variant: str, sizes: Iterable[int], floor: float
+              ) -> tuple[str, bool | None]:  # fmt: skip
+    """'M=1 1.27x, M=4 1.31x' over cuBLAS bf16, and whether each is at least `floor`."""
+    figures, checks = [], []
+    for m in sizes:
+        s = _over_bf16(rows, variant, m)
+        figures.append(f"M={m:,} {'not timed' if s is None else _times(s)}")
+        checks.append(None if s is None else s >= floor)
+    return ", ".join(figures), _all(checks)
+
+
+def _w8a16_decode(rows: pd.DataFrame) -> Verdict:
+    figure, fast = _speedups(rows, "w8a16", DECODE_M, 1.3)
+    shares, checks = [], []  # humming's speed as a share of ours
+    for m in DECODE_M:
+        ours, humming = _layer_ms(rows, "w8a16", m), _peer_ms(rows, "humming", m)
+        if ours is None or humming is None:
+            checks.append(None)
+            continue
+        shares.append(ours / humming)
+        checks.append(ours <= humming)
+    figure += f"; humming at most {_times(max(shares))} our speed" if shares else "; no humming"
+    return Verdict(
+        "dense W8A16 per layer over cuBLAS bf16, M = 1, 4, 6",
+        ">= 1.3x, and faster than humming",
+        figure,
+        _all([fast, *checks]),
+    )
+
+
+def _w8a16_middle(rows: pd.DataFrame) -> Verdict:
+    figure, met = _speedups(rows, "w8a16", MIDDLE_M, 1.0)
+    return Verdict("dense W8A16 per layer over cuBLAS bf16, M = 16 ... 256", ">= 1.0x", figure,
+                   met)  # fmt: skip
+
+
+def _hybrid(rows: pd.DataFrame) -> Verdict:
+    layer = rows[rows["kernel"] == DENSE_LAYER]
+    worst: tuple[float, int] | None = None  # (time over the better kernel's, at M)
+    checks = []
+    for m in sorted(int(m) for m in layer["m"].dropna().unique()):
+        hybrid, *others = (_layer_ms(rows, v, m) for v in ("hybrid", "w8a16", "w8a8"))
+        if hybrid is None or None in others:
+            checks.append(None)
+            continue
+        over = hybrid / min(others)
+        checks.append(over <= HYBRID_SLACK)
+        worst = max(worst or (over, m), (over, m))
+    figure = ("not timed" if worst is None else
+              f"at most {_times(worst[0])} the better one's time (M={worst[1]:,})")  # fmt: skip
+    return Verdict("dense hybrid per layer against the better of W8A16 and W8A8, every M",
+                   "within 5%", figure, _all(checks))  # fmt: skip
+
+
+def _w8a8_prefill(rows: pd.DataFrame) -> Verdict:
+    figure, fast = _speedups(rows, "w8a8", PREFILL_M, 1.6)
+    shares, checks = [], []
+    for m in PREFILL_M:
+        ours = _layer_ms(rows, "w8a8", m)
+        peers = [t for k in FP8_PEERS if (t := _peer_ms(rows, k, m)) is not None]
+        if ours is None or not peers:
+            checks.append(None)
+            continue
+        share = min(peers) / ours
+        shares.append(f"M={m:,} {_times(share)}")
+        checks.append(share >= 0.95)
+    figure += f"; of the fastest FP8 peer's speed: {', '.join(shares) or 'no peer timed'}"
+    return Verdict("dense W8A8 per layer over cuBLAS bf16, M = 4,096 and 16,384",
+                   ">= 1.6x, and >= 0.95x the fastest FP8 peer (DeepGEMM, cuBLAS FP8)",
+                   figure, _all([fast, *checks]))  # fmt: skip
+
+
+def dense_verdicts(rows: pd.DataFrame) -> list[Verdict]:
+    """The dense targets from one `bench dense` run's rows (with its peers' rows)."""
+    rows = rows.reindex(columns=list(dict.fromkeys([*rows.columns, "kernel", "variant", "m",
+                                                    "ms"])))  # fmt: skip
+    return [_w8a16_decode(rows), _w8a16_middle(rows), _hybrid(rows), _w8a8_prefill(rows)]
+
+
+# ---- MoE ----------------------------------------------------------------------------------------
+def _moe_row(rows: pd.DataFrame, variant: str, fmt: str, tokens: int) -> pd.Series | None:
+    """Our MoE scheduler's row (uniform routing) that was timed, None when there is none."""
+    hit = rows[(rows["kernel"] == "moe") & (rows["variant"] == variant)
+               & (rows["weight_dtype"] == fmt) & (rows["tokens"] == tokens)
+               & (rows["routing"] == "uniform") & rows["ms"].notna()]  # fmt: skip
+    return hit.iloc[0] if len(hit) else None
+
+
+def _moe_peer_ms(rows: pd.DataFrame, kernel: str, tokens: int) -> float | None:
+    hit = rows[(rows["kernel"] == kernel) & (rows["tokens"] == tokens)
+               & (rows["routing"] == "uniform")]["ms"].dropna()  # fmt: skip
+    return float(hit.iloc[0]) if len(hit) else None
+
+
+def _value(row: pd.Series | None, column: str) -> float | None:
+    """A row's measure, None when there is no row or the run did not record that measure."""
+    return None if row is None or pd.isna(row[column]) else float(row[column])
+
+
+def _checked(value: float | None, check: Callable[[float], bool]) -> bool | None:
+    return None if value is None else bool(check(value))
+
+
+def _floor_figure(row: pd.Series | None) -> str:
+    """'1.21x its floor (0.166 ms)', or why there is no such figure."""
+    if row is None:
+        return "not timed"
+    floor = _value(row, "ratio_to_floor")
+    return (
+        f"{'no floor recorded' if floor is None else f'{_times(floor)} its floor'} "
+        f"({row['ms']:.3f} ms)"
+    )
+
+
+def _fp8_decode(rows: pd.DataFrame) -> Verdict:
+    flat = _moe_row(rows, "flat", "fp8", MOE_DECODE_T)
+    peers = {k: _moe_peer_ms(rows, k, MOE_DECODE_T) for k in ("deepgemm", "humming")}
+    checks = [_checked(_value(flat, "ratio_to_floor"), lambda r: r <= 1.3)]
+    checks += [None if t is None or flat is None else flat["ms"] < t for t in peers.values()]
+    figure = (
+        _floor_figure(flat)
+        + "; "
+        + ", ".join(f"{k} {'not timed' if t is None else f'{t:.3f} ms'}" for k, t in peers.items())
+    )
+    return Verdict(
+        f"MoE FP8 (W8A16) flat, T={MOE_DECODE_T} uniform, time over its floor",
+        "<= 1.3x, and faster than DeepGEMM and humming",
+        figure,
+        _all(checks),
+    )
+
+
+def _int4_decode(rows: pd.DataFrame) -> Verdict:
+    flat = _moe_row(rows, "flat", "int4", MOE_DECODE_T)
+    return Verdict(f"MoE INT4 flat, T={MOE_DECODE_T}, time over its floor", "<= 1.5x",
+                   _floor_figure(flat),
+                   _checked(_value(flat, "ratio_to_floor"), lambda r: r <= 1.5))  # fmt: skip
+
+
+def _int4_prefill(rows: pd.DataFrame) -> Verdict:
+    int4, bf16 = (_moe_row(rows, "flat", f, MOE_PREFILL_T) for f in ("int4", "bf16"))
+    ours, theirs, spills = _value(int4, "tflops"), _value(bf16, "tflops"), _value(int4, "spills")
+    share = None if ours is None or not theirs else ours / theirs
+    figure = "not timed" if int4 is None else (
+        f"{'?' if spills is None else int(spills)} spills, "
+        f"{'?' if share is None else _times(share)} bf16 flat's TFLOP/s")  # fmt: skip
+    checks = [_checked(spills, lambda s: s == 0), _checked(share, lambda s: s >= 0.5)]
+    return Verdict(f"MoE INT4 flat, T={MOE_PREFILL_T:,}", "no spills, >= 0.5x bf16 flat's "
+                   "TFLOP/s", figure, _all(checks))  # fmt: skip
+
+
+def _int4_spills(rows: pd.DataFrame) -> Verdict:
+    int4 = rows[(rows["kernel"] == "moe") & (rows["weight_dtype"] == "int4")]
+    compiled = int4[int4["spills"].notna()]
+    spilling = compiled[compiled["spills"] > 0]
+    spilled = zip(spilling["variant"], spilling["tokens"], spilling["spills"], strict=True)
+    figure = ", ".join(f"{v} T={t:,}: {int(s) * 4} bytes" for v, t, s in spilled) or "none spill"
+    if compiled.empty:
+        figure = "no INT4 rows compiled"
+    return Verdict("MoE INT4, every scheduler and T: spills", "none", figure,
+                   None if compiled.empty else spilling.empty)  # fmt: skip
+
+
+def _w8a8_prefill_moe(rows: pd.DataFrame) -> Verdict:
+    w8a8, bf16 = _moe_row(rows, "w8a8", "fp8", MOE_PREFILL_T), _moe_row(rows, "flat", "bf16",
+                                                                         MOE_PREFILL_T)  # fmt: skip
+    deepgemm = _moe_peer_ms(rows, "deepgemm", MOE_PREFILL_T)
+    over_bf16 = None if w8a8 is None or bf16 is None else bf16["ms"] / w8a8["ms"]
+    over_dg = None if w8a8 is None or deepgemm is None else deepgemm / w8a8["ms"]
+    figure = (f"{'?' if over_bf16 is None else _times(over_bf16)} our bf16 flat's speed, "
+              f"{'?' if over_dg is None else _times(over_dg)} DeepGEMM's")  # fmt: skip
+    checks = [None if over_bf16 is None else over_bf16 >= 1.5,
+              None if over_dg is None else over_dg >= 0.9]  # fmt: skip
+    return Verdict(f"MoE W8A8 prefill, T={MOE_PREFILL_T:,}", ">= 1.5x our bf16 flat, >= 0.9x "
+                   "DeepGEMM contiguous", figure, _all(checks))  # fmt: skip
+
+
+def _bf16_prefill(rows: pd.DataFrame) -> Verdict:
+    flat = _moe_row(rows, "flat", "bf16", MOE_PREFILL_T)
+    bare = _moe_peer_ms(rows, "torch_grouped_mm_bare", MOE_PREFILL_T)
+    share = _value(flat, "ratio_to_cublas")
+    bare_ms = "(not timed)" if bare is None else f"{bare:.2f} ms"
+    figure = "not timed" if flat is None else (
+        f"{'?' if share is None else f'{share:.0%}'} of cuBLAS bf16's rate; {flat['ms']:.2f} ms "
+        f"against the bare grouped GEMMs' {bare_ms}")  # fmt: skip
+    checks = [_checked(share, lambda r: r >= 0.65),
+              None if flat is None or bare is None else flat["ms"] < bare]  # fmt: skip
+    return Verdict(
+        f"MoE bf16 flat prefill, T={MOE_PREFILL_T:,}",
+        ">= 65% of cuBLAS bf16's rate, and faster than the bare torch._grouped_mm pair",
+        figure,
+        _all(checks),
+    )
+
+
+def moe_verdicts(rows: pd.DataFrame) -> list[Verdict]:
+    """The MoE targets from one `bench moe` run's rows (with its peers' rows); measures an
+    older run did not record count as not measured."""
+    rows = rows.reindex(columns=list(dict.fromkeys([*rows.columns, *MOE_COLUMNS])))
+    return [_fp8_decode(rows), _int4_decode(rows), _int4_prefill(rows), _int4_spills(rows),
+            _w8a8_prefill_moe(rows), _bf16_prefill(rows)]  # fmt: skip
+
+
+# ---- the seed's A/B -----------------------------------------------------------------------------
+def hybrid_ab_verdict(table: pd.DataFrame) -> Verdict:
+    """The seed's A/B from a profile A/B's table (a: W8A16, b: the hybrid): the hybrid's
+    prefill tokens per second over W8A16's, significant when the interval excludes 1."""
+    prefill = table[table["phase"] == "prefill"]
+    if prefill.empty:
+        return Verdict("seed A/B: hybrid prefill tokens/s over W8A16", "> 1.0x, significant",
+                       "no prefill row", None)  # fmt: skip
+    row = prefill.iloc[0]
+    speed, low, high = 1 / row["ratio"], 1 / row["ci_high"], 1 / row["ci_low"]
+    figure = (f"{_times(speed)} at {int(row['tokens']):,} tokens (95% interval {low:.2f} - "
+              f"{high:.2f})")  # fmt: skip
+    return Verdict("seed A/B: hybrid prefill tokens/s over W8A16", "> 1.0x, significant",
+                   figure, bool(low > 1.0))  # fmt: skip
+
+
+def verdict_table(verdicts: Iterable[tuple[Verdict, str]]) -> pd.DataFrame:
+    """(verdict, the run it came from) pairs as the report's table."""
+    return pd.DataFrame(
+        [
+            {
+                "measure": v.measure,
+                "target": v.target,
+                "measured": v.measured,
+                "status": v.status,
+                "from": source,
+            }
+            for v, source in verdicts
+        ]  # fmt: skip
+    )
