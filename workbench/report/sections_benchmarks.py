@@ -19,6 +19,7 @@ import pandas as pd
 
 from workbench.analysis.best_peer import ours_vs_best_peer
 from workbench.analysis.collection import Artifact, Collection
+from workbench.analysis.targets import DENSE_LAYER
 from workbench.report.cells import format_value
 from workbench.report.page import ReportPage, short_status, sources
 from workbench.report.seed_tables import (
@@ -31,7 +32,6 @@ from workbench.report.seed_tables import (
     started,
 )
 
-DENSE_LAYER = "dense-layer"  # bench dense's rows of the workbench's own layer kernels
 MOE_ORDER = ("stock", "multirow", "flat", "padded")
 MOE_OURS = (
     "moe",

@@ -10,6 +10,8 @@ measured it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 
 from workbench.analysis.collection import Artifact, Collection
@@ -27,16 +29,22 @@ from workbench.report.sections_benchmarks import dense_run, newest
 from workbench.report.seed_tables import Section, artifacts, bench_rows, started
 
 
+def _timed_ours_at(sizes: set[int]) -> Callable[[pd.DataFrame], bool]:
+    """Whether bench moe rows hold our kernels at every one of `sizes` tokens."""
+
+    def holds(rows: pd.DataFrame) -> bool:
+        ours = rows[rows["kernel"] == "moe"]
+        return not ours.empty and sizes <= set(ours.get("tokens", []))
+
+    return holds
+
+
 def _moe_run(collection: Collection) -> Artifact | None:
     """The newest bench moe run that timed our kernels at the decode and the prefill size of
     the targets, else the newest that timed them at all."""
-
-    def both(rows: pd.DataFrame) -> bool:
-        ours = rows[rows["kernel"] == "moe"]
-        return {MOE_DECODE_T, MOE_PREFILL_T} <= set(ours.get("tokens", []))
-
-    ours = lambda rows: bool((rows["kernel"] == "moe").any())  # noqa: E731
-    return newest(collection, "bench-moe", both) or newest(collection, "bench-moe", ours)
+    return newest(collection, "bench-moe", _timed_ours_at({MOE_DECODE_T, MOE_PREFILL_T})) or (
+        newest(collection, "bench-moe", _timed_ours_at(set()))
+    )
 
 
 def _hybrid_ab_run(collection: Collection) -> Artifact | None:
@@ -53,17 +61,16 @@ def _hybrid_ab_run(collection: Collection) -> Artifact | None:
 
 def write_targets(page: ReportPage, collection: Collection, section: Section) -> None:
     """One table: every target's measure, goal, measured figures, status and run."""
-    verdicts: list[tuple[Verdict, str]] = []
-    used = []
-    for run, judge in ((dense_run(collection), dense_verdicts), (_moe_run(collection),
-                                                                moe_verdicts)):  # fmt: skip
+    judged: list[tuple[Artifact, list[Verdict]]] = []
+    for run, judge in ((dense_run(collection), dense_verdicts),
+                       (_moe_run(collection), moe_verdicts)):  # fmt: skip
         if run is not None:
-            verdicts += [(v, f"`{display(run.path)}`") for v in judge(bench_rows(run))]
-            used.append(run)
+            judged.append((run, judge(bench_rows(run))))
     ab = _hybrid_ab_run(collection)
     if ab is not None:
-        verdicts.append((hybrid_ab_verdict(ab.result.table()), f"`{display(ab.path)}`"))
-        used.append(ab)
+        judged.append((ab, [hybrid_ab_verdict(ab.result.table())]))
+    verdicts = [(v, f"`{display(run.path)}`") for run, vs in judged for v in vs]
+    used = [run for run, _ in judged]
     if not verdicts:
         page.absent("a bench dense or bench moe run with our kernels", section.command)
         return
