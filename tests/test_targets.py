@@ -93,6 +93,7 @@ def test_the_seed_ab_needs_an_interval_above_one():
     table.loc[0, "ci_high"] = 1.01
     assert hybrid_ab_verdict(table).met is False
     assert hybrid_ab_verdict(table.assign(phase="decode")).met is None
+    assert hybrid_ab_verdict(table.assign(ci_low=float("nan"))).met is None
 
 
 class Recorder:
