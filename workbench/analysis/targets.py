@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 import pandas as pd
 
@@ -60,16 +61,19 @@ def _times(x: float) -> str:
 
 
 # ---- dense --------------------------------------------------------------------------------------
-def _layer_ms(rows: pd.DataFrame, variant: str, m: int) -> float | None:
-    """Our layer's median ms in `variant` at M rows, None when the run did not time it."""
-    hit = rows[(rows["kernel"] == DENSE_LAYER) & (rows["variant"] == variant) & (rows["m"] == m)]
+def _peer_ms(rows: pd.DataFrame, kernel: str, m: int, variant: str | None = None) -> float | None:
+    """The median ms of `kernel` (of its `variant`, when given) at M rows, None when the run
+    did not time it."""
+    hit = rows[(rows["kernel"] == kernel) & (rows["m"] == m)]
+    if variant is not None:
+        hit = hit[hit["variant"] == variant]
     ms = hit["ms"].dropna()
     return float(ms.iloc[0]) if len(ms) else None
 
 
-def _peer_ms(rows: pd.DataFrame, kernel: str, m: int) -> float | None:
-    hit = rows[(rows["kernel"] == kernel) & (rows["m"] == m)]["ms"].dropna()
-    return float(hit.iloc[0]) if len(hit) else None
+def _layer_ms(rows: pd.DataFrame, variant: str, m: int) -> float | None:
+    """Our layer's median ms in `variant` at M rows."""
+    return _peer_ms(rows, DENSE_LAYER, m, variant)
 
 
 def _over_bf16(rows: pd.DataFrame, variant: str, m: int) -> float | None:
@@ -286,19 +290,17 @@ def moe_verdicts(rows: pd.DataFrame) -> list[Verdict]:
 def hybrid_ab_verdict(table: pd.DataFrame) -> Verdict:
     """The seed's A/B from a profile A/B's table (a: W8A16, b: the hybrid): the hybrid's
     prefill tokens per second over W8A16's, significant when the interval excludes 1."""
+    seed_ab = partial(Verdict, "seed A/B: hybrid prefill tokens/s over W8A16",
+                      "> 1.0x, significant")  # fmt: skip
     prefill = table[table["phase"] == "prefill"]
     if prefill.empty:
-        return Verdict("seed A/B: hybrid prefill tokens/s over W8A16", "> 1.0x, significant",
-                       "no prefill row", None)  # fmt: skip
+        return seed_ab("no prefill row", None)
     row = prefill.iloc[0]
     if pd.isna(row["ci_low"]) or pd.isna(row["ci_high"]):
-        return Verdict("seed A/B: hybrid prefill tokens/s over W8A16", "> 1.0x, significant",
-                       f"{_times(1 / row['ratio'])}, no interval", None)  # fmt: skip
+        return seed_ab(f"{_times(1 / row['ratio'])}, no interval", None)
     speed, low, high = 1 / row["ratio"], 1 / row["ci_high"], 1 / row["ci_low"]
-    figure = (f"{_times(speed)} at {int(row['tokens']):,} tokens (95% interval {low:.2f} - "
-              f"{high:.2f})")  # fmt: skip
-    return Verdict("seed A/B: hybrid prefill tokens/s over W8A16", "> 1.0x, significant",
-                   figure, bool(low > 1.0))  # fmt: skip
+    return seed_ab(f"{_times(speed)} at {int(row['tokens']):,} tokens (95% interval {low:.2f} - "
+                   f"{high:.2f})", bool(low > 1.0))  # fmt: skip
 
 
 def verdict_table(verdicts: Iterable[tuple[Verdict, str]]) -> pd.DataFrame:
