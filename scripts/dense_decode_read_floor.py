@@ -30,7 +30,7 @@ import triton.language as tl
 from dense_w8a16_gemm_times import gpu_layer, run_all, saved_table  # scripts/: on the path
 
 import kernels.dense as dense
-from workbench.capture.bench_rows import time_call
+from workbench.capture.timing import time_launch
 from workbench.workloads.dense import activations
 
 # (int32 elements a program reads, warps): 8 to 32 KB a program, every load issued at once
@@ -71,7 +71,7 @@ def fastest_read(nbytes: int, device: torch.device) -> tuple[Callable[[], None],
     best = None
     for chunk, warps in READ_SETTINGS:
         call = read_call(nbytes, chunk, warps, device)
-        ms = time_call(call, device, 1, graph=True)[0]
+        ms = time_launch(call, device, 1, graph=True).median_ms
         if best is None or ms < best[2]:
             best = (call, f"{chunk * 4 // 1024}KBx{warps}w", ms)
     return best
@@ -135,7 +135,7 @@ def main() -> None:
         for name, calls in chains.items():
             if (m == 0) != name.startswith("read"):
                 continue
-            ms = time_call(partial(run_all, calls), device, max(m, 1), graph=True)[0]
+            ms = time_launch(partial(run_all, calls), device, max(m, 1), graph=True).median_ms
             traced = traced_kernels(calls, device)
             row = {"m": m, "proj": "layer", "setting": name, "ms": ms,
                    "kernel_us": sum(d for d, _ in traced), "gap_us": sum(g for _, g in traced),

@@ -22,7 +22,8 @@ import torch
 
 import kernels.dense as dense
 from kernels.dense.grouped import linear_bf16_group
-from workbench.capture.bench_rows import call_with_facts, compile_facts, time_call
+from workbench.capture.bench_rows import call_with_facts, compile_facts
+from workbench.capture.timing import time_launch
 from workbench.presets import get_preset
 from workbench.workloads.checks import relative_error
 from workbench.workloads.dense import Layer, activations
@@ -64,7 +65,7 @@ def replay_ms(calls: list, device: torch.device, m: int) -> float:
         for call in calls:
             call()
 
-    return time_call(run, device, m, graph=True)[0] / len(calls)
+    return time_launch(run, device, m, graph=True).median_ms / len(calls)
 
 
 def deepgemm_calls(layer: Layer, xs: dict) -> list[list] | None:

@@ -21,7 +21,7 @@ import torch
 
 import kernels.dense as dense
 from kernels.dense.w8a16_wgmma import linear_w8a16_wgmma, linear_w8a16_wgmma_group
-from workbench.capture.bench_rows import time_call
+from workbench.capture.timing import time_launch
 from workbench.presets import get_preset
 from workbench.workloads.checks import relative_error
 from workbench.workloads.dense import Layer, activations
@@ -118,14 +118,14 @@ def main() -> None:
                 row = {"m": m, "proj": p.name, "n": p.n, "k": p.k * p.count, "setting": name}
                 try:
                     row["rel_error"] = relative_error(call(), want)
-                    row["ms"] = time_call(call, device, m, graph=True)[0]
+                    row["ms"] = time_launch(call, device, m, graph=True).median_ms
                 except Exception as err:  # noqa: BLE001 (a failing setting is a result)
                     row["status"] = f"{type(err).__name__}: {str(err)[:120]}"
                 print(row, flush=True)
                 rows.append(row)
             if name in WHOLE_LAYER:
                 row = {"m": m, "proj": "layer", "setting": name}
-                row["ms"] = time_call(partial(run_all, calls), device, m, graph=True)[0]
+                row["ms"] = time_launch(partial(run_all, calls), device, m, graph=True).median_ms
                 print(row, flush=True)
                 rows.append(row)
     table = saved_table(rows, args.out)

@@ -24,7 +24,7 @@ import kernels.dense as dense
 from kernels.dense.w8a16 import WGMMA_MIN_M, default_tiles
 from kernels.dense.w8a16_wgmma import BLOCK_K as WGMMA_BLOCK_K
 from kernels.dense.w8a16_wgmma import linear_w8a16_wgmma, linear_w8a16_wgmma_group
-from workbench.capture.bench_rows import time_call
+from workbench.capture.timing import time_launch
 from workbench.workloads.checks import relative_error
 from workbench.workloads.dense import Layer, activations
 
@@ -82,7 +82,7 @@ def main() -> None:
                        "split_k": split_k or "default", "splits": splits, "steps": per}  # fmt: skip
                 try:
                     row["rel_error"] = relative_error(call(), want)
-                    row["ms"] = time_call(call, device, m, graph=True)[0]
+                    row["ms"] = time_launch(call, device, m, graph=True).median_ms
                     timed[split_k] = row["ms"]
                 except Exception as err:  # noqa: BLE001 (a failing setting is a result)
                     row["status"] = f"{type(err).__name__}: {str(err)[:120]}"
@@ -91,7 +91,7 @@ def main() -> None:
             best.append(calls_at(min(timed, key=timed.get))[i])
         for round_ in range(ROUNDS):
             for name, calls in (("layer-default", defaults), ("layer-best", best)):
-                ms = time_call(partial(run_all, calls), device, m, graph=True)[0]
+                ms = time_launch(partial(run_all, calls), device, m, graph=True).median_ms
                 row = {"m": m, "proj": name, "round": round_, "ms": ms}
                 print(row, flush=True)
                 rows.append(row)

@@ -26,7 +26,7 @@ from dense_w8a16_gemm_times import gpu_layer, saved_table  # scripts/: on the pa
 import kernels.dense as dense
 from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma
 from kernels.fp8_quant import quantize_activations
-from workbench.capture.bench_rows import time_call
+from workbench.capture.timing import time_launch
 from workbench.peers import deepgemm
 from workbench.workloads.checks import relative_error
 from workbench.workloads.dense import activations
@@ -90,7 +90,7 @@ def main() -> None:
                     try:
                         call = partial(gemm, values, scales, weights)
                         row["rel_error"] = relative_error(call(), want)
-                        row["ms"] = time_call(call, device, m, graph=True)[0]
+                        row["ms"] = time_launch(call, device, m, graph=True).median_ms
                         row["tflops"] = 2 * m * p.n * p.k / row["ms"] / 1e9
                     except Exception as err:  # noqa: BLE001 (a failing setting is a result)
                         row["status"] = f"{type(err).__name__}: {str(err)[:100]}"

@@ -22,7 +22,8 @@ import torch
 import kernels.attention as attention
 from kernels.attention.select_sampled import select_positions_sampled
 from workbench.capture.bench_attention import selection_ok
-from workbench.capture.bench_rows import call_with_facts, compile_facts, time_call
+from workbench.capture.bench_rows import call_with_facts, compile_facts
+from workbench.capture.timing import time_launch
 from workbench.presets import get_preset
 from workbench.workloads.attention import Problem, Scenario
 from workbench.workloads.checks import relative_error
@@ -97,7 +98,8 @@ def main() -> None:
                     facts: list[dict] = []
                     row |= {"rel_error": error(call_with_facts(call, facts))}
                     row |= compile_facts(facts)
-                    row["ms"], row["iqr_ms"] = time_call(call, device, sc.queries)
+                    timing = time_launch(call, device, sc.queries)
+                    row["ms"], row["iqr_ms"] = timing.median_ms, timing.iqr_ms
                     row["status"] = "ok"
                 except Exception as err:  # noqa: BLE001 (a failing setting is a result)
                     row["status"] = f"{type(err).__name__}: {str(err)[:100]}"

@@ -25,7 +25,8 @@ import torch
 
 from kernels.moe import VARIANTS, W8A8_VARIANTS, MoeWeights, flat, last_facts
 from kernels.moe.routing import sm_count
-from workbench.capture.bench_rows import compile_facts, time_call
+from workbench.capture.bench_rows import compile_facts
+from workbench.capture.timing import time_launch
 from workbench.presets import get_preset
 from workbench.workloads.checks import relative_error
 from workbench.workloads.moe import expert_masters, moe_problem, reference
@@ -191,7 +192,7 @@ def main() -> None:
                 try:
                     row["rel_error"] = relative_error(call(), expected)
                     row |= compile_facts([last_facts()])
-                    row["ms"] = time_call(call, dev, tokens)[0]
+                    row["ms"] = time_launch(call, dev, tokens).median_ms
                 except Exception as err:  # noqa: BLE001 (a failing setting is a result)
                     row["error"] = f"{type(err).__name__}: {str(err)[:100]}"
             print(row, flush=True)

@@ -11,6 +11,7 @@ import pytest
 import kernels.attention as attention
 from workbench.artifacts import read_meta
 from workbench.capture import bench_attention as bench
+from workbench.capture import bench_rows
 from workbench.workloads.attention import Scenario
 from workbench.workloads.checks import tolerance
 
@@ -24,11 +25,12 @@ SCENARIOS = (Scenario("decode", 1, 40), Scenario("prefill", 12, 60))
 def fixed_timer(monkeypatch):
     """Run each timed call once and call it 1 ms (interpreted kernels are slow to repeat)."""
 
-    def timer(fn, device, tokens):
-        fn()
-        return 1.0, 0.1
+    def timer(launches, device):
+        for launch in launches:
+            launch.fn()
+        return [(1.0, 0.1)] * len(launches)
 
-    monkeypatch.setattr(bench, "time_call", timer)
+    monkeypatch.setattr(bench_rows, "time_calls", timer)
 
 
 def _run(tmp_path, device, **kwargs):

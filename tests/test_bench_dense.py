@@ -13,6 +13,7 @@ import kernels.dense as dense
 from kernels.moe.formats import dequantize_int4, quantize_int4
 from workbench.artifacts import read_meta, read_table
 from workbench.capture import bench_dense as bench
+from workbench.capture import bench_rows
 from workbench.cli import main
 from workbench.peers import PEERS, Peer
 from workbench.presets import get_preset
@@ -41,12 +42,13 @@ def fixed_timer(monkeypatch):
     """Interpreted kernels take tens of ms a call: run each timed layer once, call it 2 ms.
     Every dense row asks for CUDA graph replays at any M: its GEMMs have no host-side logic."""
 
-    def timer(fn, device, tokens, graph=None):
-        assert graph is True, f"a dense row at M={tokens} was not timed as a graph replay"
-        fn()
-        return 2.0, 0.1
+    def timer(launches, device):
+        for launch in launches:
+            assert launch.graph is True, f"M={launch.tokens} was not timed as a graph replay"
+            launch.fn()
+        return [(2.0, 0.1)] * len(launches)
 
-    monkeypatch.setattr(bench, "time_call", timer)
+    monkeypatch.setattr(bench_rows, "time_calls", timer)
 
 
 def _run(tmp_path, **kwargs):

@@ -10,6 +10,7 @@ import torch
 from kernels.moe import VARIANTS, moe_reference
 from workbench.artifacts import read_meta, read_table
 from workbench.capture import bench_moe as bench
+from workbench.capture import bench_rows
 from workbench.peers import PEERS, Peer, peer_names
 from workbench.presets import get_preset
 from workbench.workloads import moe as moe_workload
@@ -48,6 +49,7 @@ def test_every_variant_format_and_peer_gets_a_checked_timed_row(tmp_path):
     assert meta["params"]["peers"] == [*bench.BASELINES, *registered]
     assert set(meta["peers"]) == set(registered)
     assert read_table(table.attrs["path"], meta, "bench")["status"].notna().all()
+    assert meta["timing"]["contenders"].startswith("in turns")
 
 
 def test_a_moe_peer_is_checked_on_its_128_block_experts_then_timed(tmp_path, monkeypatch):
@@ -92,6 +94,24 @@ def test_a_failing_configuration_is_a_status_and_the_sweep_goes_on(tmp_path, mon
     assert set(table.loc[table["variant"] == "stock", "status"]) == {"ok"}
 
 
+def test_a_row_that_fails_while_timed_is_a_status_and_the_others_at_its_size_are_timed(
+    tmp_path, monkeypatch
+):
+    """The rows at one T are timed together: one running out of memory there becomes `oom`,
+    and the others keep their times."""
+    batches = []
+
+    def timer(launches, device):
+        batches.append(len(launches))
+        return [torch.OutOfMemoryError("CUDA out of memory"), *[(1.0, 0.1)] * (len(launches) - 1)]
+
+    monkeypatch.setattr(bench_rows, "time_calls", timer)
+    table = _run(tmp_path, formats=("bf16",), peers=False)
+    assert batches == [2, 2]  # stock and flat, at each T
+    assert list(table["status"]) == ["oom", "ok", "oom", "ok"]
+    assert table["ms"].isna().tolist() == [True, False, True, False]
+
+
 def test_floor_counts_the_bytes_of_the_touched_experts():
     s = get_preset("dsv4-flash-tp2").rank_shapes()
     one = 3 * 5120 * 1152
@@ -133,7 +153,12 @@ def test_the_bare_grouped_mm_peer_times_only_its_gemms():
 
 def test_a_bench_row_times_the_part_it_is_given(tmp_path, monkeypatch):
     timed = []
-    monkeypatch.setattr(bench, "time_call", lambda fn, *a, **k: (timed.append(fn()), (1.0, 0.1))[1])
+
+    def timer(launches, device):
+        timed.extend(launch.fn() for launch in launches)
+        return [(1.0, 0.1)] * len(launches)
+
+    monkeypatch.setattr(bench_rows, "time_calls", timer)
     table = _run(tmp_path, tokens=(3,), variants=("flat",), formats=("bf16",),
                  peers=["torch_grouped_mm", "torch_grouped_mm_bare"])  # fmt: skip
     assert list(table["kernel"]) == ["moe", "torch_grouped_mm", "torch_grouped_mm_bare"]

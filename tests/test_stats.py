@@ -62,16 +62,36 @@ def test_paired_ratio_sees_a_steady_change_through_a_trend():
     assert math.isnan(one["ci_low"]) and math.isnan(one["ci_high"])
 
 
-def test_adaptive_repeats_stops_for_the_right_reason():
-    samples, why = stats.adaptive_repeats(lambda: 1.0, min_n=10, max_n=50)
-    assert (len(samples), why) == (10, "converged")
+def test_adaptive_rounds_stops_each_measure_for_the_right_reason():
     noise = iter(np.random.default_rng(3).uniform(1, 3, 1000))
-    samples, why = stats.adaptive_repeats(lambda: next(noise), min_n=5, max_n=30, rel_width=1e-3)
-    assert (len(samples), why) == (30, "max_n")
-    samples, why = stats.adaptive_repeats(
-        lambda: next(noise), min_n=5, max_n=10**6, rel_width=1e-3, budget_s=0.05
+    (quiet, noisy) = stats.adaptive_rounds(
+        [lambda: 1.0, lambda: next(noise)], min_n=10, max_n=30, rel_width=1e-3
     )
-    assert why == "budget" and 5 <= len(samples) < 10**6
+    assert (len(quiet[0]), quiet[1]) == (10, "converged")
+    assert (len(noisy[0]), noisy[1]) == (30, "max_n")
+    (endless,) = stats.adaptive_rounds(
+        [lambda: next(noise)], min_n=5, max_n=10**6, rel_width=1e-3, budget_s=0.05
+    )
+    assert endless[1] == "budget" and 5 <= len(endless[0]) < 10**6
+
+
+def test_adaptive_rounds_takes_the_measures_in_rotated_turns():
+    """One sample of each per round, the order rotated each round, so no measure always goes
+    first; one that raises stops with its exception and the others go on."""
+    calls: list[str] = []
+
+    def recorded(name: str):
+        return lambda: calls.append(name) or 1.0
+
+    def broken() -> float:
+        calls.append("broken")
+        raise RuntimeError("no kernel for this shape")
+
+    results = stats.adaptive_rounds([recorded("a"), recorded("b"), broken], min_n=3, max_n=3)
+    assert calls == ["a", "b", "broken", "b", "a", "a", "b"]
+    assert results[0] == ([1.0] * 3, "converged") and results[1] == ([1.0] * 3, "converged")
+    assert isinstance(results[2], RuntimeError)
+    assert stats.adaptive_rounds([]) == []
 
 
 def test_runs_ratio_is_paired_ratio_for_one_run_and_refuses_unmatched_runs():

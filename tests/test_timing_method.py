@@ -1,9 +1,12 @@
 """How the one timer picks its method: CUDA graph replays at decode sizes by default, at every
 size for callers that vouch their call is capture-safe, never for host-side control flow."""
 
+import time
+
 import pytest
 import torch
 
+from workbench.analysis.stats import Repeats
 from workbench.capture.timing import GRAPH_TOKENS, WARMUP_S, method_for
 
 CUDA = torch.device("cuda")
@@ -51,3 +54,27 @@ def test_the_ceilings_are_taken_by_the_one_timer(monkeypatch):
     assert timed == [False, False, False]  # copy, bf16 GEMM, FP8 GEMM: eager launches
     assert result["copy_bytes_per_s"] > 0 and result["bf16_flops"] > 0
     assert result["fp8_flops"] > 0
+
+
+def test_contenders_are_timed_in_turns_each_per_unit_and_a_failure_is_its_own():
+    """time_launches warms each launch up, then samples them in turns; a launch that fails
+    gets its exception in its place and the others are timed; a time is per unit."""
+    from workbench.capture.timing import Launch, time_launches
+
+    calls: list[str] = []
+
+    def slow() -> None:
+        calls.append("slow")
+        time.sleep(0.02)
+
+    def broken() -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    repeats = Repeats(min_n=4, max_n=4, rel_width=1.0, budget_s=5.0)
+    launches = [Launch(slow, 1, units=4), Launch(broken, 1), Launch(lambda: calls.append("x"), 1)]
+    timed, failed, quick = time_launches(launches, torch.device("cpu"), repeats)
+    assert isinstance(failed, torch.OutOfMemoryError)
+    assert len(timed.samples_ms) == len(quick.samples_ms) == 4
+    assert 5.0 <= timed.median_ms < 20.0  # 20 ms a call over its 4 units, plus the wall clock
+    # one warm-up call each, then four rounds, the second and fourth in the other order
+    assert calls == ["slow", "x", "slow", "x", "x", "slow", "slow", "x", "x", "slow"]

@@ -11,7 +11,7 @@ import torch
 from helpers import QUICK
 
 import kernels.moe as moe
-from workbench.capture import bench_moe, experiments
+from workbench.capture import bench_moe, bench_rows, experiments
 from workbench.capture.ncu_args import TargetArgs
 from workbench.capture.ncu_builders import build_moe
 from workbench.presets import get_preset
@@ -31,12 +31,13 @@ def seen(monkeypatch) -> list[tuple]:
         calls.append((x.clone(), ids.clone(), weights.clone(), experts))
         return moe.moe_reference(x, ids, weights, experts)
 
-    def one_call(fn, *_args, **_kwargs) -> tuple[float, float]:
-        fn()
-        return 1.0, 0.1
+    def one_call(launches, _device) -> list[tuple[float, float]]:
+        for launch in launches:
+            launch.fn()
+        return [(1.0, 0.1)] * len(launches)
 
     monkeypatch.setitem(moe.VARIANTS, "stock", recording)
-    monkeypatch.setattr(bench_moe, "time_call", one_call)
+    monkeypatch.setattr(bench_rows, "time_calls", one_call)
     return calls
 
 

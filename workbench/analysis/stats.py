@@ -151,7 +151,7 @@ def runs_ratio(
 
 @dataclass(frozen=True)
 class Repeats:
-    """When `adaptive_repeats` stops: at least `min_n` samples, at most `max_n` or `budget_s`
+    """When `adaptive_rounds` stops: at least `min_n` samples, at most `max_n` or `budget_s`
     seconds, and once the median's 95% interval is narrower than `rel_width` of it."""
 
     min_n: int = 10
@@ -160,27 +160,55 @@ class Repeats:
     budget_s: float = 10.0
 
 
-def adaptive_repeats(
-    measure_once: Callable[[], float],
+def adaptive_rounds(
+    measures: Sequence[Callable[[], float]],
     min_n: int = 10,
     max_n: int = 200,
     rel_width: float = 0.02,
     budget_s: float = 10.0,
-) -> tuple[list[float], str]:
-    """Call `measure_once` until the median's 95% interval is narrower than rel_width * median.
+) -> list[tuple[list[float], str] | Exception]:
+    """Sample each measure until its median's 95% interval is narrower than rel_width * median.
 
     Quiet kernels stop after `min_n` samples, noisy ones get more, and nothing runs longer than
-    `budget_s` (wall clock, checked between samples) or `max_n` samples. Returns the samples
-    and why sampling stopped: "converged", "max_n" or "budget".
+    `budget_s` a measure (wall clock, checked between rounds; `budget_s * len(measures)` in
+    all) or `max_n` samples. Returns each measure's samples and why its sampling stopped:
+    "converged", "max_n" or "budget".
+
+    The measures are taken in turns: one sample of each still sampling per round, the order
+    rotated by one each round. Contenders compared from one run are then sampled in the same
+    stretch of time, so a GPU's drift over a run (clocks, temperature, the state earlier work
+    leaves) falls on all of them alike; timed one after another, the first one timed read a
+    few percent faster (docs/design.md, "position effect"). A measure that raises stops, its
+    result is the exception, and the others go on.
     """
-    start, samples = time.perf_counter(), []
-    while True:
-        samples.append(float(measure_once()))
-        if len(samples) >= min_n:
-            s = summarise(samples)
-            if s["ci_high"] - s["ci_low"] < rel_width * abs(s["median"]):
-                return samples, "converged"
-        if len(samples) >= max_n:
-            return samples, "max_n"
-        if time.perf_counter() - start >= budget_s:
-            return samples, "budget"
+    start = time.perf_counter()
+    samples: list[list[float]] = [[] for _ in measures]
+    results: list[tuple[list[float], str] | Exception | None] = [None] * len(measures)
+    rounds = 0
+    while any(r is None for r in results):
+        sampling = [i for i, r in enumerate(results) if r is None]
+        turn = rounds % len(sampling)
+        for i in sampling[turn:] + sampling[:turn]:
+            try:
+                samples[i].append(float(measures[i]()))
+            except Exception as err:  # noqa: BLE001 (one failing contender must not stop the rest)
+                results[i] = err
+                continue
+            results[i] = _stopped(samples[i], min_n, max_n, rel_width)
+        rounds += 1
+        if time.perf_counter() - start >= budget_s * len(measures):
+            results = [(samples[i], "budget") if r is None else r for i, r in enumerate(results)]
+    return results  # type: ignore[return-value]
+
+
+def _stopped(
+    samples: list[float], min_n: int, max_n: int, rel_width: float
+) -> tuple[list[float], str] | None:
+    """(samples, why) once they are enough by `adaptive_rounds`'s rule; None while not."""
+    if len(samples) >= min_n:
+        s = summarise(samples)
+        if s["ci_high"] - s["ci_low"] < rel_width * abs(s["median"]):
+            return samples, "converged"
+    if len(samples) >= max_n:
+        return samples, "max_n"
+    return None

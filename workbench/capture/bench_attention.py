@@ -18,7 +18,7 @@ a prefill chunk mostly FLOPs (every query scores every earlier key).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import partial
 
 import pandas as pd
@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 import kernels.attention as attention
 from workbench.capture.bench_rows import (
+    RowPlan,
     bench_setup,
     call_with_facts,
     check_then_time,
@@ -34,8 +35,8 @@ from workbench.capture.bench_rows import (
     print_row,
     roofline_ms,
     save_bench,
-    time_call,
 )
+from workbench.capture.timing import Launch
 from workbench.errors import WorkbenchError
 from workbench.presets import RankShapes
 from workbench.workloads.attention import DECODE_QUERIES, SCENARIOS, Problem, Scenario
@@ -194,9 +195,10 @@ def floor_ms(nbytes: float, flops: dict[str, float], ceilings: dict) -> float:
     return max(roofline_ms(nbytes, 0.0, ceilings), compute)
 
 
-def _peer_row(sc: Scenario, p: Problem, s: RankShapes, ctx: dict) -> dict:
+def _peer_plan(sc: Scenario, p: Problem, s: RankShapes, ctx: dict) -> RowPlan | dict:
     """DeepGEMM's indexer on the problem as the FP8 variant poses it (`p`): its paged decode
-    kernel for a handful of queries, its prefill kernel above, or why it cannot run."""
+    kernel for a handful of queries, its prefill kernel above, as a plan, or the row saying
+    why it cannot run."""
     from workbench.peers import deepgemm_indexer as peer
 
     untimed = {"kernel": "indexer", "variant": "deepgemm", "scenario": sc.name,
@@ -210,11 +212,13 @@ def _peer_row(sc: Scenario, p: Problem, s: RankShapes, ctx: dict) -> dict:
     except Exception as err:  # noqa: BLE001 (a peer that fails to build is a row, not a crash)
         status = f"error: {type(err).__name__}: {str(err)[:120]}"
         return untimed | {"status": status, "note": peer.PEER_NOTE}
-    row = _row("indexer", "deepgemm", call, p.scores_ref, _scores_error, None, sc, p, s, ctx)
-    return row | {"note": peer.PEER_NOTE}
+    planned = _plan("indexer", "deepgemm", call, p.scores_ref, _scores_error, None, sc, p, s, ctx)
+    return replace(planned, row=planned.row | {"note": peer.PEER_NOTE})
 
 
-def _row(kernel, name, call: Callable, ref, error, fidelity, sc, p, s, ctx) -> dict:
+def _plan(kernel, name, call: Callable, ref, error, fidelity, sc, p, s, ctx) -> RowPlan:
+    """One row's plan: a kernel of one variant in one scenario, checked against its reference
+    (and its fidelity measures), then timed and judged against its floor."""
     facts: list[dict] = []
 
     def check() -> dict:
@@ -222,19 +226,18 @@ def _row(kernel, name, call: Callable, ref, error, fidelity, sc, p, s, ctx) -> d
         row = {"rel_error": error(out, ref), **compile_facts(facts)}
         return row | (fidelity(out) if fidelity else {})
 
+    def judge(row: dict) -> dict:
+        nbytes, flops = cost(kernel, sc, p, s, ctx["key_format"])
+        floor = floor_ms(nbytes, flops, ctx["ceilings"])
+        return {
+            "floor_ms": floor,
+            "ratio_to_floor": row["ms"] / floor,
+            "tflops": sum(flops.values()) / (row["ms"] / 1e3) / 1e12,
+        }
+
     row = {"kernel": kernel, "variant": name, "scenario": sc.name, "m": sc.queries,
            "context": sc.context}  # fmt: skip
-    timer = partial(time_call, call, ctx["device"], sc.queries)
-    row = check_then_time(row, check, tolerance("attention", "bf16"), timer)
-    if "ms" not in row:
-        return row
-    nbytes, flops = cost(kernel, sc, p, s, ctx["key_format"])
-    floor = floor_ms(nbytes, flops, ctx["ceilings"])
-    return row | {
-        "floor_ms": floor,
-        "ratio_to_floor": row["ms"] / floor,
-        "tflops": sum(flops.values()) / (row["ms"] / 1e3) / 1e12,
-    }
+    return RowPlan(row, check, tolerance("attention", "bf16"), Launch(call, sc.queries), judge)
 
 
 def bench_attention(
@@ -268,18 +271,21 @@ def bench_attention(
     with tqdm(total=total, desc="bench attention", disable=not progress) as bar:
         for sc in scenarios:
             problem = Problem.draw(sc, s, dtype, dev, seed)
+            plans: list[RowPlan] = []
             for name in variants:
                 variant = attention.VARIANTS[name]
                 posed = problem.with_keys(variant, s.index_topk, s.window)
                 calls = _calls(variant, posed, s)
-                for kernel in kernels:
-                    context = ctx | {"key_format": variant.key_format}
-                    rows.append(_row(kernel, name, *calls[kernel], sc, posed, s, context))
-                    print_row(bar, rows[-1], PRINTED)
+                context = ctx | {"key_format": variant.key_format}
+                plans += [_plan(k, name, *calls[k], sc, posed, s, context) for k in kernels]
+            unrun = []
             if indexer_peers:  # posed as the FP8 variant poses it: FP8 keys, their reference
                 posed = problem.with_keys(attention.VARIANTS["fp8"], s.index_topk, s.window)
-                rows.append(_peer_row(sc, posed, s, ctx | {"key_format": "fp8"}))
-                print_row(bar, rows[-1], PRINTED)
+                peer = _peer_plan(sc, posed, s, ctx | {"key_format": "fp8"})
+                (plans if isinstance(peer, RowPlan) else unrun).append(peer)
+            for row in check_then_time(plans, dev) + unrun:
+                rows.append(row)
+                print_row(bar, row, PRINTED)
     params = {"scenarios": [asdict(sc) for sc in scenarios], "variants": list(variants),
               "kernels": list(kernels), "peers": list(peers), "preset": preset, "seed": seed,
               "device": device, "shape_overrides": shape_overrides}  # fmt: skip

@@ -4,13 +4,14 @@ in, both measured in the same run), plus the seed's dense A/B table.
 
 A row times one layer's dense GEMMs (query LoRA, query heads, latent KV, indexer, the output
 projection's groups, as one call where the backend has one (`kernels.dense.grouped`), and
-its second half, the shared expert) at M tokens, each projection checked
-first against an fp32 GEMM on the weights the backend holds, then timed as CUDA graph
-replays at every M (dense GEMMs have no host-side control flow, so the row is the GPU's time,
-not Python's launch path) (`rel_error`, dequantised FP8 for
-the FP8 backends); `error_vs_bf16` is the error against the unquantised weights, what FP8 costs
-in accuracy (the kernel-level stand-in for the seed's GSM8K column). Decode sizes cycle through
-a few copies of the layer so its weights come from HBM, not L2, as in a 40-layer model.
+its second half, the shared expert) at M tokens, each projection checked first against an
+fp32 GEMM on the weights the backend holds (`rel_error`, dequantised FP8 for the FP8
+backends), then timed as CUDA graph replays at every M (dense GEMMs have no host-side control
+flow, so the row is the GPU's time, not Python's launch path), every contender at one M in
+turns (`bench_rows.check_then_time`); `error_vs_bf16` is the error against the unquantised
+weights, what FP8 costs in accuracy (the kernel-level stand-in for the seed's GSM8K column).
+Decode sizes cycle through a few copies of the layer so its weights come from HBM, not L2, as
+in a 40-layer model.
 
 The A/B table is the seed's "Dense backend" table at kernel level: the dense GEMM time of all
 layers for decode with 1 and 4 streams (ms per step) and for a 46K-token prefill in 4096-token
@@ -47,6 +48,7 @@ from workbench.capture.bench_peers import (
     unrun_rows,
 )
 from workbench.capture.bench_rows import (
+    RowPlan,
     bench_setup,
     call_with_facts,
     check_then_time,
@@ -54,9 +56,8 @@ from workbench.capture.bench_rows import (
     print_row,
     roofline_ms,
     save_bench,
-    time_call,
 )
-from workbench.capture.timing import GRAPH_TOKENS
+from workbench.capture.timing import GRAPH_TOKENS, Launch
 from workbench.errors import WorkbenchError
 from workbench.peers import PEER_BLOCK, Peer, get_peers, peer_names
 from workbench.workloads.checks import relative_error, tolerance
@@ -167,8 +168,9 @@ def _references(xs: dict[int, torch.Tensor], layer: Layer, held: dict[str, list]
     }
 
 
-def _layer_row(c: Contender, m: int, xs, layer: Layer, refs, ctx: dict) -> dict:
-    """One row: a layer's dense GEMMs by one contender at M tokens, checked, timed, judged."""
+def _layer_plan(c: Contender, m: int, xs, layer: Layer, refs, ctx: dict) -> RowPlan:
+    """One row's plan: a layer's dense GEMMs by one contender at M tokens, to be checked, timed
+    (per layer copy) and judged against its floor."""
     sets = c.copies if m <= GRAPH_TOKENS else c.copies[:1]
     calls = [
         call for weights in sets for call in layer.calls(c.linear, c.linear_group, xs, weights)
@@ -178,27 +180,25 @@ def _layer_row(c: Contender, m: int, xs, layer: Layer, refs, ctx: dict) -> dict:
         for call in calls:
             call()
 
-    def timer() -> tuple[float, float]:
-        ms, iqr = time_call(run_all, ctx["device"], m, graph=True)
-        return ms / len(sets), iqr / len(sets)
+    def judge(row: dict) -> dict:
+        ceilings, ms = ctx["ceilings"], row["ms"]
+        fp8_math = c.fp8_above is not None and m > c.fp8_above
+        flops = layer_flops(m, layer.projections)
+        nbytes = c.weight_bytes + layer.activation_bytes(m)
+        peak = "fp8_flops" if fp8_math else "bf16_flops"
+        floor_ms = roofline_ms(nbytes, flops, ceilings, peak)
+        tflops = flops / (ms / 1e3) / 1e12
+        return {
+            "floor_ms": floor_ms,
+            "ratio_to_floor": ms / floor_ms,
+            "tflops": tflops,
+            "ratio_to_cublas": tflops * 1e12 / ceilings["bf16_flops"],
+            "tokens_per_s": m / (ms * ctx["layers"] / 1e3),
+        }
 
     row = {"kernel": c.kernel, "variant": c.variant, "scenario": f"m={m}", "m": m}
-    row = check_then_time(row, partial(_check, c, xs, layer, refs), c.tolerance, timer)
-    if "ms" not in row:
-        return row
-    ceilings, ms = ctx["ceilings"], row["ms"]
-    fp8_math = c.fp8_above is not None and m > c.fp8_above
-    flops = layer_flops(m, layer.projections)
-    nbytes = c.weight_bytes + layer.activation_bytes(m)
-    floor_ms = roofline_ms(nbytes, flops, ceilings, "fp8_flops" if fp8_math else "bf16_flops")
-    tflops = flops / (ms / 1e3) / 1e12
-    return row | {
-        "floor_ms": floor_ms,
-        "ratio_to_floor": ms / floor_ms,
-        "tflops": tflops,
-        "ratio_to_cublas": tflops * 1e12 / ceilings["bf16_flops"],
-        "tokens_per_s": m / (ms * ctx["layers"] / 1e3),
-    }
+    check = partial(_check, c, xs, layer, refs)
+    return RowPlan(row, check, c.tolerance, Launch(run_all, m, graph=True, units=len(sets)), judge)
 
 
 def _ab_rows(layer_rows: pd.DataFrame, variants, layers: int, prompt: int, chunk: int) -> list:
@@ -276,10 +276,8 @@ def bench_dense(
         for m in sizes:
             xs = activations(m, layer.input_widths, seed, dev, dtype)
             refs = _references(xs, layer, held)
-            for contender in contenders:
-                rows.append(_layer_row(contender, m, xs, layer, refs, ctx))
-                print_row(bar, rows[-1], PRINTED)
-            for row in unrun_rows(peer_run, m):
+            plans = [_layer_plan(c, m, xs, layer, refs, ctx) for c in contenders]
+            for row in check_then_time(plans, dev) + unrun_rows(peer_run, m):
                 rows.append(row)
                 print_row(bar, row, PRINTED)
     table = pd.DataFrame(rows).reindex(columns=COLUMNS)

@@ -8,7 +8,8 @@ which take the same masters as FP8 in DeepSeek's 128x128 blocks (`bench_peers`);
 cannot run here is a `missing-peer` row with the reason in `note`. Each row is checked against
 `moe_reference` on the same (dequantised) weights before it is timed: a wrong kernel is
 reported `wrong`, not timed; one that does not compile, runs out of memory or spills is
-reported as such. Inputs come from the one MoE workload builder
+reported as such. The rows at one (routing, T) are timed in turns (`bench_rows`). Inputs
+come from the one MoE workload builder
 (`workbench.workloads.moe`) and times from the one timer (`workbench.capture.timing`), as in
 `sweep`, `ab` and `ncu`. Rows go to `raw/<run-id>/bench.csv` with `run.json` (ceilings,
 timing method, environment).
@@ -27,14 +28,15 @@ from tqdm.auto import tqdm
 from kernels.moe import FORMATS, VARIANTS, W8A8_VARIANTS, MoeWeights, last_facts
 from workbench.capture.bench_peers import PeerRun, prepare_peers, unrun_rows
 from workbench.capture.bench_rows import (
+    RowPlan,
     bench_setup,
     check_then_time,
     compile_facts,
     print_row,
     roofline_ms,
     save_bench,
-    time_call,
 )
+from workbench.capture.timing import Launch
 from workbench.peers import PEER_BLOCK, get_peers, peer_names
 from workbench.presets import RankShapes
 from workbench.workloads.checks import moe_check_key, relative_error, tolerance
@@ -126,7 +128,7 @@ def cublas_loop_peer(x, ids, weights, w_gate_up, w_down) -> torch.Tensor:
     return out.to(x.dtype)
 
 
-def measure(
+def plan(
     kernel: str,
     variant: str,
     fmt: str,
@@ -135,11 +137,11 @@ def measure(
     problem: MoeProblem,
     s: RankShapes,
     ceilings: dict,
-    device: torch.device,
     scheme: str | None = None,
     timed: Callable[[], object] | None = None,
-) -> dict:
-    """One benchmark row: check, then time; every failure becomes a status. `scheme` ("w8a8",
+) -> RowPlan:
+    """One benchmark row's plan: checked, then timed with the rest of its (routing, T) in
+    turns (`bench_rows.check_then_time`); every failure becomes a status. `scheme` ("w8a8",
     "w8a16") is a peer's: its tolerance, and for W8A8 the FP8 tensor-core rate of its floor.
     `timed` is what is timed when it is only part of the checked `call`."""
     tokens = problem.x.shape[0]
@@ -151,22 +153,21 @@ def measure(
         facts = compile_facts([last_facts()] if kernel == "moe" else [])
         return {"rel_error": error, **facts}
 
-    timer = partial(time_call, timed or call, device, tokens,
-                    graph=None if kernel == "moe" else False)  # fmt: skip
-    row = check_then_time(row, check, tolerance("moe", scheme or fmt), timer)
-    if row["status"] not in ("ok", "spills"):
-        return row
-    ms = row["ms"]
-    # The workbench's formats compute in bf16 (W*A16: weights dequantised in registers).
-    peak = "fp8_flops" if scheme == "w8a8" else "bf16_flops"
-    floor_ms = roofline_ms(min_bytes(fmt, problem, s), flops(tokens, s), ceilings, peak)
-    tflops = flops(tokens, s) / (ms / 1e3) / 1e12
-    return row | {
-        "floor_ms": floor_ms,
-        "ratio_to_floor": ms / floor_ms,
-        "tflops": tflops,
-        "ratio_to_cublas": tflops * 1e12 / ceilings["bf16_flops"],
-    }
+    def judge(row: dict) -> dict:
+        ms = row["ms"]
+        # The workbench's formats compute in bf16 (W*A16: weights dequantised in registers).
+        peak = "fp8_flops" if scheme == "w8a8" else "bf16_flops"
+        floor_ms = roofline_ms(min_bytes(fmt, problem, s), flops(tokens, s), ceilings, peak)
+        tflops = flops(tokens, s) / (ms / 1e3) / 1e12
+        return {
+            "floor_ms": floor_ms,
+            "ratio_to_floor": ms / floor_ms,
+            "tflops": tflops,
+            "ratio_to_cublas": tflops * 1e12 / ceilings["bf16_flops"],
+        }
+
+    launch = Launch(timed or call, tokens, graph=None if kernel == "moe" else False)
+    return RowPlan(row, check, tolerance("moe", scheme or fmt), launch, judge)
 
 
 REPORT_KEYS = ("kernel", "variant", "weight_dtype", "tokens", "routing", "ms", "ratio_to_floor",
@@ -197,25 +198,25 @@ def _peer_weights(base: tuple[torch.Tensor, torch.Tensor], held: dict) -> MoeWei
     return MoeWeights.quantize(*base, "fp8", PEER_BLOCK)
 
 
-def _peer_rows(
+def _peer_plans(
     run: PeerRun, problem: MoeProblem, ctx: tuple, known: dict[int, torch.Tensor]
-) -> list[dict]:
-    """The registered peers' rows at one (routing, T): each converted peer checked against
-    the reference on its 128x128-block FP8 experts, then timed; the others' reasons.
-    `known` holds the references already computed at this T, by id of the weights: the
-    peers' weights are the run's own FP8 when it uses 128-wide blocks."""
+) -> list[RowPlan]:
+    """The converted registered peers' plans at one (routing, T), each checked against the
+    reference on its 128x128-block FP8 experts. `known` holds the references already computed
+    at this T, by id of the weights: the peers' weights are the run's own FP8 when it uses
+    128-wide blocks."""
     if not run.prepared:
-        return unrun_rows(run, problem.tokens, "tokens")
+        return []
     expected = known.get(id(run.weights))
     if expected is None:
         expected = reference(problem, run.weights)
-    rows = []
+    plans = []
     for prepared in run.prepared:
         peer = prepared.peer
         call = partial(prepared.converted, *problem.args())
-        rows.append(measure(peer.name, peer.moe_variant, "fp8", call, expected, problem, *ctx,
-                            scheme=peer.scheme))  # fmt: skip
-    return rows + unrun_rows(run, problem.tokens, "tokens")
+        plans.append(plan(peer.name, peer.moe_variant, "fp8", call, expected, problem, *ctx,
+                          scheme=peer.scheme))  # fmt: skip
+    return plans
 
 
 def bench_moe(
@@ -246,7 +247,7 @@ def bench_moe(
     weights = {fmt: MoeWeights.quantize(*base, fmt) for fmt in formats}
     # conversions and JIT, before anything is timed
     peer_run = prepare_peers(registered, "moe", partial(_peer_weights, base, weights))
-    ctx = (s, ceilings, dev)
+    ctx = (s, ceilings)
     rows = []
     pairs = [
         (fmt, v) for fmt in formats for v in variants if v not in W8A8_VARIANTS or fmt == "fp8"
@@ -259,22 +260,22 @@ def bench_moe(
                 problem = moe_problem(s, t, routing, seed, dev, dtype)
                 args = problem.args()
                 references: dict[int, torch.Tensor] = {}
+                plans = []
                 for fmt in formats:
                     expected = references[id(weights[fmt])] = reference(problem, weights[fmt])
                     for variant in [v for f, v in pairs if f == fmt]:
                         call = partial(VARIANTS[variant], *args, weights[fmt])
                         scheme = moe_check_key(variant, fmt)
-                        rows.append(measure("moe", variant, fmt, call, expected, problem, s,
-                                            ceilings, dev, scheme))  # fmt: skip
-                        print_row(bar, rows[-1], REPORT_KEYS)
+                        plans.append(plan("moe", variant, fmt, call, expected, problem, *ctx,
+                                          scheme))  # fmt: skip
                     if fmt == "bf16":
                         for name in baselines:
                             call, timed = _baseline(name, args, base)
-                            rows.append(measure(name, BASELINE_VARIANTS[name], fmt, call,
-                                                expected, problem, s, ceilings, dev,
-                                                timed=timed))  # fmt: skip
-                            print_row(bar, rows[-1], REPORT_KEYS)
-                for row in _peer_rows(peer_run, problem, ctx, references):
+                            plans.append(plan(name, BASELINE_VARIANTS[name], fmt, call,
+                                              expected, problem, *ctx, timed=timed))  # fmt: skip
+                plans += _peer_plans(peer_run, problem, ctx, references)
+                unrun = unrun_rows(peer_run, problem.tokens, "tokens")
+                for row in check_then_time(plans, dev) + unrun:
                     rows.append(row | {"routing": routing})
                     print_row(bar, rows[-1], REPORT_KEYS)
     params = {"tokens": list(tokens), "routings": list(routings), "variants": list(variants),

@@ -2,8 +2,10 @@
 
 A row's output is compared with its fp32 reference first; a wrong kernel is reported `wrong`
 and not timed, and one that runs out of memory, fails to compile or raises becomes a status
-too, so a benchmark always finishes. Rows are printed as they finish, so a run
-cut off by its time limit still shows what it did.
+too, so a benchmark always finishes. The rows compared with each other (every contender at
+one size) are checked one by one, then timed together, in turns (`capture.timing`), so no
+contender's ratio carries its place in the run. Rows are printed as each size finishes, so a
+run cut off by its time limit still shows what it did.
 """
 
 from __future__ import annotations
@@ -19,18 +21,20 @@ from kernels.compiled import forget_facts, last_facts
 from workbench.artifacts import run_stamp, write_run
 from workbench.capture.ceilings import measure_ceilings
 from workbench.capture.environment import describe
-from workbench.capture.timing import method_for, time_launch
+from workbench.capture.timing import CONTENDER_ORDER, Launch, method_for, time_launches
 from workbench.presets import Preset, RankShapes, get_preset
 from workbench.workloads.seeds import serving_dtype
 
 
-def time_call(
-    fn: Callable[[], object], device: torch.device, tokens: int, graph: bool | None = None
-) -> tuple[float, float]:
-    """(median ms, IQR ms) of `fn` by the workbench's one timer (`capture.timing`; `graph` as
-    in its `method_for`)."""
-    timing = time_launch(fn, device, tokens, graph)
-    return timing.median_ms, timing.iqr_ms
+def time_calls(
+    launches: Sequence[Launch], device: torch.device
+) -> list[tuple[float, float] | Exception]:
+    """(median ms, IQR ms) of each launch, all timed in turns by the workbench's one timer
+    (`capture.timing.time_launches`), or the exception that stopped it."""
+    return [
+        t if isinstance(t, Exception) else (t.median_ms, t.iqr_ms)
+        for t in time_launches(launches, device)
+    ]
 
 
 def compile_facts(facts: Sequence[dict]) -> dict:
@@ -60,26 +64,53 @@ def roofline_ms(nbytes: float, flops: float, ceilings: dict, peak: str = "bf16_f
     return max(nbytes / ceilings["copy_bytes_per_s"], flops / rate) * 1e3
 
 
-def check_then_time(
-    row: dict,
-    check: Callable[[], dict],
-    tolerance: float,
-    timer: Callable[[], tuple[float, float]],
-) -> dict:
-    """`row` with check()'s columns (rel_error and any others), then ms and iqr_ms from
-    timer() if rel_error is within tolerance, and a status."""
+@dataclass(frozen=True)
+class RowPlan:
+    """One row to measure: its identifying columns (`row`), the check that adds `rel_error` and
+    any other columns, the `tolerance` it must meet to be timed, what is timed (`launch`),
+    and `judge`, the columns a timed row's `ms` gives (its floor and ratios)."""
+
+    row: dict
+    check: Callable[[], dict]
+    tolerance: float
+    launch: Launch
+    judge: Callable[[dict], dict]
+
+
+def check_then_time(plans: Sequence[RowPlan], device: torch.device) -> list[dict]:
+    """Each plan's row: checked (a wrong or failing kernel is not timed), then every row that
+    passed timed in turns with the others (`time_calls`), then judged, each with a status."""
+    rows = [_checked(plan) for plan in plans]
+    ready = [i for i, row in enumerate(rows) if "status" not in row]
+    for i, result in zip(ready, time_calls([plans[i].launch for i in ready], device), strict=True):
+        if isinstance(result, Exception):
+            rows[i] |= {"status": _failure(result)}
+            continue
+        ms, iqr = result
+        row = rows[i] | {"ms": ms, "iqr_ms": iqr}
+        rows[i] = row | plans[i].judge(row) | {"status": "spills" if row.get("spills") else "ok"}
+    return rows
+
+
+def _checked(plan: RowPlan) -> dict:
+    """The plan's row with its check's columns, and a status if it is not to be timed."""
     try:
-        row = row | check()
-        if not row["rel_error"] <= tolerance:  # NaN too
-            return row | {"status": "wrong"}
-        ms, iqr = timer()
-    except torch.OutOfMemoryError:
-        torch.cuda.empty_cache()
-        return row | {"status": "oom"}
+        row = plan.row | plan.check()
     except Exception as err:  # noqa: BLE001 (a failing configuration is a result of the sweep)
-        kind = "compile-error" if "Compil" in type(err).__name__ else "error"
-        return row | {"status": f"{kind}: {type(err).__name__}: {str(err)[:120]}"}
-    return row | {"ms": ms, "iqr_ms": iqr, "status": "spills" if row.get("spills") else "ok"}
+        return plan.row | {"status": _failure(err)}
+    if not row["rel_error"] <= plan.tolerance:  # NaN too
+        return row | {"status": "wrong"}
+    return row
+
+
+def _failure(err: Exception) -> str:
+    """The status of a row whose check or timing raised: out of memory, a compile error, or
+    another error with its message."""
+    if isinstance(err, torch.OutOfMemoryError):
+        torch.cuda.empty_cache()
+        return "oom"
+    kind = "compile-error" if "Compil" in type(err).__name__ else "error"
+    return f"{kind}: {type(err).__name__}: {str(err)[:120]}"
 
 
 def print_row(bar: tqdm, row: dict, keys: Sequence[str]) -> None:
@@ -129,9 +160,10 @@ def save_bench(
 ) -> pd.DataFrame:
     """Write `table` to `out/bench-<kind>-<preset>-<stamp>/` with its parameters, shapes, the
     ceilings it was judged by, how its rows were timed (`graph` as the rows passed it to
-    `time_call`) and the environment; the table notes its path in attrs."""
+    `time_calls`) and the environment; the table notes its path in attrs."""
     timing = {"decode": method_for(setup.device, 1, graph).record(),
-              "prefill": method_for(setup.device, 10**6, graph).record()}  # fmt: skip
+              "prefill": method_for(setup.device, 10**6, graph).record(),
+              "contenders": CONTENDER_ORDER}  # fmt: skip
     meta = {"kind": f"bench-{kind}", "params": params, "shapes": asdict(setup.shapes), **meta,
             "ceilings": setup.ceilings, "timing": timing,
             "environment": describe()}  # fmt: skip

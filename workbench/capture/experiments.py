@@ -234,7 +234,7 @@ def sweep(
     """Time `kernel` at each value of `param` x tokens, the other settings in `fixed`.
 
     `fixed` holds the workload (variant, fmt, routing, seed, preset, device), shape overrides
-    (RankShapes fields, for small tests), `repeats` (adaptive_repeats' arguments) and further
+    (RankShapes fields, for small tests), `repeats` (adaptive_rounds' arguments) and further
     kernel keywords. Rerunning with the same `run_dir` resumes an interrupted sweep.
     """
     _check_kernel(kernel)

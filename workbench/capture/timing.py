@@ -26,7 +26,12 @@ Every benchmark row, sweep row and A/B sample is timed here, the same way:
   tiles on the H200), never for work with host-side control flow
   (`graph=False`: a peer that syncs on its routing); the profile is where launch cost shows;
 - repeats until the median's 95% interval is tight or the budget is spent
-  (`analysis.stats.adaptive_repeats`);
+  (`analysis.stats.adaptive_rounds`);
+- contenders that are compared (a benchmark's rows at one size) are timed in turns, one
+  sample of each per round, rotated (`time_launches`, `analysis.stats.adaptive_rounds`):
+  timed one after another, the same W8A8 layer read 1-3% faster when it was timed first at
+  4,096 rows and up to 8% apart at 16,384 (raw/logs/h200-bench-dense-order-effect-*), a
+  position effect as large as some of the ratios a bench reports;
 - on the CPU (the interpreter's stand-in, for tests of this machinery): wall clock.
 `Timing.method` says which of these ran, and goes into each artifact's metadata.
 """
@@ -34,18 +39,20 @@ Every benchmark row, sweep row and A/B sample is timed here, the same way:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
 
-from workbench.analysis.stats import Repeats, adaptive_repeats, summarise
+from workbench.analysis.stats import Repeats, adaptive_rounds, summarise
 
 GRAPH_TOKENS = 48  # at or below: time CUDA graph replays
 WARMUP_S = 0.5  # GPU busy with the launch before the first sample (module docstring)
 L2_FLUSH_BYTES = 256 * 2**20  # larger than any L2 (H200: 60 MB)
 
 
+# how a benchmark's rows at one size share the GPU, recorded in its metadata (module docstring)
+CONTENDER_ORDER = "in turns: one sample of each row at a size per round, rotated each round"
 BENCH_REPEATS = Repeats(min_n=10, max_n=100, rel_width=0.02, budget_s=3.0)
 
 
@@ -106,8 +113,12 @@ def method_for(
     )
 
 
-def sampler(fn: Callable[[], object], method: Method, device: torch.device) -> Callable[[], float]:
-    """One timed launch of `fn` in ms per call, after the warm-up `method` asks for."""
+def sampler(
+    launch: Launch, method: Method, device: torch.device, flush: torch.Tensor | None
+) -> Callable[[], float]:
+    """One timed call of `launch.fn` in ms per unit (`Launch.units`), after the warm-up
+    `method` asks for; `flush` is the buffer read before each GPU sample (`flush_buffer`)."""
+    fn, units = launch.fn, launch.units
     for _ in range(method.warmup_calls):
         fn()
     if method.clock == "wall-clock":
@@ -115,29 +126,35 @@ def sampler(fn: Callable[[], object], method: Method, device: torch.device) -> C
         def wall() -> float:
             start = time.perf_counter()
             fn()
-            return (time.perf_counter() - start) * 1e3
+            return (time.perf_counter() - start) * 1e3 / units
 
         return wall
     torch.cuda.synchronize(device)
-    launch = fn
+    replay = fn
     if method.cuda_graph:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             fn()
-        launch = graph.replay
-    _keep_busy(launch, method.warmup_s, device)
-    cache = torch.zeros(method.l2_flush_bytes // 2, dtype=torch.bfloat16, device=device)
+        replay = graph.replay
+    _keep_busy(replay, method.warmup_s, device)
 
     def events() -> float:
-        cache.sum()  # reads it all: L2 then holds its clean lines (module docstring)
+        flush.sum()  # reads it all: L2 then holds its clean lines (module docstring)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        launch()
+        replay()
         end.record()
         end.synchronize()
-        return start.elapsed_time(end)
+        return start.elapsed_time(end) / units
 
     return events
+
+
+def flush_buffer(device: torch.device) -> torch.Tensor | None:
+    """The buffer larger than any L2 that a GPU sample reads first (None on the CPU)."""
+    if device.type != "cuda":
+        return None
+    return torch.zeros(L2_FLUSH_BYTES // 2, dtype=torch.bfloat16, device=device)
 
 
 def _keep_busy(launch: Callable[[], object], seconds: float, device: torch.device) -> None:
@@ -150,6 +167,40 @@ def _keep_busy(launch: Callable[[], object], seconds: float, device: torch.devic
         torch.cuda.synchronize(device)
 
 
+@dataclass(frozen=True)
+class Launch:
+    """What one contender times: `fn`, at `tokens` tokens, as a CUDA graph where `graph` says
+    (as in `method_for`), its time reported per one of the `units` equal calls `fn` makes
+    (a layer cycled through several copies of its weights: per copy)."""
+
+    fn: Callable[[], object]
+    tokens: int
+    graph: bool | None = None
+    units: int = 1
+
+
+def time_launches(
+    launches: Sequence[Launch], device: torch.device, repeats: Repeats = BENCH_REPEATS
+) -> list[Timing | Exception]:
+    """Time each launch by the workbench's one method, all of them in turns (module
+    docstring): each is warmed up and captured first, then sampled round by round. A launch
+    that fails (out of memory, a compile error) gets its exception in its place."""
+    flush = flush_buffer(device)
+    methods = [method_for(device, launch.tokens, launch.graph, repeats) for launch in launches]
+    measures: list[Callable[[], float] | Exception] = []
+    for launch, method in zip(launches, methods, strict=True):
+        try:
+            measures.append(sampler(launch, method, device, flush))
+        except Exception as err:  # noqa: BLE001 (one failing contender must not stop the rest)
+            measures.append(err)
+    ready = [i for i, m in enumerate(measures) if not isinstance(m, Exception)]
+    sampled = adaptive_rounds([measures[i] for i in ready], **asdict(repeats))
+    results: list[Timing | Exception] = list(measures)  # type: ignore[arg-type]
+    for i, result in zip(ready, sampled, strict=True):
+        results[i] = result if isinstance(result, Exception) else Timing(*result, methods[i])
+    return results
+
+
 def time_launch(
     fn: Callable[[], object],
     device: torch.device,
@@ -157,7 +208,9 @@ def time_launch(
     graph: bool | None = None,
     repeats: Repeats = BENCH_REPEATS,
 ) -> Timing:
-    """Time `fn` by the workbench's one method (module docstring; `graph` as in `method_for`)."""
-    method = method_for(device, tokens, graph, repeats)
-    samples, stopped = adaptive_repeats(sampler(fn, method, device), **asdict(repeats))
-    return Timing(samples, stopped, method)
+    """Time `fn` alone by the workbench's one method (module docstring; `graph` as in
+    `method_for`)."""
+    (timing,) = time_launches([Launch(fn, tokens, graph)], device, repeats)
+    if isinstance(timing, Exception):
+        raise timing
+    return timing
