@@ -37,21 +37,22 @@ def test_the_cpu_is_timed_by_the_wall_clock_without_graphs():
     assert method.warmup_s == 0  # the interpreter's tests stay fast
 
 
-def test_the_ceilings_are_taken_by_the_one_timer(monkeypatch):
-    """A floor's ceiling must start from the same GPU state as the kernel it judges, so the
-    ceilings go through time_launch too (its warm period on a GPU), not a timer of their own."""
+def test_the_ceilings_are_taken_by_the_one_timer_in_turns(monkeypatch):
+    """A floor's ceiling must be sampled the way the rows it judges are, so the ceilings go
+    through time_launches, in turns with each other (their warm periods included), not a
+    timer of their own."""
     from workbench.capture import ceilings
 
-    timed = []
-    real = ceilings.time_launch
+    batches = []
+    real = ceilings.time_launches
 
-    def spy(fn, device, tokens, graph=None, **kwargs):
-        timed.append(graph)
-        return real(fn, device, tokens, graph, **kwargs)
+    def spy(launches, device, *args):
+        batches.append([launch.graph for launch in launches])
+        return real(launches, device, *args)
 
-    monkeypatch.setattr(ceilings, "time_launch", spy)
+    monkeypatch.setattr(ceilings, "time_launches", spy)
     result = ceilings.measure_ceilings("cpu", copy_gib=0.001, n=64)
-    assert timed == [False, False, False]  # copy, bf16 GEMM, FP8 GEMM: eager launches
+    assert batches == [[False, False, False]]  # copy, bf16 GEMM, FP8 GEMM: eager, in turns
     assert result["copy_bytes_per_s"] > 0 and result["bf16_flops"] > 0
     assert result["fp8_flops"] > 0
 

@@ -3,22 +3,32 @@
 A kernel's time is reported against its physical floor: the bytes it must move at the copy
 bandwidth measured here, or its FLOPs at the cuBLAS rate measured here.
 Datasheet numbers are leads; these are readings. They are taken by the workbench's one timer
-(capture.timing), so a ceiling and the kernels judged by it start from the same warm GPU:
-the ceilings used to be timed apart, 3 calls and 20 samples straight after the GPU had idled,
-inside the slow period the timer now waits out (whether a copy or a large GEMM slows in it as
-the MoE decode kernels did has not been measured).
+(capture.timing), in turns with each other as a benchmark's rows are, so a ceiling and the
+kernels judged by it are sampled the same way. Timed alone, each after its warm period, the
+8192-square bf16 GEMM ran in the power-limited state of back-to-back large GEMMs and read
+687 TFLOP/s on the H200, while cuBLAS's own layer GEMMs, timed in turns with the other
+backends, ran at 0.96-0.99 of the floor that rate gave them at 4,096-16,384 rows
+(raw/bench-dense-dsv4-flash-tp2-20261204T025138): a floor the kernel beat. A floor must be
+a bound, so its rates come from the same turns-taking state as the rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from workbench.capture.timing import time_launch
+from workbench.capture.timing import Launch, time_launches
 
 
-def _median_ms(fn, device: torch.device) -> float:
-    """Median ms of `fn` by the one timer, launched eagerly (each call is one large kernel)."""
-    return time_launch(fn, device, tokens=0, graph=False).median_ms
+def _medians_ms(fns: dict[str, Callable[[], object]], device: torch.device) -> dict[str, float]:
+    """Median ms of each of `fns` by the one timer, in turns, launched eagerly (each call is
+    one large kernel)."""
+    timings = time_launches([Launch(fn, 0, graph=False) for fn in fns.values()], device)
+    for name, timing in zip(fns, timings, strict=True):
+        if isinstance(timing, Exception):
+            raise RuntimeError(f"the {name} ceiling could not be measured: {timing}") from timing
+    return {name: timing.median_ms for name, timing in zip(fns, timings, strict=True)}
 
 
 @torch.inference_mode()
@@ -31,23 +41,23 @@ def measure_ceilings(device: str | torch.device = "cuda", copy_gib: float = 2.0,
     elements = int(copy_gib * 2**30) // 2
     src = torch.randn(elements, device=dev, dtype=torch.bfloat16)
     dst = torch.empty_like(src)
-    copy_ms = _median_ms(lambda: dst.copy_(src), dev)
     a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
-    bf16_ms = _median_ms(lambda: a @ b, dev)
-    result = {
-        "copy_bytes_per_s": 2 * src.numel() * 2 / (copy_ms / 1e3),
-        "bf16_flops": 2 * n**3 / (bf16_ms / 1e3),
-        "gemm_size": n,
-        "copy_gib": copy_gib,
-    }
+    fns = {"copy": lambda: dst.copy_(src), "bf16": lambda: a @ b}
     if hasattr(torch, "_scaled_mm"):
         a8 = a.to(torch.float8_e4m3fn)
         b8 = b.to(torch.float8_e4m3fn).t().contiguous().t()  # column-major second operand
         one = torch.ones((), device=dev)
-        fp8_ms = _median_ms(
-            lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
-            dev,
+        fns["fp8"] = lambda: torch._scaled_mm(
+            a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16
         )
-        result["fp8_flops"] = 2 * n**3 / (fp8_ms / 1e3)
+    ms = _medians_ms(fns, dev)
+    result = {
+        "copy_bytes_per_s": 2 * src.numel() * 2 / (ms["copy"] / 1e3),
+        "bf16_flops": 2 * n**3 / (ms["bf16"] / 1e3),
+        "gemm_size": n,
+        "copy_gib": copy_gib,
+    }
+    if "fp8" in ms:
+        result["fp8_flops"] = 2 * n**3 / (ms["fp8"] / 1e3)
     return result
