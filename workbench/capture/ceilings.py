@@ -5,11 +5,13 @@ bandwidth measured here, or its FLOPs at the cuBLAS rate measured here.
 Datasheet numbers are leads; these are readings. They are taken by the workbench's one timer
 (capture.timing), in turns with each other as a benchmark's rows are, so a ceiling and the
 kernels judged by it are sampled the same way. Timed alone, each after its warm period, the
-8192-square bf16 GEMM ran in the power-limited state of back-to-back large GEMMs and read
-687 TFLOP/s on the H200, while cuBLAS's own layer GEMMs, timed in turns with the other
-backends, ran at 0.96-0.99 of the floor that rate gave them at 4,096-16,384 rows
-(raw/bench-dense-dsv4-flash-tp2-20261204T025138): a floor the kernel beat. A floor must be
-a bound, so its rates come from the same turns-taking state as the rows.
+8192-square GEMMs ran in the power-limited state of back-to-back large GEMMs: bf16 read
+640-684 TFLOP/s and FP8 1222-1237 on the H200, against 684-730 and 1347-1420 in turns in
+the same process (raw/logs/h200-ceilings-alone-vs-turns-*). With the rates taken alone,
+cuBLAS's own bf16 layer, timed in turns with the other backends, ran at 0.96-0.99 of its
+floor at 4,096-16,384 rows (raw/bench-dense-dsv4-flash-tp2-20261204T025138): a floor the
+kernel beat. In turns it ran at 1.11-1.17 (raw/bench-dense-dsv4-flash-tp2-20261204T031004).
+A floor must be a bound, so its rates come from the same turns-taking state as the rows.
 """
 
 from __future__ import annotations
