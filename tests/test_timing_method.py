@@ -79,3 +79,24 @@ def test_contenders_are_timed_in_turns_each_per_unit_and_a_failure_is_its_own():
     assert 5.0 <= timed.median_ms < 20.0  # 20 ms a call over its 4 units, plus the wall clock
     # one warm-up call each, then four rounds, the second and fourth in the other order
     assert calls == ["slow", "x", "slow", "x", "x", "slow", "slow", "x", "x", "slow"]
+
+
+def test_each_ceiling_names_the_work_one_call_does():
+    """A ceiling's rate is its work over its time: the copy reads and writes its buffer, a
+    GEMM does 2 n^3 FLOPs; the script comparing alone with in turns reuses these launches."""
+    from workbench.capture.ceilings import ceiling_work
+
+    work = ceiling_work(torch.device("cpu"), copy_gib=0.001, n=64)
+    elements = int(0.001 * 2**30) // 2
+    assert work["copy"][1] == 2 * elements * 2
+    assert work["bf16"][1] == work["fp8"][1] == 2 * 64**3
+    assert tuple(work["bf16"][0]().shape) == tuple(work["fp8"][0]().shape) == (64, 64)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a CPU machine gets")
+def test_the_ceilings_script_says_it_needs_a_gpu(tmp_path):
+    from helpers import run_compile_script
+
+    result = run_compile_script("ceilings_alone_vs_turns.py", str(tmp_path))
+    assert result.returncode != 0
+    assert "needs a GPU" in result.stderr

@@ -23,43 +23,46 @@ import torch
 from workbench.capture.timing import Launch, time_launches
 
 
-def _medians_ms(fns: dict[str, Callable[[], object]], device: torch.device) -> dict[str, float]:
-    """Median ms of each of `fns` by the one timer, in turns, launched eagerly (each call is
-    one large kernel)."""
-    timings = time_launches([Launch(fn, 0, graph=False) for fn in fns.values()], device)
-    for name, timing in zip(fns, timings, strict=True):
-        if isinstance(timing, Exception):
-            raise RuntimeError(f"the {name} ceiling could not be measured: {timing}") from timing
-    return {name: timing.median_ms for name, timing in zip(fns, timings, strict=True)}
+def ceiling_work(
+    device: torch.device, copy_gib: float = 2.0, n: int = 8192
+) -> dict[str, tuple[Callable[[], object], float]]:
+    """Each ceiling's launch and the work one call does: "copy" (bytes read + written),
+    "bf16" and, where torch has `_scaled_mm`, "fp8" (FLOPs of an n-square GEMM).
+
+    Inputs are random (zeros run faster than real data and would flatter the ceilings).
+    """
+    elements = int(copy_gib * 2**30) // 2
+    src = torch.randn(elements, device=device, dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    flops = 2.0 * n**3
+    work = {"copy": (lambda: dst.copy_(src), 2.0 * src.numel() * 2), "bf16": (lambda: a @ b, flops)}
+    if hasattr(torch, "_scaled_mm"):
+        a8 = a.to(torch.float8_e4m3fn)
+        b8 = b.to(torch.float8_e4m3fn).t().contiguous().t()  # column-major second operand
+        one = torch.ones((), device=device)
+        work["fp8"] = (
+            lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+            flops,
+        )
+    return work
 
 
 @torch.inference_mode()
 def measure_ceilings(device: str | torch.device = "cuda", copy_gib: float = 2.0, n: int = 8192):
-    """Copy bandwidth (bytes read + written per second), bf16 and FP8 GEMM rates (FLOP/s).
-
-    Inputs are random (zeros run faster than real data and would flatter the ceilings).
-    """
+    """Copy bandwidth (bytes read + written per second), bf16 and FP8 GEMM rates (FLOP/s),
+    timed in turns by the one timer, launched eagerly (each call is one large kernel)."""
     dev = torch.device(device)
-    elements = int(copy_gib * 2**30) // 2
-    src = torch.randn(elements, device=dev, dtype=torch.bfloat16)
-    dst = torch.empty_like(src)
-    a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
-    fns = {"copy": lambda: dst.copy_(src), "bf16": lambda: a @ b}
-    if hasattr(torch, "_scaled_mm"):
-        a8 = a.to(torch.float8_e4m3fn)
-        b8 = b.to(torch.float8_e4m3fn).t().contiguous().t()  # column-major second operand
-        one = torch.ones((), device=dev)
-        fns["fp8"] = lambda: torch._scaled_mm(
-            a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16
-        )
-    ms = _medians_ms(fns, dev)
-    result = {
-        "copy_bytes_per_s": 2 * src.numel() * 2 / (ms["copy"] / 1e3),
-        "bf16_flops": 2 * n**3 / (ms["bf16"] / 1e3),
-        "gemm_size": n,
-        "copy_gib": copy_gib,
-    }
-    if "fp8" in ms:
-        result["fp8_flops"] = 2 * n**3 / (ms["fp8"] / 1e3)
+    work = ceiling_work(dev, copy_gib, n)
+    timings = time_launches([Launch(fn, 0, graph=False) for fn, _ in work.values()], dev)
+    rates = {}
+    for (name, (_, amount)), timing in zip(work.items(), timings, strict=True):
+        if isinstance(timing, Exception):
+            raise RuntimeError(f"the {name} ceiling could not be measured: {timing}") from timing
+        rates[name] = amount / (timing.median_ms / 1e3)
+    result = {"copy_bytes_per_s": rates["copy"], "bf16_flops": rates["bf16"], "gemm_size": n,
+              "copy_gib": copy_gib}  # fmt: skip
+    if "fp8" in rates:
+        result["fp8_flops"] = rates["fp8"]
     return result
