@@ -5,13 +5,15 @@ bandwidth measured here, or its FLOPs at the cuBLAS rate measured here.
 Datasheet numbers are leads; these are readings. They are taken by the workbench's one timer
 (capture.timing), in turns with each other as a benchmark's rows are, so a ceiling and the
 kernels judged by it are sampled the same way. Timed alone, each after its warm period, the
-8192-square GEMMs ran in the power-limited state of back-to-back large GEMMs: bf16 read
-640-684 TFLOP/s and FP8 1222-1237 on the H200, against 684-730 and 1347-1420 in turns in
-the same process (raw/logs/h200-ceilings-alone-vs-turns-*). With the rates taken alone,
-cuBLAS's own bf16 layer, timed in turns with the other backends, ran at 0.96-0.99 of its
-floor at 4,096-16,384 rows (raw/bench-dense-dsv4-flash-tp2-20261204T025138): a floor the
-kernel beat. In turns it ran at 1.11-1.17 (raw/bench-dense-dsv4-flash-tp2-20261204T031004).
-A floor must be a bound, so its rates come from the same turns-taking state as the rows.
+8192-square bf16 GEMM read 687 TFLOP/s in a bench where cuBLAS's own bf16 layer, timed in
+turns with the other backends, then ran at 0.96-0.99 of the floor that rate gave it at
+4,096-16,384 rows (raw/bench-dense-dsv4-flash-tp2-20261204T025138): a floor the kernel beat.
+With the ceilings in turns the layer ran at 1.11-1.17 of its floor
+(raw/bench-dense-dsv4-flash-tp2-20261204T031004). Alternated in one process, in turns read
+higher than alone in five of six rounds for FP8 (median 1,328 against 1,223 TFLOP/s) and four
+of six for bf16 (704 against 682), but one way's readings spread by up to 20% within a
+process (raw/logs/h200-ceilings-alone-vs-turns-*; scripts/ceilings_alone_vs_turns.py). So a
+compute-bound row within about a tenth of its floor is at the ceiling, no nearer or further.
 """
 
 from __future__ import annotations
