@@ -5,9 +5,13 @@
 'alone' times the bf16 GEMM and then the FP8 one (`torch._scaled_mm`), each by the one timer
 on its own (`capture.timing.time_launch`: warm-up, then samples); 'turns' is
 `measure_ceilings` (copy, bf16 and FP8 timed in turns by `time_launches`). The two alternate,
-first one then the other, over `--rounds`. Writes OUT_DIR/ceilings-alone-vs-turns.csv. It is
-the measurement behind timing the ceilings in turns (capture/ceilings.py, docs/design.md):
-a rate taken alone was a floor that cuBLAS's own layer beat. A developer's tool, like
+first one then the other, over `--rounds`; the FP8 GEMM alone always follows the bf16 one,
+and each way builds the copy's buffers (only 'turns' times them). Writes
+OUT_DIR/ceilings-alone-vs-turns.csv. It is the measurement behind timing the ceilings in turns
+(capture/ceilings.py, docs/design.md): a rate taken alone was a floor that cuBLAS's own layer
+beat. The committed logs (raw/logs/h200-ceilings-alone-vs-turns-*) ran before the turns were
+shuffled: their rounds were rotated by one, each ceiling stopping by its own rule, and the
+first one's 'alone' did not build the copy's buffers. A developer's tool, like
 tune_dense.py.
 """
 

@@ -65,7 +65,7 @@ def replay_ms(calls: list, device: torch.device, m: int) -> float:
         for call in calls:
             call()
 
-    return time_launch(run, device, m, graph=True).median_ms / len(calls)
+    return time_launch(run, device, m, graph=True, units=len(calls)).median_ms
 
 
 def deepgemm_calls(layer: Layer, xs: dict) -> list[list] | None:

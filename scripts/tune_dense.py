@@ -161,7 +161,7 @@ def main() -> None:
         xs = activations(m, layer.input_widths, SEED, device, torch.bfloat16)
         sets = layer.fp8 if m <= 48 else layer.fp8[:1]
         bf16 = layer_call("bf16", layer, xs, layer.masters if m <= 48 else layer.masters[:1])
-        cublas_ms = time_launch(bf16, device, m, graph=True).median_ms / len(sets)
+        cublas_ms = time_launch(bf16, device, m, graph=True, units=len(sets)).median_ms
         reference = dense.w8a8_reference if variant == "w8a8" else dense.linear_reference
         references = layer.calls(reference, partial(dense.one_by_one, reference), xs,
                                  layer.fp8[0])  # fmt: skip
@@ -183,7 +183,7 @@ def main() -> None:
                     row["status"] = "wrong"
                 else:
                     run = layer_call(variant, layer, xs, sets, **options)
-                    row["ms"] = time_launch(run, device, m, graph=True).median_ms / len(sets)
+                    row["ms"] = time_launch(run, device, m, graph=True, units=len(sets)).median_ms
                     row["vs_cublas"] = cublas_ms / row["ms"]
                     row["status"] = "spills" if row.get("spills") else "ok"
             except Exception as err:  # noqa: BLE001 (a failing setting is a result)

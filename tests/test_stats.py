@@ -62,35 +62,53 @@ def test_paired_ratio_sees_a_steady_change_through_a_trend():
     assert math.isnan(one["ci_low"]) and math.isnan(one["ci_high"])
 
 
-def test_adaptive_rounds_stops_each_measure_for_the_right_reason():
+def test_adaptive_rounds_keep_every_measure_until_all_are_done_and_say_why_each_stopped():
+    """A quiet measure stays in the rounds while a noisy one needs more, so both have their
+    samples from the same stretch of time; each says whether its own interval converged."""
     noise = iter(np.random.default_rng(3).uniform(1, 3, 1000))
     (quiet, noisy) = stats.adaptive_rounds(
         [lambda: 1.0, lambda: next(noise)], min_n=10, max_n=30, rel_width=1e-3
     )
-    assert (len(quiet[0]), quiet[1]) == (10, "converged")
+    assert (len(quiet[0]), quiet[1]) == (30, "converged")
     assert (len(noisy[0]), noisy[1]) == (30, "max_n")
+    (alone,) = stats.adaptive_rounds([lambda: 1.0], min_n=10, max_n=30, rel_width=1e-3)
+    assert (len(alone[0]), alone[1]) == (10, "converged")
     (endless,) = stats.adaptive_rounds(
         [lambda: next(noise)], min_n=5, max_n=10**6, rel_width=1e-3, budget_s=0.05
     )
     assert endless[1] == "budget" and 5 <= len(endless[0]) < 10**6
 
 
-def test_adaptive_rounds_takes_the_measures_in_rotated_turns():
-    """One sample of each per round, the order rotated each round, so no measure always goes
-    first; one that raises stops with its exception and the others go on."""
+def test_adaptive_rounds_take_the_measures_in_turns_in_a_shuffled_order():
+    """One sample of each per round, in an order drawn afresh each round, so no measure always
+    goes first or always follows the same one; the order repeats with the seed; one that
+    raises leaves with its exception and the others go on."""
     calls: list[str] = []
 
     def recorded(name: str):
         return lambda: calls.append(name) or 1.0
 
+    names = "abcd"
+    results = stats.adaptive_rounds([recorded(n) for n in names], min_n=40, max_n=40)
+    assert all(result == ([1.0] * 40, "converged") for result in results)
+    rounds = ["".join(calls[i : i + 4]) for i in range(0, len(calls), 4)]
+    assert all(sorted(r) == list(names) for r in rounds)  # each once a round
+    assert {r[0] for r in rounds} == set(names)  # each goes first in some round
+    followers = {(r[j], r[j + 1]) for r in rounds for j in range(3)}
+    assert len(followers) == 12  # every ordered pair of neighbours occurs
+    again: list[str] = []
+    stats.adaptive_rounds([lambda n=n: again.append(n) or 1.0 for n in names], min_n=40, max_n=40)
+    assert again == calls
+
     def broken() -> float:
         calls.append("broken")
         raise RuntimeError("no kernel for this shape")
 
-    results = stats.adaptive_rounds([recorded("a"), recorded("b"), broken], min_n=3, max_n=3)
-    assert calls == ["a", "b", "broken", "b", "a", "a", "b"]
-    assert results[0] == ([1.0] * 3, "converged") and results[1] == ([1.0] * 3, "converged")
-    assert isinstance(results[2], RuntimeError)
+    calls.clear()
+    results = stats.adaptive_rounds([recorded("a"), broken, recorded("b")], min_n=3, max_n=3)
+    assert calls.count("broken") == 1 and calls.count("a") == calls.count("b") == 3
+    assert results[0] == ([1.0] * 3, "converged") and results[2] == ([1.0] * 3, "converged")
+    assert isinstance(results[1], RuntimeError)
     assert stats.adaptive_rounds([]) == []
 
 

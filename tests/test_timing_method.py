@@ -76,9 +76,12 @@ def test_contenders_are_timed_in_turns_each_per_unit_and_a_failure_is_its_own():
     timed, failed, quick = time_launches(launches, torch.device("cpu"), repeats)
     assert isinstance(failed, torch.OutOfMemoryError)
     assert len(timed.samples_ms) == len(quick.samples_ms) == 4
-    assert 5.0 <= timed.median_ms < 20.0  # 20 ms a call over its 4 units, plus the wall clock
-    # one warm-up call each, then four rounds, the second and fourth in the other order
-    assert calls == ["slow", "x", "slow", "x", "x", "slow", "slow", "x", "x", "slow"]
+    # 20 ms a call over its 4 units, plus the wall clock: every sample (so its IQR) per unit
+    assert all(5.0 <= sample < 20.0 for sample in timed.samples_ms)
+    # one warm-up call each, then four rounds of one call each
+    assert calls[:2] == ["slow", "x"]
+    assert all(sorted(calls[i : i + 2]) == ["slow", "x"] for i in range(2, 10, 2))
+    assert len(calls) == 10
 
 
 def test_each_ceiling_names_the_work_one_call_does():
@@ -100,3 +103,47 @@ def test_the_ceilings_script_says_it_needs_a_gpu(tmp_path):
     result = run_compile_script("ceilings_alone_vs_turns.py", str(tmp_path))
     assert result.returncode != 0
     assert "needs a GPU" in result.stderr
+
+
+def test_a_bench_checks_its_rows_then_times_the_right_ones_in_turns_and_judges_them():
+    """check_then_time through the real timer: a wrong row and one whose check raises are not
+    timed, one that runs out of memory while timed says so, and the timed rows get their
+    per-unit ms, the judge's columns and a status, in the plans' order."""
+    from workbench.capture.bench_rows import RowPlan, check_then_time
+    from workbench.capture.timing import Launch
+
+    timed: list[str] = []
+
+    def launch(name: str, units: int = 1) -> Launch:
+        return Launch(lambda: timed.append(name) or time.sleep(0.004 * units), 1, units=units)
+
+    def out_of_memory() -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    def no_kernel() -> dict:
+        raise RuntimeError("no kernel for this shape")
+
+    def judge(row: dict) -> dict:
+        return {"floor_ms": 2.0, "ratio_to_floor": row["ms"] / 2.0}
+
+    good = {"rel_error": 1e-3}
+    plans = [
+        RowPlan({"variant": "fast"}, lambda: good, 1e-2, launch("fast", units=3), judge),
+        RowPlan({"variant": "wrong"}, lambda: {"rel_error": 0.5}, 1e-2, launch("wrong"), judge),
+        RowPlan(
+            {"variant": "nan"}, lambda: {"rel_error": float("nan")}, 1e-2, launch("nan"), judge
+        ),
+        RowPlan({"variant": "raises"}, no_kernel, 1e-2, launch("raises"), judge),
+        RowPlan({"variant": "oom"}, lambda: good, 1e-2, Launch(out_of_memory, 1), judge),
+        RowPlan({"variant": "spills"}, lambda: good | {"spills": 8}, 1e-2, launch("spills"), judge),
+    ]
+    rows = check_then_time(plans, torch.device("cpu"))
+    assert [row["variant"] for row in rows] == ["fast", "wrong", "nan", "raises", "oom", "spills"]
+    status = {row["variant"]: row["status"] for row in rows}
+    assert status["wrong"] == status["nan"] == "wrong"
+    assert status["raises"].startswith("error: RuntimeError: no kernel")
+    assert status["oom"] == "oom" and status["fast"] == "ok" and status["spills"] == "spills"
+    assert set(timed) == {"fast", "spills"}  # only the rows that passed their check
+    fast = rows[0]
+    assert 3.0 < fast["ms"] < 12.0  # 12 ms a call over its 3 units
+    assert fast["ratio_to_floor"] == fast["ms"] / 2.0 and "ms" not in rows[1]

@@ -8,6 +8,7 @@ everything here is about the median and makes no normality assumption. Pure nump
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -151,13 +152,17 @@ def runs_ratio(
 
 @dataclass(frozen=True)
 class Repeats:
-    """When `adaptive_rounds` stops: at least `min_n` samples, at most `max_n` or `budget_s`
-    seconds, and once the median's 95% interval is narrower than `rel_width` of it."""
+    """When `adaptive_rounds` stops: at least `min_n` rounds, at most `max_n` rounds or
+    `budget_s` seconds a measure, and once every median's 95% interval is narrower than
+    `rel_width` of it."""
 
     min_n: int = 10
     max_n: int = 200
     rel_width: float = 0.02
     budget_s: float = 10.0
+
+
+TURNS_SEED = 0  # the rounds' orders are drawn from this seed, so a run's order can be repeated
 
 
 def adaptive_rounds(
@@ -167,48 +172,54 @@ def adaptive_rounds(
     rel_width: float = 0.02,
     budget_s: float = 10.0,
 ) -> list[tuple[list[float], str] | Exception]:
-    """Sample each measure until its median's 95% interval is narrower than rel_width * median.
+    """Sample the measures in rounds until every one's median 95% interval is narrower than
+    rel_width * its median.
 
-    Quiet kernels stop after `min_n` samples, noisy ones get more, and nothing runs longer than
-    `budget_s` a measure (wall clock, checked between rounds; `budget_s * len(measures)` in
-    all) or `max_n` samples. Returns each measure's samples and why its sampling stopped:
-    "converged", "max_n" or "budget".
+    Each round takes one sample of every measure, in an order shuffled each round (from
+    TURNS_SEED). Contenders compared from one run are then sampled in the same stretch of
+    time, each as often first or last and after each of the others (in expectation), so a
+    GPU's drift over a run (clocks, power, the state the kernel before leaves) falls on all of
+    them alike; timed one after another, the first one timed read a few percent faster
+    (docs/design.md, "position effect"). So all stay in the rounds until all are done: a
+    quiet measure that stopped early would have its samples from a different stretch of time
+    than the noisy ones'.
 
-    The measures are taken in turns: one sample of each still sampling per round, the order
-    rotated by one each round. Contenders compared from one run are then sampled in the same
-    stretch of time, so a GPU's drift over a run (clocks, temperature, the state earlier work
-    leaves) falls on all of them alike; timed one after another, the first one timed read a
-    few percent faster (docs/design.md, "position effect"). A measure that raises stops, its
-    result is the exception, and the others go on.
+    Sampling stops when every measure has converged (after at least `min_n` rounds), after
+    `max_n` rounds, or once `budget_s * len(measures)` seconds have passed (wall clock,
+    checked between rounds). Returns each measure's samples and "converged" if its interval
+    is narrow, else why the rounds stopped ("max_n" or "budget"). A measure that raises leaves
+    the rounds, its result is the exception, and the others go on.
     """
+    order = random.Random(TURNS_SEED)
     start = time.perf_counter()
     samples: list[list[float]] = [[] for _ in measures]
-    results: list[tuple[list[float], str] | Exception | None] = [None] * len(measures)
-    rounds = 0
-    while any(r is None for r in results):
-        sampling = [i for i, r in enumerate(results) if r is None]
-        turn = rounds % len(sampling)
-        for i in sampling[turn:] + sampling[:turn]:
+    failed: dict[int, Exception] = {}
+    live, stopped = list(range(len(measures))), ""
+    while live and not stopped:
+        order.shuffle(live)
+        for i in live:
             try:
                 samples[i].append(float(measures[i]()))
             except Exception as err:  # noqa: BLE001 (one failing contender must not stop the rest)
-                results[i] = err
-                continue
-            results[i] = _stopped(samples[i], min_n, max_n, rel_width)
-        rounds += 1
-        if time.perf_counter() - start >= budget_s * len(measures):
-            results = [(samples[i], "budget") if r is None else r for i, r in enumerate(results)]
-    return results  # type: ignore[return-value]
+                failed[i] = err
+        live = sorted(i for i in live if i not in failed)
+        if all(_converged(samples[i], min_n, rel_width) for i in live):
+            stopped = "converged"
+        elif len(samples[live[0]]) >= max_n:
+            stopped = "max_n"
+        elif time.perf_counter() - start >= budget_s * len(measures):
+            stopped = "budget"
+    return [
+        failed[i] if i in failed else
+        (samples[i], "converged" if _converged(samples[i], min_n, rel_width) else stopped)
+        for i in range(len(measures))
+    ]  # fmt: skip
 
 
-def _stopped(
-    samples: list[float], min_n: int, max_n: int, rel_width: float
-) -> tuple[list[float], str] | None:
-    """(samples, why) once they are enough by `adaptive_rounds`'s rule; None while not."""
-    if len(samples) >= min_n:
-        s = summarise(samples)
-        if s["ci_high"] - s["ci_low"] < rel_width * abs(s["median"]):
-            return samples, "converged"
-    if len(samples) >= max_n:
-        return samples, "max_n"
-    return None
+def _converged(samples: list[float], min_n: int, rel_width: float) -> bool:
+    """At least `min_n` samples, and their median's 95% interval narrower than `rel_width`
+    of it."""
+    if len(samples) < min_n:
+        return False
+    s = summarise(samples)
+    return s["ci_high"] - s["ci_low"] < rel_width * abs(s["median"])

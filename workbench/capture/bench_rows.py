@@ -159,8 +159,8 @@ def save_bench(
     **meta: object,
 ) -> pd.DataFrame:
     """Write `table` to `out/bench-<kind>-<preset>-<stamp>/` with its parameters, shapes, the
-    ceilings it was judged by, how its rows were timed (`graph` as the rows passed it to
-    `time_calls`) and the environment; the table notes its path in attrs."""
+    ceilings it was judged by, how its rows were timed (`graph` as the rows' `Launch`es
+    carried it) and the environment; the table notes its path in attrs."""
     timing = {"decode": method_for(setup.device, 1, graph).record(),
               "prefill": method_for(setup.device, 10**6, graph).record(),
               "contenders": CONTENDER_ORDER}  # fmt: skip

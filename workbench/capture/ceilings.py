@@ -13,7 +13,11 @@ With the ceilings in turns the layer ran at 1.11-1.17 of its floor
 higher than alone in five of six rounds for FP8 (median 1,328 against 1,223 TFLOP/s) and four
 of six for bf16 (704 against 682), but one way's readings spread by up to 20% within a
 process (raw/logs/h200-ceilings-alone-vs-turns-*; scripts/ceilings_alone_vs_turns.py). So a
-compute-bound row within about a tenth of its floor is at the ceiling, no nearer or further.
+compute floor is good to about a tenth: a prefill row's ratio to it between 0.9 and 1.1 does
+not say whether the row is below or above what the GEMM ceiling allows, and cuBLAS's layer at
+1.11-1.17 is just outside that. The GEMMs take their turns with the copy, a memory-bound
+kernel that draws less power, where a prefill row's turns are with other GEMMs; how much
+that lifts the GEMM rates has not been measured apart.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ Every benchmark row, sweep row and A/B sample is timed here, the same way:
 - repeats until the median's 95% interval is tight or the budget is spent
   (`analysis.stats.adaptive_rounds`);
 - contenders that are compared (a benchmark's rows at one size) are timed in turns, one
-  sample of each per round, rotated (`time_launches`, `analysis.stats.adaptive_rounds`):
+  sample of each per round in a shuffled order, all until all are done (`time_launches`,
+  `analysis.stats.adaptive_rounds`):
   timed one after another, the same W8A8 layer read 1-3% faster when it was timed first at
   4,096 rows and up to 8% apart at 16,384 (raw/logs/h200-bench-dense-order-effect-*), a
   position effect as large as some of the ratios a bench reports;
@@ -52,7 +53,10 @@ L2_FLUSH_BYTES = 256 * 2**20  # larger than any L2 (H200: 60 MB)
 
 
 # how a benchmark's rows at one size share the GPU, recorded in its metadata (module docstring)
-CONTENDER_ORDER = "in turns: one sample of each row at a size per round, rotated each round"
+CONTENDER_ORDER = (
+    "in turns: one sample of each row at a size per round, in an order shuffled each round "
+    "(seeded), every row until all rows are done"
+)
 BENCH_REPEATS = Repeats(min_n=10, max_n=100, rel_width=0.02, budget_s=3.0)
 
 
@@ -129,6 +133,8 @@ def sampler(
             return (time.perf_counter() - start) * 1e3 / units
 
         return wall
+    if flush is None:
+        raise ValueError("a GPU sample reads a flush buffer first: pass flush_buffer(...)")
     torch.cuda.synchronize(device)
     replay = fn
     if method.cuda_graph:
@@ -150,11 +156,13 @@ def sampler(
     return events
 
 
-def flush_buffer(device: torch.device) -> torch.Tensor | None:
-    """The buffer larger than any L2 that a GPU sample reads first (None on the CPU)."""
-    if device.type != "cuda":
+def flush_buffer(device: torch.device, methods: Sequence[Method]) -> torch.Tensor | None:
+    """The buffer that a GPU sample reads first, as large as the methods ask
+    (`Method.l2_flush_bytes`, larger than any L2); None where none asks for one (the CPU)."""
+    nbytes = max((method.l2_flush_bytes for method in methods), default=0)
+    if nbytes == 0:
         return None
-    return torch.zeros(L2_FLUSH_BYTES // 2, dtype=torch.bfloat16, device=device)
+    return torch.zeros(nbytes // 2, dtype=torch.bfloat16, device=device)
 
 
 def _keep_busy(launch: Callable[[], object], seconds: float, device: torch.device) -> None:
@@ -185,8 +193,8 @@ def time_launches(
     """Time each launch by the workbench's one method, all of them in turns (module
     docstring): each is warmed up and captured first, then sampled round by round. A launch
     that fails (out of memory, a compile error) gets its exception in its place."""
-    flush = flush_buffer(device)
     methods = [method_for(device, launch.tokens, launch.graph, repeats) for launch in launches]
+    flush = flush_buffer(device, methods)
     measures: list[Callable[[], float] | Exception] = []
     for launch, method in zip(launches, methods, strict=True):
         try:
@@ -207,10 +215,11 @@ def time_launch(
     tokens: int,
     graph: bool | None = None,
     repeats: Repeats = BENCH_REPEATS,
+    units: int = 1,
 ) -> Timing:
     """Time `fn` alone by the workbench's one method (module docstring; `graph` as in
-    `method_for`)."""
-    (timing,) = time_launches([Launch(fn, tokens, graph)], device, repeats)
+    `method_for`, `units` as in `Launch`)."""
+    (timing,) = time_launches([Launch(fn, tokens, graph, units)], device, repeats)
     if isinstance(timing, Exception):
         raise timing
     return timing
