@@ -46,7 +46,7 @@ def fixed_timer(monkeypatch):
         for launch in launches:
             assert launch.graph is True, f"M={launch.tokens} was not timed as a graph replay"
             launch.fn()
-        return [(2.0, 0.1)] * len(launches)
+        return [[1.9, 2.0, 2.1]] * len(launches)
 
     monkeypatch.setattr(bench_rows, "time_calls", timer)
 
@@ -88,6 +88,11 @@ def test_every_backend_gets_a_checked_timed_row_and_the_ab_table(tmp_path, fixed
     assert meta["params"]["hybrid_m"] == 1 and meta["params"]["block"] == 128
     assert [p["name"] for p in meta["projections"]][:2] == ["qkv_a", "q_up"]
     assert read_table(table.attrs["path"], meta, "bench")["status"].notna().all()
+    # each timed row's samples, a line a round, under its position in the table
+    samples = read_table(table.attrs["path"], meta, "samples")
+    assert sorted(set(samples["row"])) == sorted(layer.index)
+    assert (samples.groupby("row")["round"].apply(list) == [[0, 1, 2]] * len(layer)).all()
+    assert samples.groupby("row")["ms"].median().tolist() == layer["ms"].tolist()
 
 
 def test_the_output_projections_groups_run_as_one_call_for_the_backends_that_have_one(

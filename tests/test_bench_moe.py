@@ -103,7 +103,10 @@ def test_a_row_that_fails_while_timed_is_a_status_and_the_others_at_its_size_are
 
     def timer(launches, device):
         batches.append(len(launches))
-        return [torch.OutOfMemoryError("CUDA out of memory"), *[(1.0, 0.1)] * (len(launches) - 1)]
+        return [
+            torch.OutOfMemoryError("CUDA out of memory"),
+            *[[0.9, 1.0, 1.1]] * (len(launches) - 1),
+        ]
 
     monkeypatch.setattr(bench_rows, "time_calls", timer)
     table = _run(tmp_path, formats=("bf16",), peers=False)
@@ -156,7 +159,7 @@ def test_a_bench_row_times_the_part_it_is_given(tmp_path, monkeypatch):
 
     def timer(launches, device):
         timed.extend(launch.fn() for launch in launches)
-        return [(1.0, 0.1)] * len(launches)
+        return [[0.9, 1.0, 1.1]] * len(launches)
 
     monkeypatch.setattr(bench_rows, "time_calls", timer)
     table = _run(tmp_path, tokens=(3,), variants=("flat",), formats=("bf16",),

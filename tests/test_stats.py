@@ -123,3 +123,22 @@ def test_runs_ratio_is_paired_ratio_for_one_run_and_refuses_unmatched_runs():
         runs_ratio([a, a], [b, b[:3]])
     short = runs_ratio([a[:3], a[:3]], [b[:3], b[:3]])  # too few steps to resample
     assert short["ratio"] == pytest.approx(sum(b[:3]) / sum(a[:3])) and not short["significant"]
+
+
+def test_paired_median_ratio_cancels_drift_the_rounds_shared():
+    """Two rows timed in the same rounds share the GPU's drift: resampling whole rounds keeps
+    it out of the interval, where resampling each row apart counts it as noise."""
+    from workbench.analysis.stats import paired_median_ratio, ratio
+
+    drift = np.random.default_rng(5).uniform(1.0, 1.3, 60)  # the GPU's state, round by round
+    a = 2.0 * drift
+    b = 2.4 * drift * np.random.default_rng(6).normal(1.0, 0.002, 60)
+    paired, apart = paired_median_ratio(a, b), ratio(a, b)
+    assert paired["ratio"] == pytest.approx(np.median(b) / np.median(a))
+    assert paired["ci_low"] <= paired["ratio"] <= paired["ci_high"]
+    assert paired["ci_high"] - paired["ci_low"] < 0.2 * (apart["ci_high"] - apart["ci_low"])
+    assert paired["significant"]
+    few = paired_median_ratio(a[:3], b[:3])
+    assert math.isnan(few["ci_low"]) and not few["significant"]
+    with pytest.raises(ValueError, match="equal, non-zero counts"):
+        paired_median_ratio(a, b[:10])

@@ -17,7 +17,7 @@ import numpy as np
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
-MIN_PAIRS = 5  # fewest paired steps paired_ratio gives an interval for
+MIN_PAIRS = 5  # fewest pairs (steps, rounds) a paired interval is given for
 
 
 def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int]:
@@ -82,6 +82,32 @@ def ratio(a_samples: Sequence[float], b_samples: Sequence[float], seed: int = 0)
         "ci_high": float(high),
         "significant": bool(low > 1.0 or high < 1.0),
     }
+
+
+def paired_median_ratio(a_samples: Sequence[float], b_samples: Sequence[float], seed: int = 0
+                        ) -> dict:  # fmt: skip
+    """median(b) / median(a) for two contenders sampled in the same rounds, with a 95%
+    bootstrap interval that resamples whole rounds.
+
+    A benchmark times the rows it compares in turns (`adaptive_rounds`): the i-th sample of
+    each came from the same round, so whatever moved the GPU over the run (power, clocks)
+    moved both. Resampling round indices keeps each round's pair together, so that shared
+    drift is not counted as noise, as `ratio`'s independent resampling would. Fewer than
+    MIN_PAIRS rounds get no interval and are never significant. The interval covers the noise
+    within one run, not the spread between runs.
+    """
+    a, b = np.asarray(a_samples, dtype=float), np.asarray(b_samples, dtype=float)
+    if a.size == 0 or a.size != b.size:
+        raise ValueError(f"paired samples need equal, non-zero counts; got {a.size} and {b.size}")
+    point = float(np.median(b) / np.median(a))
+    if a.size < MIN_PAIRS:
+        return {"ratio": point, "ci_low": math.nan, "ci_high": math.nan, "significant": False}
+    picks = np.random.default_rng(seed).integers(0, a.size, size=(BOOTSTRAP_RESAMPLES, a.size))
+    alpha = (1.0 - CONFIDENCE) / 2
+    low, high = np.quantile(np.median(b[picks], axis=1) / np.median(a[picks], axis=1),
+                            [alpha, 1.0 - alpha])  # fmt: skip
+    return {"ratio": point, "ci_low": float(low), "ci_high": float(high),
+            "significant": bool(low > 1.0 or high < 1.0)}  # fmt: skip
 
 
 def paired_ratio(a_samples: Sequence[float], b_samples: Sequence[float], seed: int = 0) -> dict:

@@ -21,6 +21,8 @@ from functools import partial
 
 import pandas as pd
 
+from workbench.analysis.bench_samples import rows_ratio
+
 DENSE_LAYER = "dense-layer"  # bench dense's rows of the workbench's own layer kernels
 DECODE_M = (1, 4, 6)
 MIDDLE_M = (16, 24, 32, 64, 128, 256)
@@ -82,19 +84,40 @@ def _over_bf16(rows: pd.DataFrame, variant: str, m: int) -> float | None:
     return None if ours is None or bf16 is None else bf16 / ours
 
 
-def _speedups(rows: pd.DataFrame, variant: str, sizes: Iterable[int], floor: float
-              ) -> tuple[str, bool | None]:  # fmt: skip
-    """'M=1 1.27x, M=4 1.31x' over cuBLAS bf16, and whether each is at least `floor`."""
+def _layer_row(rows: pd.DataFrame, variant: str, m: int) -> int | None:
+    """The position of our layer's timed row in `variant` at M rows in the bench table."""
+    timed = (rows["kernel"] == DENSE_LAYER) & (rows["variant"] == variant) & (rows["m"] == m)
+    positions = (timed & rows["ms"].notna()).to_numpy().nonzero()[0]
+    return int(positions[0]) if len(positions) else None
+
+
+def _interval(rows: pd.DataFrame, samples: pd.DataFrame | None, variant: str, m: int) -> str:
+    """' (95%: 1.26-1.29)', the speedup's interval over the rounds the two rows shared, or ''
+    when the run kept no samples (`analysis.bench_samples`)."""
+    if samples is None:
+        return ""
+    ours, bf16 = _layer_row(rows, variant, m), _layer_row(rows, "bf16", m)
+    paired = None if ours is None or bf16 is None else rows_ratio(samples, ours, bf16)
+    if paired is None or pd.isna(paired["ci_low"]):
+        return ""
+    return f" (95%: {paired['ci_low']:.2f}-{paired['ci_high']:.2f})"
+
+
+def _speedups(rows: pd.DataFrame, samples: pd.DataFrame | None, variant: str,
+              sizes: Iterable[int], floor: float) -> tuple[str, bool | None]:  # fmt: skip
+    """'M=1 1.27x (95%: 1.26-1.29), M=4 1.31x' over cuBLAS bf16, and whether each is at least
+    `floor` (by the median: the interval says how near the edge it is)."""
     figures, checks = [], []
     for m in sizes:
         s = _over_bf16(rows, variant, m)
-        figures.append(f"M={m:,} {'not timed' if s is None else _times(s)}")
+        figure = "not timed" if s is None else _times(s) + _interval(rows, samples, variant, m)
+        figures.append(f"M={m:,} {figure}")
         checks.append(None if s is None else s >= floor)
     return ", ".join(figures), _all(checks)
 
 
-def _w8a16_decode(rows: pd.DataFrame) -> Verdict:
-    figure, fast = _speedups(rows, "w8a16", DECODE_M, 1.3)
+def _w8a16_decode(rows: pd.DataFrame, samples: pd.DataFrame | None) -> Verdict:
+    figure, fast = _speedups(rows, samples, "w8a16", DECODE_M, 1.3)
     shares, checks = [], []  # humming's speed as a share of ours
     for m in DECODE_M:
         ours, humming = _layer_ms(rows, "w8a16", m), _peer_ms(rows, "humming", m)
@@ -112,8 +135,8 @@ def _w8a16_decode(rows: pd.DataFrame) -> Verdict:
     )
 
 
-def _w8a16_middle(rows: pd.DataFrame) -> Verdict:
-    figure, met = _speedups(rows, "w8a16", MIDDLE_M, 1.0)
+def _w8a16_middle(rows: pd.DataFrame, samples: pd.DataFrame | None) -> Verdict:
+    figure, met = _speedups(rows, samples, "w8a16", MIDDLE_M, 1.0)
     return Verdict("dense W8A16 per layer over cuBLAS bf16, M = 16 ... 256", ">= 1.0x", figure,
                    met)  # fmt: skip
 
@@ -136,8 +159,8 @@ def _hybrid(rows: pd.DataFrame) -> Verdict:
                    "within 5%", figure, _all(checks))  # fmt: skip
 
 
-def _w8a8_prefill(rows: pd.DataFrame) -> Verdict:
-    figure, fast = _speedups(rows, "w8a8", PREFILL_M, 1.6)
+def _w8a8_prefill(rows: pd.DataFrame, samples: pd.DataFrame | None) -> Verdict:
+    figure, fast = _speedups(rows, samples, "w8a8", PREFILL_M, 1.6)
     shares, checks = [], []
     for m in PREFILL_M:
         ours = _layer_ms(rows, "w8a8", m)
@@ -154,11 +177,13 @@ def _w8a8_prefill(rows: pd.DataFrame) -> Verdict:
                    figure, _all([fast, *checks]))  # fmt: skip
 
 
-def dense_verdicts(rows: pd.DataFrame) -> list[Verdict]:
-    """The dense targets from one `bench dense` run's rows (with its peers' rows)."""
+def dense_verdicts(rows: pd.DataFrame, samples: pd.DataFrame | None = None) -> list[Verdict]:
+    """The dense targets from one `bench dense` run's rows (with its peers' rows) and, where
+    the run kept them, its rows' samples, which give each speedup its interval."""
     rows = rows.reindex(columns=list(dict.fromkeys([*rows.columns, "kernel", "variant", "m",
                                                     "ms"])))  # fmt: skip
-    return [_w8a16_decode(rows), _w8a16_middle(rows), _hybrid(rows), _w8a8_prefill(rows)]
+    return [_w8a16_decode(rows, samples), _w8a16_middle(rows, samples), _hybrid(rows),
+            _w8a8_prefill(rows, samples)]  # fmt: skip
 
 
 # ---- MoE ----------------------------------------------------------------------------------------

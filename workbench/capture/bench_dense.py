@@ -55,6 +55,7 @@ from workbench.capture.bench_rows import (
     compile_facts,
     print_row,
     roofline_ms,
+    samples_table,
     save_bench,
 )
 from workbench.capture.timing import GRAPH_TOKENS, Launch
@@ -295,5 +296,6 @@ def bench_dense(
               "peers": [p.name for p in peers], "peer_block": PEER_BLOCK,
               "shape_overrides": shape_overrides}  # fmt: skip
     projections = [asdict(p) for p in layer.projections]
-    return save_bench("dense", setup, out, params, table, graph=True, projections=projections,
-                      layers=chosen.layers, peers=peer_run.meta)  # fmt: skip
+    return save_bench("dense", setup, out, params, table, samples_table(rows), graph=True,
+                      projections=projections, layers=chosen.layers,
+                      peers=peer_run.meta)  # fmt: skip

@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from kernels.compiled import forget_facts, last_facts
+from workbench.analysis.stats import summarise
 from workbench.artifacts import run_stamp, write_run
 from workbench.capture.ceilings import measure_ceilings
 from workbench.capture.environment import describe
@@ -25,16 +26,24 @@ from workbench.capture.timing import CONTENDER_ORDER, Launch, method_for, time_l
 from workbench.presets import Preset, RankShapes, get_preset
 from workbench.workloads.seeds import serving_dtype
 
+SAMPLES_KEY = "samples_ms"  # a timed row's samples, kept out of the table (`samples_table`)
 
-def time_calls(
-    launches: Sequence[Launch], device: torch.device
-) -> list[tuple[float, float] | Exception]:
-    """(median ms, IQR ms) of each launch, all timed in turns by the workbench's one timer
-    (`capture.timing.time_launches`), or the exception that stopped it."""
+
+def time_calls(launches: Sequence[Launch], device: torch.device) -> list[list[float] | Exception]:
+    """Each launch's samples (ms per unit, one a round), all timed in turns by the workbench's
+    one timer (`capture.timing.time_launches`), or the exception that stopped it."""
     return [
-        t if isinstance(t, Exception) else (t.median_ms, t.iqr_ms)
-        for t in time_launches(launches, device)
+        t if isinstance(t, Exception) else t.samples_ms for t in time_launches(launches, device)
     ]
+
+
+def samples_table(rows: Sequence[dict]) -> pd.DataFrame:
+    """The samples behind each timed row, one line a round: `row` (its position among `rows`,
+    so in the bench table), `round`, `ms`. The i-th samples of the rows at one size come from
+    one round, so two rows' ratio can be resampled by round (`stats.paired_median_ratio`)."""
+    lines = [(i, k, ms) for i, row in enumerate(rows)
+             for k, ms in enumerate(row.get(SAMPLES_KEY, ()))]  # fmt: skip
+    return pd.DataFrame(lines, columns=["row", "round", "ms"])
 
 
 def compile_facts(facts: Sequence[dict]) -> dict:
@@ -79,15 +88,16 @@ class RowPlan:
 
 def check_then_time(plans: Sequence[RowPlan], device: torch.device) -> list[dict]:
     """Each plan's row: checked (a wrong or failing kernel is not timed), then every row that
-    passed timed in turns with the others (`time_calls`), then judged, each with a status."""
+    passed timed in turns with the others (`time_calls`), then judged, each with a status; a
+    timed row carries its samples under SAMPLES_KEY (for `samples_table`)."""
     rows = [_checked(plan) for plan in plans]
     ready = [i for i, row in enumerate(rows) if "status" not in row]
     for i, result in zip(ready, time_calls([plans[i].launch for i in ready], device), strict=True):
         if isinstance(result, Exception):
             rows[i] |= {"status": _failure(result)}
             continue
-        ms, iqr = result
-        row = rows[i] | {"ms": ms, "iqr_ms": iqr}
+        summary = summarise(result)
+        row = rows[i] | {"ms": summary["median"], "iqr_ms": summary["iqr"], SAMPLES_KEY: result}
         rows[i] = row | plans[i].judge(row) | {"status": "spills" if row.get("spills") else "ok"}
     return rows
 
@@ -155,12 +165,14 @@ def save_bench(
     out: str,
     params: dict,
     table: pd.DataFrame,
+    samples: pd.DataFrame,
     graph: bool | None = None,
     **meta: object,
 ) -> pd.DataFrame:
-    """Write `table` to `out/bench-<kind>-<preset>-<stamp>/` with its parameters, shapes, the
-    ceilings it was judged by, how its rows were timed (`graph` as the rows' `Launch`es
-    carried it) and the environment; the table notes its path in attrs."""
+    """Write `table` and its rows' `samples` (`samples_table`) to
+    `out/bench-<kind>-<preset>-<stamp>/` with its parameters, shapes, the ceilings it was
+    judged by, how its rows were timed (`graph` as the rows' `Launch`es carried it) and the
+    environment; the table notes its path in attrs."""
     timing = {"decode": method_for(setup.device, 1, graph).record(),
               "prefill": method_for(setup.device, 10**6, graph).record(),
               "contenders": CONTENDER_ORDER}  # fmt: skip
@@ -168,5 +180,5 @@ def save_bench(
             "ceilings": setup.ceilings, "timing": timing,
             "environment": describe()}  # fmt: skip
     run_id = f"bench-{kind}-{setup.preset.name}-{run_stamp()}"
-    table.attrs["path"] = str(write_run(out, run_id, meta, {"bench": table}))
+    table.attrs["path"] = str(write_run(out, run_id, meta, {"bench": table, "samples": samples}))
     return table

@@ -137,7 +137,7 @@ def add_bench(sub) -> None:
             "at decode (2K, 46K context) and a 4096-token prefill chunk. Each row is checked "
             "against the reference before it is timed, with the copy "
             "bandwidth and cuBLAS rates measured in the same run. Writes "
-            "OUT/bench-KERNEL-<date>/bench.csv and prints it."
+            "OUT/bench-KERNEL-<date>/bench.csv (with every timed row's samples) and prints it."
         ),
     )
     p.add_argument("kernel", choices=["moe", "dense", "attention"])

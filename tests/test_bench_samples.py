@@ -1,0 +1,42 @@
+"""A benchmark run's rows compared round by round (analysis.bench_samples), and the dense
+targets giving each speedup its interval when the run kept its samples."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench.analysis.bench_samples import row_samples, rows_ratio
+from workbench.analysis.targets import DENSE_LAYER, dense_verdicts
+
+
+def _samples(rows: dict[int, list[float]]) -> pd.DataFrame:
+    lines = [(row, k, ms) for row, values in rows.items() for k, ms in enumerate(values)]
+    return pd.DataFrame(lines, columns=["row", "round", "ms"])
+
+
+def test_rows_ratio_pairs_rounds_and_says_when_it_cannot():
+    drift = np.linspace(1.0, 1.2, 20)
+    samples = _samples({0: list(2.0 * drift), 1: list(3.0 * drift), 2: [1.0] * 7})
+    assert row_samples(samples, 1).tolist() == list(3.0 * drift)
+    paired = rows_ratio(samples, 0, 1)
+    # every round's pair in the same ratio: the interval is that ratio, drift or not
+    assert [paired[k] for k in ("ratio", "ci_low", "ci_high")] == pytest.approx([1.5] * 3)
+    assert rows_ratio(samples, 0, 2) is None  # timed in different rounds (other sizes)
+    assert rows_ratio(samples, 0, 5) is None  # a row the run did not time
+    assert rows_ratio(None, 0, 1) is None  # a run from before samples were kept
+
+
+def test_the_dense_speedups_carry_their_interval_when_the_run_kept_samples():
+    rows = pd.DataFrame(
+        {
+            "kernel": [DENSE_LAYER] * 4,
+            "variant": ["bf16", "w8a16", "bf16", "w8a16"],
+            "m": [1, 1, 4, 4],
+            "ms": [0.070, 0.054, 0.072, 0.055],
+        }
+    )
+    noise = np.random.default_rng(1).normal(1.0, 0.01, (4, 30))
+    samples = _samples({i: list(rows["ms"][i] * noise[i]) for i in range(4)})
+    decode = dense_verdicts(rows, samples)[0]
+    assert "M=1 1.30x (95%: " in decode.measured and "M=4 1.31x (95%: " in decode.measured
+    assert "95%" not in dense_verdicts(rows)[0].measured  # no samples: the median alone

@@ -1,0 +1,34 @@
+"""Two rows of one benchmark run compared round by round.
+
+`bench moe`, `bench dense` and `bench attention` time the rows they compare in turns, one
+sample of each a round, and keep every timed row's samples beside the table (its `samples`
+table: `row`, the row's position in the bench table; `round`; `ms`). Two rows of one size
+then have their samples in pairs, and the ratio of their medians gets an interval that
+resamples whole rounds (`stats.paired_median_ratio`). Runs written before the samples were
+kept have no such table, and their ratios no interval.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from workbench.analysis.stats import paired_median_ratio
+
+
+def row_samples(samples: pd.DataFrame | None, row: int) -> np.ndarray:
+    """One row's samples in round order (empty when the run kept none for it)."""
+    if samples is None or samples.empty:
+        return np.empty(0)
+    mine = samples[samples["row"] == row].sort_values("round")
+    return mine["ms"].to_numpy(dtype=float)
+
+
+def rows_ratio(samples: pd.DataFrame | None, a: int, b: int) -> dict | None:
+    """Row b's median ms over row a's, with a 95% interval over the rounds they shared, or None
+    when the run kept no samples for one of them or they were not timed in the same rounds
+    (different sizes: different counts)."""
+    a_ms, b_ms = row_samples(samples, a), row_samples(samples, b)
+    if a_ms.size == 0 or a_ms.size != b_ms.size:
+        return None
+    return paired_median_ratio(a_ms, b_ms)
