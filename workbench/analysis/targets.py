@@ -84,23 +84,33 @@ def _over_bf16(rows: pd.DataFrame, variant: str, m: int) -> float | None:
     return None if ours is None or bf16 is None else bf16 / ours
 
 
-def _layer_row(rows: pd.DataFrame, variant: str, m: int) -> int | None:
-    """The position of our layer's timed row in `variant` at M rows in the bench table."""
-    timed = (rows["kernel"] == DENSE_LAYER) & (rows["variant"] == variant) & (rows["m"] == m)
-    positions = (timed & rows["ms"].notna()).to_numpy().nonzero()[0]
-    return int(positions[0]) if len(positions) else None
+def _timed_row(rows: pd.DataFrame, kernel: str, m: int, variant: str | None = None
+               ) -> int | None:  # fmt: skip
+    """The position in the bench table of `kernel`'s timed row (of its `variant`, when given)
+    at M rows (the verdicts number the rows by position: `_positions`)."""
+    hit = (rows["kernel"] == kernel) & (rows["m"] == m) & rows["ms"].notna()
+    if variant is not None:
+        hit &= rows["variant"] == variant
+    return int(rows.index[hit][0]) if hit.any() else None
 
 
-def _interval(rows: pd.DataFrame, samples: pd.DataFrame | None, variant: str, m: int) -> str:
-    """' (95%: 1.26-1.29)', the speedup's interval over the rounds the two rows shared, or ''
-    when the run kept no samples (`analysis.bench_samples`)."""
-    if samples is None:
+def _interval(samples: pd.DataFrame | None, baseline: int | None, contender: int | None) -> str:
+    """' (95%: 1.26-1.29)': the interval of the contender's speed over the baseline's (its ms
+    over the contender's; rows by position), over the rounds the two shared; '' when the run
+    kept no samples for them (`analysis.bench_samples`)."""
+    if samples is None or baseline is None or contender is None:
         return ""
-    ours, bf16 = _layer_row(rows, variant, m), _layer_row(rows, "bf16", m)
-    paired = None if ours is None or bf16 is None else rows_ratio(samples, ours, bf16)
+    paired = rows_ratio(samples, contender, baseline)
     if paired is None or pd.isna(paired["ci_low"]):
         return ""
     return f" (95%: {paired['ci_low']:.2f}-{paired['ci_high']:.2f})"
+
+
+def _positions(rows: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
+    """The rows numbered by their position in the bench table, which the samples table uses,
+    with every column a verdict reads."""
+    rows = rows.reset_index(drop=True)
+    return rows.reindex(columns=list(dict.fromkeys([*rows.columns, *columns])))
 
 
 def _speedups(rows: pd.DataFrame, samples: pd.DataFrame | None, variant: str,
@@ -110,7 +120,9 @@ def _speedups(rows: pd.DataFrame, samples: pd.DataFrame | None, variant: str,
     figures, checks = [], []
     for m in sizes:
         s = _over_bf16(rows, variant, m)
-        figure = "not timed" if s is None else _times(s) + _interval(rows, samples, variant, m)
+        ours, bf16 = _timed_row(rows, DENSE_LAYER, m, variant), _timed_row(rows, DENSE_LAYER, m,
+                                                                             "bf16")  # fmt: skip
+        figure = "not timed" if s is None else _times(s) + _interval(samples, bf16, ours)
         figures.append(f"M={m:,} {figure}")
         checks.append(None if s is None else s >= floor)
     return ", ".join(figures), _all(checks)
@@ -164,12 +176,15 @@ def _w8a8_prefill(rows: pd.DataFrame, samples: pd.DataFrame | None) -> Verdict:
     shares, checks = [], []
     for m in PREFILL_M:
         ours = _layer_ms(rows, "w8a8", m)
-        peers = [t for k in FP8_PEERS if (t := _peer_ms(rows, k, m)) is not None]
+        peers = {k: t for k in FP8_PEERS if (t := _peer_ms(rows, k, m)) is not None}
         if ours is None or not peers:
             checks.append(None)
             continue
-        share = min(peers) / ours
-        shares.append(f"M={m:,} {_times(share)}")
+        fastest = min(peers, key=peers.__getitem__)
+        share = peers[fastest] / ours
+        interval = _interval(samples, _timed_row(rows, fastest, m),
+                             _timed_row(rows, DENSE_LAYER, m, "w8a8"))  # fmt: skip
+        shares.append(f"M={m:,} {_times(share)}{interval}")
         checks.append(share >= 0.95)
     figure += f"; of the fastest FP8 peer's speed: {', '.join(shares) or 'no peer timed'}"
     return Verdict("dense W8A8 per layer over cuBLAS bf16, M = 4,096 and 16,384",
@@ -180,8 +195,7 @@ def _w8a8_prefill(rows: pd.DataFrame, samples: pd.DataFrame | None) -> Verdict:
 def dense_verdicts(rows: pd.DataFrame, samples: pd.DataFrame | None = None) -> list[Verdict]:
     """The dense targets from one `bench dense` run's rows (with its peers' rows) and, where
     the run kept them, its rows' samples, which give each speedup its interval."""
-    rows = rows.reindex(columns=list(dict.fromkeys([*rows.columns, "kernel", "variant", "m",
-                                                    "ms"])))  # fmt: skip
+    rows = _positions(rows, ("kernel", "variant", "m", "ms"))
     return [_w8a16_decode(rows, samples), _w8a16_middle(rows, samples), _hybrid(rows),
             _w8a8_prefill(rows, samples)]  # fmt: skip
 
@@ -271,13 +285,14 @@ def _int4_spills(rows: pd.DataFrame) -> Verdict:
                    None if compiled.empty else spilling.empty)  # fmt: skip
 
 
-def _w8a8_prefill_moe(rows: pd.DataFrame) -> Verdict:
+def _w8a8_prefill_moe(rows: pd.DataFrame, samples: pd.DataFrame | None) -> Verdict:
     w8a8, bf16 = _moe_row(rows, "w8a8", "fp8", MOE_PREFILL_T), _moe_row(rows, "flat", "bf16",
                                                                          MOE_PREFILL_T)  # fmt: skip
     deepgemm = _moe_peer_ms(rows, "deepgemm", MOE_PREFILL_T)
     over_bf16 = None if w8a8 is None or bf16 is None else bf16["ms"] / w8a8["ms"]
     over_dg = None if w8a8 is None or deepgemm is None else deepgemm / w8a8["ms"]
-    figure = (f"{'?' if over_bf16 is None else _times(over_bf16)} our bf16 flat's speed, "
+    paired = "" if w8a8 is None or bf16 is None else _interval(samples, bf16.name, w8a8.name)
+    figure = (f"{'?' if over_bf16 is None else _times(over_bf16)}{paired} our bf16 flat's speed, "
               f"{'?' if over_dg is None else _times(over_dg)} DeepGEMM's")  # fmt: skip
     checks = [None if over_bf16 is None else over_bf16 >= 1.5,
               None if over_dg is None else over_dg >= 0.9]  # fmt: skip
@@ -303,12 +318,13 @@ def _bf16_prefill(rows: pd.DataFrame) -> Verdict:
     )
 
 
-def moe_verdicts(rows: pd.DataFrame) -> list[Verdict]:
-    """The MoE targets from one `bench moe` run's rows (with its peers' rows); measures an
-    older run did not record count as not measured."""
-    rows = rows.reindex(columns=list(dict.fromkeys([*rows.columns, *MOE_COLUMNS])))
+def moe_verdicts(rows: pd.DataFrame, samples: pd.DataFrame | None = None) -> list[Verdict]:
+    """The MoE targets from one `bench moe` run's rows (with its peers' rows) and, where the
+    run kept them, its rows' samples (an interval for the W8A8 speedup); measures an older
+    run did not record count as not measured."""
+    rows = _positions(rows, MOE_COLUMNS)
     return [_fp8_decode(rows), _int4_decode(rows), _int4_prefill(rows), _int4_spills(rows),
-            _w8a8_prefill_moe(rows), _bf16_prefill(rows)]  # fmt: skip
+            _w8a8_prefill_moe(rows, samples), _bf16_prefill(rows)]  # fmt: skip
 
 
 # ---- the seed's A/B -----------------------------------------------------------------------------

@@ -66,7 +66,7 @@ def write_targets(page: ReportPage, collection: Collection, section: Section) ->
     if dense is not None:
         judged.append((dense, dense_verdicts(bench_rows(dense), dense.result.get("samples"))))
     if moe is not None:
-        judged.append((moe, moe_verdicts(bench_rows(moe))))
+        judged.append((moe, moe_verdicts(bench_rows(moe), moe.result.get("samples"))))
     ab = _hybrid_ab_run(collection)
     if ab is not None:
         judged.append((ab, [hybrid_ab_verdict(ab.result.table())]))
