@@ -103,9 +103,10 @@ def test_a_row_that_fails_while_timed_is_a_status_and_the_others_at_its_size_are
 
     def timer(launches, device):
         batches.append(len(launches))
+        size = len(batches)  # each T's samples apart, so a mix-up shows
         return [
             torch.OutOfMemoryError("CUDA out of memory"),
-            *[[0.9, 1.0, 1.1]] * (len(launches) - 1),
+            *[[0.9 * size, 1.0 * size, 1.1 * size]] * (len(launches) - 1),
         ]
 
     monkeypatch.setattr(bench_rows, "time_calls", timer)
@@ -113,6 +114,11 @@ def test_a_row_that_fails_while_timed_is_a_status_and_the_others_at_its_size_are
     assert batches == [2, 2]  # stock and flat, at each T
     assert list(table["status"]) == ["oom", "ok", "oom", "ok"]
     assert table["ms"].isna().tolist() == [True, False, True, False]
+    # the timed rows' samples under their positions, each T's rows a group of their own
+    samples = read_table(table.attrs["path"], read_meta(table.attrs["path"]), "samples")
+    assert samples.groupby("row")["group"].first().to_dict() == {1: 0, 3: 1}
+    assert samples.groupby("row")["ms"].median().to_dict() == {1: 1.0, 3: 2.0}
+    assert table["ms"].dropna().tolist() == [1.0, 2.0]
 
 
 def test_floor_counts_the_bytes_of_the_touched_experts():

@@ -9,19 +9,22 @@ from workbench.analysis.bench_samples import row_samples, rows_ratio
 from workbench.analysis.targets import DENSE_LAYER, dense_verdicts
 
 
-def _samples(rows: dict[int, list[float]]) -> pd.DataFrame:
-    lines = [(row, k, ms) for row, values in rows.items() for k, ms in enumerate(values)]
-    return pd.DataFrame(lines, columns=["row", "round", "ms"])
+def _samples(rows: dict[int, list[float]], groups: dict[int, int] | None = None) -> pd.DataFrame:
+    """A samples table as the benches write it; every row in group 0 unless `groups` says."""
+    groups = groups or {}
+    lines = [(row, groups.get(row, 0), k, ms) for row, values in rows.items()
+             for k, ms in enumerate(values)]  # fmt: skip
+    return pd.DataFrame(lines, columns=["row", "group", "round", "ms"])
 
 
 def test_rows_ratio_pairs_rounds_and_says_when_it_cannot():
     drift = np.linspace(1.0, 1.2, 20)
-    samples = _samples({0: list(2.0 * drift), 1: list(3.0 * drift), 2: [1.0] * 7})
+    samples = _samples({0: list(2.0 * drift), 1: list(3.0 * drift), 2: [1.0] * 20}, {2: 1})
     assert row_samples(samples, 1).tolist() == list(3.0 * drift)
     paired = rows_ratio(samples, 0, 1)
     # every round's pair in the same ratio: the interval is that ratio, drift or not
     assert [paired[k] for k in ("ratio", "ci_low", "ci_high")] == pytest.approx([1.5] * 3)
-    assert rows_ratio(samples, 0, 2) is None  # timed in different rounds (other sizes)
+    assert rows_ratio(samples, 0, 2) is None  # another group's rounds, though as many
     assert rows_ratio(samples, 0, 5) is None  # a row the run did not time
     assert rows_ratio(None, 0, 1) is None  # a run from before samples were kept
 

@@ -1,6 +1,7 @@
 """Statistics of timings against answers known in closed form."""
 
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -79,10 +80,24 @@ def test_adaptive_rounds_keep_every_measure_until_all_are_done_and_say_why_each_
     assert endless[1] == "budget" and 5 <= len(endless[0]) < 10**6
 
 
-def test_adaptive_rounds_take_the_measures_in_turns_in_a_shuffled_order():
-    """One sample of each per round, in an order drawn afresh each round, so no measure always
-    goes first or always follows the same one; the order repeats with the seed; one that
-    raises leaves with its exception and the others go on."""
+def test_williams_orders_balance_places_and_neighbours():
+    """Over one cycle of orders each contender takes each place, and follows each other one,
+    equally often (a rotation by one would keep every contender behind the same neighbour)."""
+    assert stats.williams_orders(0) == [] and stats.williams_orders(1) == [[0]]
+    for k in range(2, 9):
+        orders = stats.williams_orders(k)
+        assert len(orders) == (2 * k if k % 2 else k)
+        assert all(sorted(order) == list(range(k)) for order in orders)
+        places = Counter((x, place) for order in orders for place, x in enumerate(order))
+        neighbours = Counter(pair for order in orders for pair in zip(order, order[1:]))
+        assert len(places) == k * k and len(set(places.values())) == 1
+        assert len(neighbours) == k * (k - 1) and len(set(neighbours.values())) == 1
+
+
+def test_adaptive_rounds_take_the_measures_in_turns_in_balanced_orders():
+    """One sample of each per round, the rounds' orders a Williams design: over the run each
+    goes first, and follows each other one, equally often; one that raises leaves with its
+    exception and the others go on."""
     calls: list[str] = []
 
     def recorded(name: str):
@@ -93,12 +108,12 @@ def test_adaptive_rounds_take_the_measures_in_turns_in_a_shuffled_order():
     assert all(result == ([1.0] * 40, "converged") for result in results)
     rounds = ["".join(calls[i : i + 4]) for i in range(0, len(calls), 4)]
     assert all(sorted(r) == list(names) for r in rounds)  # each once a round
-    assert {r[0] for r in rounds} == set(names)  # each goes first in some round
-    followers = {(r[j], r[j + 1]) for r in rounds for j in range(3)}
-    assert len(followers) == 12  # every ordered pair of neighbours occurs
-    again: list[str] = []
-    stats.adaptive_rounds([lambda n=n: again.append(n) or 1.0 for n in names], min_n=40, max_n=40)
-    assert again == calls
+    assert Counter(r[0] for r in rounds) == {n: 10 for n in names}
+    neighbours = Counter((r[j], r[j + 1]) for r in rounds for j in range(3))
+    assert len(neighbours) == 12 and set(neighbours.values()) == {10}
+    calls.clear()  # convergence ends the rounds only at the end of a cycle of orders
+    (quiet, *_) = stats.adaptive_rounds([recorded(n) for n in "abc"], min_n=2, max_n=50)
+    assert len(quiet[0]) == 6 and quiet[1] == "converged"
 
     def broken() -> float:
         calls.append("broken")

@@ -109,7 +109,7 @@ def test_a_bench_checks_its_rows_then_times_the_right_ones_in_turns_and_judges_t
     """check_then_time through the real timer: a wrong row and one whose check raises are not
     timed, one that runs out of memory while timed says so, and the timed rows get their
     per-unit ms, the judge's columns and a status, in the plans' order."""
-    from workbench.capture.bench_rows import RowPlan, check_then_time
+    from workbench.capture.bench_rows import RowPlan, check_then_time, samples_table
     from workbench.capture.timing import Launch
 
     timed: list[str] = []
@@ -147,3 +147,9 @@ def test_a_bench_checks_its_rows_then_times_the_right_ones_in_turns_and_judges_t
     fast = rows[0]
     assert 3.0 < fast["ms"] < 12.0  # 12 ms a call over its 3 units
     assert fast["ratio_to_floor"] == fast["ms"] / 2.0 and "ms" not in rows[1]
+    # the two timed rows' samples, in the same rounds, under their positions
+    samples = samples_table(rows)
+    assert sorted(set(samples["row"])) == [0, 5] and set(samples["group"]) == {0}
+    medians = samples.groupby("row")["ms"].median()
+    assert (medians[0], medians[5]) == (rows[0]["ms"], rows[5]["ms"])
+    assert (samples["row"] == 0).sum() == (samples["row"] == 5).sum()

@@ -8,7 +8,6 @@ everything here is about the median and makes no normality assumption. Pure nump
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -188,7 +187,26 @@ class Repeats:
     budget_s: float = 10.0
 
 
-TURNS_SEED = 0  # the rounds' orders are drawn from this seed, so a run's order can be repeated
+def williams_orders(k: int) -> list[list[int]]:
+    """The orders of a Williams design for k contenders: k orders (2k for odd k > 1) in which each
+    contender takes each place equally often and follows each other contender equally often.
+
+    Rounds taken in these orders balance both the place in a round (the first one timed read
+    faster) and the kernel just before (the state it leaves: heat, clocks, caches) over each
+    full cycle of orders, where a random order balances them only on average and a rotation by
+    one keeps every contender behind the same neighbour.
+    """
+    if k <= 0:
+        return []
+    first, low, high = [0], 1, k - 1
+    while len(first) < k:  # 0, 1, k-1, 2, k-2, ...
+        first.append(low)
+        low += 1
+        if len(first) < k:
+            first.append(high)
+            high -= 1
+    orders = [[(x + shift) % k for x in first] for shift in range(k)]
+    return orders + [order[::-1] for order in orders] if k % 2 and k > 1 else orders
 
 
 def adaptive_rounds(
@@ -201,37 +219,43 @@ def adaptive_rounds(
     """Sample the measures in rounds until every one's median 95% interval is narrower than
     rel_width * its median.
 
-    Each round takes one sample of every measure, in an order shuffled each round (from
-    TURNS_SEED). Contenders compared from one run are then sampled in the same stretch of
-    time, each as often first or last and after each of the others (in expectation), so a
-    GPU's drift over a run (clocks, power, the state the kernel before leaves) falls on all of
-    them alike; timed one after another, the first one timed read a few percent faster
-    (docs/design.md, "position effect"). So all stay in the rounds until all are done: a
+    Each round takes one sample of every measure, the rounds' orders cycling through a
+    Williams design (`williams_orders`). Contenders compared from one run are then sampled in
+    the same stretch of time, each as often first or last and after each of the others, so
+    a GPU's drift over a run (clocks, power, the state the kernel before leaves) falls on all
+    of them alike; timed one after another, the first one timed read a few percent faster
+    (docs/design.md, "position effect"). So all stay in the rounds until all are done (a
     quiet measure that stopped early would have its samples from a different stretch of time
-    than the noisy ones'.
+    than the noisy ones'), and convergence ends the rounds only at the end of a full cycle of
+    orders.
 
-    Sampling stops when every measure has converged (after at least `min_n` rounds), after
-    `max_n` rounds, or once `budget_s * len(measures)` seconds have passed (wall clock,
-    checked between rounds). Returns each measure's samples and "converged" if its interval
-    is narrow, else why the rounds stopped ("max_n" or "budget"). A measure that raises leaves
-    the rounds, its result is the exception, and the others go on.
+    Sampling stops when every measure has converged (after at least `min_n` rounds, at the
+    end of a cycle), after `max_n` rounds, or once `budget_s * len(measures)` seconds have
+    passed (wall clock, checked between rounds). Returns each measure's samples and
+    "converged" if its interval is narrow, else why the rounds stopped ("max_n" or "budget").
+    A measure that raises leaves the rounds (the others' design starts afresh), its result is
+    the exception, and the others go on.
     """
-    order = random.Random(TURNS_SEED)
     start = time.perf_counter()
     samples: list[list[float]] = [[] for _ in measures]
     failed: dict[int, Exception] = {}
     live, stopped = list(range(len(measures))), ""
+    orders, cycle_start, rounds = williams_orders(len(live)), 0, 0
     while live and not stopped:
-        order.shuffle(live)
-        for i in live:
+        for place in orders[(rounds - cycle_start) % len(orders)]:
+            i = live[place]
             try:
                 samples[i].append(float(measures[i]()))
             except Exception as err:  # noqa: BLE001 (one failing contender must not stop the rest)
                 failed[i] = err
-        live = sorted(i for i in live if i not in failed)
-        if all(_converged(samples[i], min_n, rel_width) for i in live):
+        rounds += 1
+        if any(i in failed for i in live):
+            live = [i for i in live if i not in failed]
+            orders, cycle_start = williams_orders(len(live)), rounds
+        cycle_done = (rounds - cycle_start) % max(len(orders), 1) == 0
+        if cycle_done and all(_converged(samples[i], min_n, rel_width) for i in live):
             stopped = "converged"
-        elif len(samples[live[0]]) >= max_n:
+        elif rounds >= max_n:
             stopped = "max_n"
         elif time.perf_counter() - start >= budget_s * len(measures):
             stopped = "budget"

@@ -27,6 +27,7 @@ from workbench.presets import Preset, RankShapes, get_preset
 from workbench.workloads.seeds import serving_dtype
 
 SAMPLES_KEY = "samples_ms"  # a timed row's samples, kept out of the table (`samples_table`)
+TURNS_KEY = "turns"  # which check_then_time call timed the row (`samples_table`'s `group`)
 
 
 def time_calls(launches: Sequence[Launch], device: torch.device) -> list[list[float] | Exception]:
@@ -39,11 +40,14 @@ def time_calls(launches: Sequence[Launch], device: torch.device) -> list[list[fl
 
 def samples_table(rows: Sequence[dict]) -> pd.DataFrame:
     """The samples behind each timed row, one line a round: `row` (its position among `rows`,
-    so in the bench table), `round`, `ms`. The i-th samples of the rows at one size come from
-    one round, so two rows' ratio can be resampled by round (`stats.paired_median_ratio`)."""
-    lines = [(i, k, ms) for i, row in enumerate(rows)
-             for k, ms in enumerate(row.get(SAMPLES_KEY, ()))]  # fmt: skip
-    return pd.DataFrame(lines, columns=["row", "round", "ms"])
+    so in the bench table), `group` (the rows timed in turns together, numbered in order),
+    `round`, `ms`. The i-th samples of the rows of one group come from one round, so two rows'
+    ratio can be resampled by round (`stats.paired_median_ratio`)."""
+    groups: dict[int, int] = {}  # id of a check_then_time call's marker -> its group
+    lines = [(i, groups.setdefault(id(row[TURNS_KEY]), len(groups)), k, ms)
+             for i, row in enumerate(rows) if SAMPLES_KEY in row
+             for k, ms in enumerate(row[SAMPLES_KEY])]  # fmt: skip
+    return pd.DataFrame(lines, columns=["row", "group", "round", "ms"])
 
 
 def compile_facts(facts: Sequence[dict]) -> dict:
@@ -89,15 +93,22 @@ class RowPlan:
 def check_then_time(plans: Sequence[RowPlan], device: torch.device) -> list[dict]:
     """Each plan's row: checked (a wrong or failing kernel is not timed), then every row that
     passed timed in turns with the others (`time_calls`), then judged, each with a status; a
-    timed row carries its samples under SAMPLES_KEY (for `samples_table`)."""
+    timed row carries its samples under SAMPLES_KEY and this call's marker under TURNS_KEY
+    (for `samples_table`)."""
     rows = [_checked(plan) for plan in plans]
+    turns = object()  # marks the rows timed together here (rows keep it alive, so its id too)
     ready = [i for i, row in enumerate(rows) if "status" not in row]
     for i, result in zip(ready, time_calls([plans[i].launch for i in ready], device), strict=True):
         if isinstance(result, Exception):
             rows[i] |= {"status": _failure(result)}
             continue
         summary = summarise(result)
-        row = rows[i] | {"ms": summary["median"], "iqr_ms": summary["iqr"], SAMPLES_KEY: result}
+        row = rows[i] | {
+            "ms": summary["median"],
+            "iqr_ms": summary["iqr"],
+            SAMPLES_KEY: result,
+            TURNS_KEY: turns,
+        }
         rows[i] = row | plans[i].judge(row) | {"status": "spills" if row.get("spills") else "ok"}
     return rows
 

@@ -28,8 +28,8 @@ Every benchmark row, sweep row and A/B sample is timed here, the same way:
 - repeats until the median's 95% interval is tight or the budget is spent
   (`analysis.stats.adaptive_rounds`);
 - contenders that are compared (a benchmark's rows at one size) are timed in turns, one
-  sample of each per round in a shuffled order, all until all are done (`time_launches`,
-  `analysis.stats.adaptive_rounds`):
+  sample of each per round, the rounds' orders a Williams design, all until all are done
+  (`time_launches`, `analysis.stats.adaptive_rounds`):
   timed one after another, the same W8A8 layer read 1-3% faster when it was timed first at
   4,096 rows and up to 8% apart at 16,384 (raw/logs/h200-bench-dense-order-effect-*), a
   position effect as large as some of the ratios a bench reports;
@@ -54,8 +54,9 @@ L2_FLUSH_BYTES = 256 * 2**20  # larger than any L2 (H200: 60 MB)
 
 # how a benchmark's rows at one size share the GPU, recorded in its metadata (module docstring)
 CONTENDER_ORDER = (
-    "in turns: one sample of each row at a size per round, in an order shuffled each round "
-    "(seeded), every row until all rows are done"
+    "in turns: one sample of each row at a size per round, the rounds' orders a Williams "
+    "design (each place and each predecessor equally often a cycle), every row until all "
+    "rows are done"
 )
 BENCH_REPEATS = Repeats(min_n=10, max_n=100, rel_width=0.02, budget_s=3.0)
 
@@ -123,6 +124,8 @@ def sampler(
     """One timed call of `launch.fn` in ms per unit (`Launch.units`), after the warm-up
     `method` asks for; `flush` is the buffer read before each GPU sample (`flush_buffer`)."""
     fn, units = launch.fn, launch.units
+    if method.clock != "wall-clock" and flush is None:
+        raise ValueError("a GPU sample reads a flush buffer first: pass flush_buffer(...)")
     for _ in range(method.warmup_calls):
         fn()
     if method.clock == "wall-clock":
@@ -133,8 +136,6 @@ def sampler(
             return (time.perf_counter() - start) * 1e3 / units
 
         return wall
-    if flush is None:
-        raise ValueError("a GPU sample reads a flush buffer first: pass flush_buffer(...)")
     torch.cuda.synchronize(device)
     replay = fn
     if method.cuda_graph:
