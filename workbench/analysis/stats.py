@@ -188,8 +188,8 @@ class Repeats:
 
 
 def williams_orders(k: int) -> list[list[int]]:
-    """The orders of a Williams design for k contenders: k orders (2k for odd k > 1) in which each
-    contender takes each place equally often and follows each other contender equally often.
+    """The orders of a Williams design for k contenders: k orders (2k for odd k > 1) in which
+    each contender takes each place, and follows each other contender, equally often.
 
     Rounds taken in these orders balance both the place in a round (the first one timed read
     faster) and the kernel just before (the state it leaves: heat, clocks, caches) over each
