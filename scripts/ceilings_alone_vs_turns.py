@@ -9,9 +9,9 @@ first one then the other, over `--rounds`; the FP8 GEMM alone always follows the
 and each way builds the copy's buffers (only 'turns' times them). Writes
 OUT_DIR/ceilings-alone-vs-turns.csv. It is the measurement behind timing the ceilings in turns
 (capture/ceilings.py, docs/design.md): a rate taken alone was a floor that cuBLAS's own layer
-beat. The committed logs (raw/logs/h200-ceilings-alone-vs-turns-*) ran before the turns were
-shuffled: their rounds were rotated by one, each ceiling stopping by its own rule, and the
-first one's 'alone' did not build the copy's buffers. A developer's tool, like
+beat. The committed logs (raw/logs/h200-ceilings-alone-vs-turns-*) ran before the rounds took
+a Williams design's orders: theirs were rotated by one, each ceiling stopping by its own rule,
+and the first one's 'alone' did not build the copy's buffers. A developer's tool, like
 tune_dense.py.
 """
 

@@ -63,35 +63,32 @@ def _times(x: float) -> str:
 
 
 # ---- dense --------------------------------------------------------------------------------------
+def _timed_row(rows: pd.DataFrame, kernel: str, m: int, variant: str | None = None
+               ) -> int | None:  # fmt: skip
+    """The position in the bench table of `kernel`'s timed row (of its `variant`, when given)
+    at M rows, None when the run did not time it (the verdicts number the rows by position:
+    `_positions`)."""
+    hit = (rows["kernel"] == kernel) & (rows["m"] == m) & rows["ms"].notna()
+    if variant is not None:
+        hit &= rows["variant"] == variant
+    return int(rows.index[hit][0]) if hit.any() else None
+
+
 def _peer_ms(rows: pd.DataFrame, kernel: str, m: int, variant: str | None = None) -> float | None:
     """The median ms of `kernel` (of its `variant`, when given) at M rows, None when the run
     did not time it."""
-    hit = rows[(rows["kernel"] == kernel) & (rows["m"] == m)]
-    if variant is not None:
-        hit = hit[hit["variant"] == variant]
-    ms = hit["ms"].dropna()
-    return float(ms.iloc[0]) if len(ms) else None
+    row = _timed_row(rows, kernel, m, variant)
+    return None if row is None else _ms(rows, row)
+
+
+def _ms(rows: pd.DataFrame, row: int) -> float:
+    """The median ms of the row at that position."""
+    return float(rows.at[row, "ms"])
 
 
 def _layer_ms(rows: pd.DataFrame, variant: str, m: int) -> float | None:
     """Our layer's median ms in `variant` at M rows."""
     return _peer_ms(rows, DENSE_LAYER, m, variant)
-
-
-def _over_bf16(rows: pd.DataFrame, variant: str, m: int) -> float | None:
-    """cuBLAS bf16's layer time over ours in `variant` (a speedup) at M rows."""
-    ours, bf16 = _layer_ms(rows, variant, m), _layer_ms(rows, "bf16", m)
-    return None if ours is None or bf16 is None else bf16 / ours
-
-
-def _timed_row(rows: pd.DataFrame, kernel: str, m: int, variant: str | None = None
-               ) -> int | None:  # fmt: skip
-    """The position in the bench table of `kernel`'s timed row (of its `variant`, when given)
-    at M rows (the verdicts number the rows by position: `_positions`)."""
-    hit = (rows["kernel"] == kernel) & (rows["m"] == m) & rows["ms"].notna()
-    if variant is not None:
-        hit &= rows["variant"] == variant
-    return int(rows.index[hit][0]) if hit.any() else None
 
 
 def _interval(samples: pd.DataFrame | None, baseline: int | None, contender: int | None) -> str:
@@ -119,9 +116,8 @@ def _speedups(rows: pd.DataFrame, samples: pd.DataFrame | None, variant: str,
     `floor` (by the median: the interval says how near the edge it is)."""
     figures, checks = [], []
     for m in sizes:
-        s = _over_bf16(rows, variant, m)
-        ours, bf16 = _timed_row(rows, DENSE_LAYER, m, variant), _timed_row(rows, DENSE_LAYER, m,
-                                                                             "bf16")  # fmt: skip
+        ours, bf16 = (_timed_row(rows, DENSE_LAYER, m, v) for v in (variant, "bf16"))
+        s = None if ours is None or bf16 is None else _ms(rows, bf16) / _ms(rows, ours)
         figure = "not timed" if s is None else _times(s) + _interval(samples, bf16, ours)
         figures.append(f"M={m:,} {figure}")
         checks.append(None if s is None else s >= floor)

@@ -62,11 +62,10 @@ def _hybrid_ab_run(collection: Collection) -> Artifact | None:
 def write_targets(page: ReportPage, collection: Collection, section: Section) -> None:
     """One table: every target's measure, goal, measured figures, status and run."""
     judged: list[tuple[Artifact, list[Verdict]]] = []
-    dense, moe = dense_run(collection), _moe_run(collection)
-    if dense is not None:
-        judged.append((dense, dense_verdicts(bench_rows(dense), dense.result.get("samples"))))
-    if moe is not None:
-        judged.append((moe, moe_verdicts(bench_rows(moe), moe.result.get("samples"))))
+    for run, judge in ((dense_run(collection), dense_verdicts),
+                       (_moe_run(collection), moe_verdicts)):  # fmt: skip
+        if run is not None:  # a run's samples give its ratios their intervals, where it kept them
+            judged.append((run, judge(bench_rows(run), run.result.get("samples"))))
     ab = _hybrid_ab_run(collection)
     if ab is not None:
         judged.append((ab, [hybrid_ab_verdict(ab.result.table())]))
