@@ -129,3 +129,18 @@ def test_the_section_names_the_run_of_every_verdict(monkeypatch):
     empty = Recorder()
     write_targets(empty, collect([]), section)
     assert empty.tables == [] and empty.absences[0][1] == section.command
+
+
+def test_a_check_below_its_goal_is_missed_when_the_table_gives_numpy_numbers():
+    """A comparison of a table's values is a numpy bool, never `is False`: W8A8 at 1.46x our
+    bf16 flat (goal 1.5x) once read as met. Rows from a DataFrame, as the report reads them."""
+    rows = pd.DataFrame([
+        {"kernel": "moe", "variant": "w8a8", "weight_dtype": "fp8", "tokens": 33863, "ms": 9.655},
+        {"kernel": "moe", "variant": "flat", "weight_dtype": "bf16", "tokens": 33863, "ms": 14.128},
+        {"kernel": "deepgemm", "variant": "w8a8-block128", "weight_dtype": "fp8", "tokens": 33863,
+         "ms": 34.45},
+    ]).assign(routing="uniform")  # fmt: skip
+    w8a8 = moe_verdicts(rows)[4]
+    assert w8a8.measured.startswith("1.46x our bf16 flat's speed") and w8a8.met is False
+    rows.loc[1, "ms"] = 14.6  # 1.51x
+    assert moe_verdicts(rows)[4].met is True

@@ -51,8 +51,10 @@ class Verdict:
 
 
 def _all(checks: Iterable[bool | None]) -> bool | None:
-    """Met when every check is, None when any is unmeasured and none failed."""
-    checks = list(checks)
+    """Met when every check is, None when any is unmeasured and none failed. A check may be a
+    numpy bool (a comparison of a table's value), which is never `is False`, so each is made a
+    Python bool first."""
+    checks = [None if c is None else bool(c) for c in checks]
     if any(c is False for c in checks):
         return False
     return None if not checks or any(c is None for c in checks) else True
@@ -302,7 +304,7 @@ def _bf16_prefill(rows: pd.DataFrame) -> Verdict:
     share = _value(flat, "ratio_to_cublas")
     bare_ms = "(not timed)" if bare is None else f"{bare:.2f} ms"
     figure = "not timed" if flat is None else (
-        f"{'?' if share is None else f'{share:.0%}'} of cuBLAS bf16's rate; {flat['ms']:.2f} ms "
+        f"{'?' if share is None else f'{share:.1%}'} of cuBLAS bf16's rate; {flat['ms']:.2f} ms "
         f"against the bare grouped GEMMs' {bare_ms}")  # fmt: skip
     checks = [_checked(share, lambda r: r >= 0.65),
               None if flat is None or bare is None else flat["ms"] < bare]  # fmt: skip

@@ -1,0 +1,130 @@
+"""The GPU's state while a bench's rows are timed (`capture.gpu_state`, `analysis.gpu_state`):
+sampled in a thread from the first round to the last, kept per group of rows timed in turns,
+summarised into one line for the report, and, where NVML cannot be read, a reason instead."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import pytest
+import torch
+
+from workbench.analysis.gpu_state import describe_state, state_summary
+from workbench.capture import gpu_state
+from workbench.capture.bench_rows import (
+    RowPlan,
+    check_then_time,
+    gpu_state_record,
+    gpu_state_table,
+    samples_table,
+)
+from workbench.capture.timing import Launch
+
+
+class FakeReader:
+    """Stands in for NVML: a clock that drops by 15 MHz a read, under a power cap after the
+    second read; `fail_after` reads, it raises as a lost driver would."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.reads, self.fail_after = 0, fail_after
+
+    def read(self) -> dict:
+        if self.fail_after is not None and self.reads >= self.fail_after:
+            raise RuntimeError("GPU is lost")
+        self.reads += 1
+        slowdown = gpu_state.slowdown_names(0x4 if self.reads > 2 else 0)
+        return {"sm_mhz": 1980 - 15 * self.reads, "mem_mhz": 3201, "power_w": 650.0,
+                "temp_c": 60 + self.reads, "slowdown": slowdown}  # fmt: skip
+
+    def max_sm_mhz(self) -> int:
+        return 1980
+
+
+def test_slowdown_names_keep_only_reasons_that_hold_the_clocks_down():
+    assert gpu_state.slowdown_names(0x4 | 0x20) == "power-cap+thermal"
+    assert gpu_state.slowdown_names(0x1 | 0x2 | 0x10) == ""  # idle, app clocks, sync boost
+
+
+def test_a_log_samples_from_enter_to_exit(monkeypatch):
+    reader = FakeReader()
+    monkeypatch.setattr(gpu_state, "open_reader", lambda device: reader)
+    with gpu_state.GpuStateLog(torch.device("cuda"), interval_s=0.01) as log:
+        time.sleep(0.1)
+    reads = len(log.samples)
+    assert reads >= 3 and log.unavailable is None
+    assert list(log.samples[0]) == list(gpu_state.COLUMNS)
+    times = [s["t_s"] for s in log.samples]
+    assert times == sorted(times) and times[0] < 0.01
+    time.sleep(0.03)
+    assert len(log.samples) == reads == reader.reads  # the thread stopped at exit
+
+
+def test_a_log_says_why_it_has_no_samples(monkeypatch):
+    with gpu_state.GpuStateLog(torch.device("cpu")) as cpu:
+        pass
+    assert cpu.samples == [] and "cpu is not a CUDA device" in cpu.unavailable
+    assert gpu_state.max_sm_mhz(torch.device("cpu")) is None
+    monkeypatch.setattr(gpu_state, "open_reader", lambda device: FakeReader(fail_after=2))
+    with gpu_state.GpuStateLog(torch.device("cuda"), interval_s=0.005) as lost:
+        time.sleep(0.05)
+    assert len(lost.samples) == 2
+    assert lost.unavailable == "NVML stopped answering: RuntimeError: GPU is lost"
+
+
+def test_nvml_unreadable_is_a_reason_not_a_crash(monkeypatch):
+    """A CUDA device with no nvidia-ml-py to read it: the log names the package to install."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    with pytest.raises(gpu_state.Unavailable, match="pip install nvidia-ml-py"):
+        gpu_state.open_reader(torch.device("cuda"))
+
+
+def state_frame() -> pd.DataFrame:
+    return pd.DataFrame(
+        {"group": [0, 0, 0, 1], "t_s": [0.0, 0.1, 0.2, 0.0], "sm_mhz": [1980, 1900, 1755, 1980],
+         "mem_mhz": [3201] * 4, "power_w": [500.0, 690.0, 700.0, 400.0],
+         "temp_c": [55, 66, 71, 50], "slowdown": ["", "power-cap", "power-cap+thermal", ""]}
+    )  # fmt: skip
+
+
+def test_a_summary_gives_clocks_power_heat_and_slowdown_shares():
+    whole = state_summary(state_frame())
+    assert whole["samples"] == 4 and whole["sm_mhz_median"] == 1940.0
+    assert (whole["sm_mhz_min"], whole["sm_mhz_max"], whole["temp_c_max"]) == (1755, 1980, 71)
+    assert whole["slowdown_share"] == {"power-cap": 0.5, "thermal": 0.25}
+    assert describe_state(whole, 1980) == (
+        "SM clock 1,940 MHz median (1,755-1,980; max 1,980), 595 W, up to 71 C, "
+        "power-cap in 50% of samples, thermal in 25% of samples"
+    )
+    calm = state_summary(state_frame(), group=1)
+    assert calm["samples"] == 1 and describe_state(calm).endswith("no slowdown reported")
+    assert state_summary(state_frame(), group=7) is None and state_summary(None) is None
+    assert describe_state(None) == ""
+
+
+def test_a_bench_keeps_the_state_of_each_group_it_timed_in_turns(monkeypatch):
+    """Two sizes, two check_then_time calls: the state table numbers its groups as the samples
+    table does, and the run's record summarises them; on the CPU it says why there is none."""
+    monkeypatch.setattr(gpu_state, "open_reader", lambda device: FakeReader())
+
+    def plan(name: str) -> RowPlan:
+        return RowPlan({"variant": name}, lambda: {"rel_error": 0.0}, 1e-2,
+                       Launch(lambda: time.sleep(0.002), 1), lambda row: {})  # fmt: skip
+
+    cpu = torch.device("cpu")  # timed on the CPU, its state read from the stand-in
+    rows = check_then_time([plan("a"), plan("b")], cpu)
+    rows += check_then_time([plan("c")], cpu)
+    state, samples = gpu_state_table(rows), samples_table(rows)
+    assert set(state["group"]) == set(samples["group"]) == {0, 1}
+    assert list(state.columns) == ["group", *gpu_state.COLUMNS]
+    record = gpu_state_record(rows, state, cpu)
+    assert record["sampled"] and record["max_sm_mhz"] == 1980
+    assert record["description"].startswith("SM clock ") and "; max 1,980)" in record["description"]
+    monkeypatch.undo()
+    cpu_rows = check_then_time([plan("a")], cpu)
+    cpu_state = gpu_state_table(cpu_rows)
+    assert cpu_state.empty and list(cpu_state.columns) == ["group", *gpu_state.COLUMNS]
+    cpu_record = gpu_state_record(cpu_rows, cpu_state, cpu)
+    assert cpu_record == {"sampled": False, "why": "not sampled: cpu is not a CUDA device"}
