@@ -93,6 +93,10 @@ def test_every_backend_gets_a_checked_timed_row_and_the_ab_table(tmp_path, fixed
     assert sorted(set(samples["row"])) == sorted(layer.index)
     assert (samples.groupby("row")["round"].apply(list) == [[0, 1, 2]] * len(layer)).all()
     assert samples.groupby("row")["ms"].median().tolist() == layer["ms"].tolist()
+    # on the CPU no GPU state is read: the table is there, empty, and the record says why
+    assert read_table(table.attrs["path"], meta, "gpu_state").empty
+    assert meta["gpu_state"] == {"sampled": False, "why": "not sampled: cpu is not a CUDA device"}
+    assert table.attrs["gpu_state"] == "not sampled: cpu is not a CUDA device"
 
 
 def test_the_output_projections_groups_run_as_one_call_for_the_backends_that_have_one(

@@ -34,7 +34,6 @@ from workbench.capture.bench_rows import (
     compile_facts,
     print_row,
     roofline_ms,
-    samples_table,
     save_bench,
 )
 from workbench.capture.timing import Launch
@@ -291,4 +290,4 @@ def bench_attention(
               "kernels": list(kernels), "peers": list(peers), "preset": preset, "seed": seed,
               "device": device, "shape_overrides": shape_overrides}  # fmt: skip
     table = pd.DataFrame(rows).reindex(columns=COLUMNS)
-    return save_bench("attention", setup, out, params, table, samples_table(rows))
+    return save_bench("attention", setup, out, params, table, rows)

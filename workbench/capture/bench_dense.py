@@ -55,7 +55,6 @@ from workbench.capture.bench_rows import (
     compile_facts,
     print_row,
     roofline_ms,
-    samples_table,
     save_bench,
 )
 from workbench.capture.timing import GRAPH_TOKENS, Launch
@@ -296,6 +295,6 @@ def bench_dense(
               "peers": [p.name for p in peers], "peer_block": PEER_BLOCK,
               "shape_overrides": shape_overrides}  # fmt: skip
     projections = [asdict(p) for p in layer.projections]
-    return save_bench("dense", setup, out, params, table, samples_table(rows), graph=True,
+    return save_bench("dense", setup, out, params, table, rows, graph=True,
                       projections=projections, layers=chosen.layers,
                       peers=peer_run.meta)  # fmt: skip

@@ -34,7 +34,6 @@ from workbench.capture.bench_rows import (
     compile_facts,
     print_row,
     roofline_ms,
-    samples_table,
     save_bench,
 )
 from workbench.capture.timing import Launch
@@ -284,4 +283,4 @@ def bench_moe(
               "shape_overrides": shape_overrides, "peers": names,
               "peer_block": PEER_BLOCK}  # fmt: skip
     table = pd.DataFrame(rows).reindex(columns=COLUMNS)
-    return save_bench("moe", setup, out, params, table, samples_table(rows), peers=peer_run.meta)
+    return save_bench("moe", setup, out, params, table, rows, peers=peer_run.meta)

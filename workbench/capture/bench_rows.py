@@ -4,8 +4,9 @@ A row's output is compared with its fp32 reference first; a wrong kernel is repo
 and not timed, and one that runs out of memory, fails to compile or raises becomes a status
 too, so a benchmark always finishes. The rows compared with each other (every contender at
 one size) are checked one by one, then timed together, in turns (`capture.timing`), so no
-contender's ratio carries its place in the run. Rows are printed as each size finishes, so a
-run cut off by its time limit still shows what it did.
+contender's ratio carries its place in the run, and while they are timed NVML is read
+(`capture.gpu_state`), so a run also says what the GPU's clocks did. Rows are printed as each
+size finishes, so a run cut off by its time limit still shows what it did.
 """
 
 from __future__ import annotations
@@ -18,16 +19,19 @@ import torch
 from tqdm.auto import tqdm
 
 from kernels.compiled import forget_facts, last_facts
+from workbench.analysis.gpu_state import describe_state, state_summary
 from workbench.analysis.stats import summarise
 from workbench.artifacts import run_stamp, write_run
 from workbench.capture.ceilings import measure_ceilings
 from workbench.capture.environment import describe
+from workbench.capture.gpu_state import COLUMNS as STATE_COLUMNS
+from workbench.capture.gpu_state import GpuStateLog, max_sm_mhz
 from workbench.capture.timing import CONTENDER_ORDER, Launch, method_for, time_launches
 from workbench.presets import Preset, RankShapes, get_preset
 from workbench.workloads.seeds import serving_dtype
 
 SAMPLES_KEY = "samples_ms"  # a timed row's samples, kept out of the table (`samples_table`)
-TURNS_KEY = "turns"  # which check_then_time call timed the row (`samples_table`'s `group`)
+TURNS_KEY = "turns"  # the GpuStateLog of the check_then_time call that timed the row
 
 
 def time_calls(launches: Sequence[Launch], device: torch.device) -> list[list[float] | Exception]:
@@ -38,16 +42,46 @@ def time_calls(launches: Sequence[Launch], device: torch.device) -> list[list[fl
     ]
 
 
+def _groups(rows: Sequence[dict]) -> dict[int, tuple[int, GpuStateLog]]:
+    """Each check_then_time call's log (by id) -> (its group number, in order of first row,
+    the log)."""
+    groups: dict[int, tuple[int, GpuStateLog]] = {}
+    for row in rows:
+        if TURNS_KEY in row:
+            groups.setdefault(id(row[TURNS_KEY]), (len(groups), row[TURNS_KEY]))
+    return groups
+
+
 def samples_table(rows: Sequence[dict]) -> pd.DataFrame:
     """The samples behind each timed row, one line a round: `row` (its position among `rows`,
     so in the bench table), `group` (the rows timed in turns together, numbered in order),
     `round`, `ms`. The i-th samples of the rows of one group come from one round, so two rows'
     ratio can be resampled by round (`stats.paired_median_ratio`)."""
-    groups: dict[int, int] = {}  # id of a check_then_time call's marker -> its group
-    lines = [(i, groups.setdefault(id(row[TURNS_KEY]), len(groups)), k, ms)
+    groups = _groups(rows)
+    lines = [(i, groups[id(row[TURNS_KEY])][0], k, ms)
              for i, row in enumerate(rows) if SAMPLES_KEY in row
              for k, ms in enumerate(row[SAMPLES_KEY])]  # fmt: skip
     return pd.DataFrame(lines, columns=["row", "group", "round", "ms"])
+
+
+def gpu_state_table(rows: Sequence[dict]) -> pd.DataFrame:
+    """What NVML read while each group of `rows` was timed: `group` (as `samples_table`
+    numbers it) and the sample's columns (`capture.gpu_state.COLUMNS`)."""
+    lines = [{"group": group} | sample
+             for group, log in _groups(rows).values() for sample in log.samples]  # fmt: skip
+    return pd.DataFrame(lines, columns=["group", *STATE_COLUMNS])
+
+
+def gpu_state_record(rows: Sequence[dict], state: pd.DataFrame, device: torch.device) -> dict:
+    """For run.json: the whole run's state summary and its one-line description, or why NVML
+    was not read."""
+    if state.empty:
+        why = {log.unavailable for _, log in _groups(rows).values() if log.unavailable}
+        return {"sampled": False, "why": "; ".join(sorted(why)) or "no rows were timed"}
+    summary = state_summary(state)
+    top = max_sm_mhz(device)
+    return {"sampled": True, "max_sm_mhz": top, "summary": summary,
+            "description": describe_state(summary, top)}  # fmt: skip
 
 
 def compile_facts(facts: Sequence[dict]) -> dict:
@@ -93,12 +127,14 @@ class RowPlan:
 def check_then_time(plans: Sequence[RowPlan], device: torch.device) -> list[dict]:
     """Each plan's row: checked (a wrong or failing kernel is not timed), then every row that
     passed timed in turns with the others (`time_calls`), then judged, each with a status; a
-    timed row carries its samples under SAMPLES_KEY and this call's marker under TURNS_KEY
-    (for `samples_table`)."""
+    timed row carries its samples under SAMPLES_KEY and, under TURNS_KEY, the log of the GPU's
+    state while this call timed (it marks the rows timed together, for `samples_table` and
+    `gpu_state_table`)."""
     rows = [_checked(plan) for plan in plans]
-    turns = object()  # marks the rows timed together here (rows keep it alive, so its id too)
     ready = [i for i, row in enumerate(rows) if "status" not in row]
-    for i, result in zip(ready, time_calls([plans[i].launch for i in ready], device), strict=True):
+    with GpuStateLog(device) as turns:
+        results = time_calls([plans[i].launch for i in ready], device)
+    for i, result in zip(ready, results, strict=True):
         if isinstance(result, Exception):
             rows[i] |= {"status": _failure(result)}
             continue
@@ -176,20 +212,26 @@ def save_bench(
     out: str,
     params: dict,
     table: pd.DataFrame,
-    samples: pd.DataFrame,
+    rows: Sequence[dict],
     graph: bool | None = None,
     **meta: object,
 ) -> pd.DataFrame:
-    """Write `table` and its rows' `samples` (`samples_table`) to
+    """Write `table`, the samples of its `rows` (`samples_table`; `table` holds them in the
+    same order) and the GPU's state while they were timed (`gpu_state_table`) to
     `out/bench-<kind>-<preset>-<stamp>/` with its parameters, shapes, the ceilings it was
-    judged by, how its rows were timed (`graph` as the rows' `Launch`es carried it) and the
-    environment; the table notes its path in attrs."""
+    judged by, how its rows were timed (`graph` as the rows' `Launch`es carried it), a summary
+    of the GPU's state and the environment; the table notes its path, and the state's
+    description, in attrs."""
     timing = {"decode": method_for(setup.device, 1, graph).record(),
               "prefill": method_for(setup.device, 10**6, graph).record(),
               "contenders": CONTENDER_ORDER}  # fmt: skip
+    state = gpu_state_table(rows)
+    gpu_state = gpu_state_record(rows, state, setup.device)
     meta = {"kind": f"bench-{kind}", "params": params, "shapes": asdict(setup.shapes), **meta,
-            "ceilings": setup.ceilings, "timing": timing,
+            "ceilings": setup.ceilings, "timing": timing, "gpu_state": gpu_state,
             "environment": describe()}  # fmt: skip
     run_id = f"bench-{kind}-{setup.preset.name}-{run_stamp()}"
-    table.attrs["path"] = str(write_run(out, run_id, meta, {"bench": table, "samples": samples}))
+    tables = {"bench": table, "samples": samples_table(rows), "gpu_state": state}
+    table.attrs["path"] = str(write_run(out, run_id, meta, tables))
+    table.attrs["gpu_state"] = gpu_state.get("description") or gpu_state["why"]
     return table

@@ -197,6 +197,8 @@ def bench(args) -> None:
     run = {"moe": _bench_moe, "dense": _bench_dense, "attention": _bench_attention}
     table = run[args.kernel](args)
     print(table.round(3).to_string(index=False))
+    if "gpu_state" in table.attrs:
+        print(f"\nthe GPU while timed: {table.attrs['gpu_state']}")
     print(f"\nwritten to {table.attrs['path']}")
 
 

@@ -76,14 +76,19 @@ def scenario(name: str) -> str:
     return f"{phase}{size}, {streams} stream{'s' if streams != '1' else ''}"
 
 
-def _ceilings(item: Artifact) -> str:
-    """The device ceilings a benchmark measured beside its rows, as text."""
+def run_conditions(item: Artifact) -> str:
+    """The device ceilings a benchmark measured beside its rows, and what NVML read of the GPU
+    while its rows were timed (runs before 2026-12-04 have no such reading), as text."""
     c = item.meta.get("ceilings") or {}
-    if not {"copy_bytes_per_s", "bf16_flops", "fp8_flops"} <= set(c):
-        return ""
-    return (f"copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, cuBLAS bf16 "
-            f"{c['bf16_flops'] / 1e12:.0f} TFLOP/s, FP8 {c['fp8_flops'] / 1e12:.0f} TFLOP/s "
-            "measured in the same run")  # fmt: skip
+    parts = []
+    if {"copy_bytes_per_s", "bf16_flops", "fp8_flops"} <= set(c):
+        parts.append(f"copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, cuBLAS bf16 "
+                     f"{c['bf16_flops'] / 1e12:.0f} TFLOP/s, FP8 {c['fp8_flops'] / 1e12:.0f} "
+                     "TFLOP/s measured in the same run")  # fmt: skip
+    state = (item.meta.get("gpu_state") or {}).get("description")
+    if state:
+        parts.append(f"the GPU while timed: {state}")
+    return "; ".join(parts)
 
 
 def _timed(ms: object, status: object) -> object:
@@ -122,7 +127,7 @@ def _covered(rows: pd.DataFrame, size: str) -> Callable[[Artifact], str]:
 
     def detail(item: Artifact) -> str:
         sizes = sorted(set(rows.loc[rows["run"] == str(item.path), size]))
-        return f"{size} {', '.join(f'{s:,}' for s in sizes)}; {_ceilings(item)}"
+        return f"{size} {', '.join(f'{s:,}' for s in sizes)}; {run_conditions(item)}"
 
     return detail
 
@@ -239,7 +244,7 @@ def _newer_partial_runs(page: ReportPage, collection: Collection, main: Artifact
         table = named.pivot_table(index="m", columns="name", values="ms")[order]
         page.table(table.rename_axis("M").add_suffix(" (ms)"), "A newer run without the A/B "
                    "table: our backends and the peers it timed, in that run",
-                   sources([item], _ceilings))  # fmt: skip
+                   sources([item], run_conditions))  # fmt: skip
         _, untimed = _peers(rows[~rows["kernel"].isin([DENSE_AB, DENSE_LAYER])])
         if untimed:
             page.text(f"Peers not measured in that run: {', '.join(untimed)}.")
@@ -264,12 +269,12 @@ def write_dense(page: ReportPage, collection: Collection, section: Section) -> N
                             name="backend")  # fmt: skip
         ab.columns = [f"{scenario(c)} (tokens/s)" for c in ab.columns]
         page.table(ab, "The seed's backend table: dense GEMMs of all layers, tokens per second",
-                   sources([ab_run], _ceilings))  # fmt: skip
+                   sources([ab_run], run_conditions))  # fmt: skip
     item = dense_run(collection)
     if item is None:
         return
     rows = bench_rows(item)
-    layer, where = rows[rows["kernel"] == DENSE_LAYER], sources([item], _ceilings)
+    layer, where = rows[rows["kernel"] == DENSE_LAYER], sources([item], run_conditions)
     page.figure("bench", layer, "Dense projections of one layer", ("variant",), "m")
     page.table(_wide(layer, ["m"], "variant", DENSE_ORDER, {"ms": "(ms)",
                "ratio_to_floor": "× floor"}).rename_axis("M"), "All dense projections of one "
@@ -313,4 +318,4 @@ def write_attention(page: ReportPage, collection: Collection, section: Section) 
     measures = {"ms": "(ms)", "ratio_to_floor": "× floor"}
     page.table(_wide(table, ["scenario", "kernel"], "variant", ATTENTION_ORDER, measures),
                "Sparse attention at the TP2-rank shape: median ms",
-               sources([item], _ceilings))  # fmt: skip
+               sources([item], run_conditions))  # fmt: skip

@@ -25,7 +25,7 @@ from workbench.analysis.targets import (
     verdict_table,
 )
 from workbench.report.page import ReportPage, display, sources
-from workbench.report.sections_benchmarks import dense_run, newest
+from workbench.report.sections_benchmarks import dense_run, newest, run_conditions
 from workbench.report.seed_tables import Section, artifacts, bench_rows, started
 
 
@@ -76,4 +76,5 @@ def write_targets(page: ReportPage, collection: Collection, section: Section) ->
         return
     table = verdict_table(verdicts)
     met = (table["status"] == "met").sum()
-    page.table(table, f"Kernel targets: {met} of {len(table)} met", sources(used), index=False)
+    page.table(table, f"Kernel targets: {met} of {len(table)} met", sources(used, run_conditions),
+               index=False)  # fmt: skip
