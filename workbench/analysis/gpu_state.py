@@ -50,3 +50,31 @@ def describe_state(summary: dict | None, max_sm_mhz: float | None = None) -> str
     if not slowdowns:
         parts.append("no slowdown reported")
     return ", ".join(parts)
+
+
+def state_by_size(state: pd.DataFrame | None, samples: pd.DataFrame | None,
+                  bench: pd.DataFrame, size: str) -> pd.DataFrame:  # fmt: skip
+    """One line a group of rows timed in turns, named by its rows' `size` column of `bench`
+    (dense: `m`; MoE: `tokens`): how many rows, the SM clock (median, lowest), the median
+    power and the share of samples under a power cap or another slowdown. Empty when the run
+    read no state (runs before 2026-12-04, a CPU run)."""
+    if state is None or state.empty or samples is None or samples.empty:
+        return pd.DataFrame()
+    lines = []
+    for group, rows in samples.groupby("group")["row"]:
+        summary = state_summary(state, int(group))
+        if summary is None:
+            continue
+        positions = sorted(set(rows))
+        sizes = [f"{int(s):,}" for s in sorted(set(bench.iloc[positions][size]))]
+        slowdown = summary["slowdown_share"]
+        lines.append({
+            size: ", ".join(sizes), "rows": len(positions),
+            "SM clock median (MHz)": summary["sm_mhz_median"],
+            "SM clock lowest (MHz)": summary["sm_mhz_min"],
+            "power median (W)": summary["power_w_median"],
+            "power-capped samples": f"{slowdown.get('power-cap', 0.0):.0%}",
+            "other slowdowns": ", ".join(f"{k} {v:.0%}" for k, v in slowdown.items()
+                                         if k != "power-cap") or "none",
+        })  # fmt: skip
+    return pd.DataFrame(lines)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from workbench.analysis.collection import Artifact, Collection
+from workbench.analysis.gpu_state import state_by_size
 from workbench.analysis.targets import (
     MOE_DECODE_T,
     MOE_PREFILL_T,
@@ -78,3 +79,19 @@ def write_targets(page: ReportPage, collection: Collection, section: Section) ->
     met = (table["status"] == "met").sum()
     page.table(table, f"Kernel targets: {met} of {len(table)} met", sources(used, run_conditions),
                index=False)  # fmt: skip
+    for run in used:
+        _write_gpu_state(page, run)
+
+
+def _write_gpu_state(page: ReportPage, run: Artifact) -> None:
+    """What the GPU did while each size's rows of a judged bench run were timed, where the run
+    read it: a prefill size runs under the board's power cap, its clocks below their maximum,
+    so its times (not its ratios, timed in turns) move with the GPU's state."""
+    if run.kind not in ("bench-dense", "bench-moe"):
+        return
+    size = "m" if run.kind == "bench-dense" else "tokens"
+    state = state_by_size(run.result.get("gpu_state"), run.result.get("samples"),
+                          bench_rows(run), size)  # fmt: skip
+    if not state.empty:
+        page.table(state, f"The GPU while each size's rows were timed ({run.kind})",
+                   sources([run]), index=False)  # fmt: skip
