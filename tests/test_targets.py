@@ -15,30 +15,31 @@ from workbench.analysis.targets import (
 from workbench.report.sections_targets import write_targets
 from workbench.report.seed_tables import SECTIONS
 
-DENSE_RUN = ROOT / "raw" / "bench-dense-dsv4-flash-tp2-20261204T025138" / "bench.csv"
-MOE_RUN = ROOT / "raw" / "bench-moe-dsv4-flash-tp2-20261204T024344" / "bench.csv"
+DENSE_RUN = ROOT / "raw" / "bench-dense-dsv4-flash-tp2-20261204T051314" / "bench.csv"
+MOE_RUN = ROOT / "raw" / "bench-moe-dsv4-flash-tp2-20261204T050227" / "bench.csv"
 
 
 def test_dense_verdicts_of_the_committed_run():
-    """The H200 run of record (its rows timed in turns): W8A16 at 1 row and W8A8 at prefill
-    miss, the hybrid meets."""
+    """The H200 run of record (its rows timed in turns, the GPU's state read): W8A16 at 1 row
+    and W8A8 at prefill miss, the hybrid meets."""
     verdicts = dense_verdicts(pd.read_csv(DENSE_RUN))
     decode, middle, hybrid, prefill = verdicts
-    assert decode.met is False and decode.measured.startswith("M=1 1.25x, M=4 1.30x, M=6 1.29x")
+    assert decode.met is False and decode.measured.startswith("M=1 1.27x, M=4 1.32x, M=6 1.32x")
     assert "humming at most 0.59x our speed" in decode.measured
-    assert middle.met is False and "M=64 0.95x" in middle.measured
+    assert middle.met is False and "M=64 0.96x" in middle.measured
     assert hybrid.met is True and "1.00x" in hybrid.measured
-    assert prefill.met is False and "M=4,096 1.20x, M=16,384 1.24x" in prefill.measured
-    assert "M=4,096 0.82x, M=16,384 0.80x" in prefill.measured  # DeepGEMM, the fastest peer
+    assert prefill.met is False and "M=4,096 1.19x, M=16,384 1.25x" in prefill.measured
+    assert "M=4,096 0.82x, M=16,384 0.81x" in prefill.measured  # DeepGEMM, the fastest peer
 
 
 def test_moe_verdicts_of_the_committed_run():
     fp8, int4, int4_prefill, spills, w8a8, bf16 = moe_verdicts(pd.read_csv(MOE_RUN))
-    assert fp8.met is True and fp8.measured.startswith("1.25x its floor")
+    assert fp8.met is True and fp8.measured.startswith("1.22x its floor")
     assert int4.met is False and int4.measured == "1.68x its floor (0.122 ms)"
     assert int4_prefill.met is True and int4_prefill.measured.startswith("0 spills, 0.71x")
     assert spills.met is False and spills.measured == "padded T=33,863: 8 bytes"
-    assert w8a8.met is True and bf16.met is True
+    assert w8a8.met is False and w8a8.measured.startswith("1.48x our bf16 flat's speed")
+    assert bf16.met is True and bf16.measured.startswith("69.3% of cuBLAS bf16's rate")
     assert [v.status for v in (fp8, int4)] == ["met", "missed"]
 
 
@@ -120,12 +121,23 @@ def test_the_section_names_the_run_of_every_verdict(monkeypatch):
     runs = [DENSE_RUN.parent.relative_to(ROOT), MOE_RUN.parent.relative_to(ROOT)]
     page = Recorder()
     write_targets(page, collect(runs), section)
-    [(frame, caption, source)] = page.tables
+    (frame, caption, source), *states = page.tables
     assert (
         len(frame) == 10 and caption == f"Kernel targets: {(frame.status == 'met').sum()} of 10 met"
     )
     assert set(frame["from"]) == {f"`{r.as_posix()}`" for r in runs}
     assert source.startswith("From `raw/bench-dense") and "NVIDIA H200" in source
+    assert "the GPU while timed: SM clock 1,980 MHz median" in source  # both runs read NVML
+    # and a table of the GPU's state a size for each run: decode at full clock, prefill capped
+    (dense, dense_caption, _), (moe, _, _) = states
+    assert dense_caption == "The GPU while each size's rows were timed (bench-dense)"
+    by_m = dense.set_index("m")
+    assert (
+        by_m.loc["1", "SM clock median (MHz)"] == 1980
+        and by_m.loc["1", "power-capped samples"] == "0%"
+    )
+    assert by_m.loc["16,384", "SM clock median (MHz)"] < 1980
+    assert list(moe["tokens"]) == ["6", "33,863"]
     empty = Recorder()
     write_targets(empty, collect([]), section)
     assert empty.tables == [] and empty.absences[0][1] == section.command
