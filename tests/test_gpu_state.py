@@ -128,3 +128,28 @@ def test_a_bench_keeps_the_state_of_each_group_it_timed_in_turns(monkeypatch):
     assert cpu_state.empty and list(cpu_state.columns) == ["group", *gpu_state.COLUMNS]
     cpu_record = gpu_state_record(cpu_rows, cpu_state, cpu)
     assert cpu_record == {"sampled": False, "why": "not sampled: cpu is not a CUDA device"}
+
+
+def test_a_bench_reads_the_gpu_while_it_measures_its_ceilings(monkeypatch, tmp_path):
+    """The ceilings a run's floors come from are rates at the clock of their moment, so the
+    setup reads NVML while it measures them and the run's record keeps that beside the rows'."""
+    from workbench.artifacts import read_meta
+    from workbench.capture import bench_rows
+
+    def fake_ceilings(device: torch.device) -> dict:
+        time.sleep(0.01)
+        return {"copy_bytes_per_s": 1e12, "bf16_flops": 1e15, "fp8_flops": 2e15}
+
+    monkeypatch.setattr(gpu_state, "open_reader", lambda device: FakeReader())
+    monkeypatch.setattr(bench_rows, "measure_ceilings", fake_ceilings)
+    setup = bench_rows.bench_setup("dsv4-flash-tp2", "cpu", 0, None, {})
+    assert setup.ceilings["bf16_flops"] == 1e15 and setup.ceilings_state.samples
+    given = bench_rows.bench_setup("dsv4-flash-tp2", "cpu", 0, setup.ceilings, {})
+    assert given.ceilings_state is None  # given ceilings were not measured here
+    plan = RowPlan({"variant": "a"}, lambda: {"rel_error": 0.0}, 1e-2,
+                   Launch(lambda: time.sleep(0.002), 1), lambda row: {})  # fmt: skip
+    rows = check_then_time([plan], torch.device("cpu"))
+    table = bench_rows.save_bench("dense", setup, str(tmp_path), {}, pd.DataFrame(rows), rows)
+    record = read_meta(table.attrs["path"])["gpu_state"]
+    assert record["sampled"] and record["ceilings"]["description"].startswith("SM clock ")
+    assert record["ceilings"]["summary"]["samples"] == len(setup.ceilings_state.samples)

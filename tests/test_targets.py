@@ -127,7 +127,7 @@ def test_the_section_names_the_run_of_every_verdict(monkeypatch):
     )
     assert set(frame["from"]) == {f"`{r.as_posix()}`" for r in runs}
     assert source.startswith("From `raw/bench-dense") and "NVIDIA H200" in source
-    assert "the GPU while timed: SM clock 1,980 MHz median" in source  # both runs read NVML
+    assert "the GPU while the rows were timed: SM clock 1,980 MHz median" in source
     # and a table of the GPU's state a size for each run: decode at full clock, prefill capped
     (dense, dense_caption, _), (moe, _, _) = states
     assert dense_caption == "The GPU while each size's rows were timed (bench-dense)"

@@ -180,8 +180,9 @@ def print_row(bar: tqdm, row: dict, keys: Sequence[str]) -> None:
 @dataclass(frozen=True)
 class BenchSetup:
     """What every benchmark starts from: its device, the preset and its rank shapes (shrunk by
-    overrides in the harness's tests), the ceilings measured in this run, the seed of its
-    workloads and the serving dtype (bf16; fp32 for the interpreter's CPU stand-in)."""
+    overrides in the harness's tests), the ceilings measured in this run and the GPU's state
+    while they were (None when the caller gave them), the seed of its workloads and the serving
+    dtype (bf16; fp32 for the interpreter's CPU stand-in)."""
 
     device: torch.device
     preset: Preset
@@ -189,20 +190,28 @@ class BenchSetup:
     ceilings: dict
     seed: int
     dtype: torch.dtype
+    ceilings_state: GpuStateLog | None = None
 
 
 def bench_setup(
     preset: str, device: str, seed: int, ceilings: dict | None, shape_overrides: dict
 ) -> BenchSetup:
+    """The setup of a bench run; the ceilings are measured here, NVML read meanwhile (a GEMM
+    ceiling is a rate at whatever clock the power cap leaves), unless `ceilings` are given."""
     dev = torch.device(device)
     chosen = get_preset(preset)
+    state = None
+    if not ceilings:
+        with GpuStateLog(dev) as state:
+            ceilings = measure_ceilings(dev)
     return BenchSetup(
         device=dev,
         preset=chosen,
         shapes=replace(chosen.rank_shapes(), **shape_overrides),
-        ceilings=ceilings or measure_ceilings(dev),
+        ceilings=ceilings,
         seed=seed,
         dtype=serving_dtype(dev),
+        ceilings_state=state,
     )
 
 
@@ -227,6 +236,9 @@ def save_bench(
               "contenders": CONTENDER_ORDER}  # fmt: skip
     state = gpu_state_table(rows)
     gpu_state = gpu_state_record(rows, state, setup.device)
+    if setup.ceilings_state is not None and setup.ceilings_state.samples:
+        summary = state_summary(pd.DataFrame(setup.ceilings_state.samples))
+        gpu_state["ceilings"] = {"summary": summary, "description": describe_state(summary)}
     meta = {"kind": f"bench-{kind}", "params": params, "shapes": asdict(setup.shapes), **meta,
             "ceilings": setup.ceilings, "timing": timing, "gpu_state": gpu_state,
             "environment": describe()}  # fmt: skip

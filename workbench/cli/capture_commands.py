@@ -198,7 +198,7 @@ def bench(args) -> None:
     table = run[args.kernel](args)
     print(table.round(3).to_string(index=False))
     if "gpu_state" in table.attrs:
-        print(f"\nthe GPU while timed: {table.attrs['gpu_state']}")
+        print(f"\nthe GPU while the rows were timed: {table.attrs['gpu_state']}")
     print(f"\nwritten to {table.attrs['path']}")
 
 

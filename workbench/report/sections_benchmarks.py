@@ -85,9 +85,12 @@ def run_conditions(item: Artifact) -> str:
         parts.append(f"copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, cuBLAS bf16 "
                      f"{c['bf16_flops'] / 1e12:.0f} TFLOP/s, FP8 {c['fp8_flops'] / 1e12:.0f} "
                      "TFLOP/s measured in the same run")  # fmt: skip
-    state = (item.meta.get("gpu_state") or {}).get("description")
-    if state:
-        parts.append(f"the GPU while timed: {state}")
+    gpu_state = item.meta.get("gpu_state") or {}
+    at_ceilings = (gpu_state.get("ceilings") or {}).get("description")
+    if at_ceilings:
+        parts.append(f"the GPU while the ceilings were timed: {at_ceilings}")
+    if gpu_state.get("description"):
+        parts.append(f"the GPU while the rows were timed: {gpu_state['description']}")
     return "; ".join(parts)
 
 
