@@ -120,7 +120,7 @@ def test_a_bench_keeps_the_state_of_each_group_it_timed_in_turns(monkeypatch):
     assert set(state["group"]) == set(samples["group"]) == {0, 1}
     assert list(state.columns) == ["group", *gpu_state.COLUMNS]
     record = gpu_state_record(rows, state, cpu)
-    assert record["sampled"] and record["max_sm_mhz"] == 1980
+    assert record["sampled"] and record["max_sm_mhz"] == 1980 and record["gaps"] == []
     assert record["description"].startswith("SM clock ") and "; max 1,980)" in record["description"]
     monkeypatch.undo()
     cpu_rows = check_then_time([plan("a")], cpu)
@@ -153,3 +153,15 @@ def test_a_bench_reads_the_gpu_while_it_measures_its_ceilings(monkeypatch, tmp_p
     record = read_meta(table.attrs["path"])["gpu_state"]
     assert record["sampled"] and record["ceilings"]["description"].startswith("SM clock ")
     assert record["ceilings"]["summary"]["samples"] == len(setup.ceilings_state.samples)
+
+
+def test_a_record_says_where_reading_stopped_early(monkeypatch):
+    """NVML lost after the first read: the samples taken stay, and the record names the gap."""
+    monkeypatch.setattr(gpu_state, "open_reader", lambda device: FakeReader(fail_after=1))
+    plan = RowPlan({"variant": "a"}, lambda: {"rel_error": 0.0}, 1e-2,
+                   Launch(lambda: time.sleep(0.002), 1), lambda row: {})  # fmt: skip
+    rows = check_then_time([plan], torch.device("cpu"))
+    state = gpu_state_table(rows)
+    record = gpu_state_record(rows, state, torch.device("cpu"))
+    assert len(state) == 1 and record["sampled"]
+    assert record["gaps"] == ["NVML stopped answering: RuntimeError: GPU is lost"]

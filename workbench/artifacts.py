@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -136,7 +136,7 @@ def _decode(table: pd.DataFrame, strings: pd.Series) -> pd.DataFrame:
     return table
 
 
-def _table_file(name: str, table: pd.DataFrame) -> str:
+def _table_file(name: str, table: pd.DataFrame, packed: bool = False) -> str:
     """Large tables are xz-compressed CSV; small ones stay plain CSV so `git diff` reads them.
 
     xz (at preset 1, `XZ`) rather than gzip: its 1 MiB window reaches back over whole
@@ -145,7 +145,7 @@ def _table_file(name: str, table: pd.DataFrame) -> str:
     `.csv.gz` before still read: the file name comes from run.json and pandas picks the
     decompressor by its extension.
     """
-    return f"{name}.csv.xz" if len(table) > LARGE_ROWS else f"{name}.csv"
+    return f"{name}.csv.xz" if packed or len(table) > LARGE_ROWS else f"{name}.csv"
 
 
 def write_json_atomic(path: Path, document: Mapping) -> None:
@@ -183,11 +183,15 @@ def write_run(
     meta: Mapping | Callable[[], Mapping],
     tables: Mapping[str, pd.DataFrame],
     extra_files: Sequence[Path | None] = (),
+    packed: Collection[str] = (),
 ) -> Path:
     """Write a complete run directory atomically and return its path.
 
     `extra_files` (e.g. a gzipped Chrome trace) are moved in with the tables. A callable
     `meta` is called once the tables are written, so run.json can say how long that took.
+    Tables named in `packed` are xz-compressed whatever their length: raw readings (a bench's
+    samples, the GPU's state) that nobody reads in a diff and whose 17-digit floats would
+    otherwise take more room than the table they back.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -200,7 +204,7 @@ def write_run(
         if len(strings):
             strings.to_csv(tmp / STRINGS_FILE, index_label="id")
         for name, table in tables.items():
-            files[name] = _table_file(name, table)
+            files[name] = _table_file(name, table, name in packed)
             table.to_csv(tmp / files[name], index=table.index.name is not None,
                          compression=XZ if files[name].endswith(".xz") else None)  # fmt: skip
         extras = [Path(f) for f in extra_files if f is not None]

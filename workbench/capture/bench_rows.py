@@ -73,15 +73,15 @@ def gpu_state_table(rows: Sequence[dict]) -> pd.DataFrame:
 
 
 def gpu_state_record(rows: Sequence[dict], state: pd.DataFrame, device: torch.device) -> dict:
-    """For run.json: the whole run's state summary and its one-line description, or why NVML
-    was not read."""
+    """For run.json: the whole run's state summary and its one-line description, and where
+    reading stopped early, why (`gaps`); or why NVML was not read at all."""
+    why = sorted({log.unavailable for _, log in _groups(rows).values() if log.unavailable})
     if state.empty:
-        why = {log.unavailable for _, log in _groups(rows).values() if log.unavailable}
-        return {"sampled": False, "why": "; ".join(sorted(why)) or "no rows were timed"}
+        return {"sampled": False, "why": "; ".join(why) or "no rows were timed"}
     summary = state_summary(state)
     top = max_sm_mhz(device)
     return {"sampled": True, "max_sm_mhz": top, "summary": summary,
-            "description": describe_state(summary, top)}  # fmt: skip
+            "description": describe_state(summary, top), "gaps": why}  # fmt: skip
 
 
 def compile_facts(facts: Sequence[dict]) -> dict:
@@ -244,6 +244,6 @@ def save_bench(
             "environment": describe()}  # fmt: skip
     run_id = f"bench-{kind}-{setup.preset.name}-{run_stamp()}"
     tables = {"bench": table, "samples": samples_table(rows), "gpu_state": state}
-    table.attrs["path"] = str(write_run(out, run_id, meta, tables))
+    table.attrs["path"] = str(write_run(out, run_id, meta, tables, packed=("samples", "gpu_state")))
     table.attrs["gpu_state"] = gpu_state.get("description") or gpu_state["why"]
     return table

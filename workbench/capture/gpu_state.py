@@ -77,7 +77,8 @@ class GpuStateLog:
         start = time.perf_counter()
         while True:
             try:
-                self.samples.append({"t_s": time.perf_counter() - start} | reader.read())
+                since = round(time.perf_counter() - start, 3)  # ms: the reads are 0.1 s apart
+                self.samples.append({"t_s": since} | reader.read())
             except Exception as err:  # noqa: BLE001 (NVML's errors are many; any ends the log)
                 self.unavailable = f"NVML stopped answering: {type(err).__name__}: {err}"
                 return
