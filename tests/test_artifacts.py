@@ -32,6 +32,14 @@ def test_round_trip_keeps_tables_and_meta(tmp_path):
     assert meta["tables"] == {"kernels": "kernels.csv.xz", "prefill": "prefill.csv"}
     assert read_table(path, meta, "kernels").equals(_tables()["kernels"])
     assert read_table(path, meta, "prefill").set_index("category").equals(_tables()["prefill"])
+    packed = write_run(tmp_path, "run-b", {"kind": "bench-moe"}, _tables(), packed=("prefill",))
+    packed_meta = read_meta(packed)
+    assert packed_meta["tables"]["prefill"] == "prefill.csv.xz"  # short, yet compressed
+    assert (
+        read_table(packed, packed_meta, "prefill")
+        .set_index("category")
+        .equals(_tables()["prefill"])
+    )
 
 
 def test_long_text_columns_are_stored_once_as_strings(tmp_path):
