@@ -42,7 +42,8 @@ def fixed_timer(monkeypatch):
     """Interpreted kernels take tens of ms a call: run each timed layer once, call it 2 ms.
     Every dense row asks for CUDA graph replays at any M: its GEMMs have no host-side logic."""
 
-    def timer(launches, device):
+    def timer(launches, device, log):
+        log.start()  # the rounds begin: as the real timer does, start reading the GPU
         for launch in launches:
             assert launch.graph is True, f"M={launch.tokens} was not timed as a graph replay"
             launch.fn()
@@ -163,6 +164,7 @@ def test_cli_bench_dense_and_attention_pass_their_options(tmp_path, monkeypatch,
             seen[name] = kwargs
             table = pd.DataFrame({"kernel": [name], "ms": [1.0]})
             table.attrs["path"] = str(tmp_path / name)
+            table.attrs["gpu_state"] = "SM clock 1,980 MHz median"
             return table
 
         return run
@@ -172,6 +174,7 @@ def test_cli_bench_dense_and_attention_pass_their_options(tmp_path, monkeypatch,
     argv = ["bench", "dense", "--tokens", "1", "4", "--variants", "bf16", "w8a16", "--block",
             "128", "--hybrid-m", "64", "--no-ab", "--out", str(tmp_path)]  # fmt: skip
     assert main(argv) == 0
+    assert "the GPU while the rows were timed: SM clock 1,980 MHz median" in capsys.readouterr().out
     assert seen["dense"] == {"ms": [1, 4], "variants": ["bf16", "w8a16"], "ab": False,
                              "block": 128, "hybrid_m": 64, "out": str(tmp_path),
                              "peers": None, "progress": True}  # fmt: skip

@@ -101,7 +101,8 @@ def test_a_row_that_fails_while_timed_is_a_status_and_the_others_at_its_size_are
     and the others keep their times."""
     batches = []
 
-    def timer(launches, device):
+    def timer(launches, device, log):
+        log.start()  # the rounds begin: as the real timer does, start reading the GPU
         batches.append(len(launches))
         size = len(batches)  # each T's samples apart, so a mix-up shows
         return [
@@ -163,7 +164,8 @@ def test_the_bare_grouped_mm_peer_times_only_its_gemms():
 def test_a_bench_row_times_the_part_it_is_given(tmp_path, monkeypatch):
     timed = []
 
-    def timer(launches, device):
+    def timer(launches, device, log):
+        log.start()  # the rounds begin: as the real timer does, start reading the GPU
         timed.extend(launch.fn() for launch in launches)
         return [[0.9, 1.0, 1.1]] * len(launches)
 

@@ -1,6 +1,7 @@
 """The GPU's state while a bench's rows are timed (`capture.gpu_state`, `analysis.gpu_state`):
-sampled in a thread from the first round to the last, kept per group of rows timed in turns,
-summarised into one line for the report, and, where NVML cannot be read, a reason instead."""
+read in a thread from the first round to the last (not during the warm-ups), kept per group of
+rows timed in turns, summarised into one line for the report, and, where NVML cannot be read,
+a reason instead."""
 
 from __future__ import annotations
 
@@ -120,7 +121,8 @@ def test_a_bench_keeps_the_state_of_each_group_it_timed_in_turns(monkeypatch):
     assert set(state["group"]) == set(samples["group"]) == {0, 1}
     assert list(state.columns) == ["group", *gpu_state.COLUMNS]
     record = gpu_state_record(rows, state, cpu)
-    assert record["sampled"] and record["max_sm_mhz"] == 1980 and record["gaps"] == []
+    assert record["sampled"] and record["max_sm_mhz"] == 1980 and record["gaps"] == {}
+    assert record["window"] == "rounds"
     assert record["description"].startswith("SM clock ") and "; max 1,980)" in record["description"]
     monkeypatch.undo()
     cpu_rows = check_then_time([plan("a")], cpu)
@@ -136,7 +138,9 @@ def test_a_bench_reads_the_gpu_while_it_measures_its_ceilings(monkeypatch, tmp_p
     from workbench.artifacts import read_meta
     from workbench.capture import bench_rows
 
-    def fake_ceilings(device: torch.device) -> dict:
+    def fake_ceilings(device: torch.device, on_rounds) -> dict:
+        time.sleep(0.01)  # warm-ups: not read
+        on_rounds()
         time.sleep(0.01)
         return {"copy_bytes_per_s": 1e12, "bf16_flops": 1e15, "fp8_flops": 2e15}
 
@@ -164,4 +168,107 @@ def test_a_record_says_where_reading_stopped_early(monkeypatch):
     state = gpu_state_table(rows)
     record = gpu_state_record(rows, state, torch.device("cpu"))
     assert len(state) == 1 and record["sampled"]
-    assert record["gaps"] == ["NVML stopped answering: RuntimeError: GPU is lost"]
+    assert record["gaps"] == {"0": "NVML stopped answering: RuntimeError: GPU is lost"}
+
+
+def test_reading_begins_with_the_rounds_not_the_warm_ups(monkeypatch):
+    """Through the real timer: every contender has been warmed up before the first read, and
+    rounds follow it, so the readings are of the rounds."""
+    events: list[str] = []
+
+    class Recording(FakeReader):
+        def read(self) -> dict:
+            events.append("read")
+            return super().read()
+
+    monkeypatch.setattr(gpu_state, "open_reader", lambda device: Recording())
+
+    def plan(name: str) -> RowPlan:
+        return RowPlan({"variant": name}, lambda: {"rel_error": 0.0}, 1e-2,
+                       Launch(lambda: events.append(name) or time.sleep(0.001), 1),
+                       lambda row: {})  # fmt: skip
+
+    check_then_time([plan("a"), plan("b")], torch.device("cpu"))
+    first_read = events.index("read")
+    assert {"a", "b"} <= set(events[:first_read])  # both warmed up before it
+    assert {"a", "b"} <= set(events[first_read:])  # and sampled in rounds after it
+
+
+class FakePynvml:
+    """Stands in for the pynvml module: records the bus id asked for; `newer` says whether the
+    driver has the clocks-event reasons query (drivers before 535 have only the throttle one)."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+
+    class NVMLError_FunctionNotFound(Exception):  # noqa: N801 (pynvml's name)
+        pass
+
+    def __init__(self, newer: bool = True, init_error: bool = False) -> None:
+        self.newer, self.init_error, self.bus = newer, init_error, None
+
+    def nvmlInit(self) -> None:  # noqa: N802 (pynvml's names, here and below)
+        if self.init_error:
+            raise RuntimeError("Driver Not Loaded")
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus: str) -> str:  # noqa: N802
+        self.bus = bus
+        return "handle"
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: str) -> int:  # noqa: N802
+        if not self.newer:
+            raise self.NVMLError_FunctionNotFound()
+        return 0x4
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: str) -> int:  # noqa: N802
+        return 0x20
+
+    def nvmlDeviceGetClockInfo(self, handle: str, clock: int) -> int:  # noqa: N802
+        return 1755 if clock == self.NVML_CLOCK_SM else 3201
+
+    def nvmlDeviceGetPowerUsage(self, handle: str) -> int:  # noqa: N802
+        return 699_500
+
+    def nvmlDeviceGetTemperature(self, handle: str, sensor: int) -> int:  # noqa: N802
+        return 64
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: str, clock: int) -> int:  # noqa: N802
+        return 1980
+
+
+def test_the_reader_finds_the_gpu_by_its_bus_id_and_reads_its_state(monkeypatch):
+    import sys
+    from types import SimpleNamespace
+
+    props = SimpleNamespace(pci_domain_id=0, pci_bus_id=0x19, pci_device_id=0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    nvml = FakePynvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    reader = gpu_state.NvmlReader(torch.device("cuda"))
+    assert nvml.bus == "00000000:19:00.0"  # NVML's own bus id format
+    assert reader.read() == {"sm_mhz": 1755, "mem_mhz": 3201, "power_w": 699.5, "temp_c": 64,
+                             "slowdown": "power-cap"}  # fmt: skip
+    assert reader.max_sm_mhz() == 1980
+    monkeypatch.setitem(sys.modules, "pynvml", FakePynvml(newer=False))  # an older driver
+    assert gpu_state.NvmlReader(torch.device("cuda")).read()["slowdown"] == "thermal"
+    monkeypatch.setitem(sys.modules, "pynvml", FakePynvml(init_error=True))
+    with pytest.raises(gpu_state.Unavailable, match="NVML: RuntimeError: Driver Not Loaded"):
+        gpu_state.NvmlReader(torch.device("cuda"))
+
+
+def test_a_source_line_names_the_gpu_state_of_the_ceilings_and_of_the_rows():
+    from pathlib import Path
+
+    from workbench.analysis.collection import Artifact
+    from workbench.report.sections_benchmarks import run_conditions
+
+    ceilings = {"copy_bytes_per_s": 4.26e12, "bf16_flops": 7.73e14, "fp8_flops": 1.39e15}
+    state = {"description": "SM clock 1,980 MHz median", "ceilings": {"description": "SM "
+             "clock 1,650 MHz median"}}  # fmt: skip
+    item = Artifact(Path("raw/x"), "bench-dense", {"ceilings": ceilings, "gpu_state": state}, {})
+    assert run_conditions(item) == (
+        "copy 4.26 TB/s, cuBLAS bf16 773 TFLOP/s, FP8 1390 TFLOP/s measured in the same run; "
+        "the GPU while the ceilings were timed: SM clock 1,650 MHz median; "
+        "the GPU while the rows were timed: SM clock 1,980 MHz median"
+    )
+    older = Artifact(Path("raw/y"), "bench-dense", {"ceilings": ceilings}, {})
+    assert run_conditions(older).endswith("measured in the same run")

@@ -130,14 +130,17 @@ def test_the_section_names_the_run_of_every_verdict(monkeypatch):
     assert "the GPU while the rows were timed: SM clock 1,980 MHz median" in source
     # and a table of the GPU's state a size for each run: decode at full clock, prefill capped
     (dense, dense_caption, _), (moe, _, _) = states
-    assert dense_caption == "The GPU while each size's rows were timed (bench-dense)"
+    assert dense_caption == (
+        "The GPU while each size's rows were timed (bench-dense; read from "
+        "its first warm-up to its last round)"
+    )  # a run before the rounds-only window
     by_m = dense.set_index("m")
     assert (
         by_m.loc["1", "SM clock median (MHz)"] == 1980
         and by_m.loc["1", "power-capped samples"] == "0%"
     )
     assert by_m.loc["16,384", "SM clock median (MHz)"] < 1980
-    assert list(moe["tokens"]) == ["6", "33,863"]
+    assert list(moe["tokens"]) == ["6", "33,863"] and set(moe["routing"]) == {"uniform"}
     empty = Recorder()
     write_targets(empty, collect([]), section)
     assert empty.tables == [] and empty.absences[0][1] == section.command

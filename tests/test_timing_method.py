@@ -46,13 +46,17 @@ def test_the_ceilings_are_taken_by_the_one_timer_in_turns(monkeypatch):
     batches = []
     real = ceilings.time_launches
 
-    def spy(launches, device, *args):
+    def spy(launches, device, *args, **kwargs):
         batches.append([launch.graph for launch in launches])
-        return real(launches, device, *args)
+        return real(launches, device, *args, **kwargs)
 
+    rounds_began = []
     monkeypatch.setattr(ceilings, "time_launches", spy)
-    result = ceilings.measure_ceilings("cpu", copy_gib=0.001, n=64)
+    result = ceilings.measure_ceilings(
+        "cpu", copy_gib=0.001, n=64, on_rounds=lambda: rounds_began.append(len(batches))
+    )
     assert batches == [[False, False, False]]  # copy, bf16 GEMM, FP8 GEMM: eager, in turns
+    assert rounds_began == [1]  # once, after the warm-ups, inside that one call
     assert result["copy_bytes_per_s"] > 0 and result["bf16_flops"] > 0
     assert result["fp8_flops"] > 0
 

@@ -137,7 +137,8 @@ def _decode(table: pd.DataFrame, strings: pd.Series) -> pd.DataFrame:
 
 
 def _table_file(name: str, table: pd.DataFrame, packed: bool = False) -> str:
-    """Large tables are xz-compressed CSV; small ones stay plain CSV so `git diff` reads them.
+    """Large tables, and those the writer was told to pack, are xz-compressed CSV; small ones
+    stay plain CSV so `git diff` reads them.
 
     xz (at preset 1, `XZ`) rather than gzip: its 1 MiB window reaches back over whole
     decode steps, where gzip's 32 KB does not, and makes the committed kernel tables about 30%

@@ -10,6 +10,8 @@ cap, the temperature it reached. Pure pandas, for the report, a notebook and the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 
 
@@ -38,7 +40,7 @@ def state_summary(state: pd.DataFrame | None, group: int | None = None) -> dict 
 
 def describe_state(summary: dict | None, max_sm_mhz: float | None = None) -> str:
     """One line: 'SM clock 1,980 MHz median (1,755-1,980; max 1,980), 640 W, up to 71 C,
-    power cap in 12% of samples', or '' without samples."""
+    power-cap in 12% of samples', or '' without samples."""
     if not summary:
         return ""
     top = f"; max {max_sm_mhz:,.0f}" if max_sm_mhz else ""
@@ -53,23 +55,23 @@ def describe_state(summary: dict | None, max_sm_mhz: float | None = None) -> str
 
 
 def state_by_size(state: pd.DataFrame | None, samples: pd.DataFrame | None,
-                  bench: pd.DataFrame, size: str) -> pd.DataFrame:  # fmt: skip
-    """One line a group of rows timed in turns, named by its rows' `size` column of `bench`
-    (dense: `m`; MoE: `tokens`): how many rows, the SM clock (median, lowest), the median
-    power and the share of samples under a power cap or another slowdown. Empty when the run
-    read no state (runs before 2026-12-04, a CPU run)."""
+                  bench: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:  # fmt: skip
+    """One line a group of rows timed in turns, named by its rows' `names` columns of `bench`
+    (dense: `m`; MoE: `routing` and `tokens`): how many rows, the SM clock (median, lowest),
+    the median power and the share of samples under a power cap or another slowdown. Empty
+    when the run read no state (a CPU run, runs before 2026-12-04T05:02)."""
     if state is None or state.empty or samples is None or samples.empty:
         return pd.DataFrame()
+    names = [n for n in names if n in bench]
     lines = []
     for group, rows in samples.groupby("group")["row"]:
         summary = state_summary(state, int(group))
         if summary is None:
             continue
         positions = sorted(set(rows))
-        sizes = [f"{int(s):,}" for s in sorted(set(bench.iloc[positions][size]))]
         slowdown = summary["slowdown_share"]
         lines.append({
-            size: ", ".join(sizes), "rows": len(positions),
+            **{n: _label(bench.iloc[positions][n]) for n in names}, "rows": len(positions),
             "SM clock median (MHz)": summary["sm_mhz_median"],
             "SM clock lowest (MHz)": summary["sm_mhz_min"],
             "power median (W)": summary["power_w_median"],
@@ -78,3 +80,10 @@ def state_by_size(state: pd.DataFrame | None, samples: pd.DataFrame | None,
                                          if k != "power-cap") or "none",
         })  # fmt: skip
     return pd.DataFrame(lines)
+
+
+def _label(values: pd.Series) -> str:
+    """A group's values of one naming column: '4,096' for a number, the text otherwise,
+    comma-joined where the group's rows differ."""
+    return ", ".join(f"{v:,.0f}" if pd.api.types.is_number(v) else str(v)
+                     for v in sorted(set(values), key=str))  # fmt: skip

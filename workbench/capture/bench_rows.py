@@ -32,14 +32,20 @@ from workbench.workloads.seeds import serving_dtype
 
 SAMPLES_KEY = "samples_ms"  # a timed row's samples, kept out of the table (`samples_table`)
 TURNS_KEY = "turns"  # the GpuStateLog of the check_then_time call that timed the row
+# What a bench's GPU-state readings span; runs without it in run.json (2026-12-04, 05:02-05:13)
+# read from each size's first warm-up to its last round, mostly warm-ups at decode sizes.
+STATE_WINDOW = "rounds"
 
 
-def time_calls(launches: Sequence[Launch], device: torch.device) -> list[list[float] | Exception]:
+def time_calls(
+    launches: Sequence[Launch], device: torch.device, log: GpuStateLog | None = None
+) -> list[list[float] | Exception]:
     """Each launch's samples (ms per unit, one a round), all timed in turns by the workbench's
-    one timer (`capture.timing.time_launches`), or the exception that stopped it."""
-    return [
-        t if isinstance(t, Exception) else t.samples_ms for t in time_launches(launches, device)
-    ]
+    one timer (`capture.timing.time_launches`), or the exception that stopped it; `log` reads
+    the GPU's state from the first round to the last."""
+    on_rounds = None if log is None else log.start
+    timings = time_launches(launches, device, on_rounds=on_rounds)
+    return [t if isinstance(t, Exception) else t.samples_ms for t in timings]
 
 
 def _groups(rows: Sequence[dict]) -> dict[int, tuple[int, GpuStateLog]]:
@@ -73,15 +79,18 @@ def gpu_state_table(rows: Sequence[dict]) -> pd.DataFrame:
 
 
 def gpu_state_record(rows: Sequence[dict], state: pd.DataFrame, device: torch.device) -> dict:
-    """For run.json: the whole run's state summary and its one-line description, and where
-    reading stopped early, why (`gaps`); or why NVML was not read at all."""
-    why = sorted({log.unavailable for _, log in _groups(rows).values() if log.unavailable})
+    """For run.json: over what the readings span (`window`), the whole run's state summary and
+    its one-line description, and the groups whose reading stopped early, with why (`gaps`);
+    or why NVML was not read at all."""
+    gaps = {str(group): log.unavailable
+            for group, log in _groups(rows).values() if log.unavailable}  # fmt: skip
     if state.empty:
-        return {"sampled": False, "why": "; ".join(why) or "no rows were timed"}
+        return {"sampled": False, "why": "; ".join(sorted(set(gaps.values()))) or
+                "no rows were timed"}  # fmt: skip
     summary = state_summary(state)
     top = max_sm_mhz(device)
-    return {"sampled": True, "max_sm_mhz": top, "summary": summary,
-            "description": describe_state(summary, top), "gaps": why}  # fmt: skip
+    return {"sampled": True, "window": STATE_WINDOW, "max_sm_mhz": top, "summary": summary,
+            "description": describe_state(summary, top), "gaps": gaps}  # fmt: skip
 
 
 def compile_facts(facts: Sequence[dict]) -> dict:
@@ -132,8 +141,11 @@ def check_then_time(plans: Sequence[RowPlan], device: torch.device) -> list[dict
     `gpu_state_table`)."""
     rows = [_checked(plan) for plan in plans]
     ready = [i for i, row in enumerate(rows) if "status" not in row]
-    with GpuStateLog(device) as turns:
-        results = time_calls([plans[i].launch for i in ready], device)
+    turns = GpuStateLog(device)
+    try:
+        results = time_calls([plans[i].launch for i in ready], device, turns)
+    finally:
+        turns.stop()
     for i, result in zip(ready, results, strict=True):
         if isinstance(result, Exception):
             rows[i] |= {"status": _failure(result)}
@@ -202,8 +214,11 @@ def bench_setup(
     chosen = get_preset(preset)
     state = None
     if not ceilings:
-        with GpuStateLog(dev) as state:
-            ceilings = measure_ceilings(dev)
+        state = GpuStateLog(dev)
+        try:
+            ceilings = measure_ceilings(dev, on_rounds=state.start)
+        finally:
+            state.stop()
     return BenchSetup(
         device=dev,
         preset=chosen,
@@ -213,6 +228,16 @@ def bench_setup(
         dtype=serving_dtype(dev),
         ceilings_state=state,
     )
+
+
+def _ceilings_state(log: GpuStateLog) -> dict:
+    """For run.json: the GPU's state while the ceilings' rounds ran, and why reading stopped
+    (or never began) where it did."""
+    record: dict = {"why": log.unavailable} if log.unavailable else {}
+    if log.samples:
+        summary = state_summary(pd.DataFrame(log.samples))
+        record |= {"summary": summary, "description": describe_state(summary)}
+    return record
 
 
 def save_bench(
@@ -236,9 +261,8 @@ def save_bench(
               "contenders": CONTENDER_ORDER}  # fmt: skip
     state = gpu_state_table(rows)
     gpu_state = gpu_state_record(rows, state, setup.device)
-    if setup.ceilings_state is not None and setup.ceilings_state.samples:
-        summary = state_summary(pd.DataFrame(setup.ceilings_state.samples))
-        gpu_state["ceilings"] = {"summary": summary, "description": describe_state(summary)}
+    if setup.ceilings_state is not None:
+        gpu_state["ceilings"] = _ceilings_state(setup.ceilings_state)
     meta = {"kind": f"bench-{kind}", "params": params, "shapes": asdict(setup.shapes), **meta,
             "ceilings": setup.ceilings, "timing": timing, "gpu_state": gpu_state,
             "environment": describe()}  # fmt: skip

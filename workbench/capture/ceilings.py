@@ -56,12 +56,19 @@ def ceiling_work(
 
 
 @torch.inference_mode()
-def measure_ceilings(device: str | torch.device = "cuda", copy_gib: float = 2.0, n: int = 8192):
+def measure_ceilings(
+    device: str | torch.device = "cuda",
+    copy_gib: float = 2.0,
+    n: int = 8192,
+    on_rounds: Callable[[], object] | None = None,
+):
     """Copy bandwidth (bytes read + written per second), bf16 and FP8 GEMM rates (FLOP/s),
-    timed in turns by the one timer, launched eagerly (each call is one large kernel)."""
+    timed in turns by the one timer, launched eagerly (each call is one large kernel);
+    `on_rounds` as `time_launches` takes it."""
     dev = torch.device(device)
     work = ceiling_work(dev, copy_gib, n)
-    timings = time_launches([Launch(fn, 0, graph=False) for fn, _ in work.values()], dev)
+    launches = [Launch(fn, 0, graph=False) for fn, _ in work.values()]
+    timings = time_launches(launches, dev, on_rounds=on_rounds)
     rates = {}
     for (name, (_, amount)), timing in zip(work.items(), timings, strict=True):
         if isinstance(timing, Exception):

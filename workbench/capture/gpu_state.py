@@ -1,31 +1,37 @@
 """What the GPU's clocks, power and temperature did while a bench's rows were timed.
 
-Two runs of one bench on the H200 can differ by 5-10% in every row of a size at once (bench
-moe at T=33,863: flat on bf16 experts 13.29 ms in one run, 14.13 in the next, every peer
-slower by as much): the GPU's state, not the kernels. Rows timed in turns share that state,
+Two `bench moe` runs on the H200 17 minutes apart, with the same code and the same timing
+design, timed every row at T=33,863 0.9-7% apart (flat on bf16 experts 14.13 and 13.37 ms,
+W8A8 9.65 and 9.03): the GPU's state, not the kernels. Rows timed in turns share that state,
 so their ratios hold; a time, or a share of a ceiling measured minutes before, does not. So
-while each group of rows is timed in turns (`bench_rows.check_then_time`) a thread reads NVML
-(nvidia-ml-py) every `INTERVAL_S`: SM and memory clocks, power draw, temperature, and the
-reasons NVML gives for holding the clocks below their maximum. The bench keeps them as its
-`gpu_state` table, so a reader can tell a slow kernel from a slow GPU
-(`analysis.gpu_state` summarises them).
+while each group of rows is sampled in turns (`bench_rows.check_then_time`: from the first
+round to the last, the warm-ups left out) a thread reads NVML (nvidia-ml-py) every
+`INTERVAL_S`: SM and memory clocks, power draw, temperature, and the reasons NVML gives for
+holding the clocks below their maximum. The bench keeps them as its `gpu_state` table, so a
+reader can tell a slow kernel from a slow GPU (`analysis.gpu_state` summarises them).
 
-Reading NVML does not change the GPU's settings. Where it cannot be read (a CPU run, no
-nvidia-ml-py, no NVML driver), the log says why and stays empty: the bench still runs.
+`power_w` is NVML's power reading, which on Hopper is an average over the last second: it
+lags the rounds it is read in and smooths their spikes. Reading NVML changes no setting of the
+GPU. Where it cannot be read (a CPU run, no nvidia-ml-py, no NVML driver), the log says why
+and stays empty: the bench still runs.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
+from types import ModuleType, TracebackType
 
 import torch
 
-INTERVAL_S = 0.1  # a sample every 0.1 s: several in the shortest group's rounds (~1 s)
-# NVML's clocks-event reason bits that mean the clocks were held down (nvmlClocksEventReason*);
-# idle, application clocks, sync boost and display settings are left out: none slows a kernel.
+INTERVAL_S = 0.1  # a read every 0.1 s; a decode size's rounds last tens of ms, so a few reads
+# NVML's clocks-event reason bits that hold the clocks down under load (nvmlClocksEventReason*).
+# Left out: idle, sync boost and display clocks (none is set while a kernel runs) and
+# application clocks (a setting, the same for every row; the environment records the clocks).
+# hw-slowdown (0x8) is set together with hw-thermal and power-brake, so shares can overlap.
 SLOWDOWNS = {
     0x4: "power-cap",
     0x8: "hw-slowdown",
@@ -43,9 +49,9 @@ def slowdown_names(bits: int) -> str:
 
 @dataclass
 class GpuStateLog:
-    """The samples taken while a group of rows was timed (dicts of COLUMNS, `t_s` from the
-    start), or, in `unavailable`, why none could be taken. Used as a context manager: sampling
-    runs from enter to exit in a daemon thread."""
+    """The samples taken from `start` to `stop` (dicts of COLUMNS, `t_s` from the start), or,
+    in `unavailable`, why none or no more could be taken. Sampling runs in a daemon thread; as
+    a context manager the log starts at enter and stops at exit."""
 
     device: torch.device
     interval_s: float = INTERVAL_S
@@ -54,25 +60,35 @@ class GpuStateLog:
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
 
-    def __enter__(self) -> GpuStateLog:
+    def start(self) -> None:
+        """Begin sampling (once), or note why NVML cannot be read."""
+        if self._thread is not None or self.unavailable:
+            return
         try:
             reader = open_reader(self.device)
         except Unavailable as why:
             self.unavailable = str(why)
-            return self
+            return
         self._thread = threading.Thread(target=self._sample, args=(reader,), daemon=True)
         self._thread.start()
+
+    def stop(self) -> None:
+        """End sampling after one last read; a log never started stays empty."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+
+    def __enter__(self) -> GpuStateLog:
+        self.start()
         return self
 
     def __exit__(
         self, kind: type | None, err: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
+        self.stop()
 
     def _sample(self, reader: NvmlReader) -> None:
-        """One sample now and every interval until stopped, then one more at the stop. A read
+        """One read now and every interval until stopped, then one more at the stop. A read
         that fails ends the log with its reason; the timing it watches goes on."""
         start = time.perf_counter()
         while True:
@@ -102,35 +118,53 @@ class NvmlReader:
             import pynvml
         except ImportError as err:
             raise Unavailable("not sampled: nvidia-ml-py is not installed "
-                               "(pip install nvidia-ml-py)") from err  # fmt: skip
+                              "(pip install nvidia-ml-py)") from err  # fmt: skip
         try:
             pynvml.nvmlInit()
             props = torch.cuda.get_device_properties(device)
             bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
             self.handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
+            self.reasons = _reasons_call(pynvml, self.handle)
         except Exception as err:  # noqa: BLE001 (NVMLError and its many subclasses)
             raise Unavailable(f"not sampled: NVML: {type(err).__name__}: {err}") from err
         self.nvml = pynvml
-        self.reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or (
-            pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        )
 
     def read(self) -> dict:
+        """The device's state now, as COLUMNS but `t_s` (power in W, temperature in C)."""
         nvml, handle = self.nvml, self.handle
         return {
             "sm_mhz": nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
             "mem_mhz": nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM),
-            "power_w": nvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
+            "power_w": nvml.nvmlDeviceGetPowerUsage(handle) / 1e3,  # mW, a 1-second average
             "temp_c": nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
             "slowdown": slowdown_names(self.reasons(handle)),
         }
 
     def max_sm_mhz(self) -> int:
+        """The most the SM clock can run at on this board (its boost clock)."""
         return int(self.nvml.nvmlDeviceGetMaxClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
 
 
+def _reasons_call(pynvml: ModuleType, handle: object) -> Callable[[object], int]:
+    """NVML's clocks-event reasons query, tried once: the newer name where the driver has it,
+    else the older one (drivers before 535 have only `...ThrottleReasons`)."""
+    newer = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+    if newer is not None:
+        try:
+            newer(handle)
+            return newer
+        except pynvml.NVMLError_FunctionNotFound:
+            pass
+    older = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    older(handle)
+    return older
+
+
+@functools.cache
 def open_reader(device: torch.device) -> NvmlReader:
-    """NVML's reader of `device`'s state; Unavailable says why there is none."""
+    """The one NVML reader of `device`, opened on first use (one nvmlInit a process); raises
+    Unavailable, with why, where there is none (that is not kept: a later call tries again).
+    Tests replace it to stand in for NVML."""
     return NvmlReader(device)
 
 

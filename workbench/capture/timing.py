@@ -189,11 +189,16 @@ class Launch:
 
 
 def time_launches(
-    launches: Sequence[Launch], device: torch.device, repeats: Repeats = BENCH_REPEATS
+    launches: Sequence[Launch],
+    device: torch.device,
+    repeats: Repeats = BENCH_REPEATS,
+    on_rounds: Callable[[], object] | None = None,
 ) -> list[Timing | Exception]:
     """Time each launch by the workbench's one method, all of them in turns (module
     docstring): each is warmed up and captured first, then sampled round by round. A launch
-    that fails (out of memory, a compile error) gets its exception in its place."""
+    that fails (out of memory, a compile error) gets its exception in its place. `on_rounds`
+    is called once the warm-ups are done, as the rounds begin (a bench starts reading the
+    GPU's state there, so its readings are the rounds', not the warm-ups')."""
     methods = [method_for(device, launch.tokens, launch.graph, repeats) for launch in launches]
     flush = flush_buffer(device, methods)
     measures: list[Callable[[], float] | Exception] = []
@@ -203,6 +208,8 @@ def time_launches(
         except Exception as err:  # noqa: BLE001 (one failing contender must not stop the rest)
             measures.append(err)
     ready = [i for i, m in enumerate(measures) if not isinstance(m, Exception)]
+    if on_rounds is not None:
+        on_rounds()
     sampled = adaptive_rounds([measures[i] for i in ready], **asdict(repeats))
     results: list[Timing | Exception] = list(measures)  # type: ignore[arg-type]
     for i, result in zip(ready, sampled, strict=True):

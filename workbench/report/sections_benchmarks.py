@@ -78,7 +78,8 @@ def scenario(name: str) -> str:
 
 def run_conditions(item: Artifact) -> str:
     """The device ceilings a benchmark measured beside its rows, and what NVML read of the GPU
-    while its rows were timed (runs before 2026-12-04 have no such reading), as text."""
+    while they and its rows were timed (runs before 2026-12-04T05:02 have no such reading), as
+    text."""
     c = item.meta.get("ceilings") or {}
     parts = []
     if {"copy_bytes_per_s", "bf16_flops", "fp8_flops"} <= set(c):

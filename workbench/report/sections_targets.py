@@ -61,7 +61,8 @@ def _hybrid_ab_run(collection: Collection) -> Artifact | None:
 
 
 def write_targets(page: ReportPage, collection: Collection, section: Section) -> None:
-    """One table: every target's measure, goal, measured figures, status and run."""
+    """A table of every target's measure, goal, measured figures, status and run, then, for
+    each bench run judged that read it, the GPU's state at each size."""
     judged: list[tuple[Artifact, list[Verdict]]] = []
     for run, judge in ((dense_run(collection), dense_verdicts),
                        (_moe_run(collection), moe_verdicts)):  # fmt: skip
@@ -89,9 +90,12 @@ def _write_gpu_state(page: ReportPage, run: Artifact) -> None:
     so its times (not its ratios, timed in turns) move with the GPU's state."""
     if run.kind not in ("bench-dense", "bench-moe"):
         return
-    size = "m" if run.kind == "bench-dense" else "tokens"
+    names = ["m"] if run.kind == "bench-dense" else ["routing", "tokens"]
     state = state_by_size(run.result.get("gpu_state"), run.result.get("samples"),
-                          bench_rows(run), size)  # fmt: skip
-    if not state.empty:
-        page.table(state, f"The GPU while each size's rows were timed ({run.kind})",
-                   sources([run]), index=False)  # fmt: skip
+                          bench_rows(run), names)  # fmt: skip
+    if state.empty:
+        return
+    window = (run.meta.get("gpu_state") or {}).get("window")
+    span = "its rounds" if window == "rounds" else "its first warm-up to its last round"
+    page.table(state, f"The GPU while each size's rows were timed ({run.kind}; read from "
+               f"{span})", sources([run]), index=False)  # fmt: skip
