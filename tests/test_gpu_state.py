@@ -23,6 +23,13 @@ from workbench.capture.bench_rows import (
 from workbench.capture.timing import Launch
 
 
+@pytest.fixture(autouse=True)
+def no_cached_reader():
+    """Each test opens its own NVML reader: one cached by an earlier GPU test would hide a
+    missing pynvml."""
+    gpu_state.open_reader.cache_clear()
+
+
 class FakeReader:
     """Stands in for NVML: a clock that drops by 15 MHz a read, under a power cap after the
     second read; `fail_after` reads, it raises as a lost driver would."""
@@ -176,12 +183,11 @@ def test_reading_begins_with_the_rounds_not_the_warm_ups(monkeypatch):
     rounds follow it, so the readings are of the rounds."""
     events: list[str] = []
 
-    class Recording(FakeReader):
-        def read(self) -> dict:
-            events.append("read")
-            return super().read()
+    def opened(device: torch.device) -> FakeReader:  # start() opens the reader synchronously
+        events.append("open")
+        return FakeReader()
 
-    monkeypatch.setattr(gpu_state, "open_reader", lambda device: Recording())
+    monkeypatch.setattr(gpu_state, "open_reader", opened)
 
     def plan(name: str) -> RowPlan:
         return RowPlan({"variant": name}, lambda: {"rel_error": 0.0}, 1e-2,
@@ -189,9 +195,10 @@ def test_reading_begins_with_the_rounds_not_the_warm_ups(monkeypatch):
                        lambda row: {})  # fmt: skip
 
     check_then_time([plan("a"), plan("b")], torch.device("cpu"))
-    first_read = events.index("read")
-    assert {"a", "b"} <= set(events[:first_read])  # both warmed up before it
-    assert {"a", "b"} <= set(events[first_read:])  # and sampled in rounds after it
+    opening = events.index("open")
+    assert {"a", "b"} <= set(events[:opening])  # both warmed up before reading began
+    assert {"a", "b"} <= set(events[opening:])  # and sampled in rounds after
+    assert events.count("open") == 1
 
 
 class FakePynvml:
@@ -272,3 +279,17 @@ def test_a_source_line_names_the_gpu_state_of_the_ceilings_and_of_the_rows():
     )
     older = Artifact(Path("raw/y"), "bench-dense", {"ceilings": ceilings}, {})
     assert run_conditions(older).endswith("measured in the same run")
+
+
+def test_groups_are_named_by_their_sizes_in_order_or_by_number():
+    from workbench.analysis.gpu_state import state_by_size
+
+    bench = pd.DataFrame({"m": [128, 16, 1024, 4096], "routing": ["u", "u", None, None]})
+    samples = pd.DataFrame({"row": [0, 1, 2, 3], "group": [0, 0, 0, 1], "round": 0, "ms": 1.0})
+    state = state_frame()
+    table = state_by_size(state, samples, bench, ["routing", "m"])
+    assert list(table["m"]) == ["16, 128, 1,024", "4,096"]  # numbers in order, not as text
+    assert list(table["routing"]) == ["u", ""]  # no routing recorded: blank, not 'nan'
+    numbered = state_by_size(state, samples, bench, ["tokens"])
+    assert list(numbered["group"]) == [0, 1]
+    assert state_by_size(None, samples, bench, ["m"]).empty

@@ -58,8 +58,9 @@ def state_by_size(state: pd.DataFrame | None, samples: pd.DataFrame | None,
                   bench: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:  # fmt: skip
     """One line a group of rows timed in turns, named by its rows' `names` columns of `bench`
     (dense: `m`; MoE: `routing` and `tokens`): how many rows, the SM clock (median, lowest),
-    the median power and the share of samples under a power cap or another slowdown. Empty
-    when the run read no state (a CPU run, runs before 2026-12-04T05:02)."""
+    the median power and the share of samples under a power cap or another slowdown (named by
+    its group number where `bench` has none of `names`). Empty when the run read no state (a
+    CPU run, runs before 2026-12-04T05:02)."""
     if state is None or state.empty or samples is None or samples.empty:
         return pd.DataFrame()
     names = [n for n in names if n in bench]
@@ -70,8 +71,9 @@ def state_by_size(state: pd.DataFrame | None, samples: pd.DataFrame | None,
             continue
         positions = sorted(set(rows))
         slowdown = summary["slowdown_share"]
+        label = {n: _label(bench.iloc[positions][n]) for n in names} or {"group": int(group)}
         lines.append({
-            **{n: _label(bench.iloc[positions][n]) for n in names}, "rows": len(positions),
+            **label, "rows": len(positions),
             "SM clock median (MHz)": summary["sm_mhz_median"],
             "SM clock lowest (MHz)": summary["sm_mhz_min"],
             "power median (W)": summary["power_w_median"],
@@ -84,6 +86,10 @@ def state_by_size(state: pd.DataFrame | None, samples: pd.DataFrame | None,
 
 def _label(values: pd.Series) -> str:
     """A group's values of one naming column: '4,096' for a number, the text otherwise,
-    comma-joined where the group's rows differ."""
-    return ", ".join(f"{v:,.0f}" if pd.api.types.is_number(v) else str(v)
-                     for v in sorted(set(values), key=str))  # fmt: skip
+    comma-joined (numbers in order) where the group's rows differ; '' for none."""
+    present = pd.Series(pd.unique(values.dropna()))
+    if present.empty:
+        return ""
+    if pd.api.types.is_numeric_dtype(present):
+        return ", ".join(f"{v:,.0f}" for v in sorted(present))
+    return ", ".join(sorted(str(v) for v in present))

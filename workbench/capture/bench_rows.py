@@ -41,8 +41,8 @@ def time_calls(
     launches: Sequence[Launch], device: torch.device, log: GpuStateLog | None = None
 ) -> list[list[float] | Exception]:
     """Each launch's samples (ms per unit, one a round), all timed in turns by the workbench's
-    one timer (`capture.timing.time_launches`), or the exception that stopped it; `log` reads
-    the GPU's state from the first round to the last."""
+    one timer (`capture.timing.time_launches`), or the exception that stopped it; `log` is
+    started as the rounds begin (the caller stops it)."""
     on_rounds = None if log is None else log.start
     timings = time_launches(launches, device, on_rounds=on_rounds)
     return [t if isinstance(t, Exception) else t.samples_ms for t in timings]
@@ -85,8 +85,9 @@ def gpu_state_record(rows: Sequence[dict], state: pd.DataFrame, device: torch.de
     gaps = {str(group): log.unavailable
             for group, log in _groups(rows).values() if log.unavailable}  # fmt: skip
     if state.empty:
-        return {"sampled": False, "why": "; ".join(sorted(set(gaps.values()))) or
-                "no rows were timed"}  # fmt: skip
+        why = "; ".join(sorted(set(gaps.values())))
+        unread = "the GPU's state was not read" if _groups(rows) else "no rows were timed"
+        return {"sampled": False, "why": why or unread}
     summary = state_summary(state)
     top = max_sm_mhz(device)
     return {"sampled": True, "window": STATE_WINDOW, "max_sm_mhz": top, "summary": summary,

@@ -1,6 +1,6 @@
 """What the GPU's clocks, power and temperature did while a bench's rows were timed.
 
-Two `bench moe` runs on the H200 17 minutes apart, with the same code and the same timing
+Two `bench moe` runs on the H200 11 minutes apart, with the same kernels and the same timing
 design, timed every row at T=33,863 0.9-7% apart (flat on bf16 experts 14.13 and 13.37 ms,
 W8A8 9.65 and 9.03): the GPU's state, not the kernels. Rows timed in turns share that state,
 so their ratios hold; a time, or a share of a ceiling measured minutes before, does not. So
@@ -27,7 +27,10 @@ from types import ModuleType, TracebackType
 
 import torch
 
-INTERVAL_S = 0.1  # a read every 0.1 s; a decode size's rounds last tens of ms, so a few reads
+# A read every 0.1 s. A decode size's rounds take about 0.1 s, so two or three reads, whose
+# power (a 1-second average) is mostly the warm-ups'; a prefill size's rounds take seconds.
+INTERVAL_S = 0.1
+JOIN_S = 10.0  # how long `stop` waits for a read in flight before giving NVML up
 # NVML's clocks-event reason bits that hold the clocks down under load (nvmlClocksEventReason*).
 # Left out: idle, sync boost and display clocks (none is set while a kernel runs) and
 # application clocks (a setting, the same for every row; the environment records the clocks).
@@ -73,10 +76,13 @@ class GpuStateLog:
         self._thread.start()
 
     def stop(self) -> None:
-        """End sampling after one last read; a log never started stays empty."""
+        """End sampling after one last read; a log never started stays empty. A read that
+        hangs does not hang the bench: after JOIN_S the thread (a daemon) is left behind."""
         if self._thread is not None:
             self._stop.set()
-            self._thread.join()
+            self._thread.join(JOIN_S)
+            if self._thread.is_alive():
+                self.unavailable = f"NVML did not answer within {JOIN_S:.0f} s"
 
     def __enter__(self) -> GpuStateLog:
         self.start()
@@ -162,7 +168,7 @@ def _reasons_call(pynvml: ModuleType, handle: object) -> Callable[[object], int]
 
 @functools.cache
 def open_reader(device: torch.device) -> NvmlReader:
-    """The one NVML reader of `device`, opened on first use (one nvmlInit a process); raises
+    """The one NVML reader of `device`, opened on first use (one nvmlInit a device); raises
     Unavailable, with why, where there is none (that is not kept: a later call tries again).
     Tests replace it to stand in for NVML."""
     return NvmlReader(device)

@@ -197,7 +197,8 @@ def time_launches(
     """Time each launch by the workbench's one method, all of them in turns (module
     docstring): each is warmed up and captured first, then sampled round by round. A launch
     that fails (out of memory, a compile error) gets its exception in its place. `on_rounds`
-    is called once the warm-ups are done, as the rounds begin (a bench starts reading the
+    is called once the warm-ups are done, as the rounds begin (not at all when no launch got
+    that far) (a bench starts reading the
     GPU's state there, so its readings are the rounds', not the warm-ups')."""
     methods = [method_for(device, launch.tokens, launch.graph, repeats) for launch in launches]
     flush = flush_buffer(device, methods)
@@ -208,7 +209,7 @@ def time_launches(
         except Exception as err:  # noqa: BLE001 (one failing contender must not stop the rest)
             measures.append(err)
     ready = [i for i, m in enumerate(measures) if not isinstance(m, Exception)]
-    if on_rounds is not None:
+    if on_rounds is not None and ready:
         on_rounds()
     sampled = adaptive_rounds([measures[i] for i in ready], **asdict(repeats))
     results: list[Timing | Exception] = list(measures)  # type: ignore[arg-type]
