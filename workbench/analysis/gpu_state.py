@@ -38,6 +38,12 @@ def state_summary(state: pd.DataFrame | None, group: int | None = None) -> dict 
     }
 
 
+def summarised(state: pd.DataFrame, max_sm_mhz: float | None = None) -> dict:
+    """What a run.json keeps of some readings: their summary and its one-line description."""
+    summary = state_summary(state)
+    return {"summary": summary, "description": describe_state(summary, max_sm_mhz)}
+
+
 def describe_state(summary: dict | None, max_sm_mhz: float | None = None) -> str:
     """One line: 'SM clock 1,980 MHz median (1,755-1,980; max 1,980), 640 W, up to 71 C,
     power-cap in 12% of samples', or '' without samples."""

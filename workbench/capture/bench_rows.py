@@ -19,7 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from kernels.compiled import forget_facts, last_facts
-from workbench.analysis.gpu_state import describe_state, state_summary
+from workbench.analysis.gpu_state import summarised
 from workbench.analysis.stats import summarise
 from workbench.artifacts import run_stamp, write_run
 from workbench.capture.ceilings import measure_ceilings
@@ -82,16 +82,15 @@ def gpu_state_record(rows: Sequence[dict], state: pd.DataFrame, device: torch.de
     """For run.json: over what the readings span (`window`), the whole run's state summary and
     its one-line description, and the groups whose reading stopped early, with why (`gaps`);
     or why NVML was not read at all."""
-    gaps = {str(group): log.unavailable
-            for group, log in _groups(rows).values() if log.unavailable}  # fmt: skip
+    groups = _groups(rows)
+    gaps = {str(group): log.unavailable for group, log in groups.values() if log.unavailable}
     if state.empty:
         why = "; ".join(sorted(set(gaps.values())))
-        unread = "the GPU's state was not read" if _groups(rows) else "no rows were timed"
+        unread = "the GPU's state was not read" if groups else "no rows were timed"
         return {"sampled": False, "why": why or unread}
-    summary = state_summary(state)
     top = max_sm_mhz(device)
-    return {"sampled": True, "window": STATE_WINDOW, "max_sm_mhz": top, "summary": summary,
-            "description": describe_state(summary, top), "gaps": gaps}  # fmt: skip
+    return {"sampled": True, "window": STATE_WINDOW, "max_sm_mhz": top,
+            **summarised(state, top), "gaps": gaps}  # fmt: skip
 
 
 def compile_facts(facts: Sequence[dict]) -> dict:
@@ -236,8 +235,7 @@ def _ceilings_state(log: GpuStateLog) -> dict:
     (or never began) where it did."""
     record: dict = {"why": log.unavailable} if log.unavailable else {}
     if log.samples:
-        summary = state_summary(pd.DataFrame(log.samples))
-        record |= {"summary": summary, "description": describe_state(summary)}
+        record |= summarised(pd.DataFrame(log.samples))
     return record
 
 
