@@ -64,7 +64,10 @@ def _padded_gate_up_kernel(
     block = tl.program_id(0)
     expert = tl.load(block_experts_ptr + block)
     if expert >= 0:
-        slots = tl.load(padded_slots_ptr + block * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+        # The slot ids stay 32-bit through the K loop and widen where they address: held as
+        # 64-bit, the INT4 prefill tile (128 x 128, 8 warps) took ptxas (Triton 3.6's) past
+        # 255 registers and spilled 8 bytes; 32-bit, it spills nothing.
+        slots = tl.load(padded_slots_ptr + block * BLOCK_M + tl.arange(0, BLOCK_M))
         row_ok = slots < num_slots
         cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         col_ok = cols < inter
@@ -74,13 +77,13 @@ def _padded_gate_up_kernel(
         w_e = w_ptr + expert.to(tl.int64) * stride_we
         s_e = s_ptr + expert.to(tl.int64) * stride_se
         gate, up = gate_up_tile(
-            x_ptr, slots // TOP_K, row_ok, w_e, s_e, cols, col_ok, inter, hidden, k_lo, k_hi,
-            stride_xt, stride_xh, stride_wn, stride_wk, stride_sn, stride_sk, BLOCK_M, BLOCK_N,
-            BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP, EVEN_K,
+            x_ptr, (slots // TOP_K).to(tl.int64), row_ok, w_e, s_e, cols, col_ok, inter, hidden,
+            k_lo, k_hi, stride_xt, stride_xh, stride_wn, stride_wk, stride_sn, stride_sk,
+            BLOCK_M, BLOCK_N, BLOCK_K, FMT, QBLOCK, PRECISION, UPCAST, SWAP, EVEN_K,
         )  # fmt: skip
         store_gate_up(
-            h_ptr, part_ptr, split, slots, row_ok, cols, col_ok, gate, up, inter, stride_hr,
-            stride_ps, stride_pr, SPLIT, SWAP,
+            h_ptr, part_ptr, split, slots.to(tl.int64), row_ok, cols, col_ok, gate, up, inter,
+            stride_hr, stride_ps, stride_pr, SPLIT, SWAP,
         )  # fmt: skip
 
 
