@@ -75,55 +75,38 @@ def _consumer(args, WARPGROUP: gl.constexpr):
     )
     offsets = WARPGROUP * _WG_ROWS + gl.arange(0, _WG_ROWS, layout=gl.SliceLayout(1, layout))
     up_scales = (inter // _BLOCK) * stride_wsn  # the up blocks' scales, below the gate blocks'
-    programs = gl.num_programs(0)
     product = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
     step = 0
     item = gl.program_id(0)
-    # Each item's place is loaded two items ahead and its rows' tokens one ahead, and its first
-    # scales by the last step of the item before, so no chain of loads stands between items.
-    expert, first_row, owned, _, col_tile = item_place(item, items, col_tiles, 2 * inter,
-                                                       _BLOCK, tile_info_ptr)  # fmt: skip
-    tokens = gl.load(sorted_slots_ptr + first_row + offsets, mask=offsets < owned, other=0)
-    next_expert, next_row, next_owned, _, next_col = item_place(
-        item + programs, items, col_tiles, 2 * inter, _BLOCK, tile_info_ptr
-    )
-    w_scales = ws_ptr + expert * stride_wse + col_tile * stride_wsn
-    sa = gl.load(xs_ptr + (tokens // top_k).to(gl.int64) * stride_xst, mask=offsets < owned,
-                 other=0.0)  # fmt: skip
-    sw = gl.load(w_scales)
-    sw_2 = gl.load(w_scales + up_scales)
     for _ in range(my_items):
+        expert, first_row, owned, _, col_tile = item_place(item, items, col_tiles, 2 * inter,
+                                                           _BLOCK, tile_info_ptr)  # fmt: skip
         rows = first_row + offsets
         mine = offsets < owned
-        next_tokens = gl.load(sorted_slots_ptr + next_row + offsets, mask=offsets < next_owned,
-                              other=0)  # fmt: skip
-        later_expert, later_row, later_owned, _, later_col = item_place(
-            item + 2 * programs, items, col_tiles, 2 * inter, _BLOCK, tile_info_ptr
-        )
-        next_w_scales = ws_ptr + next_expert * stride_wse + next_col * stride_wsn
+        tokens = gl.load(sorted_slots_ptr + rows, mask=mine, other=0) // top_k
+        a_scales = xs_ptr + tokens.to(gl.int64) * stride_xst
+        w_scales = ws_ptr + expert * stride_wse + col_tile * stride_wsn
+        sa = gl.load(a_scales, mask=mine, other=0.0)
+        sw = gl.load(w_scales)
+        sw_2 = gl.load(w_scales + up_scales)
         acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
         acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # up's
         for k_step in range(k_steps):
             slot = step % SLOTS
-            more = k_step + 1 < k_steps
-            # This step's scales are taken before the next step's (after the last step, the
-            # next item's first) are loaded into the same names, and those loads go out before
-            # the wait for the slot: each has a whole step to land (as in the down kernel,
-            # w8a8_wgmma._consumer).
+            # Scales taken before the next step's load into the same names, as in the down
+            # kernel (w8a8_wgmma._consumer): no copy waits for a load across the loop's end.
             scale = sa * sw
             scale_2 = sa * sw_2
-            scale_row = gl.where(more, tokens, next_tokens) // top_k
-            sa = gl.load(xs_ptr + scale_row.to(gl.int64) * stride_xst + gl.where(more, k_step + 1, 0),
-                         mask=gl.where(more, mine, offsets < next_owned), other=0.0)  # fmt: skip
-            next_sw_ptr = gl.where(more, w_scales + (k_step + 1) * stride_wsk, next_w_scales)
-            sw = gl.load(next_sw_ptr)
-            sw_2 = gl.load(next_sw_ptr + up_scales)
             mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
             fence_async_shared()  # the rows came by the load warps' cp.async
             a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
             w_tile = w_ring.index(slot)
             running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
                                     product, use_acc=False, is_async=True)  # fmt: skip
+            ahead = gl.minimum(k_step + 1, k_steps - 1)  # the last step loads its own again
+            sa = gl.load(a_scales + ahead, mask=mine, other=0.0)
+            sw = gl.load(w_scales + ahead * stride_wsk)
+            sw_2 = gl.load(w_scales + up_scales + ahead * stride_wsk)
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             acc += product * scale[:, None]
             # `acc` as the (unused) input holds the rescale above before this wgmma
@@ -138,11 +121,7 @@ def _consumer(args, WARPGROUP: gl.constexpr):
         h8 = round_to_e4m3(h * inverse[:, None]).to(gl.float8e4nv)  # the scaling is exact
         store_rows(h8_ptr, rows.to(gl.int64), mine, col_tile * _BLOCK, h8, stride_hr)
         gl.store(hs_ptr + col_tile * stride_hsk + rows, scale, mask=mine)
-        item += programs
-        expert, first_row, owned, col_tile = next_expert, next_row, next_owned, next_col
-        tokens, w_scales = next_tokens, next_w_scales
-        next_expert, next_row, next_owned = later_expert, later_row, later_owned
-        next_col = later_col
+        item += gl.num_programs(0)
 
 
 @gluon.jit

@@ -169,6 +169,11 @@ def _consumer(args, LAG: gl.constexpr, WARPGROUP: gl.constexpr):
             # the samples, long scoreboard on that copy).
             scale = sa * sw
             scale_2 = sa * sw_2
+            mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
+            a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
+            w_tile = w_ring.index(slot)
+            running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
+                                    product, use_acc=False, is_async=True)  # fmt: skip
             sa = gl.load(
                 hs_ptr + gl.where(more, (k_step + 1) * stride_hsk + rows, next_row + offsets),
                 mask=gl.where(more, mine, offsets < next_owned), other=0.0,
@@ -176,11 +181,6 @@ def _consumer(args, LAG: gl.constexpr, WARPGROUP: gl.constexpr):
             next_sw_ptr = gl.where(more, w_scales + (k_step + 1) * stride_wsk, next_w_scales)
             sw = gl.load(next_sw_ptr)
             sw_2 = gl.load(next_sw_ptr + stride_wsn)
-            mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
-            a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
-            w_tile = w_ring.index(slot)
-            running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
-                                    product, use_acc=False, is_async=True)  # fmt: skip
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             acc += product * scale[:, None]
             # `acc` as the (unused) input holds the rescale above before this wgmma; with
