@@ -113,8 +113,9 @@ DOWN_DECODE = [
     {},
 ]
 # --grid int4-prefill: INT4 prefill tiles (launch.INT4_PREFILL_TILES, weights as the MMA's first
-# operand) for padded and stock; the defaults spill 8 and 64 bytes in gate/up under Triton 3.6,
-# these compile without spills in both (scripts/moe_compile_facts.py)
+# operand) for padded and stock; under Triton 3.6 the defaults spill 64 bytes in stock's gate/up
+# (8 in padded's before its slot ids stayed 32-bit), these compile without spills in both
+# (scripts/moe_compile_facts.py)
 INT4_PREFILL = [
     {},
     dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3, swap_ab=True),

@@ -85,9 +85,10 @@ class Tiles:
 # operand, unpacked and scaled in registers (tiles._mma), 128 rows a tile as the MMA's N. On
 # the H200 at T=33,863 (flat, raw/logs/h200-tune-moe-int4-1d7d385-20261201T1953.csv): 35.4 ms,
 # against 116 for the old 64 x 64 x 64 unswapped tiles in the run layout (the df8f8b5 log)
-# and 96.7 before it. Padded's gate/up spills 8 bytes with them under Triton 3.6, and every
-# tile that compiles without spills was slower: 38.8 ms at best (64 rows a tile) against 35.4
-# (raw/logs/h200-tune-moe-int4-prefill-nospill-a01574b-20261203T2353.csv), so they stay.
+# and 96.7 before it. Padded's gate/up spilled 8 bytes with them under Triton 3.6 until its
+# slot ids stayed 32-bit (padded._padded_gate_up_kernel); every tile that compiled without
+# spills then was slower: 38.8 ms at best (64 rows a tile) against 35.4
+# (raw/logs/h200-tune-moe-int4-prefill-nospill-a01574b-20261203T2353.csv).
 INT4_PREFILL_TILES = Tiles(
     block_m=128, block_n=128, block_k=128, split_k=1, num_warps=8, num_stages=3, swap_ab=True
 )
