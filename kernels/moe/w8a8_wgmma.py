@@ -28,8 +28,9 @@ T=33,863; with a table of row tiles (then written by gate/up, now by
 `row_table`) 2% slower there and 10% faster at 4,096;
 with 256-column items a tie and 19% faster; with the rows stored 16 bytes a thread 11.8% and
 13% faster (10.94 against 12.40 ms, 2.60 against 3.00), results identical to the Triton
-kernel's. In ncu at T=33,863 (ncu/moe-w8a8-T33863-fmtfp8) it took 2.79 ms with the tensor
-pipe 54% busy.
+kernel's. In ncu at T=33,863 (ncu/moe-w8a8-T33863-fmtfp8, at 82b2dc8) it takes 2.74 ms with
+the tensor pipe 54% busy, its warpgroups waiting most on their wgmmas and, 11% of the samples,
+on a ring slot's copy.
 
 Gluon has no interpreter: the CPU tests compile it for sm_90 and read its SASS
 (scripts/dense_wgmma_sass.py --kernel moe-down); the GPU tests compare `moe_w8a8` with and
