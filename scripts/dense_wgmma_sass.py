@@ -88,8 +88,7 @@ def compile_moe_down(stages: int, consumer_regs: int):
     h_desc, w_desc = moe_w8a8_wgmma.expert_descriptors(
         h8, down, moe_w8a8_wgmma.WIDE, moe_w8a8_wgmma.BLOCK
     )
-    constants = {"STAGES": stages, "LAG": max(1, stages - moe_w8a8_wgmma.LOAD_AHEAD),
-                 "CONSUMER_REGS": consumer_regs}  # fmt: skip
+    constants = {"STAGES": stages, "CONSUMER_REGS": consumer_regs}
     pointers = {"y_ptr": "*bf16", "sorted_slots_ptr": "*i32", "tile_info_ptr": "*i32",
                 "tile_offsets_ptr": "*i32"}  # fmt: skip
     return compile_gluon(moe_w8a8_wgmma._w8a8_down_wgmma_kernel,

@@ -77,7 +77,7 @@ _WG_ROWS = gl.constexpr(WG_ROWS)
 _WIDE = gl.constexpr(WIDE)
 # Ring slots: 48 KB each (h's 128 x 128 and the weights' 256 x 128), as many as fit.
 DEFAULT_STAGES = 4
-LOAD_AHEAD = 3  # K steps the ring loads ahead (the dense kernel's measured choice)
+DOWN_LOAD_REGS = gl.constexpr(40)  # down's load warp: TMA copies and an item cursor
 LOAD_WARPS = gl.constexpr(4)  # gate/up's load partition: 128 threads, 8 16-byte copies each
 LOAD_REGS = gl.constexpr(64)
 
@@ -114,7 +114,7 @@ def item_place(item, items, col_tiles, expert_rows, col_rows, tile_info_ptr):
 
 
 @gluon.jit
-def _consumer(args, LAG: gl.constexpr, WARPGROUP: gl.constexpr):
+def _consumer(args, WARPGROUP: gl.constexpr):
     """Rows 64 WARPGROUP + [0, 64) of every item this program owns.
 
     Per K step: wait for the slot's copy, issue the wgmma, load the next step's scales (after
@@ -122,8 +122,7 @@ def _consumer(args, LAG: gl.constexpr, WARPGROUP: gl.constexpr):
     slot, and fold the product into the accumulator with the scales loaded a step before.
     What an item's epilogue and the next item need (its rows' slots and routing weights, the
     next item's place) is loaded when the item starts, so no round trip to L2 stands between
-    two items. Warpgroup 0 also refills the slot used LAG steps before (once both warpgroups
-    have released it) with the step SLOTS ahead, whose item and K step advance as a cursor.
+    two items. The ring is refilled by the load warp (`_down_loads`).
     """
     (h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr,
      row_weights_ptr, tile_info_ptr, items, hidden, k_steps, my_items, stride_hsk, stride_wse,
@@ -136,13 +135,7 @@ def _consumer(args, LAG: gl.constexpr, WARPGROUP: gl.constexpr):
     col_tiles = hidden // _WIDE
     programs = gl.num_programs(0)
     product = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
-    total = my_items * k_steps
     step = 0
-    # The refill cursor: step SLOTS (the prologue loaded 0 .. SLOTS - 1), as an item and K step.
-    load_item = gl.program_id(0) + (SLOTS // k_steps) * programs
-    load_k = SLOTS % k_steps
-    _, load_row, _, load_w_row, _ = item_place(load_item, items, col_tiles, hidden, _WIDE,
-                                               tile_info_ptr)  # fmt: skip
     item = gl.program_id(0)
     expert, first_row, owned, _, col_tile = item_place(item, items, col_tiles, hidden, _WIDE,
                                                        tile_info_ptr)  # fmt: skip
@@ -190,17 +183,6 @@ def _consumer(args, LAG: gl.constexpr, WARPGROUP: gl.constexpr):
                                     acc, use_acc=False, is_async=True)  # fmt: skip
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             mbarrier.arrive(empty.index(slot), count=1)
-            if WARPGROUP == 0 and step >= LAG:
-                issue_load(h_desc, w_desc, a_ring, w_ring, ready, released_slot(empty, step, LAG),
-                           total,
-                           load_row, load_w_row, load_k)  # fmt: skip
-                load_k += 1
-                if load_k == k_steps:
-                    load_k = 0
-                    load_item += programs
-                    _, load_row, _, load_w_row, _ = item_place(
-                        load_item, items, col_tiles, hidden, _WIDE, tile_info_ptr
-                    )
             acc_2 += product * scale_2[:, None]
             step += 1
         store_rows(y_ptr, slots, mine, col_tile * _WIDE, acc * weights[:, None], stride_yr)
@@ -281,33 +263,51 @@ def store_rows(y_ptr, slots, mine, first_col, values, stride_yr):
 def _w8a8_down_wgmma_kernel(
     h_desc, w_desc, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr, row_weights_ptr, tile_info_ptr,
     tile_offsets_ptr, num_experts, hidden, inter, stride_hsk, stride_wse, stride_wsn,
-    stride_wsk, stride_yr, STAGES: gl.constexpr, LAG: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr,
+    stride_wsk, stride_yr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     a_ring, w_ring, ready, empty = allocate_ring(h_desc, w_desc, STAGES)
     col_tiles = hidden // _WIDE
     k_steps = inter // _BLOCK
     items = gl.load(tile_offsets_ptr + num_experts) * col_tiles
     my_items = gl.cdiv(items - gl.program_id(0), gl.num_programs(0))
-    for first in gl.static_range(STAGES):
-        item = gl.program_id(0) + (first // k_steps) * gl.num_programs(0)
-        _, first_row, _, w_row, _ = item_place(item, items, col_tiles, hidden, _WIDE,
-                                               tile_info_ptr)  # fmt: skip
-        issue_load(h_desc, w_desc, a_ring, w_ring, ready, first, my_items * k_steps, first_row,
-                   w_row, first % k_steps)  # fmt: skip
     args = (h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,
             sorted_slots_ptr, row_weights_ptr, tile_info_ptr, items, hidden, k_steps,
             my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr)  # fmt: skip
-    gl.warp_specialize([(_consumer, (args, LAG, 0)), (_bottom_rows, (args, LAG))], [4],
-                       [CONSUMER_REGS])  # fmt: skip
+    loads = (h_desc, w_desc, a_ring, w_ring, ready, empty, tile_info_ptr, items, col_tiles,
+             hidden, k_steps, my_items)  # fmt: skip
+    gl.warp_specialize([(_consumer, (args, 0)), (_bottom_rows, (args,)), (_down_loads, loads)],
+                       [4, 1], [CONSUMER_REGS, DOWN_LOAD_REGS])  # fmt: skip
 
 
 # Warpgroup 0, the default partition, runs _consumer with its arguments as written; warpgroup
 # 1, a worker, through a wrapper that names it.
 @gluon.jit
-def _bottom_rows(args, LAG: gl.constexpr):
-    """Warpgroup 1 (the worker partition): each item's last 64 rows."""
-    _consumer(args, LAG, 1)
+def _bottom_rows(args):
+    """Warpgroup 1 (a worker partition): each item's last 64 rows."""
+    _consumer(args, 1)
+
+
+@gluon.jit
+def _down_loads(h_desc, w_desc, a_ring, w_ring, ready, empty, tile_info_ptr, items, col_tiles,
+                hidden, k_steps, my_items):  # fmt: skip
+    """The load warp (a partition of its own): every step of this program's items in order,
+    each slot refilled as soon as both warpgroups have released it, so the ring runs SLOTS
+    steps ahead of the MMAs and no warpgroup stops to issue copies."""
+    SLOTS: gl.constexpr = a_ring.type.shape[0]
+    total = my_items * k_steps
+    item = gl.program_id(0)
+    k_step = 0
+    _, first_row, _, w_row, _ = item_place(item, items, col_tiles, hidden, _WIDE, tile_info_ptr)
+    for step in range(total):
+        if step >= SLOTS:
+            released_slot(empty, step, SLOTS)
+        issue_load(h_desc, w_desc, a_ring, w_ring, ready, step, total, first_row, w_row, k_step)
+        k_step += 1
+        if k_step == k_steps:
+            k_step = 0
+            item += gl.num_programs(0)
+            _, first_row, _, w_row, _ = item_place(item, items, col_tiles, hidden, _WIDE,
+                                                   tile_info_ptr)  # fmt: skip
 
 
 def runs_on(hidden: int, inter: int) -> bool:
@@ -362,8 +362,8 @@ def down_wgmma(
     launch(
         _w8a8_down_wgmma_kernel, (grid,), h_desc, w_desc, hs, down_scale, y, sorted_slots,
         row_weights, tile_info, tile_offsets, experts, hidden, inter, hs.stride(0),
-        *down_scale.stride(), y.stride(0), STAGES=num_stages, LAG=max(1, num_stages - LOAD_AHEAD),
-        CONSUMER_REGS=consumer_regs, num_warps=4,
+        *down_scale.stride(), y.stride(0), STAGES=num_stages, CONSUMER_REGS=consumer_regs,
+        num_warps=4,
     )  # fmt: skip
 
 
