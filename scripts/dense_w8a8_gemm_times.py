@@ -31,13 +31,12 @@ from workbench.peers import deepgemm
 from workbench.workloads.checks import relative_error
 from workbench.workloads.dense import activations
 
-# name: gemm_w8a8_wgmma options (block_m, block_n, num_stages, refill_lag; none: its defaults)
+# name: gemm_w8a8_wgmma options (block_m, block_n, num_stages; none: its defaults)
 SETTINGS = {
     "default": {},
-    "m128s5lag2": dict(block_m=128, num_stages=5, refill_lag=2),
-    "m128s5lag1": dict(block_m=128, num_stages=5, refill_lag=1),
-    "m256s4lag2": dict(block_m=256, num_stages=4, refill_lag=2),
-    "m256s4lag1": dict(block_m=256, num_stages=4, refill_lag=1),
+    "m128s5": dict(block_m=128, num_stages=5),
+    "m256s4": dict(block_m=256, num_stages=4),
+    "m256s3": dict(block_m=256, num_stages=3),
     # 64-wide tiles: twice the tiles, for projections whose 128-wide ones leave a last round
     # mostly idle (shared_gate_up at M=4096: 288 tiles on 132 SMs)
     "m256n64s5": dict(block_m=256, block_n=64, num_stages=5),

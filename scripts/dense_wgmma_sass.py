@@ -58,8 +58,7 @@ def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int):
         "y_desc": w8a8_wgmma.descriptor(torch.empty(m, n, dtype=torch.bfloat16),
                                         [w8a8_wgmma.ROWS // 2, block_n]),
     }  # fmt: skip
-    constants = {"STAGES": stages, "CONSUMER_REGS": consumer_regs,
-                 "REFILL_LAG": max(1, stages - w8a8_wgmma.LOAD_AHEAD)}  # fmt: skip
+    constants = {"STAGES": stages, "CONSUMER_REGS": consumer_regs}
     return compile_gluon(w8a8_wgmma._w8a8_wgmma_kernel, descriptors, constants)
 
 

@@ -572,7 +572,7 @@ def test_the_wgmma_kernel_takes_two_waves_where_one_wave_tiles_overflow_the_sms(
 def test_the_wgmma_kernels_ring_must_load_ahead(device):
     x, weights = make(300, 256, 256, torch.bfloat16, block=128, device=device)
     values, scales = quantize_activations(x, 128, outer_major=True)
-    with pytest.raises(ValueError, match="refill_lag must be at least 1 and below num_stages"):
-        gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16, num_stages=4, refill_lag=4)
+    with pytest.raises(ValueError, match="num_stages must be at least 2"):
+        gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16, num_stages=1)
     with pytest.raises(ValueError, match=r"needs 272 KB of shared memory.*num_stages <= 4"):
         gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16, block_m=256, num_stages=5)

@@ -74,13 +74,11 @@ GROUP = gl.constexpr(8)  # row tiles walked together (grouped order)
 # 16384 (h200-tune-dense-wgmma-a68971d-*.csv): 5 x 32 KB of ring. Two-wave tiles take 48 KB a
 # slot, so 4, which ran 1.5x faster than 3 (h200-tune-dense-wgmma-waves-*.csv).
 DEFAULT_STAGES = {128: 5, 256: 4}
-# K steps the ring loads ahead: a slot is refilled by warpgroup 0 `refill_lag` steps after its
-# use (once both warpgroups have released it), so num_stages - refill_lag steps ahead. On the
-# H200, two-wave tiles at 4 stages took 0-6% less time a projection at lag 1 (three steps
-# ahead) than at lag 2 (two), and one-wave tiles at 5 stages were within 1% between lag 2
-# (three ahead) and lag 1 (four) (raw/logs/h200-dense-w8a8-gemm-times-2e9b9f7-*.csv), so the
-# default keeps three steps ahead.
-LOAD_AHEAD = 3
+# The ring is refilled by a load warp of its own (`_loads`), each slot as soon as both
+# warpgroups have released it. Before, warpgroup 0 refilled a slot one or two steps after its
+# use, which kept the ring three steps ahead at best and stopped that warpgroup's MMAs for the
+# copies and the wait for the other's release.
+LOAD_REGS = gl.constexpr(40)  # the load warp's registers: TMA copies and a tile cursor
 SHARED_MEMORY = 232448  # bytes a block may take on sm_90 (227 KB, opted in)
 
 
@@ -179,7 +177,7 @@ def _weight_scale(sw_ptr, block_n, k_step, ok, stride_swn, stride_swk):
 @gluon.jit
 def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
               k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-              LAG: gl.constexpr, WARPGROUP: gl.constexpr):  # fmt: skip
+              WARPGROUP: gl.constexpr):  # fmt: skip
     """Rows 64 WARPGROUP + [0, 64) of every 128-row wave of every tile this program owns.
 
     A tile is one wave of 128 rows or two (BLOCK_M 256, as DeepGEMM's 256-row tiles are): the
@@ -190,12 +188,11 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
     Per K step and wave: wait for the slot's copy (first wave), issue the wgmma, load the next
     step's scales while it runs, wait for it, release the slot (last wave), and fold the
     product into the wave's accumulator with the scales loaded a step before (an L2 round
-    trip a step, otherwise exposed). Warpgroup 0 also refills the slot used LAG steps before,
-    once both warpgroups have released it, so it rarely waits for the other; the refill's tile
-    and K step advance as a cursor, so a step does no division. The two warpgroups share no
-    barrier besides the ring's, so one rescales while the other's wgmma holds the tensor
-    cores: the overlap a single warpgroup cannot get, because ptxas serialises its wgmmas when
-    any instruction reads an accumulator while one is in flight (ptxas info C7514). A finished
+    trip a step, otherwise exposed). The load warp (`_loads`) refills the ring. The two
+    warpgroups share no barrier besides the ring's, so one rescales while the other's wgmma
+    holds the tensor cores: the overlap a single warpgroup cannot get, because ptxas
+    serialises its wgmmas when any instruction reads an accumulator while one is in flight
+    (ptxas info C7514). A finished
     wave leaves through this warpgroup's staging buffer by a TMA store, which clips rows and
     columns past the output's edge.
     """
@@ -212,13 +209,7 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
     row_offsets = WARPGROUP * WG_ROWS + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, layout))
     y_buf = y_bufs.index(WARPGROUP)
     product = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)
-    total = my_tiles * k_steps
     step = 0
-    # The refill cursor: step SLOTS (the prologue loaded 0 .. SLOTS - 1), as a tile and K step.
-    load_tile = SLOTS // k_steps
-    load_k = SLOTS % k_steps
-    load_m, load_n = _tile_of(gl.program_id(0) + load_tile * gl.num_programs(0), tiles_m,
-                              tiles_n)  # fmt: skip
     for t in range(my_tiles):
         pid_m, pid_n = _tile_of(gl.program_id(0) + t * gl.num_programs(0), tiles_m, tiles_n)
         rows = pid_m * BLOCK_M + row_offsets
@@ -249,17 +240,6 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
                 next_sa_2 = _row_scales(sa_ptr, rows + WAVE, k_step + 1, more, M, stride_sak)
                 product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             mbarrier.arrive(empty.index(slot), count=1)
-            if WARPGROUP == 0 and step >= LAG:
-                issue_load(a_desc, w_desc, a_ring, w_ring, ready, released_slot(empty, step, LAG),
-                           total,
-                           load_m * BLOCK_M, load_n * BLOCK_N, load_k)  # fmt: skip
-                load_k += 1
-                if load_k == k_steps:
-                    load_k = 0
-                    load_tile += 1
-                    load_m, load_n = _tile_of(
-                        gl.program_id(0) + load_tile * gl.num_programs(0), tiles_m, tiles_n
-                    )
             if TWO_WAVES:
                 acc_2 += product * (sa_2 * sw)[:, None]
                 sa_2 = next_sa_2
@@ -287,7 +267,7 @@ def _store_wave(y_desc, y_buf, acc, row, column):
 @gluon.jit
 def _w8a8_wgmma_kernel(
     a_desc, w_desc, y_desc, sa_ptr, sw_ptr, M, N, K, stride_sak, stride_swn, stride_swk,
-    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, REFILL_LAG: gl.constexpr,
+    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -300,35 +280,55 @@ def _w8a8_wgmma_kernel(
     tiles_n = gl.cdiv(N, BLOCK_N)
     k_steps = gl.cdiv(K, BLOCK_K)
     my_tiles = gl.cdiv(tiles_m * tiles_n - gl.program_id(0), gl.num_programs(0))
-    for first in gl.static_range(STAGES):
-        tile = gl.program_id(0) + (first // k_steps) * gl.num_programs(0)
-        pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
-        issue_load(a_desc, w_desc, a_ring, w_ring, ready, first, my_tiles * k_steps,
-                   pid_m * BLOCK_M, pid_n * BLOCK_N, first % k_steps)  # fmt: skip
     args = (a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-            k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-            REFILL_LAG)  # fmt: skip
-    gl.warp_specialize([(_top_rows, args), (_bottom_rows, args)], [4], [CONSUMER_REGS])
+            k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk)  # fmt: skip
+    loads = (a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, tiles_m, tiles_n)
+    gl.warp_specialize([(_top_rows, args), (_bottom_rows, args), (_loads, loads)], [4, 1],
+                       [CONSUMER_REGS, LOAD_REGS])  # fmt: skip
 
 
 @gluon.jit
 def _top_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-              LAG: gl.constexpr):  # fmt: skip
-    """Warpgroup 0 (the default partition): each wave's first 64 rows, and the ring's refills."""
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
+              stride_swk):  # fmt: skip
+    """Warpgroup 0 (the default partition): each wave's first 64 rows."""
     _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, LAG,
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
               0)  # fmt: skip
 
 
 @gluon.jit
 def _bottom_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr,
-                 M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-                 LAG: gl.constexpr):  # fmt: skip
-    """Warpgroup 1 (the worker partition): each wave's last 64 rows."""
+                 M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
+                 stride_swk):  # fmt: skip
+    """Warpgroup 1 (a worker partition): each wave's last 64 rows."""
     _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk, LAG,
+              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
               1)  # fmt: skip
+
+
+@gluon.jit
+def _loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, tiles_m, tiles_n):
+    """The load warp (a partition of its own): every K step of this program's tiles in order,
+    each slot refilled as soon as both warpgroups have released it, so the ring runs SLOTS
+    steps ahead of the MMAs; the tile and K step advance as a cursor (no division a step)."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    SLOTS: gl.constexpr = a_ring.type.shape[0]
+    total = my_tiles * k_steps
+    tile = gl.program_id(0)
+    k_step = 0
+    pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
+    for step in range(total):
+        if step >= SLOTS:
+            released_slot(empty, step, SLOTS)
+        issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, pid_m * BLOCK_M,
+                   pid_n * BLOCK_N, k_step)  # fmt: skip
+        k_step += 1
+        if k_step == k_steps:
+            k_step = 0
+            tile += gl.num_programs(0)
+            pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
 
 
 def supported(device: torch.device) -> bool:
@@ -364,7 +364,6 @@ def gemm_w8a8_wgmma(
     num_stages: int | None = None,
     consumer_regs: int = 232,
     block_m: int | None = None,
-    refill_lag: int | None = None,
 ) -> Tensor:
     """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
     (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks.
@@ -372,9 +371,7 @@ def gemm_w8a8_wgmma(
     Tiles are `block_m` rows (one wave of two warpgroups' 64 rows, or two waves; None:
     `default_block_m`) by `block_n` columns, inside one weight block, so a K step takes one
     weight scale; `consumer_regs` is the register budget Triton asks for each warpgroup
-    (setmaxnreg); `num_stages` the ring's slots (None: DEFAULT_STAGES by block_m);
-    `refill_lag` the K steps between a ring slot's use and warpgroup 0's refill of it (1 or
-    more; None: LOAD_AHEAD steps ahead where the ring has them)."""
+    (setmaxnreg); `num_stages` the ring's slots (None: DEFAULT_STAGES by block_m)."""
     check_tma_inputs("wgmma", scales, weights)
     if block_n not in (32, 64, 128):
         raise ValueError(f"block_n must be 32, 64 or 128 (a power of two no wider than a "
@@ -386,8 +383,6 @@ def gemm_w8a8_wgmma(
         block_m = default_block_m(m, n, block_n, sms)
     if num_stages is None:
         num_stages = DEFAULT_STAGES.get(block_m, 3)
-    if refill_lag is None:
-        refill_lag = max(1, num_stages - LOAD_AHEAD)
     if block_m not in BLOCK_MS:
         raise ValueError(f"block_m must be {ROWS} or {2 * ROWS} (one or two waves of two "
                          f"warpgroups' 64 rows), got {block_m}.")  # fmt: skip
@@ -398,10 +393,9 @@ def gemm_w8a8_wgmma(
         raise ValueError(f"num_stages={num_stages} with {block_m} x {block_n} tiles needs "
                          f"{(ring + staging) // 1024} KB of shared memory, more than sm_90's "
                          f"{SHARED_MEMORY // 1024} KB; use num_stages <= {fits}.")  # fmt: skip
-    if not 1 <= refill_lag < num_stages:
-        raise ValueError(f"refill_lag must be at least 1 and below num_stages (the ring must "
-                         f"load a step ahead), got {refill_lag} with num_stages="
-                         f"{num_stages}.")  # fmt: skip
+    if num_stages < 2:
+        raise ValueError(f"num_stages must be at least 2 (a slot loading while one is read), "
+                         f"got {num_stages}.")  # fmt: skip
     if not supported(values.device):
         found = str(values.device)
         if values.is_cuda:
@@ -415,7 +409,6 @@ def gemm_w8a8_wgmma(
         _w8a8_wgmma_kernel, (programs,), descriptor(values, [block_m, BLOCK]),
         descriptor(weights.values, [block_n, BLOCK]), descriptor(y, [ROWS // 2, block_n]),
         scales, weights.scales, m, n, k, scales.stride(1), *weights.scales.stride(),
-        STAGES=num_stages,
-        CONSUMER_REGS=consumer_regs, REFILL_LAG=refill_lag, num_warps=4,
+        STAGES=num_stages, CONSUMER_REGS=consumer_regs, num_warps=4,
     )  # fmt: skip
     return y
