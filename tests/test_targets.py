@@ -15,8 +15,8 @@ from workbench.analysis.targets import (
 from workbench.report.sections_targets import write_targets
 from workbench.report.seed_tables import SECTIONS
 
-DENSE_RUN = ROOT / "raw" / "bench-dense-dsv4-flash-tp2-20261204T051314" / "bench.csv"
-MOE_RUN = ROOT / "raw" / "bench-moe-dsv4-flash-tp2-20261204T123731" / "bench.csv"
+DENSE_RUN = ROOT / "raw" / "bench-dense-dsv4-flash-tp2-20261204T130251" / "bench.csv"
+MOE_RUN = ROOT / "raw" / "bench-moe-dsv4-flash-tp2-20261204T125243" / "bench.csv"
 
 
 def test_dense_verdicts_of_the_committed_run():
@@ -24,12 +24,12 @@ def test_dense_verdicts_of_the_committed_run():
     and W8A8 at prefill miss, the hybrid meets."""
     verdicts = dense_verdicts(pd.read_csv(DENSE_RUN))
     decode, middle, hybrid, prefill = verdicts
-    assert decode.met is False and decode.measured.startswith("M=1 1.27x, M=4 1.32x, M=6 1.32x")
+    assert decode.met is False and decode.measured.startswith("M=1 1.27x, M=4 1.33x, M=6 1.33x")
     assert "humming at most 0.59x our speed" in decode.measured
     assert middle.met is False and "M=64 0.96x" in middle.measured
     assert hybrid.met is True and "1.00x" in hybrid.measured
-    assert prefill.met is False and "M=4,096 1.19x, M=16,384 1.25x" in prefill.measured
-    assert "M=4,096 0.82x, M=16,384 0.81x" in prefill.measured  # DeepGEMM, the fastest peer
+    assert prefill.met is False and "M=4,096 1.24x, M=16,384 1.35x" in prefill.measured
+    assert "M=4,096 0.85x, M=16,384 0.86x" in prefill.measured  # DeepGEMM, the fastest peer
 
 
 def test_moe_verdicts_of_the_committed_run():
@@ -38,8 +38,8 @@ def test_moe_verdicts_of_the_committed_run():
     assert int4.met is False and int4.measured == "1.70x its floor (0.123 ms)"
     assert int4_prefill.met is True and int4_prefill.measured.startswith("0 spills, 0.71x")
     assert spills.met is True and spills.measured == "none spill"
-    assert w8a8.met is False and w8a8.measured.startswith("1.46x our bf16 flat's speed")
-    assert bf16.met is True and bf16.measured.startswith("66.5% of cuBLAS bf16's rate")
+    assert w8a8.met is False and w8a8.measured.startswith("1.49x our bf16 flat's speed")
+    assert bf16.met is True and bf16.measured.startswith("71.7% of cuBLAS bf16's rate")
     assert [v.status for v in (fp8, int4)] == ["met", "missed"]
 
 
@@ -127,19 +127,19 @@ def test_the_section_names_the_run_of_every_verdict(monkeypatch):
     )
     assert set(frame["from"]) == {f"`{r.as_posix()}`" for r in runs}
     assert source.startswith("From `raw/bench-dense") and "NVIDIA H200" in source
-    assert "the GPU while the rows were timed: SM clock 1,980 MHz median" in source
+    assert "the GPU while the rows were timed: SM clock 1,718 MHz median" in source
     # and a table of the GPU's state a size for each run: decode at full clock, prefill capped
     (dense, dense_caption, _), (moe, _, _) = states
     assert dense_caption == (
-        "The GPU while each size's rows were timed (bench-dense; read from "
-        "its first warm-up to its last round)"
-    )  # a run before the rounds-only window
+        "The GPU while each size's rows were timed (bench-dense; read from its rounds)"
+    )
     by_m = dense.set_index("m")
     assert (
         by_m.loc["1", "SM clock median (MHz)"] == 1980
         and by_m.loc["1", "power-capped samples"] == "0%"
     )
     assert by_m.loc["16,384", "SM clock median (MHz)"] < 1980
+    assert by_m.loc["16,384", "power-capped samples"] == "100%"
     assert list(moe["tokens"]) == ["6", "33,863"] and set(moe["routing"]) == {"uniform"}
     empty = Recorder()
     write_targets(empty, collect([]), section)
