@@ -25,6 +25,10 @@ def test_each_warpgroup_waits_once_a_wave_and_nothing_is_serialised(block_m, blo
     # below the second's wgmmas, which would read registers in flight)
     waves = block_m // 128
     assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == (str(8 * waves), str(2 * waves))
+    # only the load warp copies: its one activation box and one weight box a step (with the
+    # warpgroups refilling, a prologue of STAGES steps and warpgroup 0's refill made ten),
+    # and setmaxnreg takes the consumers from the launch's 168 registers a thread to 232
+    assert facts["TMA loads"] == "2" and facts["registers"] == "168"
 
 
 @pytest.mark.parametrize(("block_t", "stages", "split"), [(64, 6, False), (128, 4, True),
@@ -56,13 +60,15 @@ def test_bad_settings_and_the_interpreter_are_refused():
 def test_the_moe_down_kernels_wgmmas_are_one_group_a_step_and_nothing_is_serialised():
     """The MoE W8A8 down kernel: each warpgroup's K step is two groups (an item's two column
     tiles) of four m64n128k32 FP8 wgmmas with one wait each, the second group's issued after
-    the first's rescale, and ptxas serialises none of them."""
+    the first's rescale, and ptxas serialises none of them. Its load warp alone copies: one
+    box of h and one of the weights a step."""
     done = run("--kernel", "moe-down", "--stages", "4")
     assert done.returncode == 0, done.stderr
     facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
     assert facts["spilled bytes"] == "0"
     assert facts["ptxas notes"] == "none"
     assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == ("16", "4")
+    assert facts["TMA loads"] == "2"
 
 
 @pytest.mark.parametrize(("kernel", "copies"), [("moe-bf16-gate-up", "8"), ("moe-bf16-down", "0")])
