@@ -36,7 +36,6 @@ SETTINGS = {
     "default": {},
     "m128s5": dict(block_m=128, num_stages=5),
     "m256s4": dict(block_m=256, num_stages=4),
-    "m256s3": dict(block_m=256, num_stages=3),
     # 64-wide tiles: twice the tiles, for projections whose 128-wide ones leave a last round
     # mostly idle (shared_gate_up at M=4096: 288 tiles on 132 SMs)
     "m256n64s5": dict(block_m=256, block_n=64, num_stages=5),

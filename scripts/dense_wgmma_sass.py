@@ -177,7 +177,8 @@ def compile_gluon(
 
 def sass_facts(compiled) -> dict[str, int | list[str]]:
     """ptxas's performance notes, and the QGMMA, HGMMA, WARPGROUP.DEPBAR, 16-byte LDGSTS, TMA
-    load (UTMALDG) and 16-byte and 2-byte shared load (LDS.128, LDS.U16) counts of the SASS."""
+    load (UTMALDG) and 16-byte and 2-byte shared load (LDS.128, LDS.U16) counts of the SASS,
+    with the register counts its setmaxnreg instructions give the partitions."""
     tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     with tempfile.TemporaryDirectory() as folder:
         ptx, cubin = os.path.join(folder, "k.ptx"), os.path.join(folder, "k.cubin")
@@ -197,6 +198,10 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         "byte_permutes": len(re.findall(r"\bPRMT\b[^;]*0x(?:3340|777[0-3])\b", sass)),
         "bf16_fmas": len(re.findall(r"\bHFMA2\.BF16", sass)),
         "tma_loads": len(re.findall(r"\bUTMALDG\.", sass)),
+        # the register counts setmaxnreg gives the partitions (allocations and releases)
+        "setmaxnreg": sorted(
+            {int(v, 16) for v in re.findall(r"USETMAXREG\.\w+\.CTAPOOL [^;]*?(0x[0-9a-f]+)", sass)}
+        ),
         "lds128": len(re.findall(r"\bLDS\.128\b", sass)),
         "lds16": len(re.findall(r"\bLDS\.U16\b", sass)),
     }
@@ -251,6 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"byte PRMT: {facts['byte_permutes']}")
     print(f"bf16 FMA: {facts['bf16_fmas']}")
     print(f"TMA loads: {facts['tma_loads']}")
+    print(f"setmaxnreg: {' '.join(map(str, facts['setmaxnreg'])) or 'none'}")
     print(f"LDS.128: {facts['lds128']}")
     print(f"LDS.U16: {facts['lds16']}")
 

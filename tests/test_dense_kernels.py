@@ -366,13 +366,17 @@ def test_the_tma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
 @pytest.mark.parametrize(
     ("m", "n", "k", "options"),
     [
-        (300, 384, 512, {}),  # M tail in the last tile; three programs' tiles in one ring
+        (300, 384, 512, {}),  # M tail in the last tile (9 tiles, one a program)
         (1000, 200, 1040, {"num_stages": 3}),  # N and K tails: TMA zero-fills, scales masked
         (4096, 1024, 4096, {"block_n": 64}),  # several tiles a program, 64-wide tiles
         (7, 128, 256, {}),  # fewer rows than a warpgroup
         (300, 384, 512, {"block_m": 256, "num_stages": 4}),  # two waves; the second's tail
         (1000, 200, 1040, {"block_m": 256, "num_stages": 3}),  # two waves, N and K tails
         (200, 128, 384, {"block_m": 256}),  # the second wave partly past the last row
+        # several tiles a program with fewer K steps than ring slots: the load warp's cursor
+        # crosses tiles inside its window
+        (8192, 2048, 128, {}),
+        (8192, 2048, 256, {"block_m": 128, "num_stages": 5}),
     ],
 )
 def test_the_wgmma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
@@ -574,5 +578,8 @@ def test_the_wgmma_kernels_ring_must_load_ahead(device):
     values, scales = quantize_activations(x, 128, outer_major=True)
     with pytest.raises(ValueError, match="num_stages must be at least 2"):
         gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16, num_stages=1)
+    # beside the load warp, setmaxnreg can give each consumer warpgroup 232 registers at most
+    with pytest.raises(ValueError, match="consumer_regs must be a multiple of 8 from 24 to 232"):
+        gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16, consumer_regs=240)
     with pytest.raises(ValueError, match=r"needs 272 KB of shared memory.*num_stages <= 4"):
         gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16, block_m=256, num_stages=5)

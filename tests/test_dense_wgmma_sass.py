@@ -26,9 +26,11 @@ def test_each_warpgroup_waits_once_a_wave_and_nothing_is_serialised(block_m, blo
     waves = block_m // 128
     assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == (str(8 * waves), str(2 * waves))
     # only the load warp copies: its one activation box and one weight box a step (with the
-    # warpgroups refilling, a prologue of STAGES steps and warpgroup 0's refill made ten),
-    # and setmaxnreg takes the consumers from the launch's 168 registers a thread to 232
+    # warpgroups refilling, a prologue of STAGES steps and warpgroup 0's refill made
+    # 2 + 2 x STAGES), and setmaxnreg takes the consumers from the launch's 168 registers a
+    # thread to 232 and the load warp's warpgroup to 40
     assert facts["TMA loads"] == "2" and facts["registers"] == "168"
+    assert {"40", "232"} <= set(facts["setmaxnreg"].split())
 
 
 @pytest.mark.parametrize(("block_t", "stages", "split"), [(64, 6, False), (128, 4, True),
@@ -68,7 +70,7 @@ def test_the_moe_down_kernels_wgmmas_are_one_group_a_step_and_nothing_is_seriali
     assert facts["spilled bytes"] == "0"
     assert facts["ptxas notes"] == "none"
     assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == ("16", "4")
-    assert facts["TMA loads"] == "2"
+    assert facts["TMA loads"] == "2" and {"40", "232"} <= set(facts["setmaxnreg"].split())
 
 
 @pytest.mark.parametrize(("kernel", "copies"), [("moe-bf16-gate-up", "8"), ("moe-bf16-down", "0")])

@@ -17,6 +17,7 @@ from kernels.moe import (
     moe_w8a8,
 )
 from kernels.moe.reference import moe_w8a8_reference
+from kernels.moe.w8a8_wgmma import down_wgmma
 from workbench.workloads.checks import tolerance
 
 EXPERTS, TOP_K, HIDDEN, INTER = 6, 2, 256, 256  # two 128-wide blocks of H and of I
@@ -132,3 +133,11 @@ def test_the_gluon_kernels_are_refused_where_they_cannot_run(device):
         moe_w8a8(x, ids, route, weights, wgmma="yes")
     with pytest.raises(ValueError, match="wgmma=True needs an sm_90 .* block_m=128 and H a"):
         moe_w8a8(x, ids, route, weights, block_m=64, wgmma=True)
+
+
+def test_the_gluon_down_kernel_refuses_registers_its_load_warp_leaves_no_room_for():
+    """Beside down's load warp, setmaxnreg can give each consumer warpgroup 232 registers at
+    most; Triton would give warpgroup 0 fewer than asked, so more is refused up front."""
+    empty = torch.empty(0)
+    with pytest.raises(ValueError, match="consumer_regs must be a multiple of 8 from 24 to 232"):
+        down_wgmma(*[empty] * 9, programs=1, consumer_regs=240)

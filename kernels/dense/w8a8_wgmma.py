@@ -14,11 +14,13 @@ What was tried, compiled for sm_90 and read off the SASS (scripts/dense_wgmma_sa
   warpgroups.
 - So here, as there, two consumer warpgroups of 64 rows each (`gl.warp_specialize`), which
   share nothing but the TMA ring's mbarriers: while one rescales, the other's wgmma holds the
-  tensor cores. The ring is refilled by one load warp (`_loads`): the launch gives every
-  thread 168 registers and setmaxnreg moves them to the consumers (232 each, the load warp
-  40), no spills. Warpgroup 0 had refilled it before, one or two steps after a slot's use;
-  with the load warp a layer's GEMMs took 6.6% less time at M=4096 and 9.2% less at 16,384,
-  q_up 12-14% less, results identical (raw/logs/h200-dense-w8a8-load-warp-ab-3d94cb7-*.txt).
+  tensor cores. The ring is refilled by one load warp (`_loads`). Triton launches its
+  partition as a whole warpgroup (12 warps, 168 registers a thread) and setmaxnreg moves the
+  registers to the consumers: 232 each, the load warpgroup 40, no spills. A producer was
+  once ruled out for the 168 registers alone, so warpgroup 0 refilled the ring one or two
+  steps after a slot's use; with the load warp a layer's GEMMs took 6.6% less time at
+  M=4096 and 9.2% less at 16,384, q_up 12-14% less, results identical
+  (raw/logs/h200-dense-w8a8-load-warp-ab-3d94cb7-*.txt).
 - Warpgroup 1 waiting for warpgroup 0's wgmma of each K step (an mbarrier a slot), so that
   the two could not fall into step and rescale at once: on the H200 a layer's GEMMs took
   1% less time at M=4096 and 0.5% more at 16384, and 3% more with one-wave tiles
@@ -41,10 +43,11 @@ of 128 (its WAVE_BLOCK_M). So does this kernel (`default_block_m`): the second w
 the step's weight tile, 48 KB of ring for 8 MFLOP. On the H200 that took o_b to 153.7 us
 with the tensor pipe 68% busy, the warps now waiting mostly on their own wgmma
 (ncu/dense-w8a8-T4096), and the layer from 0.983 to 0.880 ms at M=4096 and 4.04 to 3.38 at
-16384 (raw/logs/h200-tune-dense-wgmma-waves-*.csv). DeepGEMM's GEMMs alone remain 1.2x
-faster (raw/logs/h200-dense-w8a8-gemm-times-*.csv): o_b 0.125 against 0.152 ms, q_up 0.205
-against 0.246; shared_gate_up's 18 column tiles leave a third round of SMs mostly idle at
-either tile height (0.070 against 0.114), where DeepGEMM picks a tile width of its own.
+16384 (raw/logs/h200-tune-dense-wgmma-waves-*.csv). Before the load warp, DeepGEMM's GEMMs
+alone were 1.2x faster (raw/logs/h200-dense-w8a8-gemm-times-*.csv): o_b 0.125 against
+0.152 ms, q_up 0.205 against 0.246; shared_gate_up's 18 column tiles leave a third round of
+SMs mostly idle at either tile height (0.070 against 0.114), where DeepGEMM picks a tile
+width of its own.
 
 Gluon has no interpreter: the CPU tests check the compiled SASS and the host-side checks, and
 the GPU tests (WORKBENCH_GPU_TESTS=1) compare results with `w8a8_reference`."""
@@ -81,7 +84,12 @@ DEFAULT_STAGES = {128: 5, 256: 4}
 # warpgroups have released it. Before, warpgroup 0 refilled a slot one or two steps after its
 # use, which kept the ring three steps ahead at best and stopped that warpgroup's MMAs for the
 # copies and the wait for the other's release.
-LOAD_REGS = gl.constexpr(40)  # the load warp's registers: TMA copies and a tile cursor
+TMA_LOAD_REGS = gl.constexpr(40)  # the load warp's registers: TMA copies and a cursor
+# A warpgroup's registers beside it: the launch's 168 a thread for 12 warps (64,512 a block),
+# less the load partition's warpgroup at 40, shared by the two consumer warpgroups. Asked for
+# more, Triton gives warpgroup 0 less than asked, so more is refused. The MoE down kernel
+# shares both.
+MAX_CONSUMER_REGS = 232
 SHARED_MEMORY = 232448  # bytes a block may take on sm_90 (227 KB, opted in)
 
 
@@ -195,9 +203,8 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
     warpgroups share no barrier besides the ring's, so one rescales while the other's wgmma
     holds the tensor cores: the overlap a single warpgroup cannot get, because ptxas
     serialises its wgmmas when any instruction reads an accumulator while one is in flight
-    (ptxas info C7514). A finished
-    wave leaves through this warpgroup's staging buffer by a TMA store, which clips rows and
-    columns past the output's edge.
+    (ptxas info C7514). A finished wave leaves through this warpgroup's staging buffer by a
+    TMA store, which clips rows and columns past the output's edge.
     """
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -287,7 +294,7 @@ def _w8a8_wgmma_kernel(
             k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk)  # fmt: skip
     loads = (a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, tiles_m, tiles_n)
     gl.warp_specialize([(_top_rows, args), (_bottom_rows, args), (_loads, loads)], [4, 1],
-                       [CONSUMER_REGS, LOAD_REGS])  # fmt: skip
+                       [CONSUMER_REGS, TMA_LOAD_REGS])  # fmt: skip
 
 
 @gluon.jit
@@ -322,6 +329,7 @@ def _loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, tile
     tile = gl.program_id(0)
     k_step = 0
     pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
+    last_tile = tiles_m * tiles_n - 1
     for step in range(total):
         if step >= SLOTS:
             released_slot(empty, step, SLOTS)
@@ -331,7 +339,8 @@ def _loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, tile
         if k_step == k_steps:
             k_step = 0
             tile += gl.num_programs(0)
-            pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
+            # past the last tile (after the program's last step) the cursor stays in bounds
+            pid_m, pid_n = _tile_of(gl.minimum(tile, last_tile), tiles_m, tiles_n)
 
 
 def supported(device: torch.device) -> bool:
@@ -358,6 +367,15 @@ def descriptor(tensor: Tensor, block_shape: list[int]) -> TensorDescriptor:
     return TensorDescriptor.from_tensor(tensor, block_shape, layout)
 
 
+def check_consumer_regs(consumer_regs: int) -> None:
+    """Refuse a consumer register budget setmaxnreg cannot give both warpgroups beside the
+    load warp's (a multiple of 8, from 24 to MAX_CONSUMER_REGS)."""
+    if consumer_regs % 8 or not 24 <= consumer_regs <= MAX_CONSUMER_REGS:
+        raise ValueError(f"consumer_regs must be a multiple of 8 from 24 to {MAX_CONSUMER_REGS} "
+                         f"(what the two warpgroups can have beside the load warp's "
+                         f"{TMA_LOAD_REGS.value}), got {consumer_regs}.")  # fmt: skip
+
+
 def gemm_w8a8_wgmma(
     values: Tensor,
     scales: Tensor,
@@ -365,7 +383,7 @@ def gemm_w8a8_wgmma(
     out_dtype: torch.dtype,
     block_n: int = 128,
     num_stages: int | None = None,
-    consumer_regs: int = 232,
+    consumer_regs: int = MAX_CONSUMER_REGS,
     block_m: int | None = None,
 ) -> Tensor:
     """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
@@ -396,6 +414,7 @@ def gemm_w8a8_wgmma(
         raise ValueError(f"num_stages={num_stages} with {block_m} x {block_n} tiles needs "
                          f"{(ring + staging) // 1024} KB of shared memory, more than sm_90's "
                          f"{SHARED_MEMORY // 1024} KB; use num_stages <= {fits}.")  # fmt: skip
+    check_consumer_regs(consumer_regs)
     if num_stages < 2:
         raise ValueError(f"num_stages must be at least 2 (a slot loading while one is read), "
                          f"got {num_stages}.")  # fmt: skip

@@ -28,9 +28,12 @@ T=33,863; with a table of row tiles (then written by gate/up, now by
 `row_table`) 2% slower there and 10% faster at 4,096;
 with 256-column items a tie and 19% faster; with the rows stored 16 bytes a thread 11.8% and
 13% faster (10.94 against 12.40 ms, 2.60 against 3.00), results identical to the Triton
-kernel's. In ncu at T=33,863 (ncu/moe-w8a8-T33863-fmtfp8, at 82b2dc8) it takes 2.74 ms with
-the tensor pipe 54% busy, its warpgroups waiting most on their wgmmas and, 11% of the samples,
-on a ring slot's copy.
+kernel's. In ncu at T=33,863 (ncu/moe-w8a8-T33863-fmtfp8, at 82b2dc8) it took 2.74 ms with
+the tensor pipe 54% busy, its warpgroups waiting most on their wgmmas and, 12% of the samples,
+on a ring slot's copy, which warpgroup 0 then issued a step after the slot's use. A load warp
+of its own (`_down_loads`, as in the dense kernel) took the whole call 2.1-3.2% faster at
+T=4,096 and 33,863, results identical
+(raw/logs/h200-moe-w8a8-down-load-warp-ab-5de571f-20261204T1250.txt).
 
 Gluon has no interpreter: the CPU tests compile it for sm_90 and read its SASS
 (scripts/dense_wgmma_sass.py --kernel moe-down); the GPU tests compare `moe_w8a8` with and
@@ -55,8 +58,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from kernels.compiled import launch
 from kernels.dense.w8a8_wgmma import (
+    MAX_CONSUMER_REGS,
     SHARED_MEMORY,
+    TMA_LOAD_REGS,
     allocate_ring,
+    check_consumer_regs,
     descriptor,
     issue_load,
     released_slot,
@@ -77,7 +83,6 @@ _WG_ROWS = gl.constexpr(WG_ROWS)
 _WIDE = gl.constexpr(WIDE)
 # Ring slots: 48 KB each (h's 128 x 128 and the weights' 256 x 128), as many as fit.
 DEFAULT_STAGES = 4
-DOWN_LOAD_REGS = gl.constexpr(40)  # down's load warp: TMA copies and an item cursor
 LOAD_WARPS = gl.constexpr(4)  # gate/up's load partition: 128 threads, 8 16-byte copies each
 LOAD_REGS = gl.constexpr(64)
 
@@ -276,7 +281,7 @@ def _w8a8_down_wgmma_kernel(
     loads = (h_desc, w_desc, a_ring, w_ring, ready, empty, tile_info_ptr, items, col_tiles,
              hidden, k_steps, my_items)  # fmt: skip
     gl.warp_specialize([(_consumer, (args, 0)), (_bottom_rows, (args,)), (_down_loads, loads)],
-                       [4, 1], [CONSUMER_REGS, DOWN_LOAD_REGS])  # fmt: skip
+                       [4, 1], [CONSUMER_REGS, TMA_LOAD_REGS])  # fmt: skip
 
 
 # Warpgroup 0, the default partition, runs _consumer with its arguments as written; warpgroup
@@ -336,7 +341,7 @@ def down_wgmma(
     tile_offsets: Tensor,
     programs: int,
     num_stages: int = DEFAULT_STAGES,
-    consumer_regs: int = 232,
+    consumer_regs: int = MAX_CONSUMER_REGS,
 ) -> None:
     """y[slot] = routing weight * (h8 * hs)[sorted row] @ down[expert].T for every routed
     slot, in y's dtype: h8 (slots, I) FP8 in sorted order and hs (I / 128, slots) its
@@ -344,6 +349,7 @@ def down_wgmma(
     sorted_slots and row_weights each sorted row's slot and routing weight, tile_info the
     (expert, first row, rows owned) of each 128-row tile and tile_offsets its scan per
     expert (`row_table`, `flat.FlatLayout`); `programs` persistent programs."""
+    check_consumer_regs(consumer_regs)
     experts, hidden, inter = down.shape
     if not runs_on(hidden, inter) or not down.is_contiguous() or not h8.is_contiguous():
         raise ValueError(
