@@ -129,9 +129,9 @@ def _consumer(args, WARPGROUP: gl.constexpr):
     next item's place) is loaded when the item starts, so no round trip to L2 stands between
     two items. The ring is refilled by the load warp (`_down_loads`).
     """
-    (h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr,
-     row_weights_ptr, tile_info_ptr, items, hidden, k_steps, my_items, stride_hsk, stride_wse,
-     stride_wsn, stride_wsk, stride_yr) = args  # fmt: skip
+    (a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr, row_weights_ptr,
+     tile_info_ptr, items, hidden, k_steps, my_items, stride_hsk, stride_wse, stride_wsn,
+     stride_wsk, stride_yr) = args  # fmt: skip
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BLOCK, 32]
@@ -275,9 +275,9 @@ def _w8a8_down_wgmma_kernel(
     k_steps = inter // _BLOCK
     items = gl.load(tile_offsets_ptr + num_experts) * col_tiles
     my_items = gl.cdiv(items - gl.program_id(0), gl.num_programs(0))
-    args = (h_desc, w_desc, a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr,
-            sorted_slots_ptr, row_weights_ptr, tile_info_ptr, items, hidden, k_steps,
-            my_items, stride_hsk, stride_wse, stride_wsn, stride_wsk, stride_yr)  # fmt: skip
+    args = (a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr,
+            row_weights_ptr, tile_info_ptr, items, hidden, k_steps, my_items, stride_hsk,
+            stride_wse, stride_wsn, stride_wsk, stride_yr)  # fmt: skip
     loads = (h_desc, w_desc, a_ring, w_ring, ready, empty, tile_info_ptr, items, col_tiles,
              hidden, k_steps, my_items)  # fmt: skip
     gl.warp_specialize([(_consumer, (args, 0)), (_bottom_rows, (args,)), (_down_loads, loads)],
