@@ -63,7 +63,6 @@ from kernels.moe.w8a8_wgmma import ROWS as DOWN_ROWS
 from kernels.moe.w8a8_wgmma import WIDE as DOWN_WIDE
 from kernels.moe.w8a8_wgmma import down_wgmma, row_table
 from kernels.moe.w8a8_wgmma import runs_on as down_runs_on
-from kernels.side_stream import Beside
 
 BLOCK = 128  # the weight block, a tile's width and a K step
 DEFAULT_ROWS = 128
@@ -207,9 +206,9 @@ def moe_w8a8(
         gluon = _gluon(wgmma, x.device, block_m, shape)
         programs = num_programs or sm_count(x.device) or CPU_PROGRAMS
         slots = shape.tokens * shape.top_k
-        quantised = Beside(lambda: quantize_activations(x, BLOCK), x.device)
         layout = FlatLayout.of(topk_ids, topk_weights, shape, block_m)
         counts, offsets, tile_offsets, sorted_slots, slot_weights, row_tiles = layout
+        x8, xs = quantize_activations(x, BLOCK)
         h8 = torch.empty(slots, shape.inter, dtype=torch.float8_e4m3fn, device=x.device)
         hs = torch.empty(shape.inter // BLOCK, slots, dtype=torch.float32, device=x.device)
         y = torch.empty(slots, shape.hidden, dtype=x.dtype, device=x.device)
@@ -219,8 +218,6 @@ def moe_w8a8(
         gs, ds = weights.gate_up_scale, weights.down_scale
         if gluon:
             row_weights, tile_info = row_table(layout, shape)
-        x8, xs = quantised.join()
-        if gluon:
             gate_up_wgmma(x8, xs, h8, hs, gate_up, gs, layout, tile_info, shape.top_k, programs)
         else:
             launch(
