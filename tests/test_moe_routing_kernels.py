@@ -11,7 +11,7 @@ from kernels.moe.routing import (
     sort_slots,
 )
 from kernels.moe.routing_kernels import (
-    SLOT_BLOCK,
+    COUNT_BLOCK,
     SMALL_SLOTS,
     combine,
     expert_counts,
@@ -52,9 +52,11 @@ def test_expert_counts_match_bincount(device, tokens, top_k, experts, skew):
 
 
 def test_counts_span_several_programs(device):
-    assert SLOT_BLOCK < 700 * 2  # the skewed routing above really needs two programs
-    ids = torch.full((3 * SLOT_BLOCK + 5, 1), 2, dtype=torch.int32, device=device)
-    assert expert_counts(ids, 4).tolist() == [0, 0, 3 * SLOT_BLOCK + 5, 0]
+    ids = torch.full((3 * COUNT_BLOCK + 5, 1), 2, dtype=torch.int32, device=device)
+    assert expert_counts(ids, 4).tolist() == [0, 0, 3 * COUNT_BLOCK + 5, 0]
+    ids = random_ids(COUNT_BLOCK + 7, 2, 384, 5, device)  # 384 experts in 512 bins
+    want = torch.bincount(ids.flatten().long().cpu(), minlength=384).to(torch.int32)
+    assert torch.equal(expert_counts(ids, 384).cpu(), want)
 
 
 @pytest.mark.parametrize("tile", [1, 16, 64])

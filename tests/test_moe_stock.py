@@ -7,6 +7,8 @@ from helpers import relative_error
 
 from kernels import moe
 from kernels.moe import moe_reference, moe_stock, router_topk
+from kernels.moe.formats import as_moe_weights
+from kernels.moe.routing import validate_moe_inputs
 
 EXPERTS, TOP_K = 8, 2
 # bf16: each slot's row is stored in bf16 before the combine (kernels.moe.launch), and the
@@ -103,3 +105,17 @@ def test_rejects_bad_inputs(changes, message):
 def test_rejects_bad_launch_options(options, message):
     with pytest.raises(ValueError, match=message):
         moe_stock(**_operands(), **options)
+
+
+def test_trusted_routing_skips_only_the_range_readback():
+    """Under `trusted_routing` the ids' range (a host sync on a GPU) is not read back; shapes
+    still are, and the check is back once the block ends."""
+    out_of_range = _operands(topk_ids=lambda i: torch.where(i == i[0, 0], EXPERTS, i))
+    operands = [out_of_range[name] for name in ("x", "topk_ids", "topk_weights")]
+    weights = as_moe_weights(out_of_range["weights"], out_of_range["w_down"])
+    with moe.trusted_routing():
+        assert validate_moe_inputs(*operands, weights).experts == EXPERTS
+        with pytest.raises(ValueError, match="topk_ids must be"):
+            moe_stock(**_operands(topk_ids=lambda i: i[:3]))
+    with pytest.raises(ValueError, match="outside"):
+        validate_moe_inputs(*operands, weights)

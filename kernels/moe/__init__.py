@@ -16,6 +16,7 @@ from kernels.moe.formats import FORMATS, MoeWeights
 from kernels.moe.multirow import moe_multirow
 from kernels.moe.padded import moe_padded
 from kernels.moe.reference import moe_reference, router_topk, shared_expert, silu_mul_reference
+from kernels.moe.routing import trusted_routing
 from kernels.moe.stock import moe_stock
 from kernels.moe.w8a8 import moe_flat_w8a8, moe_w8a8
 
@@ -48,4 +49,5 @@ __all__ = [
     "router_topk",
     "shared_expert",
     "silu_mul_reference",
+    "trusted_routing",
 ]
