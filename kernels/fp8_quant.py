@@ -15,8 +15,6 @@ from torch import Tensor
 from kernels.compiled import launch
 
 QUANT_ROWS = 32  # token rows per program of the activation quantiser
-QUANT_GROUPS = 4  # K blocks per program
-QUANT_WARPS = 4
 
 
 @triton.jit
@@ -61,21 +59,18 @@ def fp8_rows(rows):
 @triton.jit
 def _quantize_rows_kernel(
     x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm, stride_sm, stride_sk,
-    BLOCK_R: tl.constexpr, QBLOCK: tl.constexpr, GROUPS: tl.constexpr,
+    BLOCK_R: tl.constexpr, QBLOCK: tl.constexpr,
 ):  # fmt: skip
-    """BLOCK_R token rows times GROUPS K blocks: each (row, block)'s absmax sets its scale."""
     rows = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-    blocks = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
-    cols = blocks[:, None] * QBLOCK + tl.arange(0, QBLOCK)[None, :]  # (GROUPS, QBLOCK)
-    mask = (rows < M)[:, None, None] & (cols < K)[None, :, :]
-    x = tl.load(x_ptr + rows[:, None, None] * stride_xm + cols[None, :, :] * stride_xk,
-                mask=mask, other=0.0).to(tl.float32)  # fmt: skip
-    scale, inverse = pow2_scale(tl.max(tl.abs(x), axis=2))  # (BLOCK_R, GROUPS)
-    q = round_to_e4m3(x * inverse[:, :, None]).to(tl.float8e4nv)  # the scaling is exact
-    tl.store(q_ptr + rows[:, None, None] * stride_qm + cols[None, :, :], q, mask=mask)
-    block_ok = (rows < M)[:, None] & (blocks * QBLOCK < K)[None, :]
-    tl.store(s_ptr + rows[:, None] * stride_sm + blocks[None, :] * stride_sk, scale,
-             mask=block_ok)  # fmt: skip
+    block = tl.program_id(1)
+    cols = block * QBLOCK + tl.arange(0, QBLOCK)
+    mask = (rows < M)[:, None] & (cols < K)[None, :]
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xk, mask=mask,
+                other=0.0).to(tl.float32)  # fmt: skip
+    scale, inverse = pow2_scale(tl.max(tl.abs(x), axis=1))
+    q = round_to_e4m3(x * inverse[:, None]).to(tl.float8e4nv)  # the scaling is exact
+    tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
+    tl.store(s_ptr + rows * stride_sm + block * stride_sk, scale, mask=rows < M)
 
 
 def quantize_activations(x: Tensor, block: int, outer_major: bool = False) -> tuple[Tensor, Tensor]:
@@ -91,21 +86,9 @@ def quantize_activations(x: Tensor, block: int, outer_major: bool = False) -> tu
     shape = (blocks, m) if outer_major else (m, blocks)
     scales = torch.empty(shape, dtype=torch.float32, device=x.device)
     scales = scales.t() if outer_major else scales
-    launch_quantiser(x, block, values, scales)
-    return values, scales
-
-
-def launch_quantiser(
-    x: Tensor, block: int, values: Tensor, scales: Tensor, rows: int = QUANT_ROWS,
-    groups: int = QUANT_GROUPS, num_warps: int = QUANT_WARPS,
-) -> None:  # fmt: skip
-    """The quantiser's launch into `values` and `scales`, programs of `rows` token rows and
-    `groups` K blocks (the defaults: see QUANT_GROUPS), both powers of two."""
-    if rows & (rows - 1) or groups & (groups - 1):
-        raise ValueError(f"rows and groups must be powers of two, got {rows} and {groups}.")
-    m, k = x.shape
-    grid = (triton.cdiv(m, rows), triton.cdiv(triton.cdiv(k, block), groups))
+    grid = (triton.cdiv(m, QUANT_ROWS), blocks)
     launch(
         _quantize_rows_kernel, grid, x, values, scales, m, k, *x.stride(), values.stride(0),
-        *scales.stride(), BLOCK_R=rows, QBLOCK=block, GROUPS=groups, num_warps=num_warps,
+        *scales.stride(), BLOCK_R=QUANT_ROWS, QBLOCK=block,
     )  # fmt: skip
+    return values, scales
