@@ -28,12 +28,14 @@ def trusted_routing() -> Iterator[None]:
 
     Why: that check is a host sync. In a served step it stalls the CPU at every MoE layer, so
     the GPU idles while the next kernels are launched; in a benchmark sample the CPU then
-    launches the call's kernels only after the cache flush before it has run, and on the H200
-    moe_w8a8 at T=33,863 read 10.2-10.3 ms timed eagerly against 9.7-9.8 ms replayed from a
-    CUDA graph, where no check runs (raw/logs/h200-moe-w8a8-quantiser-side-stream-ab-*.txt).
-    For routing already checked, or made by a top-k over the experts: the model's forward
-    and the bench's timed calls, each checked untimed first. Shapes and dtypes, read off the
-    host, are checked regardless."""
+    launches the call's kernels only after the cache flush before it has run, and the GPU
+    waits on the launches. On the H200 at T=33,863, moe_w8a8 read 10.2-10.3 ms timed eagerly
+    with the check and 9.7-9.8 replayed from a CUDA graph, where no check runs (bf16 flat
+    15.0-15.1 and 14.3; raw/logs/h200-moe-w8a8-quantiser-side-stream-ab-*.txt); eagerly
+    without it, 9.70-9.78 (bf16 flat 14.2-14.3; raw/logs/h200-moe-w8a8-next-item-ahead-ab-*).
+    For routing already checked, or drawn over the experts: the model's forward and the
+    bench's timed calls, each checked untimed first. Shapes and dtypes, read off the host,
+    are checked regardless."""
     token = _TRUSTED_ROUTING.set(True)
     try:
         yield

@@ -15,7 +15,8 @@ from torch import Tensor
 from kernels.compiled import launch
 
 SLOT_BLOCK = 1024  # slots per program in the permutation
-COUNT_BLOCK = 4096  # slots per program in the histogram
+COUNT_BLOCK = 2048  # slots per program in the histogram, on COUNT_WARPS warps
+COUNT_WARPS = 8
 SMALL_SLOTS = 256  # most slots `small_layout` takes: its rank count is SLOTS x SLOTS compares
 SMALL_CHUNK = 32  # slots compared at a time there
 
@@ -174,14 +175,16 @@ def expert_counts(topk_ids: Tensor, experts: int) -> Tensor:
     added into the counts, one atomic an expert.
 
     Matches torch.bincount(topk_ids.flatten(), minlength=E). A slot's own atomic, as this
-    kernel had it, serialised on the experts' counters in L2: 41 us at T=33,863 under
-    uniform routing on the H200 (ncu/moe-w8a8-T33863-fmtfp8), most of its samples draining.
+    kernel had it, serialised on the experts' counters in L2: on the H200 at the TP2 rank's
+    384 experts under uniform routing it took 43.7 us at T=33,863 and 9.6 at 4,096, against
+    9.8 and 7.6 with 2,048 slots a program on 8 warps, the best of 512 to 4,096 slots on 4 or
+    8 (raw/logs/h200-moe-w8a8-next-item-ahead-ab-*.txt).
     """
     flat = _flat_ids(topk_ids)
     counts = torch.zeros(experts, dtype=torch.int32, device=flat.device)
     grid = (triton.cdiv(flat.numel(), COUNT_BLOCK),)
     launch(_counts_kernel, grid, flat, counts, flat.numel(), experts, BLOCK=COUNT_BLOCK,
-           BINS=triton.next_power_of_2(experts))  # fmt: skip
+           BINS=triton.next_power_of_2(experts), num_warps=COUNT_WARPS)  # fmt: skip
     return counts
 
 

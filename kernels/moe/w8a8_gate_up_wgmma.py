@@ -78,26 +78,17 @@ def _consumer(args, WARPGROUP: gl.constexpr):
     product = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
     step = 0
     item = gl.program_id(0)
-    programs = gl.num_programs(0)
-    expert, first_row, owned, _, col_tile = item_place(item, items, col_tiles, 2 * inter, _BLOCK,
-                                                       tile_info_ptr)  # fmt: skip
-    rows = first_row + offsets
-    mine = offsets < owned
-    tokens = gl.load(sorted_slots_ptr + rows, mask=mine, other=0) // top_k
-    w_scales = ws_ptr + expert * stride_wse + col_tile * stride_wsn
-    sa = gl.load(xs_ptr + tokens.to(gl.int64) * stride_xst, mask=mine, other=0.0)
-    sw = gl.load(w_scales)
-    sw_2 = gl.load(w_scales + up_scales)
     for _ in range(my_items):
-        # The next item's place now, its rows' tokens half way through this item and its first
-        # scales at the last step: each a long way ahead of its use, where loading them when
-        # the item starts put three dependent loads between two items (ncu at 1ee1b75).
-        next_expert, next_row, next_owned, _, next_col = item_place(
-            item + programs, items, col_tiles, 2 * inter, _BLOCK, tile_info_ptr
-        )
-        next_w_scales = ws_ptr + next_expert * stride_wse + next_col * stride_wsn
-        next_tokens = tokens
+        expert, first_row, owned, _, col_tile = item_place(item, items, col_tiles, 2 * inter,
+                                                           _BLOCK, tile_info_ptr)  # fmt: skip
+        rows = first_row + offsets
+        mine = offsets < owned
+        tokens = gl.load(sorted_slots_ptr + rows, mask=mine, other=0) // top_k
         a_scales = xs_ptr + tokens.to(gl.int64) * stride_xst
+        w_scales = ws_ptr + expert * stride_wse + col_tile * stride_wsn
+        sa = gl.load(a_scales, mask=mine, other=0.0)
+        sw = gl.load(w_scales)
+        sw_2 = gl.load(w_scales + up_scales)
         acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
         acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # up's
         for k_step in range(k_steps):
@@ -112,18 +103,10 @@ def _consumer(args, WARPGROUP: gl.constexpr):
             w_tile = w_ring.index(slot)
             running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
                                     product, use_acc=False, is_async=True)  # fmt: skip
-            if k_step == k_steps // 2:
-                next_tokens = gl.load(sorted_slots_ptr + next_row + offsets,
-                                      mask=offsets < next_owned, other=0) // top_k  # fmt: skip
-            if k_step + 1 < k_steps:
-                sa = gl.load(a_scales + k_step + 1, mask=mine, other=0.0)
-                sw = gl.load(w_scales + (k_step + 1) * stride_wsk)
-                sw_2 = gl.load(w_scales + up_scales + (k_step + 1) * stride_wsk)
-            else:
-                sa = gl.load(xs_ptr + next_tokens.to(gl.int64) * stride_xst,
-                             mask=offsets < next_owned, other=0.0)  # fmt: skip
-                sw = gl.load(next_w_scales)
-                sw_2 = gl.load(next_w_scales + up_scales)
+            ahead = gl.minimum(k_step + 1, k_steps - 1)  # the last step loads its own again
+            sa = gl.load(a_scales + ahead, mask=mine, other=0.0)
+            sw = gl.load(w_scales + ahead * stride_wsk)
+            sw_2 = gl.load(w_scales + up_scales + ahead * stride_wsk)
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             acc += product * scale[:, None]
             # `acc` as the (unused) input holds the rescale above before this wgmma
@@ -138,9 +121,7 @@ def _consumer(args, WARPGROUP: gl.constexpr):
         h8 = round_to_e4m3(h * inverse[:, None]).to(gl.float8e4nv)  # the scaling is exact
         store_rows(h8_ptr, rows.to(gl.int64), mine, col_tile * _BLOCK, h8, stride_hr)
         gl.store(hs_ptr + col_tile * stride_hsk + rows, scale, mask=mine)
-        item += programs
-        col_tile, rows, mine = next_col, next_row + offsets, offsets < next_owned
-        tokens, w_scales = next_tokens, next_w_scales
+        item += gl.num_programs(0)
 
 
 @gluon.jit

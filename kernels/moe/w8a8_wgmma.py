@@ -173,17 +173,13 @@ def _consumer(args, WARPGROUP: gl.constexpr):
             w_tile = w_ring.index(slot)
             running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
                                     product, use_acc=False, is_async=True)  # fmt: skip
-            # The next item's place is read only at the item's last step: selected at every
-            # step, each item's first step waited for the place loaded at its start (ncu, at
-            # 1ee1b75: 5% of the samples, long scoreboard on these loads).
-            if more:
-                sa = gl.load(hs_ptr + (k_step + 1) * stride_hsk + rows, mask=mine, other=0.0)
-                sw = gl.load(w_scales + (k_step + 1) * stride_wsk)
-                sw_2 = gl.load(w_scales + (k_step + 1) * stride_wsk + stride_wsn)
-            else:
-                sa = gl.load(hs_ptr + next_row + offsets, mask=offsets < next_owned, other=0.0)
-                sw = gl.load(next_w_scales)
-                sw_2 = gl.load(next_w_scales + stride_wsn)
+            sa = gl.load(
+                hs_ptr + gl.where(more, (k_step + 1) * stride_hsk + rows, next_row + offsets),
+                mask=gl.where(more, mine, offsets < next_owned), other=0.0,
+            )  # fmt: skip
+            next_sw_ptr = gl.where(more, w_scales + (k_step + 1) * stride_wsk, next_w_scales)
+            sw = gl.load(next_sw_ptr)
+            sw_2 = gl.load(next_sw_ptr + stride_wsn)
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             acc += product * scale[:, None]
             # `acc` as the (unused) input holds the rescale above before this wgmma; with
