@@ -583,4 +583,3 @@ def test_the_wgmma_kernels_ring_must_load_ahead(device):
         gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16, consumer_regs=240)
     with pytest.raises(ValueError, match=r"needs 272 KB of shared memory.*num_stages <= 4"):
         gemm_w8a8_wgmma(values, scales, weights, torch.bfloat16, block_m=256, num_stages=5)
-
