@@ -28,12 +28,14 @@ T=33,863; with a table of row tiles (then written by gate/up, now by
 `row_table`) 2% slower there and 10% faster at 4,096;
 with 256-column items a tie and 19% faster; with the rows stored 16 bytes a thread 11.8% and
 13% faster (10.94 against 12.40 ms, 2.60 against 3.00), results identical to the Triton
-kernel's. In ncu at T=33,863 (ncu/moe-w8a8-T33863-fmtfp8, at 82b2dc8) it took 2.74 ms with
+kernel's. In ncu at T=33,863 (a capture at 82b2dc8, since replaced) it took 2.74 ms with
 the tensor pipe 54% busy, its warpgroups waiting most on their wgmmas and, 12% of the samples,
 on a ring slot's copy, which warpgroup 0 then issued a step after the slot's use. A load warp
 of its own (`_down_loads`, as in the dense kernel) took the whole call 2.1-3.2% faster at
 T=4,096 and 33,863, results identical
-(raw/logs/h200-moe-w8a8-down-load-warp-ab-5de571f-20261204T1250.txt).
+(raw/logs/h200-moe-w8a8-down-load-warp-ab-5de571f-20261204T1250.txt); recaptured with it (at
+5156886, ncu/moe-w8a8-T33863-fmtfp8) the kernel takes 2.66 ms, the tensor pipe 59% busy, and
+6% of the samples wait for a slot.
 
 Gluon has no interpreter: the CPU tests compile it for sm_90 and read its SASS
 (scripts/dense_wgmma_sass.py --kernel moe-down); the GPU tests compare `moe_w8a8` with and
