@@ -35,7 +35,7 @@ of its own (`_down_loads`, as in the dense kernel) took the whole call 2.1-3.2% 
 T=4,096 and 33,863, results identical
 (raw/logs/h200-moe-w8a8-down-load-warp-ab-5de571f-20261204T1250.txt); recaptured with it (at
 5156886, ncu/moe-w8a8-T33863-fmtfp8) the kernel takes 2.66 ms, the tensor pipe 59% busy, and
-6% of the samples wait for a slot.
+7% of its samples wait for a slot.
 
 Gluon has no interpreter: the CPU tests compile it for sm_90 and read its SASS
 (scripts/dense_wgmma_sass.py --kernel moe-down); the GPU tests compare `moe_w8a8` with and
