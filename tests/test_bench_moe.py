@@ -7,6 +7,8 @@ import math
 import pytest
 import torch
 
+import kernels.moe.launch as moe_launch
+import kernels.moe.routing as moe_routing
 from kernels.moe import VARIANTS, moe_reference
 from workbench.artifacts import read_meta, read_table
 from workbench.capture import bench_moe as bench
@@ -174,6 +176,33 @@ def test_a_bench_row_times_the_part_it_is_given(tmp_path, monkeypatch):
                  peers=["torch_grouped_mm", "torch_grouped_mm_bare"])  # fmt: skip
     assert list(table["kernel"]) == ["moe", "torch_grouped_mm", "torch_grouped_mm_bare"]
     assert [t.shape for t in timed] == [(3, 64), (3, 64), (3 * 2, 64)]  # the bare: per slot
+
+
+def test_a_bench_row_checks_the_routing_and_times_its_call_without_the_readback(
+    tmp_path, monkeypatch
+):
+    """The row's check runs the call with the ids' range check (a host sync on a GPU); its
+    timed samples skip it (`trusted_routing`), so the timer does not wait on the host."""
+    seen = []
+    real = moe_launch.validate_moe_inputs
+
+    def spy(*args):
+        seen.append(moe_routing._TRUSTED_ROUTING.get())
+        return real(*args)
+
+    def timer(launches, device, log):
+        log.start()
+        seen.append("timed")
+        for launch in launches:
+            launch.fn()
+        return [[1.0]] * len(launches)
+
+    monkeypatch.setattr(moe_launch, "validate_moe_inputs", spy)
+    monkeypatch.setattr(bench_rows, "time_calls", timer)
+    _run(tmp_path, tokens=(3,), variants=("flat",), formats=("bf16",), peers=False)
+    timed = seen.index("timed")
+    assert timed > 0 and not any(seen[:timed])  # checked
+    assert seen[timed + 1 :] == [True]  # timed trusted
 
 
 def test_the_w8a8_variant_gets_fp8_rows_only_floored_at_the_fp8_rate(tmp_path):

@@ -240,3 +240,30 @@ def test_a_sweep_whose_every_row_failed_says_so_and_the_cli_exits_non_zero(
                  progress=False, **SMALL)  # fmt: skip
     assert main([*argv[:4], "--tokens", "0", "--run-dir", str(tmp_path / "zero")]) == 2
     assert "tokens=0 is below 1" in capsys.readouterr().err
+
+
+def test_a_sweep_row_checks_the_routing_and_times_its_call_without_the_readback(monkeypatch):
+    """As bench moe's rows: the check runs the call with the ids' range check (a host sync on a
+    GPU), the timed samples without it (`trusted_routing`)."""
+    import kernels.moe.routing as moe_routing
+    from workbench.capture import timing
+
+    seen = []
+    real_check, real_timer = moe_routing.validate_moe_inputs, timing.time_launch
+
+    def spy(*args):
+        seen.append(moe_routing._TRUSTED_ROUTING.get())
+        return real_check(*args)
+
+    def time_launch(fn, *args, **kwargs):
+        seen.append("timed")
+        fn()
+        return real_timer(lambda: None, *args, **kwargs)
+
+    monkeypatch.setattr("kernels.moe.launch.validate_moe_inputs", spy)
+    monkeypatch.setattr(timing, "time_launch", time_launch)
+    config = {"workload": ex.WORKLOAD | {"fmt": "bf16", "preset": "tiny"}, "tokens": 3,
+              "shapes": SMALL, "params": {}, "repeats": QUICK}  # fmt: skip
+    assert ex.measure_moe(config)["status"] == "ok"
+    timed = seen.index("timed")
+    assert timed > 0 and not any(seen[:timed]) and seen[timed + 1 :] == [True]

@@ -13,6 +13,7 @@ from helpers import relative_error
 
 import kernels.attention as attention
 import kernels.dense as dense_kernels
+import kernels.moe.routing as moe_routing
 import workbench
 from kernels.dense import DenseWeights
 from workbench.analysis.profile import profile_label
@@ -52,6 +53,21 @@ def test_model_runs_fp8_dense_and_triton_attention(baseline, dense, options):
     assert tokens.shape == (2, 2)
     # Same weights, FP8-rounded: the decoded state stays close to the bf16 model's.
     assert relative_error(hidden, baseline[2]) < 0.15
+
+
+def test_the_models_moe_block_trusts_its_drawn_routing():
+    """The routing is drawn over the experts, so the MoE calls skip the ids' range readback (a
+    host sync at every layer on a GPU)."""
+    model = SyntheticModel(get_preset("tiny"), moe="reference", layers=1, interpret=True)
+    trusted, moe_fn = [], model.moe_fn
+
+    def spy(*args):
+        trusted.append(moe_routing._TRUSTED_ROUTING.get())
+        return moe_fn(*args)
+
+    model.moe_fn = spy
+    model.run(PLAN, model.inputs(PLAN), state=model.new_state(PLAN))
+    assert trusted and all(trusted)
 
 
 def test_the_hybrid_hands_dense_pdl_to_its_w8a16_side():

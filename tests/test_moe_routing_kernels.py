@@ -12,6 +12,7 @@ from kernels.moe.routing import (
 )
 from kernels.moe.routing_kernels import (
     COUNT_BLOCK,
+    SLOT_BLOCK,
     SMALL_SLOTS,
     combine,
     expert_counts,
@@ -36,12 +37,15 @@ def random_ids(tokens, top_k, experts, seed, device, skew=False):
 
 
 ROUTINGS = [
-    # (tokens, top_k, experts, skew): one slot; E not a power of two; several slot blocks
+    # (tokens, top_k, experts, skew): one slot; E not a power of two; several permutation
+    # blocks; several histogram programs, skewed
     (1, 1, 1, False),
     (5, 2, 13, False),
     (37, 3, 384, False),
     (700, 2, 8, True),
+    (1100, 4, 384, True),
 ]
+assert SLOT_BLOCK < 700 * 2 and 2 * COUNT_BLOCK < 1100 * 4  # the blocks the cases must span
 
 
 @pytest.mark.parametrize(("tokens", "top_k", "experts", "skew"), ROUTINGS)

@@ -1,9 +1,12 @@
 """The stock-scheduled Triton MoE against moe_reference (under the interpreter on CPU)."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from conftest import GPU_TESTS
-from helpers import relative_error
+from helpers import ROOT, relative_error
 
 from kernels import moe
 from kernels.moe import moe_reference, moe_stock, router_topk
@@ -119,3 +122,17 @@ def test_trusted_routing_skips_only_the_range_readback():
             moe_stock(**_operands(topk_ids=lambda i: i[:3]))
     with pytest.raises(ValueError, match="outside"):
         validate_moe_inputs(*operands, weights)
+
+
+def test_trusted_routing_ends_with_its_block_when_the_block_raises():
+    with pytest.raises(RuntimeError, match="inside"), moe.trusted_routing():
+        raise RuntimeError("inside")
+    with pytest.raises(ValueError, match="outside"):
+        moe_stock(**_operands(topk_ids=lambda i: torch.where(i == i[0, 0], EXPERTS, i)))
+
+
+@pytest.mark.skipif(GPU_TESTS, reason="checks the refusal without a GPU")
+def test_the_served_loop_script_says_it_needs_a_gpu():
+    result = subprocess.run([sys.executable, "scripts/moe_served_loop.py"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode != 0 and "run it on a machine with a GPU" in result.stderr

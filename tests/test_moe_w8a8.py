@@ -15,6 +15,7 @@ from kernels.moe import (
     moe_flat_w8a8,
     moe_reference,
     moe_w8a8,
+    trusted_routing,
 )
 from kernels.moe.reference import moe_w8a8_reference
 from kernels.moe.w8a8_wgmma import down_wgmma
@@ -125,6 +126,24 @@ def test_the_gluon_kernels_match_the_triton_ones(case, programs):
     triton_down = moe_w8a8(x, ids, route, weights, num_programs=programs, wgmma=False)
     assert relative_error(gluon, triton_down) < 1e-3
     assert relative_error(gluon, moe_w8a8_reference(x, ids, route, weights)) < 1e-2
+
+
+@pytest.mark.gpu
+def test_a_trusted_prefill_call_never_syncs_with_the_host():
+    """Under trusted_routing a call (the layout by histogram and permutation, W8A8 or flat)
+    launches its kernels without reading anything back, so a served prefill's CPU runs ahead
+    of its GPU; without it, the range check is a sync. Torch's sync debug mode raises on one."""
+    x, ids, route, weights = problem(ROUTINGS["two-tiles"], torch.device("cuda"))
+    for call in (moe_w8a8, moe_flat):
+        call(x, ids, route, weights)  # compiled first
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            with trusted_routing():
+                call(x, ids, route, weights)
+            with pytest.raises(RuntimeError, match="synchronizing"):
+                call(x, ids, route, weights)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
 
 
 def test_the_gluon_kernels_are_refused_where_they_cannot_run(device):

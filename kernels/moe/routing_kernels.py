@@ -24,8 +24,9 @@ SMALL_CHUNK = 32  # slots compared at a time there
 @triton.jit
 def _counts_kernel(ids_ptr, counts_ptr, num_slots, num_experts, BLOCK: tl.constexpr,
                    BINS: tl.constexpr):  # fmt: skip
-    """The program's BLOCK slots counted per expert in registers, then one atomic an expert
-    it saw: a slot's own atomic on a hot counter serialised in L2."""
+    """The program's BLOCK slots counted per expert (`tl.histogram`, merged across warps in
+    shared memory), then one atomic an expert it saw: a slot's own atomic on a hot counter
+    serialised in L2."""
     slots = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = slots < num_slots
     experts = tl.load(ids_ptr + slots, mask=valid, other=0)
@@ -174,11 +175,14 @@ def expert_counts(topk_ids: Tensor, experts: int) -> Tensor:
     """Slots routed to each expert, int32 (E,): each program's histogram (`tl.histogram`)
     added into the counts, one atomic an expert.
 
-    Matches torch.bincount(topk_ids.flatten(), minlength=E). A slot's own atomic, as this
-    kernel had it, serialised on the experts' counters in L2: on the H200 at the TP2 rank's
-    384 experts under uniform routing it took 43.7 us at T=33,863 and 9.6 at 4,096, against
-    9.8 and 7.6 with 2,048 slots a program on 8 warps, the best of 512 to 4,096 slots on 4 or
-    8 (raw/logs/h200-moe-w8a8-next-item-ahead-ab-*.txt).
+    Matches torch.bincount(topk_ids.flatten(), minlength=E) for ids in [0, E), which
+    `validate_moe_inputs` checks unless the routing is trusted (on the GPU an id out of range
+    would land in some expert's bin). A slot's own atomic, as this kernel had it, serialised
+    on the experts' counters in L2: on the H200 at the TP2 rank's 384 experts under uniform
+    routing it took 43.7 us at T=33,863 and 9.6 at 4,096, against 9.8 and 7.6 with 2,048
+    slots a program on 8 warps, the fastest of 512 to 4,096 slots on 4 or 8 warps at 33,863
+    (at 4,096, 1,024 slots on 4 warps took 6.8;
+    raw/logs/h200-moe-w8a8-next-item-ahead-ab-*.txt).
     """
     flat = _flat_ids(topk_ids)
     counts = torch.zeros(experts, dtype=torch.int32, device=flat.device)

@@ -168,15 +168,9 @@ def plan(
 
     timed = timed or call
     if kernel == "moe":  # checked untimed by `check`: its samples skip the routing's readback
-        timed = partial(_trusted, timed)
+        timed = trusted_routing()(timed)
     launch = Launch(timed, tokens, graph=None if kernel == "moe" else False)
     return RowPlan(row, check, tolerance("moe", scheme or fmt), launch, judge)
-
-
-def _trusted(call: Callable[[], object]) -> object:
-    """`call` under `trusted_routing`: no host sync to check topk_ids' range (checked before)."""
-    with trusted_routing():
-        return call()
 
 
 REPORT_KEYS = ("kernel", "variant", "weight_dtype", "tokens", "routing", "ms", "ratio_to_floor",
