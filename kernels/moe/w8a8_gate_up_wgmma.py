@@ -50,7 +50,6 @@ from kernels.moe.w8a8_wgmma import (
     expert_descriptors,
     gather_loads,
     item_place,
-    quarter,
     store_rows,
 )
 
@@ -59,28 +58,24 @@ if TYPE_CHECKING:
 
 _BLOCK = gl.constexpr(BLOCK)
 _WG_ROWS = gl.constexpr(ROWS // 2)
-_HALF = gl.constexpr(BLOCK // 2)  # a wgmma's width: half a weight block
 CONSUMER_REGS = 224  # what the load warps leave of 64K registers to each consumer thread
 
 
 @gluon.jit
 def _consumer(args, WARPGROUP: gl.constexpr):
     """Rows 64 WARPGROUP + [0, 64) of every item this program owns. Per K step: wait for the
-    slot, fence the gathered rows for wgmma, then four wgmmas of 64 columns (the gate box's
-    two halves, then the up box's), two in flight at a time: while one runs, the warpgroup
-    folds the one before into its accumulator, so its own tensor-core work does not stop at
-    every promotion (the down kernel's step, `w8a8_wgmma._consumer`); release the slot."""
+    slot, fence the gathered rows for wgmma, issue the gate box's wgmma, load the next step's
+    scales while it runs, fold its product in, the same for the up box, release the slot."""
     (a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr, tile_info_ptr,
      items, col_tiles, k_steps, top_k, inter, my_items, stride_xst, stride_wse, stride_wsn,
      stride_wsk, stride_hr, stride_hsk) = args  # fmt: skip
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _HALF, 32]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BLOCK, 32]
     )
     offsets = WARPGROUP * _WG_ROWS + gl.arange(0, _WG_ROWS, layout=gl.SliceLayout(1, layout))
     up_scales = (inter // _BLOCK) * stride_wsn  # the up blocks' scales, below the gate blocks'
-    product = gl.zeros((_WG_ROWS, _HALF), gl.float32, layout)
-    product_2 = gl.zeros((_WG_ROWS, _HALF), gl.float32, layout)
+    product = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
     step = 0
     item = gl.program_id(0)
     for _ in range(my_items):
@@ -94,53 +89,37 @@ def _consumer(args, WARPGROUP: gl.constexpr):
         sa = gl.load(a_scales, mask=mine, other=0.0)
         sw = gl.load(w_scales)
         sw_2 = gl.load(w_scales + up_scales)
-        gate = gl.zeros((_WG_ROWS, _HALF), gl.float32, layout)  # the block's first 64 columns
-        gate_1 = gl.zeros((_WG_ROWS, _HALF), gl.float32, layout)
-        up = gl.zeros((_WG_ROWS, _HALF), gl.float32, layout)
-        up_1 = gl.zeros((_WG_ROWS, _HALF), gl.float32, layout)
+        acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
+        acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # up's
         for k_step in range(k_steps):
             slot = step % SLOTS
             # Scales taken before the next step's load into the same names, as in the down
             # kernel (w8a8_wgmma._consumer): no copy waits for a load across the loop's end.
-            scale = (sa * sw)[:, None]
-            scale_2 = (sa * sw_2)[:, None]
+            scale = sa * sw
+            scale_2 = sa * sw_2
             mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
             fence_async_shared()  # the rows came by the load warps' cp.async
             a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
             w_tile = w_ring.index(slot)
-            running = warpgroup_mma(a_rows, quarter(w_tile, 0), product, use_acc=False,
-                                    is_async=True)  # fmt: skip
-            running_2 = warpgroup_mma(a_rows, quarter(w_tile, 1), product_2, use_acc=False,
-                                      is_async=True)  # fmt: skip
+            running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
+                                    product, use_acc=False, is_async=True)  # fmt: skip
             ahead = gl.minimum(k_step + 1, k_steps - 1)  # the last step loads its own again
             sa = gl.load(a_scales + ahead, mask=mine, other=0.0)
             sw = gl.load(w_scales + ahead * stride_wsk)
             sw_2 = gl.load(w_scales + up_scales + ahead * stride_wsk)
-            # each wgmma's (unused) input is the accumulator folded just before it, which
-            # holds that fold above the wgmma
-            product = warpgroup_mma_wait(num_outstanding=1, deps=(running,))
-            gate += product * scale
-            running = warpgroup_mma(a_rows, quarter(w_tile, 2), gate, use_acc=False,
-                                    is_async=True)  # fmt: skip
-            product_2 = warpgroup_mma_wait(num_outstanding=1, deps=(running_2,))
-            gate_1 += product_2 * scale
-            running_2 = warpgroup_mma(a_rows, quarter(w_tile, 3), gate_1, use_acc=False,
-                                      is_async=True)  # fmt: skip
-            product = warpgroup_mma_wait(num_outstanding=1, deps=(running,))
-            up += product * scale_2
-            product_2 = warpgroup_mma_wait(num_outstanding=0, deps=(running_2,))
+            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+            acc += product * scale[:, None]
+            # `acc` as the (unused) input holds the rescale above before this wgmma
+            running = warpgroup_mma(a_rows, w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)),
+                                    acc, use_acc=False, is_async=True)  # fmt: skip
+            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             mbarrier.arrive(empty.index(slot), count=1)
-            up_1 += product_2 * scale_2
+            acc_2 += product * scale_2[:, None]
             step += 1
-        h = gate / (1.0 + gl.exp(-gate)) * up
-        h_1 = gate_1 / (1.0 + gl.exp(-gate_1)) * up_1
-        amax = gl.maximum(gl.max(gl.abs(h), axis=1), gl.max(gl.abs(h_1), axis=1))
-        scale, inverse = pow2_scale(amax)
+        h = acc / (1.0 + gl.exp(-acc)) * acc_2
+        scale, inverse = pow2_scale(gl.max(gl.abs(h), axis=1))
         h8 = round_to_e4m3(h * inverse[:, None]).to(gl.float8e4nv)  # the scaling is exact
-        h8_1 = round_to_e4m3(h_1 * inverse[:, None]).to(gl.float8e4nv)
-        slots = rows.to(gl.int64)
-        store_rows(h8_ptr, slots, mine, col_tile * _BLOCK, h8, stride_hr)
-        store_rows(h8_ptr, slots, mine, col_tile * _BLOCK + _HALF, h8_1, stride_hr)
+        store_rows(h8_ptr, rows.to(gl.int64), mine, col_tile * _BLOCK, h8, stride_hr)
         gl.store(hs_ptr + col_tile * stride_hsk + rows, scale, mask=mine)
         item += gl.num_programs(0)
 

@@ -83,7 +83,6 @@ _BLOCK = gl.constexpr(BLOCK)
 _ROWS = gl.constexpr(ROWS)
 _WG_ROWS = gl.constexpr(WG_ROWS)
 _WIDE = gl.constexpr(WIDE)
-_QUARTER = gl.constexpr(BLOCK // 2)  # the down kernel's wgmma width
 # Ring slots: 48 KB each (h's 128 x 128 and the weights' 256 x 128), as many as fit.
 DEFAULT_STAGES = 4
 LOAD_WARPS = gl.constexpr(4)  # gate/up's load partition: 128 threads, 8 16-byte copies each
@@ -125,26 +124,24 @@ def item_place(item, items, col_tiles, expert_rows, col_rows, tile_info_ptr):
 def _consumer(args, WARPGROUP: gl.constexpr):
     """Rows 64 WARPGROUP + [0, 64) of every item this program owns.
 
-    Per K step: wait for the slot's copy, then four wgmmas of 64 columns each (the item's 256
-    columns), two in flight at a time: while one runs, the warpgroup folds the one before
-    into its accumulator with the scales loaded a step before, so its own tensor-core work
-    does not stop at every promotion; after the last, release the slot. What an item's
-    epilogue and the next item need (its rows' slots and routing weights, the next item's
-    place) is loaded when the item starts, so no round trip to L2 stands between two items.
-    The ring is refilled by the load warp (`_down_loads`).
+    Per K step: wait for the slot's copy, issue the wgmma, load the next step's scales (after
+    an item's last step, the next item's first) while it runs, wait for it, release the
+    slot, and fold the product into the accumulator with the scales loaded a step before.
+    What an item's epilogue and the next item need (its rows' slots and routing weights, the
+    next item's place) is loaded when the item starts, so no round trip to L2 stands between
+    two items. The ring is refilled by the load warp (`_down_loads`).
     """
     (a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr, row_weights_ptr,
      tile_info_ptr, items, hidden, k_steps, my_items, stride_hsk, stride_wse, stride_wsn,
      stride_wsk, stride_yr) = args  # fmt: skip
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _QUARTER, 32]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BLOCK, 32]
     )
     offsets = WARPGROUP * _WG_ROWS + gl.arange(0, _WG_ROWS, layout=gl.SliceLayout(1, layout))
     col_tiles = hidden // _WIDE
     programs = gl.num_programs(0)
-    product = gl.zeros((_WG_ROWS, _QUARTER), gl.float32, layout)
-    product_2 = gl.zeros((_WG_ROWS, _QUARTER), gl.float32, layout)
+    product = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
     step = 0
     item = gl.program_id(0)
     expert, first_row, owned, _, col_tile = item_place(item, items, col_tiles, hidden, _WIDE,
@@ -162,11 +159,8 @@ def _consumer(args, WARPGROUP: gl.constexpr):
             item + programs, items, col_tiles, hidden, _WIDE, tile_info_ptr
         )
         next_w_scales = ws_ptr + next_expert * stride_wse + 2 * next_col * stride_wsn
-        # the item's 256 columns in four 64-column quarters; a box is two quarters
-        acc = gl.zeros((_WG_ROWS, _QUARTER), gl.float32, layout)
-        acc_1 = gl.zeros((_WG_ROWS, _QUARTER), gl.float32, layout)
-        acc_2 = gl.zeros((_WG_ROWS, _QUARTER), gl.float32, layout)
-        acc_3 = gl.zeros((_WG_ROWS, _QUARTER), gl.float32, layout)
+        acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
+        acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # the second column tile's
         for k_step in range(k_steps):
             slot = step % SLOTS
             more = k_step + 1 < k_steps
@@ -174,18 +168,13 @@ def _consumer(args, WARPGROUP: gl.constexpr):
             # names: a loaded register then stays where it lands until the next step reads
             # it, where copying it across the loop's end waited for the load (ncu: 11% of
             # the samples, long scoreboard on that copy).
-            scale = (sa * sw)[:, None]
-            scale_2 = (sa * sw_2)[:, None]
+            scale = sa * sw
+            scale_2 = sa * sw_2
             mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
             a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
             w_tile = w_ring.index(slot)
-            # Each wgmma's (unused) input is the accumulator folded just before it, which
-            # holds that fold above the wgmma; with the product there, the fold sinks below
-            # it and reads the wgmma's registers.
-            running = warpgroup_mma(a_rows, quarter(w_tile, 0), product, use_acc=False,
-                                    is_async=True)  # fmt: skip
-            running_2 = warpgroup_mma(a_rows, quarter(w_tile, 1), product_2, use_acc=False,
-                                      is_async=True)  # fmt: skip
+            running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
+                                    product, use_acc=False, is_async=True)  # fmt: skip
             sa = gl.load(
                 hs_ptr + gl.where(more, (k_step + 1) * stride_hsk + rows, next_row + offsets),
                 mask=gl.where(more, mine, offsets < next_owned), other=0.0,
@@ -193,37 +182,22 @@ def _consumer(args, WARPGROUP: gl.constexpr):
             next_sw_ptr = gl.where(more, w_scales + (k_step + 1) * stride_wsk, next_w_scales)
             sw = gl.load(next_sw_ptr)
             sw_2 = gl.load(next_sw_ptr + stride_wsn)
-            product = warpgroup_mma_wait(num_outstanding=1, deps=(running,))
-            acc += product * scale
-            running = warpgroup_mma(a_rows, quarter(w_tile, 2), acc, use_acc=False,
-                                    is_async=True)  # fmt: skip
-            product_2 = warpgroup_mma_wait(num_outstanding=1, deps=(running_2,))
-            acc_1 += product_2 * scale
-            running_2 = warpgroup_mma(a_rows, quarter(w_tile, 3), acc_1, use_acc=False,
-                                      is_async=True)  # fmt: skip
-            product = warpgroup_mma_wait(num_outstanding=1, deps=(running,))
-            acc_2 += product * scale_2
-            product_2 = warpgroup_mma_wait(num_outstanding=0, deps=(running_2,))
+            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+            acc += product * scale[:, None]
+            # `acc` as the (unused) input holds the rescale above before this wgmma; with
+            # `product` there, it sinks below it and reads the wgmma's registers
+            running = warpgroup_mma(a_rows, w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)),
+                                    acc, use_acc=False, is_async=True)  # fmt: skip
+            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             mbarrier.arrive(empty.index(slot), count=1)
-            acc_3 += product_2 * scale_2
+            acc_2 += product * scale_2[:, None]
             step += 1
-        first_col = col_tile * _WIDE
-        store_rows(y_ptr, slots, mine, first_col, acc * weights[:, None], stride_yr)
-        store_rows(y_ptr, slots, mine, first_col + _QUARTER, acc_1 * weights[:, None], stride_yr)
-        store_rows(y_ptr, slots, mine, first_col + 2 * _QUARTER, acc_2 * weights[:, None],
-                   stride_yr)  # fmt: skip
-        store_rows(y_ptr, slots, mine, first_col + 3 * _QUARTER, acc_3 * weights[:, None],
-                   stride_yr)  # fmt: skip
+        store_rows(y_ptr, slots, mine, col_tile * _WIDE, acc * weights[:, None], stride_yr)
+        store_rows(y_ptr, slots, mine, col_tile * _WIDE + _BLOCK, acc_2 * weights[:, None],
+                    stride_yr)  # fmt: skip
         item += programs
         expert, first_row, owned, col_tile = next_expert, next_row, next_owned, next_col
         w_scales = next_w_scales
-
-
-@gluon.jit
-def quarter(w_tile, index: gl.constexpr):
-    """The wgmma's B operand for 64-column quarter `index` of a slot's 256 weight rows (the
-    MoE W8A8 kernels' two weight boxes)."""
-    return w_tile.slice(index * _QUARTER, _QUARTER, dim=0).permute((1, 0))
 
 
 @gluon.jit
@@ -279,20 +253,16 @@ def gather_loads(x_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty,
 
 @gluon.jit
 def store_rows(y_ptr, slots, mine, first_col, values, stride_yr):
-    """y[slots, first_col + [0, width)] = values (this warpgroup's rows of one column tile,
-    64 or 128 wide) in y's dtype, 16 bytes a thread: each warp writes whole rows an
-    instruction, where the wgmma layout's pairs would write 4 bytes a thread, 16 bytes a
-    row."""
-    WIDTH: gl.constexpr = values.type.shape[1]
-    ACROSS: gl.constexpr = WIDTH // 8  # threads along a row, 8 values each
+    """y[slots, first_col + [0, 128)] = values (this warpgroup's rows of one column tile) in
+    y's dtype, 16 bytes a thread: each warp writes two whole 256-byte rows an instruction,
+    where the wgmma layout's pairs would write 4 bytes a thread, 16 bytes a row."""
     rows_layout: gl.constexpr = gl.BlockedLayout(
-        size_per_thread=[1, 8], threads_per_warp=[32 // ACROSS, ACROSS], warps_per_cta=[4, 1],
-        order=[1, 0],
-    )  # fmt: skip
+        size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0]
+    )
     out = gl.convert_layout(values.to(y_ptr.dtype.element_ty), rows_layout)
     slots = gl.convert_layout(slots, gl.SliceLayout(1, rows_layout))
     mine = gl.convert_layout(mine, gl.SliceLayout(1, rows_layout))
-    cols = first_col + gl.arange(0, WIDTH, layout=gl.SliceLayout(0, rows_layout))
+    cols = first_col + gl.arange(0, _BLOCK, layout=gl.SliceLayout(0, rows_layout))
     gl.store(y_ptr + slots[:, None] * stride_yr + cols[None, :], out, mask=mine[:, None])
 
 
