@@ -38,7 +38,6 @@ KERNELS = [
     ("_w8a8_down_kernel", "MoE", "workbench MoE GEMM"),
     ("silu_reduce_kernel", "MoE", "workbench MoE GEMM"),
     ("_counts_kernel", "MoE", "workbench MoE routing"),
-    ("_block_bases_kernel", "MoE", "workbench MoE routing"),
     ("_offsets_serial_kernel", "MoE", "workbench MoE routing"),
     ("_permute_kernel", "MoE", "workbench MoE routing"),
     ("_small_layout_kernel", "MoE", "workbench MoE routing"),

@@ -11,12 +11,11 @@ from kernels.moe.routing import (
     sort_slots,
 )
 from kernels.moe.routing_kernels import (
-    BASES_COLS,
-    BASES_ROWS,
+    COUNT_BLOCK,
     SLOT_BLOCK,
     SMALL_SLOTS,
-    block_bases,
     combine,
+    expert_counts,
     expert_offsets_parallel,
     expert_offsets_serial,
     permute,
@@ -38,45 +37,30 @@ def random_ids(tokens, top_k, experts, seed, device, skew=False):
 
 
 ROUTINGS = [
-    # (tokens, top_k, experts, skew): one slot; E not a power of two; several blocks,
-    # skewed; several blocks and several scan programs (E > BASES_COLS), skewed
+    # (tokens, top_k, experts, skew): one slot; E not a power of two; several permutation
+    # blocks; several histogram programs, skewed
     (1, 1, 1, False),
     (5, 2, 13, False),
     (37, 3, 384, False),
     (700, 2, 8, True),
     (1100, 4, 384, True),
 ]
-assert 2 * SLOT_BLOCK < 700 * 2 and BASES_COLS < 384  # what the cases must span
-
-
-def bases_reference(ids: torch.Tensor, experts: int) -> torch.Tensor:
-    """bases[b, e]: slots before block b (of SLOT_BLOCK) that chose expert e."""
-    flat = ids.flatten().long().cpu()
-    blocks = -(-flat.numel() // SLOT_BLOCK)
-    return torch.stack([torch.bincount(flat[: b * SLOT_BLOCK], minlength=experts)
-                        for b in range(blocks)]).to(torch.int32)  # fmt: skip
+assert SLOT_BLOCK < 700 * 2 and 2 * COUNT_BLOCK < 1100 * 4  # the blocks the cases must span
 
 
 @pytest.mark.parametrize(("tokens", "top_k", "experts", "skew"), ROUTINGS)
-def test_block_bases_count_each_experts_slots(device, tokens, top_k, experts, skew):
+def test_expert_counts_match_bincount(device, tokens, top_k, experts, skew):
     ids = random_ids(tokens, top_k, experts, tokens, device, skew)
-    counts, bases = block_bases(ids, experts)
     want = torch.bincount(ids.flatten().long().cpu(), minlength=experts).to(torch.int32)
-    assert torch.equal(counts.cpu(), want)
-    assert torch.equal(bases.cpu(), bases_reference(ids, experts))
+    assert torch.equal(expert_counts(ids, experts).cpu(), want)
 
 
-def test_block_bases_scan_past_one_step(device):
-    """More blocks than a scan step takes (BASES_ROWS) and more experts than a scan program
-    (BASES_COLS): the carry between steps and the programs' columns."""
-    slots = BASES_ROWS * SLOT_BLOCK + 300
-    ids = random_ids(slots, 1, BASES_COLS + 5, 9, device, skew=True)
-    counts, bases = block_bases(ids, BASES_COLS + 5)
-    assert bases.shape == (BASES_ROWS + 2, BASES_COLS + 5)
-    assert torch.equal(bases.cpu(), bases_reference(ids, BASES_COLS + 5))
-    assert counts.sum() == slots
-    order = permute(ids, expert_offsets_parallel(counts), bases).cpu()
-    assert torch.equal(order, sort_slots(ids.cpu(), BASES_COLS + 5)[0])
+def test_counts_span_several_programs(device):
+    ids = torch.full((3 * COUNT_BLOCK + 5, 1), 2, dtype=torch.int32, device=device)
+    assert expert_counts(ids, 4).tolist() == [0, 0, 3 * COUNT_BLOCK + 5, 0]
+    ids = random_ids(COUNT_BLOCK + 7, 2, 384, 5, device)  # 384 experts in 512 bins
+    want = torch.bincount(ids.flatten().long().cpu(), minlength=384).to(torch.int32)
+    assert torch.equal(expert_counts(ids, 384).cpu(), want)
 
 
 @pytest.mark.parametrize("tile", [1, 16, 64])
@@ -103,10 +87,14 @@ def test_scans_reject_a_zero_tile(device):
 @pytest.mark.parametrize(("tokens", "top_k", "experts", "skew"), ROUTINGS)
 def test_permute_groups_slots_by_expert(device, tokens, top_k, experts, skew):
     ids = random_ids(tokens, top_k, experts, tokens + 1, device, skew)
-    counts, bases = block_bases(ids, experts)
-    order = permute(ids, expert_offsets_parallel(counts), bases).cpu()
-    # each expert's slots in ascending order: the stable sort of the torch reference
-    assert torch.equal(order, sort_slots(ids.cpu(), experts)[0])
+    offsets = expert_offsets_parallel(expert_counts(ids, experts))
+    order = permute(ids, offsets).cpu()
+    reference, counts = sort_slots(ids.cpu(), experts)
+    # Each expert's range holds exactly its slots; the order inside a range is unspecified.
+    assert sorted(order.tolist()) == list(range(tokens * top_k))
+    for expert, (lo, hi) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist())):
+        assert hi - lo == counts[expert]
+        assert torch.equal(order[lo:hi].sort().values, reference[lo:hi].sort().values)
 
 
 @pytest.mark.parametrize(
@@ -119,7 +107,7 @@ def test_small_layout_is_the_layout_of_the_separate_kernels(
 ):
     ids = random_ids(tokens, top_k, experts, tokens + experts, device, skew)
     counts, offsets, tile_offsets, order = small_layout(ids, experts, tile)
-    assert torch.equal(counts, block_bases(ids, experts)[0])
+    assert torch.equal(counts, expert_counts(ids, experts))
     assert torch.equal(offsets, expert_offsets_parallel(counts))
     assert torch.equal(tile_offsets, expert_offsets_parallel(counts, tile))
     # each expert's slots in ascending order: a stable sort of the slots by expert
@@ -156,12 +144,11 @@ def test_small_layout_refuses_more_slots_than_it_compares(device):
 
 def test_permute_into_padded_rows(device):
     ids = torch.tensor([[2, 0], [2, 1], [2, 0]], dtype=torch.int32, device=device)
-    counts, bases = block_bases(ids, 4)
-    tile_offsets = expert_offsets_parallel(counts, 4)  # blocks of 4 rows
-    padded = permute(ids, tile_offsets * 4, bases, size=16, fill=6).cpu()
-    assert padded[0:4].tolist() == [1, 5, 6, 6]  # expert 0: slots 1, 5, then fill
+    tile_offsets = expert_offsets_parallel(expert_counts(ids, 4), 4)  # blocks of 4 rows
+    padded = permute(ids, tile_offsets * 4, size=16, fill=6).cpu()
+    assert sorted(padded[0:4].tolist()) == [1, 5, 6, 6]  # expert 0: slots 1, 5, then fill
     assert padded[4:8].tolist() == [3, 6, 6, 6]  # expert 1
-    assert padded[8:12].tolist() == [0, 2, 4, 6]  # expert 2; expert 3 has no block
+    assert sorted(padded[8:12].tolist()) == [0, 2, 4, 6]  # expert 2; expert 3 has no block
     assert padded[12:].tolist() == [6] * 4
 
 

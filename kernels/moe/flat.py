@@ -43,7 +43,7 @@ from kernels.moe.launch import (
 from kernels.moe.routing import MoeShape, sm_count
 from kernels.moe.routing_kernels import (
     SMALL_SLOTS,
-    block_bases,
+    expert_counts,
     expert_offsets_parallel,
     permute,
     small_layout,
@@ -284,10 +284,10 @@ class FlatLayout(NamedTuple):
                 topk_ids, shape.experts, block_m
             )
         else:
-            counts, bases = block_bases(topk_ids, shape.experts)
+            counts = expert_counts(topk_ids, shape.experts)
             offsets = expert_offsets_parallel(counts)
             tile_offsets = expert_offsets_parallel(counts, block_m)
-            sorted_slots = permute(topk_ids, offsets, bases)
+            sorted_slots = permute(topk_ids, offsets)
         return cls(
             counts, offsets, tile_offsets, sorted_slots, _slot_weights(topk_weights),
             max_row_tiles(slots, shape.experts, block_m),

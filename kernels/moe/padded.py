@@ -26,7 +26,7 @@ from kernels.moe.launch import (
     weight_args,
 )
 from kernels.moe.routing import MoeShape
-from kernels.moe.routing_kernels import block_bases, expert_offsets_parallel, permute
+from kernels.moe.routing_kernels import expert_counts, expert_offsets_parallel, permute
 from kernels.moe.tiles import down_tile, find_expert, gate_up_tile, store_down, store_gate_up
 
 # Decode: 128-deep K tiles (one scale block a K tile) at 3 stages. On the H200 at T=6, FP8 took
@@ -127,11 +127,8 @@ def padded_layout(topk_ids: Tensor, experts: int, block_m: int) -> tuple[Tensor,
     """
     slots = topk_ids.numel()
     num_blocks = max_row_tiles(slots, experts, block_m)
-    counts, bases = block_bases(topk_ids, experts)
-    tile_offsets = expert_offsets_parallel(counts, block_m)
-    padded_slots = permute(
-        topk_ids, tile_offsets * block_m, bases, size=num_blocks * block_m, fill=slots
-    )
+    tile_offsets = expert_offsets_parallel(expert_counts(topk_ids, experts), block_m)
+    padded_slots = permute(topk_ids, tile_offsets * block_m, size=num_blocks * block_m, fill=slots)
     block_experts = torch.empty(num_blocks, dtype=torch.int32, device=topk_ids.device)
     launch(
         _block_experts_kernel,

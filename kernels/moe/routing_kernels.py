@@ -14,59 +14,26 @@ from torch import Tensor
 
 from kernels.compiled import launch
 
-SLOT_BLOCK = 256  # slots a block: the histogram's and the permutation's programs
-BASES_ROWS = 128  # blocks a scan step of `block_bases` takes, for BASES_COLS experts
-BASES_COLS = 16
+SLOT_BLOCK = 1024  # slots per program in the permutation
+COUNT_BLOCK = 2048  # slots per program in the histogram, on COUNT_WARPS warps
+COUNT_WARPS = 8
 SMALL_SLOTS = 256  # most slots `small_layout` takes: its rank count is SLOTS x SLOTS compares
-RANK_CHUNK = 32  # slots compared at a time when ranking slots among their block's
+SMALL_CHUNK = 32  # slots compared at a time there
 
 
 @triton.jit
-def _counts_kernel(ids_ptr, block_counts_ptr, num_slots, num_experts, BLOCK: tl.constexpr,
+def _counts_kernel(ids_ptr, counts_ptr, num_slots, num_experts, BLOCK: tl.constexpr,
                    BINS: tl.constexpr):  # fmt: skip
-    """Block program_id(0)'s slots counted per expert (`tl.histogram`) into its row of the
-    block counts: no atomics, where one a slot (and one an expert a program) serialised on
-    the experts' counters in L2."""
-    block = tl.program_id(0)
-    slots = block * BLOCK + tl.arange(0, BLOCK)
+    """The program's BLOCK slots counted per expert (`tl.histogram`, merged across warps in
+    shared memory), then one atomic an expert it saw: a slot's own atomic on a hot counter
+    serialised in L2."""
+    slots = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = slots < num_slots
     experts = tl.load(ids_ptr + slots, mask=valid, other=0)
     counts = tl.histogram(experts, BINS, mask=valid)
     bins = tl.arange(0, BINS)
-    tl.store(block_counts_ptr + block * num_experts + bins, counts, mask=bins < num_experts)
-
-
-@triton.jit
-def _block_bases_kernel(block_counts_ptr, bases_ptr, counts_ptr, num_blocks, num_experts,
-                        ROWS: tl.constexpr, COLS: tl.constexpr):  # fmt: skip
-    """For experts program_id(0) * COLS + [0, COLS): each block's base (how many slots of
-    the blocks before it chose the expert: a scan down the block counts' column, ROWS blocks
-    a step) and the expert's count (the column's sum)."""
-    cols = tl.program_id(0) * COLS + tl.arange(0, COLS)
-    col_ok = cols < num_experts
-    carry = tl.zeros((COLS,), tl.int32)
-    for first in range(0, num_blocks, ROWS):
-        rows = first + tl.arange(0, ROWS)
-        mask = (rows < num_blocks)[:, None] & col_ok[None, :]
-        at = rows[:, None] * num_experts + cols[None, :]
-        counts = tl.load(block_counts_ptr + at, mask=mask, other=0)
-        tl.store(bases_ptr + at, carry[None, :] + tl.cumsum(counts, 0) - counts, mask=mask)
-        carry += tl.sum(counts, 0)
-    tl.store(counts_ptr + cols, carry, mask=col_ok)
-
-
-@triton.jit
-def _rank_among(ids_ptr, experts, slots, first, num_slots, SPAN: tl.constexpr,
-                CHUNK: tl.constexpr):  # fmt: skip
-    """How many of slots first + [0, SPAN) come before each of `slots` and chose its expert,
-    CHUNK slots compared at a time."""
-    rank = tl.zeros(slots.shape, tl.int32)
-    for start in tl.static_range(0, SPAN, CHUNK):
-        others = first + start + tl.arange(0, CHUNK)
-        theirs = tl.load(ids_ptr + others, mask=others < num_slots, other=-1)
-        earlier = (theirs[None, :] == experts[:, None]) & (others[None, :] < slots[:, None])
-        rank += tl.sum(earlier.to(tl.int32), axis=1)
-    return rank
+    tl.atomic_add(counts_ptr + bins, counts, mask=(bins < num_experts) & (counts > 0),
+                  sem="relaxed")  # fmt: skip
 
 
 @triton.jit
@@ -86,17 +53,13 @@ def _offsets_parallel_kernel(counts_ptr, offsets_ptr, num_experts, TILE, BLOCK: 
 
 
 @triton.jit
-def _permute_kernel(ids_ptr, offsets_ptr, bases_ptr, out_ptr, num_slots, num_experts,
-                    BLOCK: tl.constexpr, CHUNK: tl.constexpr):  # fmt: skip
-    """Block program_id(0)'s slots to their sorted places: the expert's offset, the block's
-    base in it, and the slot's rank among the block's slots of that expert."""
-    block = tl.program_id(0)
-    slots = block * BLOCK + tl.arange(0, BLOCK)
+def _permute_kernel(ids_ptr, offsets_ptr, cursors_ptr, out_ptr, num_slots, BLOCK: tl.constexpr):
+    slots = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = slots < num_slots
     experts = tl.load(ids_ptr + slots, mask=valid, other=0)
-    rank = _rank_among(ids_ptr, experts, slots, block * BLOCK, num_slots, BLOCK, CHUNK)
-    base = tl.load(bases_ptr + block * num_experts + experts, mask=valid, other=0)
-    position = tl.load(offsets_ptr + experts, mask=valid, other=0) + base + rank
+    ones = tl.full((BLOCK,), 1, tl.int32)
+    rank = tl.atomic_add(cursors_ptr + experts, ones, mask=valid, sem="relaxed")
+    position = tl.load(offsets_ptr + experts, mask=valid, other=0) + rank
     tl.store(out_ptr + position, slots, mask=valid)
 
 
@@ -125,7 +88,12 @@ def _small_layout_kernel(
     tl.store(tile_offsets_ptr + 1 + bins, tile_ends, mask=bins < num_experts)
     tl.store(offsets_ptr + bins, 0, mask=bins == 0)
     tl.store(tile_offsets_ptr + bins, 0, mask=bins == 0)
-    rank = _rank_among(ids_ptr, experts, slots, 0, num_slots, SLOTS, CHUNK)
+    rank = tl.zeros((SLOTS,), tl.int32)
+    for first in tl.static_range(0, SLOTS, CHUNK):
+        others = first + tl.arange(0, CHUNK)
+        theirs = tl.load(ids_ptr + others, mask=others < num_slots, other=-1)
+        earlier = (theirs[None, :] == experts[:, None]) & (others[None, :] < slots[:, None])
+        rank += tl.sum(earlier.to(tl.int32), axis=1)
     tl.debug_barrier()  # the offsets above, stored by other threads, are read back below
     position = tl.load(offsets_ptr + experts, mask=valid, other=0) + rank
     tl.store(out_ptr + position, slots, mask=valid)
@@ -147,9 +115,9 @@ def small_layout(
     tile: int,
     row_table: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(counts, slot offsets, row-tile offsets, sorted slots) as block_bases,
+    """(counts, slot offsets, row-tile offsets, sorted slots) as expert_counts,
     expert_offsets_parallel(counts) and (counts, tile) and permute give them, in one launch
-    instead of five: for decode-size routings (up to SMALL_SLOTS
+    instead of six (two of them zero fills): for decode-size routings (up to SMALL_SLOTS
     slots), where each launch costs more than its work. Within an expert the slots come in
     ascending order. On the H200 the flat scheduler's served decode step took 8.36 ms with it
     against 8.54 before, 1,093 launches against 1,293 (two runs, docs/design.md).
@@ -161,16 +129,16 @@ def small_layout(
     flat = _flat_ids(topk_ids)
     if flat.numel() > SMALL_SLOTS:
         raise ValueError(f"small_layout takes up to {SMALL_SLOTS} slots; got {flat.numel()}. "
-                         "Use block_bases, expert_offsets_parallel and permute.")  # fmt: skip
+                         "Use expert_counts, expert_offsets_parallel and permute.")  # fmt: skip
     counts = torch.empty(experts, dtype=torch.int32, device=flat.device)
     offsets = torch.empty(experts + 1, dtype=torch.int32, device=flat.device)
     tile_offsets = torch.empty_like(offsets)
     out = torch.empty(flat.numel(), dtype=torch.int32, device=flat.device)
-    block = triton.next_power_of_2(max(flat.numel(), RANK_CHUNK))
+    block = triton.next_power_of_2(max(flat.numel(), SMALL_CHUNK))
     slot_weights, row_weights, tile_info = row_table or (out, out, out)  # unread without it
     launch(_small_layout_kernel, (1,), flat, counts, offsets, tile_offsets, out, slot_weights,
            row_weights, tile_info, flat.numel(), experts, tile, SLOTS=block,
-           EXPERTS=triton.next_power_of_2(experts + 1), CHUNK=RANK_CHUNK,
+           EXPERTS=triton.next_power_of_2(experts + 1), CHUNK=SMALL_CHUNK,
            ROW_TABLE=row_table is not None)  # fmt: skip
     return counts, offsets, tile_offsets, out
 
@@ -203,29 +171,25 @@ def _flat_ids(topk_ids: Tensor) -> Tensor:
     return topk_ids.reshape(-1).to(torch.int32).contiguous()
 
 
-def block_bases(topk_ids: Tensor, experts: int) -> tuple[Tensor, Tensor]:
-    """(counts int32 (E,), bases int32 (B, E)): slots per expert, and for each block of
-    SLOT_BLOCK slots how many slots of the blocks before it chose each expert, which
-    `permute` places the block's slots from. Two launches (a histogram a block, then a scan
-    down each expert's column), no atomics and no zero fills.
+def expert_counts(topk_ids: Tensor, experts: int) -> Tensor:
+    """Slots routed to each expert, int32 (E,): each program's histogram (`tl.histogram`)
+    added into the counts, one atomic an expert.
 
-    counts matches torch.bincount(topk_ids.flatten(), minlength=E) for ids in [0, E), which
+    Matches torch.bincount(topk_ids.flatten(), minlength=E) for ids in [0, E), which
     `validate_moe_inputs` checks unless the routing is trusted (on the GPU an id out of range
-    would land in some expert's bin). The counts kernel this replaces added each program's
-    histogram into the counts, one atomic an expert, and the permutation took one atomic a
-    slot on the experts' cursors, which serialised in L2 (45 us at T=33,863 in
-    ncu/moe-w8a8-T33863-fmtfp8).
+    would land in some expert's bin). A slot's own atomic, as this kernel had it, serialised
+    on the experts' counters in L2: on the H200 at the TP2 rank's 384 experts under uniform
+    routing it took 43.7 us at T=33,863 and 9.6 at 4,096, against 9.8 and 7.6 with 2,048
+    slots a program on 8 warps, the fastest of 512 to 4,096 slots on 4 or 8 warps at 33,863
+    (at 4,096, 1,024 slots on 4 warps took 6.8;
+    raw/logs/h200-moe-w8a8-next-item-ahead-ab-*.txt).
     """
     flat = _flat_ids(topk_ids)
-    blocks = triton.cdiv(flat.numel(), SLOT_BLOCK)
-    block_counts = torch.empty(blocks, experts, dtype=torch.int32, device=flat.device)
-    bases = torch.empty_like(block_counts)
-    counts = torch.empty(experts, dtype=torch.int32, device=flat.device)
-    launch(_counts_kernel, (blocks,), flat, block_counts, flat.numel(), experts, BLOCK=SLOT_BLOCK,
-           BINS=triton.next_power_of_2(experts))  # fmt: skip
-    launch(_block_bases_kernel, (triton.cdiv(experts, BASES_COLS),), block_counts, bases, counts,
-           blocks, experts, ROWS=BASES_ROWS, COLS=BASES_COLS)  # fmt: skip
-    return counts, bases
+    counts = torch.zeros(experts, dtype=torch.int32, device=flat.device)
+    grid = (triton.cdiv(flat.numel(), COUNT_BLOCK),)
+    launch(_counts_kernel, grid, flat, counts, flat.numel(), experts, BLOCK=COUNT_BLOCK,
+           BINS=triton.next_power_of_2(experts), num_warps=COUNT_WARPS)  # fmt: skip
+    return counts
 
 
 def _check_tile(tile: int) -> None:
@@ -257,16 +221,15 @@ def expert_offsets_parallel(counts: Tensor, tile: int = 1) -> Tensor:
     return offsets
 
 
-def permute(
-    topk_ids: Tensor, offsets: Tensor, bases: Tensor, *, size: int | None = None, fill: int = 0
-) -> Tensor:
+def permute(topk_ids: Tensor, offsets: Tensor, *, size: int | None = None, fill: int = 0) -> Tensor:
     """Slot ids grouped by expert, int32: out[offsets[e] + r] is the r-th slot given to expert e.
 
     Slot s is token s // K's k-th choice (s = t*K + k). `offsets` holds each expert's first
-    position (from expert_offsets_*; the padded scheduler passes padded starts) and `bases`
-    each block's start within its experts' ranges (`block_bases`), so the result is the
-    sorted slot order, each expert's slots in ascending order: a stable sort, the same on
-    every run. Positions not written (padding, when `size` exceeds T*K) hold `fill`.
+    position (from expert_offsets_*; the padded scheduler passes padded starts), so the result
+    is the sorted slot order. Within one expert the order is that in which the per-slot atomics
+    landed: ascending slot order under the interpreter, unspecified on a GPU. No scheduler
+    depends on it, since rows of one expert are independent. Positions not written (padding,
+    when `size` exceeds T*K) hold `fill`.
     """
     flat = _flat_ids(topk_ids)
     num_slots = flat.numel()
@@ -275,8 +238,9 @@ def permute(
         out = torch.empty(num_slots, dtype=torch.int32, device=flat.device)
     else:
         out = torch.full((size,), fill, dtype=torch.int32, device=flat.device)
-    launch(_permute_kernel, (bases.shape[0],), flat, offsets, bases, out, num_slots, experts,
-           BLOCK=SLOT_BLOCK, CHUNK=RANK_CHUNK)  # fmt: skip
+    cursors = torch.zeros(experts, dtype=torch.int32, device=flat.device)
+    grid = (triton.cdiv(num_slots, SLOT_BLOCK),)
+    launch(_permute_kernel, grid, flat, offsets, cursors, out, num_slots, BLOCK=SLOT_BLOCK)
     return out
 
 

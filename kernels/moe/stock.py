@@ -19,7 +19,7 @@ from kernels.compiled import launch, recording
 from kernels.moe.formats import MoeWeights
 from kernels.moe.launch import Tiles, prepare, run_pipeline, weight_args
 from kernels.moe.routing import MoeShape, default_groups
-from kernels.moe.routing_kernels import block_bases, expert_offsets_serial, permute
+from kernels.moe.routing_kernels import expert_counts, expert_offsets_serial, permute
 from kernels.moe.tiles import down_tile, gate_up_tile, store_down, store_gate_up
 
 STOCK_TILES = Tiles(block_m=16, block_n=64, block_k=64, split_k=1, num_warps=4, num_stages=3)
@@ -172,8 +172,8 @@ def run_stock(
     groups = default_groups(x.device) if groups is None else groups
     if not isinstance(groups, int) or groups < 1:
         raise ValueError(f"groups={groups!r} must be an integer >= 1 (or None for the default).")
-    counts, bases = block_bases(topk_ids, shape.experts)
-    sorted_slots = permute(topk_ids, expert_offsets_serial(counts), bases)
+    counts = expert_counts(topk_ids, shape.experts)
+    sorted_slots = permute(topk_ids, expert_offsets_serial(counts))
     slot_weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
     gate_up_constants = tiles.constants(weights, x.dtype, shape.hidden)
     down_constants = tiles.constants(weights, x.dtype, shape.inter)

@@ -98,7 +98,7 @@ KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
      "W8A8 and bf16 ones, FP8 and INT4 experts widened to bf16 for the latter at prefill, and "
      "INT4 experts at decode on mma.sync) and the split-K gate/up reduce"),
     ("workbench MoE routing",
-     r"^_(counts|block_bases|offsets_serial|offsets_parallel|permute|small_layout|block_experts|combine|"
+     r"^_(counts|offsets_serial|offsets_parallel|permute|small_layout|block_experts|combine|"
      r"row_table|router_topk)_kernel$", MOE, "kernels/moe routing: expert counts, offsets, "
      "permutation (all three in one launch at decode sizes), the Gluon kernels' table of row "
      "tiles and the weighted combine; the router's fused top-k and softmax (kernels/glue)"),
