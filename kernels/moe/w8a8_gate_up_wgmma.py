@@ -47,12 +47,9 @@ from kernels.moe.w8a8_wgmma import (
     LOAD_REGS,
     LOAD_WARPS,
     ROWS,
-    allocate_stagger,
     expert_descriptors,
     gather_loads,
     item_place,
-    let_behind_start,
-    start_behind,
     store_rows,
 )
 
@@ -69,9 +66,9 @@ def _consumer(args, WARPGROUP: gl.constexpr):
     """Rows 64 WARPGROUP + [0, 64) of every item this program owns. Per K step: wait for the
     slot, fence the gathered rows for wgmma, issue the gate box's wgmma, load the next step's
     scales while it runs, fold its product in, the same for the up box, release the slot."""
-    (a_ring, w_ring, ready, empty, stagger, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr,
-     tile_info_ptr, items, col_tiles, k_steps, top_k, inter, my_items, stride_xst, stride_wse,
-     stride_wsn, stride_wsk, stride_hr, stride_hsk) = args  # fmt: skip
+    (a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr, tile_info_ptr,
+     items, col_tiles, k_steps, top_k, inter, my_items, stride_xst, stride_wse, stride_wsn,
+     stride_wsk, stride_hr, stride_hsk) = args  # fmt: skip
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BLOCK, 32]
@@ -81,7 +78,6 @@ def _consumer(args, WARPGROUP: gl.constexpr):
     product = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
     step = 0
     item = gl.program_id(0)
-    start_behind(stagger, my_items, WARPGROUP)
     for _ in range(my_items):
         expert, first_row, owned, _, col_tile = item_place(item, items, col_tiles, 2 * inter,
                                                            _BLOCK, tile_info_ptr)  # fmt: skip
@@ -119,7 +115,6 @@ def _consumer(args, WARPGROUP: gl.constexpr):
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             mbarrier.arrive(empty.index(slot), count=1)
             acc_2 += product * scale_2[:, None]
-            let_behind_start(stagger, step, WARPGROUP)
             step += 1
         h = acc / (1.0 + gl.exp(-acc)) * acc_2
         scale, inverse = pow2_scale(gl.max(gl.abs(h), axis=1))
@@ -137,12 +132,11 @@ def _w8a8_gate_up_wgmma_kernel(
     CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES, 2, 1 + 32 * LOAD_WARPS)
-    stagger = allocate_stagger()
     col_tiles = inter // _BLOCK
     k_steps = hidden // _BLOCK
     items = gl.load(tile_offsets_ptr + num_experts) * col_tiles
     my_items = gl.cdiv(items - gl.program_id(0), gl.num_programs(0))
-    args = (a_ring, w_ring, ready, empty, stagger, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr,
+    args = (a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr,
             tile_info_ptr, items, col_tiles, k_steps, top_k, inter, my_items, stride_xst,
             stride_wse, stride_wsn, stride_wsk, stride_hr, stride_hsk)  # fmt: skip
     loads = (x8_ptr, stride_x, top_k, w_desc, a_ring, w_ring, ready, empty, sorted_slots_ptr,

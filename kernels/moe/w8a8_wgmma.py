@@ -131,9 +131,9 @@ def _consumer(args, WARPGROUP: gl.constexpr):
     next item's place) is loaded when the item starts, so no round trip to L2 stands between
     two items. The ring is refilled by the load warp (`_down_loads`).
     """
-    (a_ring, w_ring, ready, empty, stagger, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr,
-     row_weights_ptr, tile_info_ptr, items, hidden, k_steps, my_items, stride_hsk, stride_wse,
-     stride_wsn, stride_wsk, stride_yr) = args  # fmt: skip
+    (a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr, row_weights_ptr,
+     tile_info_ptr, items, hidden, k_steps, my_items, stride_hsk, stride_wse, stride_wsn,
+     stride_wsk, stride_yr) = args  # fmt: skip
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _BLOCK, 32]
@@ -150,7 +150,6 @@ def _consumer(args, WARPGROUP: gl.constexpr):
     sa = gl.load(hs_ptr + first_row + offsets, mask=offsets < owned, other=0.0)
     sw = gl.load(w_scales)
     sw_2 = gl.load(w_scales + stride_wsn)
-    start_behind(stagger, my_items, WARPGROUP)
     for _ in range(my_items):
         rows = first_row + offsets
         mine = offsets < owned
@@ -192,7 +191,6 @@ def _consumer(args, WARPGROUP: gl.constexpr):
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             mbarrier.arrive(empty.index(slot), count=1)
             acc_2 += product * scale_2[:, None]
-            let_behind_start(stagger, step, WARPGROUP)
             step += 1
         store_rows(y_ptr, slots, mine, col_tile * _WIDE, acc * weights[:, None], stride_yr)
         store_rows(y_ptr, slots, mine, col_tile * _WIDE + _BLOCK, acc_2 * weights[:, None],
@@ -200,33 +198,6 @@ def _consumer(args, WARPGROUP: gl.constexpr):
         item += programs
         expert, first_row, owned, col_tile = next_expert, next_row, next_owned, next_col
         w_scales = next_w_scales
-
-
-@gluon.jit
-def allocate_stagger():
-    """The barrier that starts warpgroup 1 a K step behind warpgroup 0 (`start_behind`)."""
-    stagger = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(stagger, count=1)
-    return stagger
-
-
-@gluon.jit
-def start_behind(stagger, my_items, WARPGROUP: gl.constexpr):
-    """Warpgroup 1 waits until warpgroup 0 has done its first K step (`let_behind_start`), so
-    the two reach an item's end a step apart and one's epilogue runs beside the other's
-    wgmmas, where together they left the tensor cores idle; a program without items skips
-    it, as warpgroup 0 never arrives."""
-    if WARPGROUP == 1:  # noqa: SIM102 (a constexpr test, pruned when compiled)
-        if my_items > 0:
-            mbarrier.wait(stagger, 0)
-
-
-@gluon.jit
-def let_behind_start(stagger, step, WARPGROUP: gl.constexpr):
-    """Warpgroup 0, after its first K step: let warpgroup 1 start (`start_behind`)."""
-    if WARPGROUP == 0:  # noqa: SIM102 (a constexpr test, pruned when compiled)
-        if step == 0:
-            mbarrier.arrive(stagger, count=1)
 
 
 @gluon.jit
@@ -302,12 +273,11 @@ def _w8a8_down_wgmma_kernel(
     stride_wsk, stride_yr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     a_ring, w_ring, ready, empty = allocate_ring(h_desc, w_desc, STAGES)
-    stagger = allocate_stagger()
     col_tiles = hidden // _WIDE
     k_steps = inter // _BLOCK
     items = gl.load(tile_offsets_ptr + num_experts) * col_tiles
     my_items = gl.cdiv(items - gl.program_id(0), gl.num_programs(0))
-    args = (a_ring, w_ring, ready, empty, stagger, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr,
+    args = (a_ring, w_ring, ready, empty, hs_ptr, ws_ptr, y_ptr, sorted_slots_ptr,
             row_weights_ptr, tile_info_ptr, items, hidden, k_steps, my_items, stride_hsk,
             stride_wse, stride_wsn, stride_wsk, stride_yr)  # fmt: skip
     loads = (h_desc, w_desc, a_ring, w_ring, ready, empty, tile_info_ptr, items, col_tiles,
