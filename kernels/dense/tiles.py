@@ -37,15 +37,6 @@ MAX_ROUNDS = 4  # programs an SM a split plan stacks at most: the decode tiles' 
 # fp32 sums kept per device at least (8 MB): K is split only where a GEMM has at most half as
 # many tiles as SMs, so on the H200 (132) a split GEMM's sums are at most 66 tiles of 128 x 128
 SUMS = 1 << 21
-ATOMIC_SUMS = True  # probe switch
-
-
-def sums_mode() -> int:
-    from kernels.compiled import interpreting
-
-    return (1 if interpreting() else 2) if ATOMIC_SUMS else 0
-
-
 _locks: dict[torch.device, Tensor] = {}
 _sums: dict[torch.device, Tensor] = {}
 
@@ -183,8 +174,6 @@ def outputs(
     y = torch.empty(m, groups * n, dtype=dtype, device=device)
     if splits == 1:
         return y, y, y
-    if sums_mode() > 0:
-        return y, kept_sums(groups * m * n, device), arrival_counters(groups * tiles, device)
     part = torch.empty(splits, groups, m, n, dtype=torch.float32, device=device)
     return y, part, arrival_counters(groups * tiles, device)
 
@@ -251,18 +240,9 @@ def sum_partials(part_ptrs, stride_ps, splits, mask, IN_FLIGHT: tl.constexpr):
 
 
 @triton.jit
-def _fence_gpu(anchor):
-    """fence.acq_rel.gpu in every thread: its atomic additions performed GPU-wide before it
-    goes on (a CTA barrier does not wait for a red in flight, nor does one thread's release
-    fence for another warp's)."""
-    return tl.inline_asm_elementwise("fence.acq_rel.gpu;\nmov.b32 $0, $1;", "=r,r", [anchor],
-                                     dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
-
-
-@triton.jit
 def store_tile(
     y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps,
-    SPLIT: tl.constexpr, SUMS: tl.constexpr = 0,
+    SPLIT: tl.constexpr,
 ):  # fmt: skip
     """y[rows, cols] = acc in y's dtype. With SPLIT, acc goes to part[split] and the tile's
     last split to arrive writes y[rows, cols] = the sum of part[:, rows, cols] instead.
@@ -273,20 +253,7 @@ def store_tile(
     """
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     y_ptrs = y_ptr + rows[:, None] * stride_ym + cols[None, :]
-    if SPLIT and SUMS > 0:
-        splits = tl.num_programs(1)
-        sums = part_ptr + rows[:, None] * N + cols[None, :]
-        tl.atomic_add(sums, acc, mask=mask, sem="relaxed")
-        if SUMS == 2:  # on the GPU (the interpreter runs programs one by one)
-            _fence_gpu(tl.program_id(0))
-        tl.debug_barrier()
-        lock = locks_ptr + tl.program_id(0)
-        if tl.atomic_add(lock, 1, sem="acq_rel") == splits - 1:
-            total = tl.load(sums, mask=mask, other=0.0, cache_modifier=".cg")
-            tl.store(sums, tl.zeros_like(total), mask=mask)
-            tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=mask)
-            tl.atomic_xchg(lock, 0)
-    elif SPLIT:
+    if SPLIT:
         splits = tl.num_programs(1)
         offsets = rows[:, None] * N + cols[None, :]
         tl.store(part_ptr + tl.program_id(1).to(tl.int64) * stride_ps + offsets, acc, mask=mask)

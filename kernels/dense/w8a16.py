@@ -86,7 +86,6 @@ import triton.language as tl
 from torch import Tensor
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-import kernels.dense.tiles as dense_tiles
 from kernels.compiled import launch, recording
 from kernels.dense.formats import DenseWeights, check_group_inputs, check_linear_inputs
 from kernels.dense.tiles import (
@@ -221,7 +220,7 @@ def _w8a16_kernel(
     stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sk, stride_ym, stride_ps,
     stride_xg, stride_wg, stride_sg,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SUB_K: tl.constexpr,
-    QBLOCK: tl.constexpr, SPLIT: tl.constexpr, SUMS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    QBLOCK: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     GROUP: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
     PREFETCH: tl.constexpr,
 ):  # fmt: skip
@@ -258,7 +257,7 @@ def _w8a16_kernel(
         )  # fmt: skip
     if PDL:  # the next grid may launch and prefetch while this one stores
         gdc_launch_dependents()
-    store_tile(y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps, SPLIT, SUMS)
+    store_tile(y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps, SPLIT)
 
 
 def linear_w8a16(
@@ -327,7 +326,7 @@ def _launch(
             k_per_split, x.stride(0), x.stride(2), *weights.values.stride(),
             *weights.scales.stride(), y.stride(0), part.stride(0), x.stride(1), *group_strides,
             BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
-            SUB_K=tiles.sub_k(weights.block), QBLOCK=weights.block, SPLIT=splits > 1, SUMS=dense_tiles.sums_mode(),
+            SUB_K=tiles.sub_k(weights.block), QBLOCK=weights.block, SPLIT=splits > 1,
             PRECISION=precision, UPCAST=upcast, GROUP=GROUP_M, SWAP=tiles.swap_ab,
             EVEN_K=k % tiles.block_k == 0, PDL=pdl, PREFETCH=prefetch,
             num_warps=tiles.num_warps, num_stages=tiles.num_stages, launch_pdl=pdl,

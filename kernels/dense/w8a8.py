@@ -16,7 +16,6 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-import kernels.dense.tiles as dense_tiles
 from kernels.compiled import launch, recording
 from kernels.dense.formats import DenseWeights, check_linear_inputs
 from kernels.dense.tiles import (
@@ -65,7 +64,7 @@ def _w8a8_kernel(
     a_ptr, sa_ptr, w_ptr, sw_ptr, y_ptr, part_ptr, locks_ptr, M, N, K, k_per_split,
     stride_am, stride_sam, stride_wn, stride_wk, stride_swn, stride_swk, stride_ym, stride_ps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_K: tl.constexpr,
-    QBLOCK: tl.constexpr, SPLIT: tl.constexpr, SUMS: tl.constexpr, GROUP: tl.constexpr,
+    QBLOCK: tl.constexpr, SPLIT: tl.constexpr, GROUP: tl.constexpr,
 ):  # fmt: skip
     pid_m, pid_n = program_tile(M, N, BLOCK_M, BLOCK_N, GROUP)
     rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
@@ -97,7 +96,7 @@ def _w8a8_kernel(
             acc += tl.dot(a, w) * sa[:, None] * sw[None, :]
         a_ptrs += SUB_K
         w_ptrs += SUB_K * stride_wk
-    store_tile(y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps, SPLIT, SUMS)
+    store_tile(y_ptr, part_ptr, locks_ptr, rows, cols, acc, M, N, stride_ym, stride_ps, SPLIT)
 
 
 def linear_w8a8(
@@ -184,7 +183,7 @@ def linear_w8a8(
             m, n, k, k_per_split, values.stride(0), scales.stride(0), *weights.values.stride(),
             *weights.scales.stride(), y.stride(0), part.stride(0), BLOCK_M=tiles.block_m,
             BLOCK_N=tiles.block_n, SUB_K=tiles.sub_k(weights.block),
-            QBLOCK=weights.block, SPLIT=splits > 1, SUMS=dense_tiles.sums_mode(), GROUP=GROUP_M, num_warps=tiles.num_warps,
+            QBLOCK=weights.block, SPLIT=splits > 1, GROUP=GROUP_M, num_warps=tiles.num_warps,
             num_stages=tiles.num_stages,
         )  # fmt: skip
     return y
