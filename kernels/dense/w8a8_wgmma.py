@@ -318,29 +318,43 @@ def _bottom_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, s
 
 
 @gluon.jit
-def _loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, tiles_m, tiles_n):
-    """The load warp (a partition of its own): every K step of this program's tiles in order,
-    each slot refilled as soon as both warpgroups have released it, so the ring runs SLOTS
-    steps ahead of the MMAs; the tile and K step advance as a cursor (no division a step)."""
-    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+def ring_loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_units,
+               place: gl.constexpr, where):  # fmt: skip
+    """The load warp (a partition of its own): every K step of this program's work units
+    (tiles, items) in order, each slot refilled as soon as both warpgroups have released it,
+    so the ring runs SLOTS steps ahead of the MMAs; the unit and K step advance as a cursor (no
+    division a step), and `place(unit, where)` gives a unit's first activation and weight
+    rows. This kernel and the MoE down kernel (`kernels.moe.w8a8_wgmma`) share it."""
     SLOTS: gl.constexpr = a_ring.type.shape[0]
-    total = my_tiles * k_steps
-    tile = gl.program_id(0)
+    total = my_units * k_steps
+    unit = gl.program_id(0)
     k_step = 0
-    pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
-    last_tile = tiles_m * tiles_n - 1
+    a_row, w_row = place(unit, where)
     for step in range(total):
         if step >= SLOTS:
             released_slot(empty, step, SLOTS)
-        issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, pid_m * BLOCK_M,
-                   pid_n * BLOCK_N, k_step)  # fmt: skip
+        issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, a_row, w_row, k_step)
         k_step += 1
         if k_step == k_steps:
             k_step = 0
-            tile += gl.num_programs(0)
-            # past the last tile (after the program's last step) the cursor stays in bounds
-            pid_m, pid_n = _tile_of(gl.minimum(tile, last_tile), tiles_m, tiles_n)
+            unit += gl.num_programs(0)
+            a_row, w_row = place(unit, where)
+
+
+@gluon.jit
+def _loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, tiles_m, tiles_n):
+    """The load warp over this program's tiles (`ring_loads`)."""
+    ring_loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, _tile_rows,
+               (tiles_m, tiles_n, tiles_m * tiles_n - 1, a_desc, w_desc))  # fmt: skip
+
+
+@gluon.jit
+def _tile_rows(tile, where):
+    """(first activation row, first weight row) of tile `tile`; past the last tile (after a
+    program's last step) the cursor stays in bounds."""
+    tiles_m, tiles_n, last_tile, a_desc, w_desc = where
+    pid_m, pid_n = _tile_of(gl.minimum(tile, last_tile), tiles_m, tiles_n)
+    return pid_m * a_desc.block_type.shape[0], pid_n * w_desc.block_type.shape[0]
 
 
 def supported(device: torch.device) -> bool:

@@ -31,8 +31,8 @@ with 256-column items a tie and 19% faster; with the rows stored 16 bytes a thre
 kernel's. In ncu at T=33,863 (a capture at 82b2dc8, since replaced) it took 2.74 ms with
 the tensor pipe 54% busy, its warpgroups waiting most on their wgmmas and, 12% of the samples,
 on a ring slot's copy, which warpgroup 0 then issued a step after the slot's use. A load warp
-of its own (`_down_loads`, as in the dense kernel) took the whole call 2.1-3.2% faster at
-T=4,096 and 33,863, results identical
+of its own (`_down_loads`, the dense kernel's `ring_loads`) took the whole call 2.1-3.2%
+faster at T=4,096 and 33,863, results identical
 (raw/logs/h200-moe-w8a8-down-load-warp-ab-5de571f-20261204T1250.txt); recaptured with it (at
 5156886, ncu/moe-w8a8-T33863-fmtfp8) the kernel takes 2.66 ms, the tensor pipe 59% busy, and
 7% of its samples wait for a slot.
@@ -66,8 +66,8 @@ from kernels.dense.w8a8_wgmma import (
     allocate_ring,
     check_consumer_regs,
     descriptor,
-    issue_load,
     released_slot,
+    ring_loads,
 )
 from kernels.moe.routing import MoeShape
 from kernels.moe.tiles import locate_rows, write_tile_info
@@ -297,24 +297,17 @@ def _bottom_rows(args):
 @gluon.jit
 def _down_loads(h_desc, w_desc, a_ring, w_ring, ready, empty, tile_info_ptr, items, col_tiles,
                 hidden, k_steps, my_items):  # fmt: skip
-    """The load warp (a partition of its own): every step of this program's items in order,
-    each slot refilled as soon as both warpgroups have released it, so the ring runs SLOTS
-    steps ahead of the MMAs and no warpgroup stops to issue copies."""
-    SLOTS: gl.constexpr = a_ring.type.shape[0]
-    total = my_items * k_steps
-    item = gl.program_id(0)
-    k_step = 0
+    """The load warp over this program's items (`ring_loads`, the dense kernel's)."""
+    ring_loads(h_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_items, _item_rows,
+               (items, col_tiles, hidden, tile_info_ptr))  # fmt: skip
+
+
+@gluon.jit
+def _item_rows(item, where):
+    """(first sorted row of h, first weight row) of work item `item` (`item_place`)."""
+    items, col_tiles, hidden, tile_info_ptr = where
     _, first_row, _, w_row, _ = item_place(item, items, col_tiles, hidden, _WIDE, tile_info_ptr)
-    for step in range(total):
-        if step >= SLOTS:
-            released_slot(empty, step, SLOTS)
-        issue_load(h_desc, w_desc, a_ring, w_ring, ready, step, total, first_row, w_row, k_step)
-        k_step += 1
-        if k_step == k_steps:
-            k_step = 0
-            item += gl.num_programs(0)
-            _, first_row, _, w_row, _ = item_place(item, items, col_tiles, hidden, _WIDE,
-                                                   tile_info_ptr)  # fmt: skip
+    return first_row, w_row
 
 
 def runs_on(hidden: int, inter: int) -> bool:
