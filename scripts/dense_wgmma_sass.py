@@ -4,6 +4,7 @@ without a GPU.
 
     python scripts/dense_wgmma_sass.py [--block-m 128] [--block-n 128] [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel w8a16 [--block-t 64] [--stages 8] [--split]
+                                       [--max-registers 128]
     python scripts/dense_wgmma_sass.py --kernel moe-down [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel moe-w8a8-gate-up|moe-bf16-gate-up|moe-bf16-down
     python scripts/dense_wgmma_sass.py --kernel moe-int4-gate-up|moe-int4-down
@@ -62,8 +63,10 @@ def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int):
     return compile_gluon(w8a8_wgmma._w8a8_wgmma_kernel, descriptors, constants)
 
 
-def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int):
-    """The W8A16 kernel compiled for sm_90, as compile_kernel compiles the W8A8 one."""
+def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int,
+                  max_registers: int | None = None):  # fmt: skip
+    """The W8A16 kernel compiled for sm_90, as compile_kernel compiles the W8A8 one; with
+    `max_registers`, as a launch capped at that many registers a thread would compile it."""
     m, n, k = SHAPE
     rows, block_k = w8a16_wgmma.ROWS, w8a16_wgmma.BLOCK_K
     descriptors = {
@@ -76,7 +79,8 @@ def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int):
     }  # fmt: skip
     constants = {"STAGES": stages, "LAG": 2 if stages >= 6 else 1, "SPLIT": split,
                  "CONSUMER_REGS": consumer_regs}  # fmt: skip
-    return compile_gluon(w8a16_wgmma._w8a16_wgmma_kernel, descriptors, constants)
+    return compile_gluon(w8a16_wgmma._w8a16_wgmma_kernel, descriptors, constants,
+                         maxnreg=max_registers)  # fmt: skip
 
 
 def compile_moe_down(stages: int, consumer_regs: int):
@@ -220,6 +224,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.BLOCK_TS, default=64,
                         help="W8A16: token columns a tile")  # fmt: skip
     parser.add_argument("--split", action="store_true", help="W8A16: with split K")
+    parser.add_argument("--max-registers", type=int,
+                        help="W8A16: registers a thread at most, as a launch's maxnreg caps "
+                        "them (128: two blocks an SM)")  # fmt: skip
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         parser.error("TRITON_INTERPRET=1 is set; unset it to compile the kernel.")
@@ -228,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
                                   args.consumer_regs)  # fmt: skip
         tile = f"{args.block_m} x {args.block_n} tiles"
     elif args.kernel == "w8a16":
-        compiled = compile_w8a16(args.block_t, args.stages, args.split, args.consumer_regs)
+        compiled = compile_w8a16(args.block_t, args.stages, args.split, args.consumer_regs,
+                                 args.max_registers)  # fmt: skip
         tile = f"{w8a16_wgmma.ROWS} x {args.block_t} tiles{', split K' if args.split else ''}"
     elif args.kernel == "moe-down":
         compiled = compile_moe_down(args.stages, args.consumer_regs)

@@ -52,6 +52,18 @@ def test_the_w8a16_kernels_wgmmas_stay_in_flight_and_nothing_is_serialised(block
     assert (facts["LDS.128"], facts["LDS.U16"]) == (str(2 * 4 * (1 + 2 + 1)), "0")
 
 
+def test_the_w8a16_kernel_capped_for_two_blocks_an_sm_serialises_its_wgmmas():
+    """Why the W8A16 kernel runs one block an SM (docs/design.md, the 64-row captures): at 128
+    registers a thread ptxas fits it without spills but serialises its wgmmas (C7511), so two
+    blocks an SM need a kernel built for fewer registers, not a launch option."""
+    done = run("--kernel", "w8a16", "--split", "--stages", "3", "--consumer-regs", "128",
+               "--max-registers", "128")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+    assert (facts["registers"], facts["spilled bytes"]) == ("128", "0")
+    assert "C7511" in facts["ptxas notes"].split()
+
+
 def test_bad_settings_and_the_interpreter_are_refused():
     assert run("--block-n", "256").returncode == 2
     assert run("--block-m", "64").returncode == 2
