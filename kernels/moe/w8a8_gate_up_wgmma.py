@@ -50,6 +50,7 @@ from kernels.moe.w8a8_wgmma import (
     expert_descriptors,
     gather_loads,
     item_place,
+    pass_item,
     store_rows,
 )
 
@@ -81,46 +82,49 @@ def _consumer(args, WARPGROUP: gl.constexpr):
     for _ in range(my_items):
         expert, first_row, owned, _, col_tile = item_place(item, items, col_tiles, 2 * inter,
                                                            _BLOCK, tile_info_ptr)  # fmt: skip
-        rows = first_row + offsets
-        mine = offsets < owned
-        tokens = gl.load(sorted_slots_ptr + rows, mask=mine, other=0) // top_k
-        a_scales = xs_ptr + tokens.to(gl.int64) * stride_xst
-        w_scales = ws_ptr + expert * stride_wse + col_tile * stride_wsn
-        sa = gl.load(a_scales, mask=mine, other=0.0)
-        sw = gl.load(w_scales)
-        sw_2 = gl.load(w_scales + up_scales)
-        acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
-        acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # up's
-        for k_step in range(k_steps):
-            slot = step % SLOTS
-            # Scales taken before the next step's load into the same names, as in the down
-            # kernel (w8a8_wgmma._consumer): no copy waits for a load across the loop's end.
-            scale = sa * sw
-            scale_2 = sa * sw_2
-            mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
-            fence_async_shared()  # the rows came by the load warps' cp.async
-            a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
-            w_tile = w_ring.index(slot)
-            running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
-                                    product, use_acc=False, is_async=True)  # fmt: skip
-            ahead = gl.minimum(k_step + 1, k_steps - 1)  # the last step loads its own again
-            sa = gl.load(a_scales + ahead, mask=mine, other=0.0)
-            sw = gl.load(w_scales + ahead * stride_wsk)
-            sw_2 = gl.load(w_scales + up_scales + ahead * stride_wsk)
-            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
-            acc += product * scale[:, None]
-            # `acc` as the (unused) input holds the rescale above before this wgmma
-            running = warpgroup_mma(a_rows, w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)),
-                                    acc, use_acc=False, is_async=True)  # fmt: skip
-            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
-            mbarrier.arrive(empty.index(slot), count=1)
-            acc_2 += product * scale_2[:, None]
-            step += 1
-        h = acc / (1.0 + gl.exp(-acc)) * acc_2
-        scale, inverse = pow2_scale(gl.max(gl.abs(h), axis=1))
-        h8 = round_to_e4m3(h * inverse[:, None]).to(gl.float8e4nv)  # the scaling is exact
-        store_rows(h8_ptr, rows.to(gl.int64), mine, col_tile * _BLOCK, h8, stride_hr)
-        gl.store(hs_ptr + col_tile * stride_hsk + rows, scale, mask=mine)
+        if owned > WARPGROUP * _WG_ROWS:
+            rows = first_row + offsets
+            mine = offsets < owned
+            tokens = gl.load(sorted_slots_ptr + rows, mask=mine, other=0) // top_k
+            a_scales = xs_ptr + tokens.to(gl.int64) * stride_xst
+            w_scales = ws_ptr + expert * stride_wse + col_tile * stride_wsn
+            sa = gl.load(a_scales, mask=mine, other=0.0)
+            sw = gl.load(w_scales)
+            sw_2 = gl.load(w_scales + up_scales)
+            acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
+            acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # up's
+            for k_step in range(k_steps):
+                slot = step % SLOTS
+                # Scales taken before the next step's load into the same names, as in the down
+                # kernel (w8a8_wgmma._consumer): no copy waits for a load across the loop's end.
+                scale = sa * sw
+                scale_2 = sa * sw_2
+                mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
+                fence_async_shared()  # the rows came by the load warps' cp.async
+                a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
+                w_tile = w_ring.index(slot)
+                running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
+                                        product, use_acc=False, is_async=True)  # fmt: skip
+                ahead = gl.minimum(k_step + 1, k_steps - 1)  # the last step loads its own again
+                sa = gl.load(a_scales + ahead, mask=mine, other=0.0)
+                sw = gl.load(w_scales + ahead * stride_wsk)
+                sw_2 = gl.load(w_scales + up_scales + ahead * stride_wsk)
+                product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+                acc += product * scale[:, None]
+                # `acc` as the (unused) input holds the rescale above before this wgmma
+                running = warpgroup_mma(a_rows, w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)),
+                                        acc, use_acc=False, is_async=True)  # fmt: skip
+                product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+                mbarrier.arrive(empty.index(slot), count=1)
+                acc_2 += product * scale_2[:, None]
+                step += 1
+            h = acc / (1.0 + gl.exp(-acc)) * acc_2
+            scale, inverse = pow2_scale(gl.max(gl.abs(h), axis=1))
+            h8 = round_to_e4m3(h * inverse[:, None]).to(gl.float8e4nv)  # the scaling is exact
+            store_rows(h8_ptr, rows.to(gl.int64), mine, col_tile * _BLOCK, h8, stride_hr)
+            gl.store(hs_ptr + col_tile * stride_hsk + rows, scale, mask=mine)
+        else:  # an expert's last tile of at most 64 rows: warpgroup 0 multiplies them alone
+            step = pass_item(ready, empty, step, k_steps)
         item += gl.num_programs(0)
 
 

@@ -121,6 +121,21 @@ def item_place(item, items, col_tiles, expert_rows, col_rows, tile_info_ptr):
 
 
 @gluon.jit
+def pass_item(ready, empty, step, k_steps):
+    """Release an item's k_steps ring slots unread, each once its copy has landed (waiting
+    keeps this warpgroup within a ring of the other, whose release the refill also needs);
+    return the step after them. Warpgroup 1 does this on an item whose rows warpgroup 0 holds
+    alone, so the tensor cores do no work on the padding rows of an expert's last tile."""
+    SLOTS: gl.constexpr = ready.type.shape[0]
+    for _ in range(k_steps):
+        slot = step % SLOTS
+        mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
+        mbarrier.arrive(empty.index(slot), count=1)
+        step += 1
+    return step
+
+
+@gluon.jit
 def _consumer(args, WARPGROUP: gl.constexpr):
     """Rows 64 WARPGROUP + [0, 64) of every item this program owns.
 
@@ -159,42 +174,48 @@ def _consumer(args, WARPGROUP: gl.constexpr):
             item + programs, items, col_tiles, hidden, _WIDE, tile_info_ptr
         )
         next_w_scales = ws_ptr + next_expert * stride_wse + 2 * next_col * stride_wsn
-        acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
-        acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # the second column tile's
-        for k_step in range(k_steps):
-            slot = step % SLOTS
-            more = k_step + 1 < k_steps
-            # This step's scales, taken before the next step's are loaded into the same
-            # names: a loaded register then stays where it lands until the next step reads
-            # it, where copying it across the loop's end waited for the load (ncu: 11% of
-            # the samples, long scoreboard on that copy).
-            scale = sa * sw
-            scale_2 = sa * sw_2
-            mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
-            a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
-            w_tile = w_ring.index(slot)
-            running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
-                                    product, use_acc=False, is_async=True)  # fmt: skip
-            sa = gl.load(
-                hs_ptr + gl.where(more, (k_step + 1) * stride_hsk + rows, next_row + offsets),
-                mask=gl.where(more, mine, offsets < next_owned), other=0.0,
-            )  # fmt: skip
-            next_sw_ptr = gl.where(more, w_scales + (k_step + 1) * stride_wsk, next_w_scales)
-            sw = gl.load(next_sw_ptr)
-            sw_2 = gl.load(next_sw_ptr + stride_wsn)
-            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
-            acc += product * scale[:, None]
-            # `acc` as the (unused) input holds the rescale above before this wgmma; with
-            # `product` there, it sinks below it and reads the wgmma's registers
-            running = warpgroup_mma(a_rows, w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)),
-                                    acc, use_acc=False, is_async=True)  # fmt: skip
-            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
-            mbarrier.arrive(empty.index(slot), count=1)
-            acc_2 += product * scale_2[:, None]
-            step += 1
-        store_rows(y_ptr, slots, mine, col_tile * _WIDE, acc * weights[:, None], stride_yr)
-        store_rows(y_ptr, slots, mine, col_tile * _WIDE + _BLOCK, acc_2 * weights[:, None],
-                    stride_yr)  # fmt: skip
+        if owned > WARPGROUP * _WG_ROWS:
+            acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
+            acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # the second column tile's
+            for k_step in range(k_steps):
+                slot = step % SLOTS
+                more = k_step + 1 < k_steps
+                # This step's scales, taken before the next step's are loaded into the same
+                # names: a loaded register then stays where it lands until the next step reads
+                # it, where copying it across the loop's end waited for the load (ncu: 11% of
+                # the samples, long scoreboard on that copy).
+                scale = sa * sw
+                scale_2 = sa * sw_2
+                mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
+                a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
+                w_tile = w_ring.index(slot)
+                running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
+                                        product, use_acc=False, is_async=True)  # fmt: skip
+                sa = gl.load(
+                    hs_ptr + gl.where(more, (k_step + 1) * stride_hsk + rows, next_row + offsets),
+                    mask=gl.where(more, mine, offsets < next_owned), other=0.0,
+                )  # fmt: skip
+                next_sw_ptr = gl.where(more, w_scales + (k_step + 1) * stride_wsk, next_w_scales)
+                sw = gl.load(next_sw_ptr)
+                sw_2 = gl.load(next_sw_ptr + stride_wsn)
+                product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+                acc += product * scale[:, None]
+                # `acc` as the (unused) input holds the rescale above before this wgmma; with
+                # `product` there, it sinks below it and reads the wgmma's registers
+                running = warpgroup_mma(a_rows, w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)),
+                                        acc, use_acc=False, is_async=True)  # fmt: skip
+                product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+                mbarrier.arrive(empty.index(slot), count=1)
+                acc_2 += product * scale_2[:, None]
+                step += 1
+            store_rows(y_ptr, slots, mine, col_tile * _WIDE, acc * weights[:, None], stride_yr)
+            store_rows(y_ptr, slots, mine, col_tile * _WIDE + _BLOCK, acc_2 * weights[:, None],
+                        stride_yr)  # fmt: skip
+        else:  # an expert's last tile of at most 64 rows: warpgroup 0 multiplies them alone
+            step = pass_item(ready, empty, step, k_steps)
+            sa = gl.load(hs_ptr + next_row + offsets, mask=offsets < next_owned, other=0.0)
+            sw = gl.load(next_w_scales)
+            sw_2 = gl.load(next_w_scales + stride_wsn)
         item += programs
         expert, first_row, owned, col_tile = next_expert, next_row, next_owned, next_col
         w_scales = next_w_scales
