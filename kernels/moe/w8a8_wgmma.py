@@ -174,7 +174,7 @@ def _consumer(args, WARPGROUP: gl.constexpr):
             item + programs, items, col_tiles, hidden, _WIDE, tile_info_ptr
         )
         next_w_scales = ws_ptr + next_expert * stride_wse + 2 * next_col * stride_wsn
-        if owned > _WG_ROWS:
+        if owned > WARPGROUP * _WG_ROWS:
             acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
             acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # the second column tile's
             for k_step in range(k_steps):
@@ -211,36 +211,11 @@ def _consumer(args, WARPGROUP: gl.constexpr):
             store_rows(y_ptr, slots, mine, col_tile * _WIDE, acc * weights[:, None], stride_yr)
             store_rows(y_ptr, slots, mine, col_tile * _WIDE + _BLOCK, acc_2 * weights[:, None],
                         stride_yr)  # fmt: skip
-        else:  # an expert's last tile, of at most 64 rows: each warpgroup a column tile of them
-            if WARPGROUP == 1:  # the rows are warpgroup 0's
-                rows = first_row + offsets - _WG_ROWS
-                mine = offsets - _WG_ROWS < owned
-                slots = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
-                weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
-                sa = gl.load(hs_ptr + rows, mask=mine, other=0.0)
-            acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
-            for k_step in range(k_steps):
-                slot = step % SLOTS
-                more = k_step + 1 < k_steps
-                scale = sa * (sw if WARPGROUP == 0 else sw_2)
-                mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
-                a_rows = a_ring.index(slot).slice(0, _WG_ROWS, dim=0)
-                w_cols = w_ring.index(slot).slice(WARPGROUP * _BLOCK, _BLOCK, dim=0)
-                running = warpgroup_mma(a_rows, w_cols.permute((1, 0)), product, use_acc=False,
-                                        is_async=True)  # fmt: skip
-                sa = gl.load(
-                    hs_ptr + gl.where(more, (k_step + 1) * stride_hsk + rows, next_row + offsets),
-                    mask=gl.where(more, mine, offsets < next_owned), other=0.0,
-                )  # fmt: skip
-                next_sw_ptr = gl.where(more, w_scales + (k_step + 1) * stride_wsk, next_w_scales)
-                sw = gl.load(next_sw_ptr)
-                sw_2 = gl.load(next_sw_ptr + stride_wsn)
-                product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
-                mbarrier.arrive(empty.index(slot), count=1)
-                acc += product * scale[:, None]
-                step += 1
-            store_rows(y_ptr, slots, mine, col_tile * _WIDE + WARPGROUP * _BLOCK,
-                       acc * weights[:, None], stride_yr)  # fmt: skip
+        else:  # an expert's last tile of at most 64 rows: warpgroup 0 multiplies them alone
+            step = pass_item(ready, empty, step, k_steps)
+            sa = gl.load(hs_ptr + next_row + offsets, mask=offsets < next_owned, other=0.0)
+            sw = gl.load(next_w_scales)
+            sw_2 = gl.load(next_w_scales + stride_wsn)
         item += programs
         expert, first_row, owned, col_tile = next_expert, next_row, next_owned, next_col
         w_scales = next_w_scales
