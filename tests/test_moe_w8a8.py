@@ -46,6 +46,9 @@ ROUTINGS = {
     # 150 rows of experts 0 and 1 (128 + 22: the second tile's last 64 rows hold none), 20 of
     # 2 and 3: the Gluon kernels' warpgroups see items of both kinds
     "two-tiles": torch.tensor([[0, 1]] * 150 + [[2, 3]] * 20),
+    # 64 rows of experts 0 and 1 (warpgroup 1 passes over the tile), 65 of 2 and 3 (it holds
+    # one row)
+    "half-tile-edge": torch.tensor([[0, 1]] * 64 + [[2, 3]] * 65),
 }
 
 

@@ -21,6 +21,9 @@ times flat on bf16 experts (14.60 ms, on the Gluon bf16 kernels) and 3.5 times D
 contiguous grouped GEMM with its torch glue, with no spills (the Triton gate/up spilled 6
 bytes).
 
+On an expert's last row tile of at most 64 rows warpgroup 1 releases the item's slots unread
+(`w8a8_wgmma.pass_item`, whose module docstring has what it bought).
+
 Gluon has no interpreter: the CPU tests compile it for sm_90 and read its SASS
 (scripts/dense_wgmma_sass.py --kernel moe-w8a8-gate-up); the GPU tests compare `moe_w8a8` on
 the Gluon kernels with the Triton ones.
@@ -64,7 +67,8 @@ CONSUMER_REGS = 224  # what the load warps leave of 64K registers to each consum
 
 @gluon.jit
 def _consumer(args, WARPGROUP: gl.constexpr):
-    """Rows 64 WARPGROUP + [0, 64) of every item this program owns. Per K step: wait for the
+    """Rows 64 WARPGROUP + [0, 64) of every item this program owns (warpgroup 1 passes over
+    an item whose rows are all padding: `w8a8_wgmma.pass_item`). Per K step: wait for the
     slot, fence the gathered rows for wgmma, issue the gate box's wgmma, load the next step's
     scales while it runs, fold its product in, the same for the up box, release the slot."""
     (a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr, tile_info_ptr,

@@ -37,6 +37,16 @@ faster at T=4,096 and 33,863, results identical
 5156886, ncu/moe-w8a8-T33863-fmtfp8) the kernel takes 2.66 ms, the tensor pipe 59% busy, and
 7% of its samples wait for a slot.
 
+An expert's last row tile often holds few rows (at T=33,863 under uniform routing 16% of the
+row tiles hold at most 64, at 4,096 55%). On such an item warpgroup 1, whose 64 rows are all
+padding, releases the item's slots unread (`pass_item`) and warpgroup 0 multiplies alone. With
+gate/up doing the same, moe_w8a8 took 0.977-0.998 of its time before at T=33,863, 0.959-0.986
+at 4,096, 0.961-0.980 at 1,024 and 0.929-0.944 at 6 (six rounds in turns on two H200s), results
+identical (raw/logs/h200-moe-pass-padding-rows-ab-5b51a81-*,
+h200-moe-w8a8-down-split-half-items-ab-78d4936-*). Giving each warpgroup one of such an item's
+two column tiles instead was a tie with it (the second log). The bf16 kernels do not pass:
+there the same change made flat 17-19% slower at T=33,863 (the first log).
+
 Gluon has no interpreter: the CPU tests compile it for sm_90 and read its SASS
 (scripts/dense_wgmma_sass.py --kernel moe-down); the GPU tests compare `moe_w8a8` with and
 without it.
@@ -122,10 +132,11 @@ def item_place(item, items, col_tiles, expert_rows, col_rows, tile_info_ptr):
 
 @gluon.jit
 def pass_item(ready, empty, step, k_steps):
-    """Release an item's k_steps ring slots unread, each once its copy has landed (waiting
-    keeps this warpgroup within a ring of the other, whose release the refill also needs);
-    return the step after them. Warpgroup 1 does this on an item whose rows warpgroup 0 holds
-    alone, so the tensor cores do no work on the padding rows of an expert's last tile."""
+    """Release an item's k_steps ring slots unread, each once its copy has landed, and return
+    the step after them. Warpgroup 1 does this on an item whose rows warpgroup 0 holds alone
+    (module docstring), so the tensor cores do no work on its 64 padding rows. The wait keeps
+    it in step: a slot's empty barrier counts one release from each warpgroup, so releasing a
+    slot's next use before warpgroup 0 released this one would complete the barrier early."""
     SLOTS: gl.constexpr = ready.type.shape[0]
     for _ in range(k_steps):
         slot = step % SLOTS
@@ -137,7 +148,8 @@ def pass_item(ready, empty, step, k_steps):
 
 @gluon.jit
 def _consumer(args, WARPGROUP: gl.constexpr):
-    """Rows 64 WARPGROUP + [0, 64) of every item this program owns.
+    """Rows 64 WARPGROUP + [0, 64) of every item this program owns; warpgroup 1 passes over
+    an item whose rows are all padding (`pass_item`).
 
     Per K step: wait for the slot's copy, issue the wgmma, load the next step's scales (after
     an item's last step, the next item's first) while it runs, wait for it, release the
