@@ -184,46 +184,36 @@ def _consumer(args, WARPGROUP: gl.constexpr, SWIGLU: gl.constexpr):
     for _ in range(my_items):
         _, first_row, owned, _, col_tile = item_place(item, items, col_tiles, expert_rows,
                                                       col_rows, tile_info_ptr)  # fmt: skip
-        if owned > WARPGROUP * _WG_ROWS:
-            rows = first_row + offsets
-            mine = offsets < owned
-            if SWIGLU:
-                out_rows = rows.to(gl.int64)
-            else:
-                out_rows = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
-                weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
-            acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, False, SWIGLU)
-            # waits for nothing (both stay in flight): the loop carries tensors, not tokens
+        rows = first_row + offsets
+        mine = offsets < owned
+        if SWIGLU:
+            out_rows = rows.to(gl.int64)
+        else:
+            out_rows = gl.load(sorted_slots_ptr + rows, mask=mine, other=0).to(gl.int64)
+            weights = gl.load(row_weights_ptr + rows, mask=mine, other=0.0)
+        acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, False, SWIGLU)
+        # waits for nothing (both stay in flight): the loop carries tensors, not tokens
+        acc, acc_2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_2))
+        step += 1
+        for _k in range(1, k_steps):
+            acc, acc_2 = _issue(a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, True, SWIGLU)
             acc, acc_2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_2))
-            step += 1
-            for _k in range(1, k_steps):
-                acc, acc_2 = _issue(
-                    a_ring, w_ring, ready, step, acc, acc_2, WARPGROUP, True, SWIGLU
-                )
-                acc, acc_2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_2))
-                cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
-                                  cursor, k_steps, *places, second, LAG, WARPGROUP,
-                                  not SWIGLU)  # fmt: skip
-                step += 1
-            acc, acc_2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_2))
             cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
                               cursor, k_steps, *places, second, LAG, WARPGROUP,
                               not SWIGLU)  # fmt: skip
-            if SWIGLU:
-                h = acc / (1.0 + gl.exp(-acc)) * acc_2
-                store_rows(out_ptr, out_rows, mine, col_tile * _BOX, h, stride_out)
-            else:
-                store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX, acc * weights[:, None],
-                           stride_out)  # fmt: skip
-                store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX + _BOX,
-                           acc_2 * weights[:, None], stride_out)  # fmt: skip
-        else:  # an expert's last tile of at most 64 rows: warpgroup 0 multiplies them alone
-            for _k in range(k_steps):
-                mbarrier.wait(ready.index(step % SLOTS), (step // SLOTS) & 1)
-                cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step, total,
-                                  cursor, k_steps, *places, second, LAG, WARPGROUP,
-                                  not SWIGLU)  # fmt: skip
-                step += 1
+            step += 1
+        acc, acc_2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_2))
+        cursor = _release(a_desc, w_desc, a_ring, w_ring, ready, empty, step - 1, total,
+                          cursor, k_steps, *places, second, LAG, WARPGROUP,
+                          not SWIGLU)  # fmt: skip
+        if SWIGLU:
+            h = acc / (1.0 + gl.exp(-acc)) * acc_2
+            store_rows(out_ptr, out_rows, mine, col_tile * _BOX, h, stride_out)
+        else:
+            store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX, acc * weights[:, None],
+                       stride_out)  # fmt: skip
+            store_rows(out_ptr, out_rows, mine, col_tile * 2 * _BOX + _BOX,
+                       acc_2 * weights[:, None], stride_out)  # fmt: skip
         item += programs
 
 
