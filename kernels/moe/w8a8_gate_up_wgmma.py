@@ -21,8 +21,16 @@ times flat on bf16 experts (14.60 ms, on the Gluon bf16 kernels) and 3.5 times D
 contiguous grouped GEMM with its torch glue, with no spills (the Triton gate/up spilled 6
 bytes).
 
-On an expert's last row tile of at most 64 rows warpgroup 1 releases the item's slots unread
-(`w8a8_wgmma.pass_item`, whose module docstring has what it bought).
+Its warpgroups do not pass over an expert's last row tile of at most 64 rows, as the down
+kernel's do (`w8a8_wgmma.pass_item`): at T=33,863 that made the kernel 10% slower under Nsight
+Compute (5.16 against 4.70 ms), its DRAM reads 16.8 GB against 7.1 and L2's hit rate 29%
+against 63% (raw/logs/h200-moe-w8a8-gate-up-pass-l2-363a5d5-*). Its persistent programs
+walk the items in order, every item the same work, so they keep in step, and the row tiles of
+an expert read each weight box at about the same time; items of two costs let them drift
+apart, and its 11.8 MB of weights an expert stop being shared in L2. (Down's 5.9 MB an expert
+took the same drift without a loss.) In turns, the whole call was no faster with it than with
+down's pass alone at 33,863, 16,384 and 4,096 rows, and faster at 1,024 and below, where
+`moe_flat_w8a8` runs the flat kernels instead (under 32 rows an expert).
 
 Gluon has no interpreter: the CPU tests compile it for sm_90 and read its SASS
 (scripts/dense_wgmma_sass.py --kernel moe-w8a8-gate-up); the GPU tests compare `moe_w8a8` on
@@ -53,7 +61,6 @@ from kernels.moe.w8a8_wgmma import (
     expert_descriptors,
     gather_loads,
     item_place,
-    pass_item,
     store_rows,
 )
 
@@ -67,8 +74,7 @@ CONSUMER_REGS = 224  # what the load warps leave of 64K registers to each consum
 
 @gluon.jit
 def _consumer(args, WARPGROUP: gl.constexpr):
-    """Rows 64 WARPGROUP + [0, 64) of every item this program owns (warpgroup 1 passes over
-    an item whose rows are all padding: `w8a8_wgmma.pass_item`). Per K step: wait for the
+    """Rows 64 WARPGROUP + [0, 64) of every item this program owns. Per K step: wait for the
     slot, fence the gathered rows for wgmma, issue the gate box's wgmma, load the next step's
     scales while it runs, fold its product in, the same for the up box, release the slot."""
     (a_ring, w_ring, ready, empty, xs_ptr, ws_ptr, h8_ptr, hs_ptr, sorted_slots_ptr, tile_info_ptr,
@@ -86,49 +92,46 @@ def _consumer(args, WARPGROUP: gl.constexpr):
     for _ in range(my_items):
         expert, first_row, owned, _, col_tile = item_place(item, items, col_tiles, 2 * inter,
                                                            _BLOCK, tile_info_ptr)  # fmt: skip
-        if owned > WARPGROUP * _WG_ROWS:
-            rows = first_row + offsets
-            mine = offsets < owned
-            tokens = gl.load(sorted_slots_ptr + rows, mask=mine, other=0) // top_k
-            a_scales = xs_ptr + tokens.to(gl.int64) * stride_xst
-            w_scales = ws_ptr + expert * stride_wse + col_tile * stride_wsn
-            sa = gl.load(a_scales, mask=mine, other=0.0)
-            sw = gl.load(w_scales)
-            sw_2 = gl.load(w_scales + up_scales)
-            acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
-            acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # up's
-            for k_step in range(k_steps):
-                slot = step % SLOTS
-                # Scales taken before the next step's load into the same names, as in the down
-                # kernel (w8a8_wgmma._consumer): no copy waits for a load across the loop's end.
-                scale = sa * sw
-                scale_2 = sa * sw_2
-                mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
-                fence_async_shared()  # the rows came by the load warps' cp.async
-                a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
-                w_tile = w_ring.index(slot)
-                running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
-                                        product, use_acc=False, is_async=True)  # fmt: skip
-                ahead = gl.minimum(k_step + 1, k_steps - 1)  # the last step loads its own again
-                sa = gl.load(a_scales + ahead, mask=mine, other=0.0)
-                sw = gl.load(w_scales + ahead * stride_wsk)
-                sw_2 = gl.load(w_scales + up_scales + ahead * stride_wsk)
-                product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
-                acc += product * scale[:, None]
-                # `acc` as the (unused) input holds the rescale above before this wgmma
-                running = warpgroup_mma(a_rows, w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)),
-                                        acc, use_acc=False, is_async=True)  # fmt: skip
-                product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
-                mbarrier.arrive(empty.index(slot), count=1)
-                acc_2 += product * scale_2[:, None]
-                step += 1
-            h = acc / (1.0 + gl.exp(-acc)) * acc_2
-            scale, inverse = pow2_scale(gl.max(gl.abs(h), axis=1))
-            h8 = round_to_e4m3(h * inverse[:, None]).to(gl.float8e4nv)  # the scaling is exact
-            store_rows(h8_ptr, rows.to(gl.int64), mine, col_tile * _BLOCK, h8, stride_hr)
-            gl.store(hs_ptr + col_tile * stride_hsk + rows, scale, mask=mine)
-        else:  # an expert's last tile of at most 64 rows: warpgroup 0 multiplies them alone
-            step = pass_item(ready, empty, step, k_steps)
+        rows = first_row + offsets
+        mine = offsets < owned
+        tokens = gl.load(sorted_slots_ptr + rows, mask=mine, other=0) // top_k
+        a_scales = xs_ptr + tokens.to(gl.int64) * stride_xst
+        w_scales = ws_ptr + expert * stride_wse + col_tile * stride_wsn
+        sa = gl.load(a_scales, mask=mine, other=0.0)
+        sw = gl.load(w_scales)
+        sw_2 = gl.load(w_scales + up_scales)
+        acc = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)
+        acc_2 = gl.zeros((_WG_ROWS, _BLOCK), gl.float32, layout)  # up's
+        for k_step in range(k_steps):
+            slot = step % SLOTS
+            # Scales taken before the next step's load into the same names, as in the down
+            # kernel (w8a8_wgmma._consumer): no copy waits for a load across the loop's end.
+            scale = sa * sw
+            scale_2 = sa * sw_2
+            mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
+            fence_async_shared()  # the rows came by the load warps' cp.async
+            a_rows = a_ring.index(slot).slice(WARPGROUP * _WG_ROWS, _WG_ROWS, dim=0)
+            w_tile = w_ring.index(slot)
+            running = warpgroup_mma(a_rows, w_tile.slice(0, _BLOCK, dim=0).permute((1, 0)),
+                                    product, use_acc=False, is_async=True)  # fmt: skip
+            ahead = gl.minimum(k_step + 1, k_steps - 1)  # the last step loads its own again
+            sa = gl.load(a_scales + ahead, mask=mine, other=0.0)
+            sw = gl.load(w_scales + ahead * stride_wsk)
+            sw_2 = gl.load(w_scales + up_scales + ahead * stride_wsk)
+            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+            acc += product * scale[:, None]
+            # `acc` as the (unused) input holds the rescale above before this wgmma
+            running = warpgroup_mma(a_rows, w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)),
+                                    acc, use_acc=False, is_async=True)  # fmt: skip
+            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+            mbarrier.arrive(empty.index(slot), count=1)
+            acc_2 += product * scale_2[:, None]
+            step += 1
+        h = acc / (1.0 + gl.exp(-acc)) * acc_2
+        scale, inverse = pow2_scale(gl.max(gl.abs(h), axis=1))
+        h8 = round_to_e4m3(h * inverse[:, None]).to(gl.float8e4nv)  # the scaling is exact
+        store_rows(h8_ptr, rows.to(gl.int64), mine, col_tile * _BLOCK, h8, stride_hr)
+        gl.store(hs_ptr + col_tile * stride_hsk + rows, scale, mask=mine)
         item += gl.num_programs(0)
 
 

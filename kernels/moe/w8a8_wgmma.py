@@ -39,13 +39,15 @@ faster at T=4,096 and 33,863, results identical
 
 An expert's last row tile often holds few rows (at T=33,863 under uniform routing 16% of the
 row tiles hold at most 64, at 4,096 55%). On such an item warpgroup 1, whose 64 rows are all
-padding, releases the item's slots unread (`pass_item`) and warpgroup 0 multiplies alone. With
-gate/up doing the same, moe_w8a8 took 0.977-0.998 of its time before at T=33,863, 0.959-0.986
-at 4,096, 0.961-0.980 at 1,024 and 0.929-0.944 at 6 (six rounds in turns on two H200s), results
-identical (raw/logs/h200-moe-pass-padding-rows-ab-5b51a81-*,
-h200-moe-w8a8-down-split-half-items-ab-78d4936-*). Giving each warpgroup one of such an item's
-two column tiles instead was a tie with it (the second log). The bf16 kernels do not pass:
-there the same change made flat 17-19% slower at T=33,863 (the first log).
+padding, releases the item's slots unread (`pass_item`) and warpgroup 0 multiplies alone.
+moe_w8a8 took 0.985-0.991 of its time before at T=33,863, 0.975-0.990 at 4,096 and
+0.982-0.992 at 1,024, results identical (four rounds in turns,
+raw/logs/h200-moe-w8a8-gate-up-pass-l2-363a5d5-*; 0.981-0.991, 0.984-0.990 and 0.967-0.986
+in three more on another H200, h200-moe-pass-padding-rows-ab-5b51a81-*, its w8a8-down
+rows). Giving each warpgroup one of such an item's two column tiles instead was a tie with it
+(h200-moe-w8a8-down-split-half-items-ab-78d4936-*). Neither gate/up (`w8a8_gate_up_wgmma`
+says why) nor the bf16 kernels pass: there the same change made flat on bf16 experts 17-19%
+slower at T=33,863 (the 5b51a81 log).
 
 Gluon has no interpreter: the CPU tests compile it for sm_90 and read its SASS
 (scripts/dense_wgmma_sass.py --kernel moe-down); the GPU tests compare `moe_w8a8` with and
