@@ -22,15 +22,16 @@ contiguous grouped GEMM with its torch glue, with no spills (the Triton gate/up 
 bytes).
 
 Its warpgroups do not pass over an expert's last row tile of at most 64 rows, as the down
-kernel's do (`w8a8_wgmma.pass_item`): at T=33,863 that made the kernel 10% slower under Nsight
-Compute (5.16 against 4.70 ms), its DRAM reads 16.8 GB against 7.1 and L2's hit rate 29%
-against 63% (raw/logs/h200-moe-w8a8-gate-up-pass-l2-363a5d5-*). Its persistent programs
-walk the items in order, every item the same work, so they keep in step, and the row tiles of
-an expert read each weight box at about the same time; items of two costs let them drift
-apart, and its 11.8 MB of weights an expert stop being shared in L2. (Down's 5.9 MB an expert
-took the same drift without a loss.) In turns, the whole call was no faster with it than with
-down's pass alone at 33,863, 16,384 and 4,096 rows, and faster at 1,024 and below, where
-`moe_flat_w8a8` runs the flat kernels instead (under 32 rows an expert).
+kernel's do (`w8a8_wgmma.pass_item`). In one Nsight Compute process at T=33,863 that took the
+kernel 5.16-5.17 ms against 4.70, 7.92-7.97 million cycles against 7.65 at 1.52 GHz against
+1.61, its DRAM reads 16.8-17.0 GB against 7.1-7.2 and L2's hit rate 28-29% against 63-64%
+(raw/logs/h200-moe-w8a8-gate-up-pass-l2-363a5d5-*). The likely reason, not measured directly:
+its persistent programs walk the items in order, and while every item is the same work they
+stay in step, so an expert's row tiles read each weight box (11.8 MB of weights an expert) at
+about the same time; items of two costs let them drift apart. In turns the whole call was no
+faster with it than with down's pass alone at 33,863, 16,384 and 4,096 rows (the same log). It
+was faster only at 1,024 rows and below (that log and h200-moe-pass-padding-rows-ab-5b51a81-*),
+where `moe_flat_w8a8` calls the flat kernels, not this one (under 32 rows an expert).
 
 Gluon has no interpreter: the CPU tests compile it for sm_90 and read its SASS
 (scripts/dense_wgmma_sass.py --kernel moe-w8a8-gate-up); the GPU tests compare `moe_w8a8` on

@@ -43,11 +43,11 @@ padding, releases the item's slots unread (`pass_item`) and warpgroup 0 multipli
 moe_w8a8 took 0.985-0.991 of its time before at T=33,863, 0.975-0.990 at 4,096 and
 0.982-0.992 at 1,024, results identical (four rounds in turns,
 raw/logs/h200-moe-w8a8-gate-up-pass-l2-363a5d5-*; 0.981-0.991, 0.984-0.990 and 0.967-0.986
-in three more on another H200, h200-moe-pass-padding-rows-ab-5b51a81-*, its w8a8-down
-rows). Giving each warpgroup one of such an item's two column tiles instead was a tie with it
-(h200-moe-w8a8-down-split-half-items-ab-78d4936-*). Neither gate/up (`w8a8_gate_up_wgmma`
-says why) nor the bf16 kernels pass: there the same change made flat on bf16 experts 17-19%
-slower at T=33,863 (the 5b51a81 log).
+in three earlier rounds, h200-moe-pass-padding-rows-ab-5b51a81-*, its w8a8-down rows). Giving
+each warpgroup one of such an item's two column tiles instead was a tie with it
+(h200-moe-w8a8-down-split-half-items-ab-78d4936-*). gate/up does not pass
+(`w8a8_gate_up_wgmma` says why), nor do the bf16 kernels: in them the same change made flat on
+bf16 experts 17-19% slower at T=33,863 (the 5b51a81 log).
 
 Gluon has no interpreter: the CPU tests compile it for sm_90 and read its SASS
 (scripts/dense_wgmma_sass.py --kernel moe-down); the GPU tests compare `moe_w8a8` with and
