@@ -62,6 +62,7 @@ from kernels.moe.w8a8_wgmma import (
     expert_descriptors,
     gather_loads,
     item_place,
+    second_box,
     store_rows,
 )
 
@@ -121,12 +122,7 @@ def _consumer(args, WARPGROUP: gl.constexpr):
             sw_2 = gl.load(w_scales + up_scales + ahead * stride_wsk)
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             acc += product * scale[:, None]
-            # `acc` as the (unused) input holds the rescale above before this wgmma
-            running = warpgroup_mma(a_rows, w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)),
-                                    acc, use_acc=False, is_async=True)  # fmt: skip
-            product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
-            mbarrier.arrive(empty.index(slot), count=1)
-            acc_2 += product * scale_2[:, None]
+            product, acc_2 = second_box(a_rows, w_tile, acc, acc_2, scale_2, empty.index(slot))
             step += 1
         h = acc / (1.0 + gl.exp(-acc)) * acc_2
         scale, inverse = pow2_scale(gl.max(gl.abs(h), axis=1))

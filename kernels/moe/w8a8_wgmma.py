@@ -133,6 +133,19 @@ def item_place(item, items, col_tiles, expert_rows, col_rows, tile_info_ptr):
 
 
 @gluon.jit
+def second_box(a_rows, w_tile, acc, acc_2, scale_2, empty_slot):
+    """A K step's second wgmma, on the slot's second weight box: issue it, wait, release the
+    slot and fold the product into acc_2; return (product, acc_2). `acc` is its (unused)
+    input so that the rescale into acc before it stays above it; with `product` there, the
+    rescale sank below the wgmma and read its registers. The W8A8 gate/up kernel shares it."""
+    running = warpgroup_mma(a_rows, w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)), acc,
+                            use_acc=False, is_async=True)  # fmt: skip
+    product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
+    mbarrier.arrive(empty_slot, count=1)
+    return product, acc_2 + product * scale_2[:, None]
+
+
+@gluon.jit
 def pass_item(ready, empty, step, k_steps):
     """Release an item's k_steps ring slots unread, each once its copy has landed, and return
     the step after them. Warpgroup 1 does this on an item whose rows warpgroup 0 holds alone
@@ -214,13 +227,8 @@ def _consumer(args, WARPGROUP: gl.constexpr):
                 sw_2 = gl.load(next_sw_ptr + stride_wsn)
                 product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
                 acc += product * scale[:, None]
-                # `acc` as the (unused) input holds the rescale above before this wgmma; with
-                # `product` there, it sinks below it and reads the wgmma's registers
-                running = warpgroup_mma(a_rows, w_tile.slice(_BLOCK, _BLOCK, dim=0).permute((1, 0)),
-                                        acc, use_acc=False, is_async=True)  # fmt: skip
-                product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
-                mbarrier.arrive(empty.index(slot), count=1)
-                acc_2 += product * scale_2[:, None]
+                product, acc_2 = second_box(a_rows, w_tile, acc, acc_2, scale_2,
+                                            empty.index(slot))  # fmt: skip
                 step += 1
             store_rows(y_ptr, slots, mine, col_tile * _WIDE, acc * weights[:, None], stride_yr)
             store_rows(y_ptr, slots, mine, col_tile * _WIDE + _BLOCK, acc_2 * weights[:, None],
