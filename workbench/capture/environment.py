@@ -40,7 +40,9 @@ def _gpu() -> dict:
         "memory_gib": round(props.total_memory / 2**30, 1),
     }
     if shutil.which("nvidia-smi"):
-        query = "driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu"
+        # uuid: which card, so runs on the same card can be told from runs on another (one
+        # H200's ratios differed from another's by more than a change under test)
+        query = "driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu,uuid"
         out = _run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader", "-i", "0"])
         if out:
             fields = [f.strip() for f in out.split(",")]

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import pandas as pd
 
-from workbench.analysis.collection import Artifact
+from workbench.analysis.collection import Artifact, card
 from workbench.report.cells import SHOWN_ROWS
 from workbench.report.seed_tables import origin
 
@@ -84,11 +84,13 @@ def display(path: Path) -> str:
 
 
 def sources(items: Iterable[Artifact], detail: Callable[[Artifact], str] | None = None) -> str:
-    """Where a table came from: each artifact's path, GPU and commit (and `detail`)."""
+    """Where a table came from: each artifact's path, GPU, card where recorded (so runs on the
+    same card show as such) and commit (and `detail`)."""
     parts = []
     for item in items:
         env = origin(item.meta)
-        what = [env["GPU"], f"commit {env['commit']}"]
+        on_card = card(item.meta)
+        what = [env["GPU"], f"card {on_card}" if on_card else "", f"commit {env['commit']}"]
         if detail:
             what.append(detail(item))
         parts.append(f"`{display(item.path)}` ({', '.join(w for w in what if w)})")
