@@ -6,7 +6,8 @@ from pathlib import Path
 
 import torch
 
-from workbench.analysis.collection import Artifact, card
+from workbench.analysis.cards import card
+from workbench.analysis.collection import Artifact
 from workbench.capture import environment
 from workbench.report.page import sources
 

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from copy import deepcopy
 
 import pytest
 from helpers import assert_stored_answers_are_computed
@@ -78,6 +79,37 @@ def test_compare_puts_runs_side_by_side(run):
     table = run.compare(other, labels=["a", "b"]).prefill()
     assert list(table.columns) == ["a", "b"]
     assert table["a"].equals(table["b"])
+
+
+def on_card(run, uuid: str | None):
+    """A copy of `run` whose metadata says it ran on the card `uuid` (None: not recorded)."""
+    loaded = workbench.load(run.path)
+    loaded.meta = deepcopy(loaded.meta)
+    gpu = loaded.meta.setdefault("environment", {}).setdefault("gpu", {})
+    gpu.pop("uuid", None)
+    if uuid:
+        gpu["uuid"] = uuid
+    return loaded
+
+
+def test_a_comparison_across_cards_says_so(run):
+    """Two H200s can differ by more than the change compared: the comparison names the cards
+    when the runs recorded two, and says nothing when they share one or do not say."""
+    a = on_card(run, "GPU-3dfce461-e036-83c3-cb09-1235c1ef9565")
+    b = on_card(run, "GPU-a1b2c3d4-0000-0000-0000-000000000000")
+    note = a.compare(b, labels=["a", "b"]).card_note()
+    assert note.startswith("These runs ran on 2 cards (a on 3dfce461, b on a1b2c3d4)")
+    assert "workbench ab" in note
+    assert a.compare(on_card(run, a.meta["environment"]["gpu"]["uuid"])).card_note() == ""
+    assert a.compare(on_card(run, None)).card_note() == ""
+
+
+def test_a_comparison_page_across_cards_opens_with_the_caution(run, tmp_path):
+    a = on_card(run, "GPU-3dfce461-e036-83c3-cb09-1235c1ef9565")
+    b = on_card(run, "GPU-a1b2c3d4-0000-0000-0000-000000000000")
+    page = a.compare(b).to_html(tmp_path / "compared.html").read_text()
+    heading = '<h2 id="kernel-time-by-category">'
+    assert heading in page and page.index("These runs ran on 2 cards") < page.index(heading)
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,7 @@ never dropped in silence; files that are not artifacts (logs, sidecars) are skip
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -147,16 +146,6 @@ def code_commit(source_trees: tuple[tuple[str, str], ...]) -> str | None:
     """The commit of this repository whose source folders are `source_trees`, which a run
     recorded as dirty (`workbench.analysis.git_state`); None if none is, or none recorded."""
     return matching_commit(dict(source_trees), REPO) if source_trees else None
-
-
-def card(meta: Mapping) -> str | None:
-    """The card an artifact ran on, as the first eight hex digits of its GPU's UUID (what
-    `nvidia-smi -L` shows), or None where the artifact did not record one (runs before
-    2026-12-04T18:30). Two H200s can differ in a kernel ratio by more than the change under
-    test, so a comparison across runs should know whether they shared a card."""
-    uuid = str(((meta.get("environment") or {}).get("gpu") or {}).get("uuid") or "")
-    found = re.fullmatch(r"GPU-([0-9a-f]{8})-[0-9a-f-]+", uuid.strip(), re.IGNORECASE)
-    return found.group(1).lower() if found else None
 
 
 def environment_row(meta: dict) -> dict:

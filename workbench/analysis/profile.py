@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis import tables
+from workbench.analysis.cards import card
 from workbench.analysis.rules import DEFAULT_RULES, Rule
 from workbench.analysis.skew import skew_table
 from workbench.analysis.trace import (
@@ -278,6 +279,22 @@ class Comparison:
     def decode(self) -> pd.DataFrame:
         return tables.side_by_side(
             {n: r.decode() for n, r in zip(self.names, self.runs)}, "mean_ms"
+        )
+
+    def card_note(self) -> str:
+        """A caution when the runs ran on more than one recorded card: two H200s can differ
+        in a kernel's time by more than a change under test, so a change's effect is read
+        from runs on one card, or from an A/B (`workbench ab`), which runs both sides in turns.
+        Empty when they share a card or the runs do not say."""
+        cards = {name: card(run.meta) for name, run in zip(self.names, self.runs)}
+        seen = {c for c in cards.values() if c}
+        if len(seen) < 2:
+            return ""
+        named = ", ".join(f"{name} on {c}" for name, c in cards.items() if c)
+        return (
+            f"These runs ran on {len(seen)} cards ({named}): between H200s a kernel's time can "
+            "move by more than the change being compared; read a change's effect from runs on "
+            "one card or from an A/B (`workbench ab`), which times both sides in turns."
         )
 
     def panels(self) -> dict[str, pd.DataFrame]:

@@ -47,6 +47,8 @@ def show(args) -> None:
         print("\n".join(f"[{i + 1}] {run.label}  ({run.path})" for i, run in enumerate(runs)))
         print("\nPrefill (ms)\n" + page.prefill().round(2).to_string())
         print("\nDecode, per step (mean ms)\n" + page.decode().round(3).to_string())
+        if note := page.card_note():
+            print("\n" + note)
     if args.html:
         if len(runs) > 1:
             page = runs[0].compare(*runs[1:])

@@ -19,7 +19,8 @@ from typing import Protocol
 
 import pandas as pd
 
-from workbench.analysis.collection import Artifact, card
+from workbench.analysis.cards import card
+from workbench.analysis.collection import Artifact
 from workbench.report.cells import SHOWN_ROWS
 from workbench.report.seed_tables import origin
 

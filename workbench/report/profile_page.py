@@ -83,6 +83,8 @@ def _own_time(page: HtmlPage, meta: dict) -> None:
 def write_comparison_page(comparison: Comparison, path: str | Path) -> Path:
     """Profiles side by side: the category figure, both tables and each run's metadata."""
     page = HtmlPage("Profiles compared")
+    if note := comparison.card_note():
+        page.text(note)
     page.heading("Kernel time by category").figure(comparison_figure(comparison))
     page.heading("Prefill").table(comparison.prefill(), "milliseconds of kernel time")
     page.heading("Decode, per step").table(comparison.decode(), "mean milliseconds per step", 3)
