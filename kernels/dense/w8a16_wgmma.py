@@ -342,12 +342,16 @@ def _finish(y_desc, y_buf, acc, tile, length, sums_ptr, locks_ptr, M, N, plan,
     if length == plan[0]:
         _store(y_desc, y_buf, acc, t_row, group * N + rows)
     else:
-        # The sums (G, N, M), zero between GEMMs: a thread's two neighbouring tokens are 8 bytes
+        # The sums, zero between GEMMs: a (ROWS, BLOCK_T) tile of them for each tile that may
+        # be shared (every tile of a split plan, the tiles left over in a stream plan), a
+        # thread's two neighbouring tokens 8 bytes
         layout: gl.constexpr = acc.type.layout
-        n = rows + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, layout))
-        t = t_row + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, layout))
-        inside = (n < N)[:, None] & (t < M)[None, :]
-        sums = sums_ptr + group.to(gl.int64) * N * M + n.to(gl.int64)[:, None] * M + t[None, :]
+        row = gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, layout))
+        col = gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, layout))
+        inside = (rows + row < N)[:, None] & (t_row + col < M)[None, :]
+        shared = tile - plan[6] * gl.num_programs(0) * plan[9]  # stream x programs x dp_tiles
+        first = (shared * 2 + WARPGROUP).to(gl.int64) * WG_ROWS * BLOCK_T
+        sums = sums_ptr + first + row[:, None] * BLOCK_T + col[None, :]
         gl.atomic_add(sums, acc, mask=inside, sem="relaxed")  # added in L2; no value comes back
         _threads_barrier()  # every thread's sums before the count (acq_rel releases them)
         lock = locks_ptr + tile * 2 + WARPGROUP
@@ -559,9 +563,9 @@ def gemm_w8a16_wgmma(
         splits = triton.cdiv(k_steps, per_split)
         programs, dp_tiles, sk_units, sk_programs = tiles * splits, 0, 0, 1
     y = torch.empty(m, groups * n, dtype=x.dtype, device=x.device)
-    sums, locks = y, y
-    if stream or splits > 1:
-        sums, locks = kept_sums(groups * n * m, x.device), arrival_counters(2 * tiles, x.device)
+    shared = tiles - programs * dp_tiles if stream else tiles if splits > 1 else 1
+    sums = kept_sums(shared * ROWS * block_t, x.device)
+    locks = arrival_counters(2 * tiles, x.device)
     x_2d = x.as_strided((m, groups * k), (x.stride(0), 1))
     if groups > 1 and group_strides[0] != n * k:
         raise ValueError("a group's FP8 values must lie one after another (torch.stack); build "
