@@ -3,7 +3,7 @@ MoE kernels (kernels/moe/w8a8_wgmma.py, bf16_wgmma.py, int4_mma.py) compile to f
 without a GPU.
 
     python scripts/dense_wgmma_sass.py [--block-m 128] [--block-n 128] [--stages 4]
-    python scripts/dense_wgmma_sass.py --kernel w8a16 [--block-t 64] [--stages 8]
+    python scripts/dense_wgmma_sass.py --kernel w8a16 [--block-t 64] [--stages 8] [--split]
                                        [--max-registers 128]
     python scripts/dense_wgmma_sass.py --kernel moe-down [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel moe-w8a8-gate-up|moe-bf16-gate-up|moe-bf16-down
@@ -45,11 +45,7 @@ from kernels.moe import int4_mma as moe_int4_mma
 from kernels.moe import w8a8_gate_up_wgmma as moe_w8a8_gate_up_wgmma
 from kernels.moe import w8a8_wgmma as moe_w8a8_wgmma
 
-SHAPE = (4096, 2048, 7168)
-# The W8A16 kernel's plan arguments: any value at run time (a stream plan or a split one)
-W8A16_PLAN = ("k_steps", "inv_k_steps", "token_tiles", "inv_token_tiles", "row_tiles",
-              "inv_row_tiles", "stream", "splits", "per_split", "dp_tiles", "sk_units",
-              "sk_programs")  # fmt: skip  # (M, N, K): any shape whose rows are 16-byte aligned
+SHAPE = (4096, 2048, 7168)  # (M, N, K): any shape whose rows are 16-byte aligned
 
 
 def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int):
@@ -67,7 +63,7 @@ def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int):
     return compile_gluon(w8a8_wgmma._w8a8_wgmma_kernel, descriptors, constants)
 
 
-def compile_w8a16(block_t: int, stages: int, consumer_regs: int,
+def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int,
                   max_registers: int | None = None):  # fmt: skip
     """The W8A16 kernel compiled for sm_90, as compile_kernel compiles the W8A8 one; with
     `max_registers`, as a launch capped at that many registers a thread would compile it."""
@@ -81,11 +77,10 @@ def compile_w8a16(block_t: int, stages: int, consumer_regs: int,
         "y_desc": w8a8_wgmma.descriptor(torch.empty(m, n, dtype=torch.bfloat16),
                                         [block_t, rows // 2]),
     }  # fmt: skip
-    constants = {"STAGES": stages, "LAG": 2 if stages >= 6 else 1,
+    constants = {"STAGES": stages, "LAG": 2 if stages >= 6 else 1, "SPLIT": split,
                  "CONSUMER_REGS": consumer_regs}  # fmt: skip
-    plan = {name: "fp32" if name.startswith("inv_") else "i32" for name in W8A16_PLAN}
     return compile_gluon(w8a16_wgmma._w8a16_wgmma_kernel, descriptors, constants,
-                         maxnreg=max_registers, scalars=plan)  # fmt: skip
+                         maxnreg=max_registers)  # fmt: skip
 
 
 def compile_moe_down(stages: int, consumer_regs: int):
@@ -163,12 +158,10 @@ def compile_gluon(
     constants: dict,
     pointers: dict | None = None,
     maxnreg: int | None = None,
-    scalars: dict | None = None,
 ):
     """A Gluon kernel compiled for sm_90: descriptors typed as a launch types them, pointers
-    fp32 unless `pointers` types them (the counters int32), scalars as `scalars` types them
-    (nothing assumed of their values), other integers 16-divisible, registers capped at
-    `maxnreg` where the launch caps them."""
+    fp32 unless `pointers` types them (the counters int32), integers 16-divisible, registers
+    capped at `maxnreg` where the launch caps them."""
     signature, constexprs, attrs = {}, {}, {}
     pointers = {"locks_ptr": "*i32", **(pointers or {})}
     for i, name in enumerate(kernel.arg_names):
@@ -177,9 +170,6 @@ def compile_gluon(
             continue
         if name in constants:
             signature[name], constexprs[(i,)] = "constexpr", constants[name]
-            continue
-        if name in (scalars or {}):
-            signature[name] = scalars[name]
             continue
         pointer = pointers.get(name, "*fp32")
         signature[name] = pointer if name.endswith("_ptr") else "i32"
@@ -233,6 +223,7 @@ def main(argv: list[str] | None = None) -> None:
                                  "moe-int4-down"))  # fmt: skip
     parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.BLOCK_TS, default=64,
                         help="W8A16: token columns a tile")  # fmt: skip
+    parser.add_argument("--split", action="store_true", help="W8A16: with split K")
     parser.add_argument("--max-registers", type=int,
                         help="W8A16: registers a thread at most, as a launch's maxnreg caps "
                         "them (128: two blocks an SM)")  # fmt: skip
@@ -244,9 +235,9 @@ def main(argv: list[str] | None = None) -> None:
                                   args.consumer_regs)  # fmt: skip
         tile = f"{args.block_m} x {args.block_n} tiles"
     elif args.kernel == "w8a16":
-        compiled = compile_w8a16(args.block_t, args.stages, args.consumer_regs,
+        compiled = compile_w8a16(args.block_t, args.stages, args.split, args.consumer_regs,
                                  args.max_registers)  # fmt: skip
-        tile = f"{w8a16_wgmma.ROWS} x {args.block_t} tiles"
+        tile = f"{w8a16_wgmma.ROWS} x {args.block_t} tiles{', split K' if args.split else ''}"
     elif args.kernel == "moe-down":
         compiled = compile_moe_down(args.stages, args.consumer_regs)
         tile = f"{moe_w8a8_wgmma.ROWS} x {moe_w8a8_wgmma.WIDE} items"

@@ -16,11 +16,9 @@ from kernels.dense.formats import pow2_scales
 from kernels.dense.reference import quantize_activations_reference
 from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma
 from kernels.dense.w8a16_wgmma import (
-    MAX_UNITS,
     linear_w8a16_wgmma,
     linear_w8a16_wgmma_group,
     split_count,
-    stream_plan,
     tile_plan,
 )
 from kernels.fp8_quant import quantize_activations
@@ -425,13 +423,6 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
         (100, 1024, 4096, {"split_k": 3}),  # uneven splits: 11, 11, 10 steps
         (300, 256, 384, {"block_t": 128, "num_stages": 4}),  # token tiles with a tail
         (40, 384, 192, {"split_k": 2}),  # one step a split; K past the last full TMA box
-        # the stream plan: 192 tiles on 132 SMs (q_up at 64 rows), one whole tile a program
-        # and 600 K steps shared 132 ways, tiles cut across programs mid-tile
-        (64, 24576, 1280, {}),
-        # 160 tiles, five token tiles with a tail: 28 tiles' 5 steps shared 35 ways
-        (300, 4096, 640, {"block_t": 64}),
-        # forced where tiles fit the SMs: one whole tile a program, nothing shared
-        (100, 1024, 4096, {"stream_k": True}),
     ],
 )
 def test_the_wgmma_w8a16_kernel_computes_w8a16(m, n, k, options, device):
@@ -460,17 +451,13 @@ def test_the_wgmma_w8a16_kernels_splits_leave_their_sums_at_zero(device):
     assert relative_error(linear_w8a16_wgmma(x, weights, split_k=3), first) < 1e-3
 
 
-@pytest.mark.parametrize(("m", "options"), [(48, {"split_k": 2}), (2400, {"block_t": 64})])
-def test_the_wgmma_w8a16_kernel_runs_a_group_in_one_launch(m, options, device):
-    """o_a's shape of launch: members side by side in x, each its own weights; at 2,400 rows
-    the 4 x 2 x 38 tiles take the stream plan, its tiles walking token tiles, then rows,
-    then members."""
+def test_the_wgmma_w8a16_kernel_runs_a_group_in_one_launch(device):
     if device.type != "cuda":
         pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
     ws = [master(256, 512, seed).to(device) for seed in range(4)]
     group = DenseWeights.quantize_group(ws, "fp8", 128)
-    x = torch.randn(m, 4 * 512, device=device).to(torch.bfloat16)
-    out = linear_w8a16_wgmma_group(x.view(m, 4, 512), group, **options)
+    x = torch.randn(48, 4 * 512, device=device).to(torch.bfloat16)
+    out = linear_w8a16_wgmma_group(x.view(48, 4, 512), group, split_k=2)
     want = torch.cat([x[:, g * 512 : (g + 1) * 512].float() @ w.dequantize().T
                       for g, w in enumerate(group)], 1)  # fmt: skip
     assert relative_error(out, want) < 1e-2
@@ -497,48 +484,6 @@ def test_the_wgmma_w8a16_kernel_refuses_what_it_cannot_take(device):
         linear_w8a16_wgmma(x, weights, split_k=0)
     with pytest.raises(ValueError, match="split_fill=0 must be above 0"):
         linear_w8a16_wgmma(x, weights, split_fill=0)
-
-
-def test_the_wgmma_w8a16_stream_plan_leaves_its_sums_at_zero(device):
-    if device.type != "cuda":
-        pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
-    from kernels.dense import tiles
-
-    x, weights = make(64, 24576, 1280, torch.bfloat16, block=128, seed=3, device=device)
-    first = linear_w8a16_wgmma(x, weights)
-    assert not tiles._sums[x.device].any() and not tiles._locks[x.device].any()
-    assert relative_error(linear_w8a16_wgmma(x, weights), first) < 1e-3
-
-
-@pytest.mark.parametrize(("tiles", "k_steps"), [(192, 10), (160, 5), (384, 10), (133, 40),
-                                                 (264, 9), (132, 32), (6144, 10)])  # fmt: skip
-def test_the_stream_plan_gives_every_sm_whole_tiles_and_shares_the_rest(tiles, k_steps):
-    programs, whole, left, sharing = stream_plan(tiles, k_steps, 132)
-    assert programs == 132 and whole == tiles // 132
-    assert programs * whole * k_steps + left == tiles * k_steps  # every K step planned once
-    assert 1 <= sharing <= programs
-    assert left == 0 or left // sharing >= min(4, left)  # shares of 4 steps or more
-    shares = [(p + 1) * left // sharing - p * left // sharing for p in range(sharing)]
-    assert sum(shares) == left and max(shares) - min(shares) <= 1
-
-
-def test_q_up_at_64_rows_runs_15_k_steps_on_its_busiest_sm_not_20():
-    programs, whole, left, sharing = stream_plan(192, 10, 132)
-    assert whole * 10 + -(-left // sharing) == 15
-
-
-def test_the_kernels_fp32_quotients_are_exact_below_max_units():
-    """The stream plan's lookups divide by fp32 reciprocals (`_quotient`): (n + 0.5) * (1 / d)
-    truncated, rounded once or twice, is n // d for every n below MAX_UNITS; the host sends
-    larger GEMMs to the Triton kernel (`check_wgmma_inputs`)."""
-    import numpy as np
-
-    n = np.arange(MAX_UNITS, dtype=np.int64)
-    for d in (1, 2, 3, 5, 7, 9, 10, 32, 40, 127, 192, 265, 530, 1021):
-        inverse = np.float32(1) / np.float32(d)
-        twice = ((n.astype(np.float32) + np.float32(0.5)) * inverse).astype(np.int64)
-        once = np.floor((n + 0.5) * np.float64(inverse)).astype(np.int64)  # a fused multiply-add
-        assert (twice == n // d).all() and (once == n // d).all()
 
 
 def test_wgmma_w8a16_splits_fill_at_most_one_round_of_sms():

@@ -74,8 +74,6 @@ BLOCK = 128  # the weight block this kernel takes
 BLOCK_K = 128  # a K step: one scale block; 128-byte weight rows (the activations in two TMA boxes)
 BLOCK_TS = (64, 128)  # token columns a tile (wgmma's N); at 256, ptxas serialises (C7512)
 MAX_STAGES = 8
-STREAM_MIN_STEPS = 4  # K steps a stream plan's share of the tiles left over takes at least
-MAX_UNITS = 1 << 20  # tiles x K steps a launch may have: the kernel's fp32 quotients are exact below
 SPLIT_FILL = 1.0  # programs an SM the automatic splits of K aim for, by default (`tile_plan`)
 MIN_SPLIT_STEPS = 8  # K steps a split takes at least, by default
 # Both were chosen when splits stored partial tiles; with the splits' L2 atomic sums they still
@@ -109,75 +107,18 @@ def _e4m3_as_bf16(w8):
 
 
 @gluon.jit
-def _quotient(n, inverse):
-    """n // d for 0 <= n < MAX_UNITS from `inverse`, 1/d in fp32: three instructions where an
-    integer division takes about twenty, and the K steps' lookups (`_locate`) take three."""
-    return ((n.to(gl.float32) + 0.5) * inverse).to(gl.int32)
-
-
-@gluon.jit
-def _runs(plan):
-    """(s1, e1, s2, e2): the two runs of units (tile * k_steps + K step) this program takes.
-
-    Split plan (`stream` 0): split p % splits of tile p // splits, and an empty second run.
-    Stream plan: `dp_tiles` whole tiles in a row, then its share of the units of the tiles
-    left over, which the first `sk_programs` programs share."""
-    k_steps, stream, splits, per_split = plan[0], plan[6], plan[7], plan[8]
-    dp_tiles, sk_units, sk_programs = plan[9], plan[10], plan[11]
-    p = gl.program_id(0)
-    if stream == 0:
-        tile = p // splits
-        k_lo = (p % splits) * per_split
-        s1 = tile * k_steps + k_lo
-        e1 = tile * k_steps + gl.minimum(k_steps, k_lo + per_split)
-        s2 = e1
-        e2 = e1
-    else:
-        s1 = p * dp_tiles * k_steps
-        e1 = s1 + dp_tiles * k_steps
-        base = gl.num_programs(0) * dp_tiles * k_steps
-        s2 = base + gl.minimum(p, sk_programs) * sk_units // sk_programs
-        e2 = base + gl.minimum(p + 1, sk_programs) * sk_units // sk_programs
-    return s1, e1, s2, e2
-
-
-@gluon.jit
-def _place(tile, plan):
-    """(token tile, group, row tile in its group) of `tile`. Tiles run token tile fastest, so
-    a program's consecutive tiles read the same weights, the second time from L2."""
-    rows = _quotient(tile, plan[3])
-    group = _quotient(rows, plan[5])
-    return tile - rows * plan[2], group, rows - group * plan[4]
-
-
-@gluon.jit
-def _locate(i, runs, plan):
-    """(tile, K step) of this program's K step i: its first run's steps, then its second's."""
-    s1, e1, s2 = runs[0], runs[1], runs[2]
-    unit = s1 + i + (i >= e1 - s1).to(gl.int32) * (s2 - e1)
-    tile = _quotient(unit, plan[1])
-    return tile, unit - tile * plan[0]
-
-
-@gluon.jit
-def _load_step(x_desc, w_desc, x_ring, w_ring, ready, step, steps, runs, plan, N, K):
-    """Start the TMA copies of this program's K step `step` (if it has one) into its ring
-    slot: the activations of its token tile and group, the weights of its row tile."""
-    BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
-    ROWS: gl.constexpr = w_desc.block_type.shape[0]
+def _load_step(x_desc, w_desc, x_ring, w_ring, ready, step, steps, t_row, w_row, x_col, k_lo):
+    """Start the TMA copies of K step `step` of this program's range (if it has one) into its
+    ring slot: activations from column x_col, weights from row w_row."""
     SLOTS: gl.constexpr = x_ring.type.shape[0]
     slot = step % SLOTS
     inside = step < steps
-    tile, k_step = _locate(step, runs, plan)
-    token_tile, group, row_tile = _place(tile, plan)
-    k = k_step * BLOCK_K
     bar = ready.index(slot)
     mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=inside)
-    tma.async_copy_global_to_shared(x_desc, [token_tile * BLOCK_T, group * K + k], bar,
-                                    x_ring.index(slot), pred=inside)  # fmt: skip
-    tma.async_copy_global_to_shared(w_desc, [group * N + row_tile * ROWS, k], bar,
-                                    w_ring.index(slot), pred=inside)  # fmt: skip
+    k = (k_lo + step) * x_desc.block_type.shape[1]
+    tma.async_copy_global_to_shared(x_desc, [t_row, x_col + k], bar, x_ring.index(slot),
+                                    pred=inside)  # fmt: skip
+    tma.async_copy_global_to_shared(w_desc, [w_row, k], bar, w_ring.index(slot), pred=inside)
 
 
 @gluon.jit
@@ -194,8 +135,15 @@ def _in_k_order(w, a_layout: gl.constexpr):
 
 
 @gluon.jit
-def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, s_ptr, steps,
-          runs, plan, N, K, strides, LAG: gl.constexpr, WARPGROUP: gl.constexpr,
+def _tile_range(K, steps_per_split, splits, BLOCK_K: gl.constexpr):
+    """(first K step, K steps) of this program's split of K."""
+    k_lo = (gl.program_id(2) % splits) * steps_per_split
+    return k_lo, gl.minimum(steps_per_split, gl.cdiv(K, BLOCK_K) - k_lo)
+
+
+@gluon.jit
+def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, scales, steps,
+          k_lo, t_row, w_row, x_col, stride_sk, LAG: gl.constexpr, WARPGROUP: gl.constexpr,
           FIRST: gl.constexpr):  # fmt: skip
     """K step i of a warpgroup, with its scale `sw`: (the accumulator with its wgmma in
     flight, the weights in registers that wgmma reads, the scale of step i + SCALES_AHEAD).
@@ -204,9 +152,9 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, s_
     layout, convert and scale them, issue the wgmma and wait for the step before's (one stays
     in flight, so the next step's conversion overlaps it); release that step's slot and
     (warpgroup 0) refill the slot used LAG steps before once both have released it. Scales
-    are loaded SCALES_AHEAD steps early: a step is shorter than an L2 round trip. A tile's
-    FIRST step starts the accumulator (use_acc=False), so no instruction but a wgmma writes
-    it while one is in flight (else ptxas serialises them, C7515).
+    are loaded SCALES_AHEAD steps early: a step is shorter than an L2 round trip. The FIRST
+    step starts the accumulator (use_acc=False), so no instruction but a wgmma writes it
+    while one is in flight (else ptxas serialises them, C7515).
 
     A wgmma in flight reads its register operand until it is waited for, and nothing tells
     the compiler: the step before's weights (`w_before`) go into this step's wait as a
@@ -219,7 +167,7 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, s_
     slot = i % SLOTS
     mbarrier.wait(ready.index(slot), (i // SLOTS) & 1)
     w8 = w_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0).load(_STORED)
-    next_sw = _scale(s_ptr, i + SCALES_AHEAD, steps, runs, plan, strides)
+    next_sw = _scale(scales, i + SCALES_AHEAD, k_lo, steps, stride_sk)
     w = _in_k_order(_e4m3_as_bf16(w8) * (sw * E4M3_BITS_SCALE).to(gl.bfloat16), a_layout)
     acc = warpgroup_mma(w, x_ring.index(slot).permute((1, 0)), acc, use_acc=not FIRST,
                         is_async=True)  # fmt: skip
@@ -231,135 +179,86 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, s_
         mbarrier.arrive(empty.index((i - 1) % SLOTS), count=1)
     if WARPGROUP == 0 and i >= LAG:
         _load_step(x_desc, w_desc, x_ring, w_ring, ready, released_slot(empty, i, LAG), steps,
-                   runs, plan, N, K)  # fmt: skip
+                   t_row, w_row, x_col, k_lo)  # fmt: skip
     return acc, w, next_sw
 
 
 @gluon.jit
-def _scale(s_ptr, step, steps, runs, plan, strides):
-    """The weight scale of this program's K step `step` (a K step is one scale block wide and
-    a tile's rows one block high); 0 past its steps."""
-    tile, k_step = _locate(step, runs, plan)
-    _, group, row_tile = _place(tile, plan)
-    stride_sn, stride_sk, stride_sg = strides
-    offset = group * stride_sg + row_tile * stride_sn + k_step * stride_sk
-    return gl.load(s_ptr + offset, mask=step < steps, other=0.0)
+def _scale(scales, step, k_lo, steps, stride_sk):
+    """The weight scale of K step `step` of a program's range (a K step is one scale block
+    wide); 0 past the range."""
+    return gl.load(scales + (k_lo + step) * stride_sk, mask=step < steps, other=0.0)
 
 
 @gluon.jit
-def _first_scales(s_ptr, steps, runs, plan, strides):
+def _first_scales(scales, k_lo, steps, stride_sk):
     """The weight scales of a program's first SCALES_AHEAD K steps."""
     gl.static_assert(SCALES_AHEAD == 4, "a queue of four scales")
-    return (_scale(s_ptr, 0, steps, runs, plan, strides),
-            _scale(s_ptr, 1, steps, runs, plan, strides),
-            _scale(s_ptr, 2, steps, runs, plan, strides),
-            _scale(s_ptr, 3, steps, runs, plan, strides))  # fmt: skip
-
-
-@gluon.jit
-def _tiles_in(lo, hi, k_steps):
-    """How many tiles the units [lo, hi) touch."""
-    return (gl.cdiv(hi, k_steps) - lo // k_steps) * (hi > lo).to(gl.int32)
-
-
-@gluon.jit
-def _segment(j, runs, k_steps):
-    """(tile, first step in the program's steps, steps) of the program's j-th segment: the
-    part of one tile in one of its runs."""
-    s1, e1, s2, e2 = runs
-    in_first = _tiles_in(s1, e1, k_steps)
-    if j < in_first:
-        tile = s1 // k_steps + j
-        lo = gl.maximum(s1, tile * k_steps)
-        hi = gl.minimum(e1, tile * k_steps + k_steps)
-        i0 = lo - s1
-    else:
-        tile = s2 // k_steps + j - in_first
-        lo = gl.maximum(s2, tile * k_steps)
-        hi = gl.minimum(e2, tile * k_steps + k_steps)
-        i0 = e1 - s1 + lo - s2
-    return tile, i0, hi - lo
+    return (_scale(scales, 0, k_lo, steps, stride_sk), _scale(scales, 1, k_lo, steps, stride_sk),
+            _scale(scales, 2, k_lo, steps, stride_sk),
+            _scale(scales, 3, k_lo, steps, stride_sk))  # fmt: skip
 
 
 @gluon.jit
 def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
-              locks_ptr, M, N, K, plan, strides, LAG: gl.constexpr,
-              WARPGROUP: gl.constexpr):  # fmt: skip
-    """Weight rows 64 WARPGROUP + [0, 64) of this program's tiles, segment by segment; the
-    ring and the queue of scales run on across them (the host plans at least one step)."""
+              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+              LAG: gl.constexpr, SPLIT: gl.constexpr, WARPGROUP: gl.constexpr):  # fmt: skip
+    """Weight rows 64 WARPGROUP + [0, 64) of this program's tile, over its split of K (at
+    least one step: the host plans no empty split)."""
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     ROWS: gl.constexpr = w_desc.block_type.shape[0]
     WG_ROWS: gl.constexpr = ROWS // 2
-    SLOTS: gl.constexpr = x_ring.type.shape[0]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_T, 16]
     )
-    runs = _runs(plan)
-    steps = runs[1] - runs[0] + runs[3] - runs[2]
-    sw = _first_scales(s_ptr, steps, runs, plan, strides)  # steps 0 .. SCALES_AHEAD - 1
-    step_args = (ready, empty, s_ptr, steps, runs, plan, N, K, strides)
-    segments = _tiles_in(runs[0], runs[1], plan[0]) + _tiles_in(runs[2], runs[3], plan[0])
-    for j in range(segments):
-        tile, i0, length = _segment(j, runs, plan[0])
-        acc = gl.zeros((WG_ROWS, BLOCK_T), gl.float32, layout)
-        acc, w_b, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, None, sw[0], i0,
-                                *step_args, LAG, WARPGROUP, True)  # fmt: skip
+    group = gl.program_id(2) // splits
+    k_lo, steps = _tile_range(K, steps_per_split, splits, BLOCK_K)
+    t_row = gl.program_id(1) * BLOCK_T
+    w_row = group * N + gl.program_id(0) * ROWS
+    scales = s_ptr + group * stride_sg + (gl.program_id(0) * ROWS // _SCALE_BLOCK) * stride_sn
+    gl.static_assert(BLOCK_K == _SCALE_BLOCK, "a K step is one scale block")
+    sw = _first_scales(scales, k_lo, steps, stride_sk)  # steps 0 .. SCALES_AHEAD - 1
+    acc = gl.zeros((WG_ROWS, BLOCK_T), gl.float32, layout)
+    step_args = (ready, empty, scales, steps, k_lo, t_row, w_row, group * K, stride_sk)
+    acc, w_b, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, None, sw[0], 0, *step_args,
+                            LAG, WARPGROUP, True)  # fmt: skip
+    sw = (sw[1], sw[2], sw[3], ahead)
+    # Two steps an iteration, so each step's weights keep their registers through the loop:
+    # with one, the loop-carried weights were copied at the back edge and the next step's
+    # conversion wrote the registers the wgmma in flight was reading.
+    for i in range(1, steps - 1, 2):
+        acc, w_a, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, sw[0], i,
+                                *step_args, LAG, WARPGROUP, False)  # fmt: skip
         sw = (sw[1], sw[2], sw[3], ahead)
-        # Two steps an iteration, so each step's weights keep their registers through the
-        # loop: with one, the loop-carried weights were copied at the back edge and the next
-        # step's conversion wrote the registers the wgmma in flight was reading.
-        for i in range(i0 + 1, i0 + length - 1, 2):
-            acc, w_a, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, sw[0], i,
-                                    *step_args, LAG, WARPGROUP, False)  # fmt: skip
-            sw = (sw[1], sw[2], sw[3], ahead)
-            acc, w_b, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, w_a, sw[0], i + 1,
-                                    *step_args, LAG, WARPGROUP, False)  # fmt: skip
-            sw = (sw[1], sw[2], sw[3], ahead)
-        if length % 2 == 0:  # one step left
-            acc, w_a, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, sw[0],
-                                    i0 + length - 1, *step_args, LAG, WARPGROUP, False)  # fmt: skip
-            sw = (sw[1], sw[2], sw[3], ahead)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w_a))[0]
-        else:
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w_b))[0]
-        # the segment's last wgmma is done: its slot may be refilled
-        mbarrier.arrive(empty.index((i0 + length - 1) % SLOTS), count=1)
-        _finish(y_desc, y_bufs.index(WARPGROUP), acc, tile, length, sums_ptr, locks_ptr, M, N,
-                plan, WARPGROUP)  # fmt: skip
-
-
-@gluon.jit
-def _finish(y_desc, y_buf, acc, tile, length, sums_ptr, locks_ptr, M, N, plan,
-            WARPGROUP: gl.constexpr):  # fmt: skip
-    """Write a warpgroup's part of `tile` from a segment of `length` K steps: straight out if
-    the segment is the whole tile; else add it into the sums kept at zero (L2 atomics), count
-    its steps in, and if they complete the tile, write the tile from the sums and zero them."""
-    BLOCK_T: gl.constexpr = y_desc.block_type.shape[0]
-    WG_ROWS: gl.constexpr = y_desc.block_type.shape[1]
-    token_tile, group, row_tile = _place(tile, plan)
-    t_row = token_tile * BLOCK_T
-    rows = (2 * row_tile + WARPGROUP) * WG_ROWS  # the first weight row, in its member
-    if length == plan[0]:
-        _store(y_desc, y_buf, acc, t_row, group * N + rows)
+        acc, w_b, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, w_a, sw[0], i + 1,
+                                *step_args, LAG, WARPGROUP, False)  # fmt: skip
+        sw = (sw[1], sw[2], sw[3], ahead)
+    if steps % 2 == 0:  # one step left
+        acc, w_a, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, sw[0], steps - 1,
+                                *step_args, LAG, WARPGROUP, False)  # fmt: skip
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w_a))[0]
     else:
-        # The sums, zero between GEMMs: a (ROWS, BLOCK_T) tile of them for each tile that may
-        # be shared (every tile of a split plan, the tiles left over in a stream plan), a
-        # thread's two neighbouring tokens 8 bytes
-        layout: gl.constexpr = acc.type.layout
-        row = gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, layout))
-        col = gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, layout))
-        inside = (rows + row < N)[:, None] & (t_row + col < M)[None, :]
-        shared = tile - plan[6] * gl.num_programs(0) * plan[9]  # stream x programs x dp_tiles
-        first = (shared * 2 + WARPGROUP).to(gl.int64) * WG_ROWS * BLOCK_T
-        sums = sums_ptr + first + row[:, None] * BLOCK_T + col[None, :]
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w_b))[0]
+    y_buf = y_bufs.index(WARPGROUP)
+    rows = gl.program_id(0) * ROWS + WARPGROUP * WG_ROWS  # the first weight row, in its member
+    if SPLIT:
+        # The sums (G, N, M), zero between GEMMs: a thread's two neighbouring tokens are 8 bytes
+        n = rows + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, layout))
+        t = t_row + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, layout))
+        inside = (n < N)[:, None] & (t < M)[None, :]
+        sums = sums_ptr + group.to(gl.int64) * N * M + n.to(gl.int64)[:, None] * M + t[None, :]
         gl.atomic_add(sums, acc, mask=inside, sem="relaxed")  # added in L2; no value comes back
         _threads_barrier()  # every thread's sums before the count (acq_rel releases them)
-        lock = locks_ptr + tile * 2 + WARPGROUP
-        if gl.atomic_add(lock, length, sem="acq_rel") == plan[0] - length:
+        tile = (group * gl.num_programs(0) + gl.program_id(0)) * gl.num_programs(1)
+        lock = locks_ptr + (tile + gl.program_id(1)) * 2 + WARPGROUP
+        if gl.atomic_add(lock, 1, sem="acq_rel") == splits - 1:
             total = gl.load(sums, mask=inside, other=0.0, cache_modifier=".cg")
             gl.store(sums, gl.zeros_like(acc), mask=inside)  # zero for the next split GEMM
             _store(y_desc, y_buf, total, t_row, group * N + rows)
             gl.atomic_xchg(lock, 0)
+    else:
+        _store(y_desc, y_buf, acc, t_row, group * N + rows)
 
 
 @gluon.jit
@@ -373,38 +272,88 @@ def _store(y_desc, y_buf, acc, t_row, column):
 
 @gluon.jit
 def _w8a16_wgmma_kernel(
-    x_desc, w_desc, y_desc, s_ptr, sums_ptr, locks_ptr, M, N, K, k_steps, inv_k_steps,
-    token_tiles, inv_token_tiles, row_tiles, inv_row_tiles, stream, splits, per_split,
-    dp_tiles, sk_units, sk_programs, stride_sn, stride_sk, stride_sg, STAGES: gl.constexpr,
-    LAG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    x_desc, w_desc, y_desc, s_ptr, sums_ptr, locks_ptr, M, N, K, steps_per_split, splits,
+    stride_sn, stride_sk, stride_sg, STAGES: gl.constexpr, LAG: gl.constexpr,
+    SPLIT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
+    BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    ROWS: gl.constexpr = w_desc.block_type.shape[0]
     x_ring, w_ring, ready, empty = allocate_ring(x_desc, w_desc, STAGES)
     y_bufs = allocate_staging(y_desc)
-    plan = (k_steps, inv_k_steps, token_tiles, inv_token_tiles, row_tiles, inv_row_tiles,
-            stream, splits, per_split, dp_tiles, sk_units, sk_programs)  # fmt: skip
-    runs = _runs(plan)
-    steps = runs[1] - runs[0] + runs[3] - runs[2]
+    group = gl.program_id(2) // splits
+    k_lo, steps = _tile_range(K, steps_per_split, splits, BLOCK_K)
     for first in gl.static_range(STAGES):
-        _load_step(x_desc, w_desc, x_ring, w_ring, ready, first, steps, runs, plan, N, K)
-    args = (x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
-            locks_ptr, M, N, K, plan, (stride_sn, stride_sk, stride_sg), LAG)  # fmt: skip
-    gl.warp_specialize([(_top_rows, args), (_bottom_rows, args)], [4], [CONSUMER_REGS])
+        _load_step(x_desc, w_desc, x_ring, w_ring, ready, first, steps,
+                   gl.program_id(1) * BLOCK_T, group * N + gl.program_id(0) * ROWS, group * K,
+                   k_lo)  # fmt: skip
+    args = (
+        x_desc,
+        w_desc,
+        y_desc,
+        x_ring,
+        w_ring,
+        y_bufs,
+        ready,
+        empty,
+        s_ptr,
+        sums_ptr,
+        locks_ptr,
+        M,
+        N,
+        K,
+        steps_per_split,
+        splits,
+        stride_sn,
+        stride_sk,
+        stride_sg,
+        LAG,
+    )
+    if SPLIT:
+        gl.warp_specialize([(_top_rows_split, args), (_bottom_rows_split, args)], [4],
+                           [CONSUMER_REGS])  # fmt: skip
+    else:
+        gl.warp_specialize([(_top_rows, args), (_bottom_rows, args)], [4], [CONSUMER_REGS])
 
 
 @gluon.jit
 def _top_rows(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
-              locks_ptr, M, N, K, plan, strides, LAG: gl.constexpr):  # fmt: skip
-    """Warpgroup 0 (the default partition): the tiles' first 64 weight rows, and the refills."""
+              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+              LAG: gl.constexpr):  # fmt: skip
+    """Warpgroup 0 (the default partition): the tile's first 64 weight rows, and the refills."""
     _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
-              locks_ptr, M, N, K, plan, strides, LAG, 0)  # fmt: skip
+              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+              LAG, False, 0)  # fmt: skip
 
 
 @gluon.jit
 def _bottom_rows(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
-                 locks_ptr, M, N, K, plan, strides, LAG: gl.constexpr):  # fmt: skip
-    """Warpgroup 1 (the worker partition): the tiles' last 64 weight rows."""
+                 locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+                 LAG: gl.constexpr):  # fmt: skip
+    """Warpgroup 1 (the worker partition): the tile's last 64 weight rows."""
     _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
-              locks_ptr, M, N, K, plan, strides, LAG, 1)  # fmt: skip
+              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+              LAG, False, 1)  # fmt: skip
+
+
+@gluon.jit
+def _top_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr,
+                    sums_ptr, locks_ptr, M, N, K, steps_per_split, splits, stride_sn,
+                    stride_sk, stride_sg, LAG: gl.constexpr):  # fmt: skip
+    """`_top_rows` of a split K (partition arguments lose constexpr-ness, hence four)."""
+    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
+              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+              LAG, True, 0)  # fmt: skip
+
+
+@gluon.jit
+def _bottom_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr,
+                       sums_ptr, locks_ptr, M, N, K, steps_per_split, splits, stride_sn,
+                       stride_sk, stride_sg, LAG: gl.constexpr):  # fmt: skip
+    """`_bottom_rows` of a split K."""
+    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
+              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+              LAG, True, 1)  # fmt: skip
 
 
 def default_stages(block_t: int) -> int:
@@ -421,22 +370,6 @@ def split_count(tiles: int, k_steps: int, sms: int, fill: float = SPLIT_FILL,
     ms with splits of 4 steps or more against 0.124 with 8."""
     want = min(round(fill * sms / tiles), sms // tiles)
     return max(1, min(want, k_steps // min_steps))
-
-
-def stream_plan(tiles: int, k_steps: int, sms: int,
-                min_steps: int = STREAM_MIN_STEPS) -> tuple[int, int, int, int]:  # fmt: skip
-    """(programs, whole tiles a program, units left over, programs sharing them) of the stream
-    plan: each SM's program takes as many whole tiles as every SM can, then an even share of
-    the K steps (units) of the tiles left over, at least `min_steps` each.
-
-    Why: where there are more tiles than SMs, a plan of one program a tile runs the last round
-    on a few SMs (q_up's 192 tiles at 64 rows: 132, then 60), and each program pays the ramp
-    of filling its ring from DRAM. Here one program an SM runs its tiles back to back, its
-    ring filled across their edges, and the busiest SM runs 15 K steps of q_up, not 20."""
-    programs = min(sms, tiles)
-    dp_tiles = tiles // programs
-    left = (tiles - dp_tiles * programs) * k_steps
-    return programs, dp_tiles, left, max(1, min(programs, left // min_steps))
 
 
 def tile_plan(m: int, row_tiles: int, k_steps: int, sms: int, fill: float = SPLIT_FILL,
@@ -480,7 +413,7 @@ def _staging_bytes(block_t: int) -> int:
 
 def check_wgmma_inputs(x: Tensor, weights: DenseWeights, groups: int) -> str | None:
     """Why this kernel cannot take x (M, G, K) and `weights`, or None if it can."""
-    (m, _, k), n = x.shape, weights.out_features
+    (_, _, k), n = x.shape, weights.out_features
     if weights.block != BLOCK:
         return f"it takes 128 x 128 weight blocks, not {weights.block}"
     if x.dtype != torch.bfloat16:
@@ -493,9 +426,6 @@ def check_wgmma_inputs(x: Tensor, weights: DenseWeights, groups: int) -> str | N
         return "TMA needs 16-byte aligned rows (N a multiple of 8)"
     if groups > 1 and (n % ROWS or k % BLOCK_K):
         return f"a group needs N a multiple of {ROWS} and K of {BLOCK_K}"
-    units = groups * triton.cdiv(n, ROWS) * triton.cdiv(m, BLOCK_TS[0]) * triton.cdiv(k, BLOCK_K)
-    if units >= MAX_UNITS:
-        return f"its plan counts tiles x K steps in fp32, exact below {MAX_UNITS:,}"
     if not supported(x.device):
         return f"it needs an sm_90 (Hopper) GPU, got {x.device}"
     return None
@@ -512,7 +442,6 @@ def gemm_w8a16_wgmma(
     consumer_regs: int = 232,
     split_fill: float = SPLIT_FILL,
     min_split_steps: int = MIN_SPLIT_STEPS,
-    stream_k: bool | None = None,
 ) -> Tensor:
     """cat_g(x[:, g] @ W_g.T) for bf16 x (M, G, K) and G FP8 weights from `weights` on, member g
     `group_strides` (values, scales elements) after the first; (M, G * N) in bf16.
@@ -550,35 +479,26 @@ def gemm_w8a16_wgmma(
         raise ValueError(f"the wgmma W8A16 kernel cannot run this GEMM: {why}; call "
                          "linear_w8a16, which takes the Triton kernel then.")  # fmt: skip
     tiles = row_tiles * triton.cdiv(m, block_t)
-    stream = (split_k is None and tiles > sms) if stream_k is None else stream_k
-    if stream and split_k not in (None, 1):
-        raise ValueError(f"split_k={split_k} and stream_k=True are two plans of K; pass one.")
-    if stream:
-        programs, dp_tiles, sk_units, sk_programs = stream_plan(tiles, k_steps, sms)
-        splits, per_split = 1, k_steps
-    else:
-        splits = (split_count(tiles, k_steps, sms, split_fill, min_split_steps)
-                  if split_k is None else split_k)  # fmt: skip
-        per_split = triton.cdiv(k_steps, min(splits, k_steps))
-        splits = triton.cdiv(k_steps, per_split)
-        programs, dp_tiles, sk_units, sk_programs = tiles * splits, 0, 0, 1
+    splits = (split_count(tiles, k_steps, sms, split_fill, min_split_steps) if split_k is None
+              else split_k)  # fmt: skip
+    per_split = triton.cdiv(k_steps, min(splits, k_steps))
+    splits = triton.cdiv(k_steps, per_split)
     y = torch.empty(m, groups * n, dtype=x.dtype, device=x.device)
-    shared = tiles - programs * dp_tiles if stream else tiles if splits > 1 else 1
-    sums = kept_sums(shared * ROWS * block_t, x.device)
-    locks = arrival_counters(2 * tiles, x.device)
+    sums, locks = y, y
+    if splits > 1:
+        sums, locks = kept_sums(groups * n * m, x.device), arrival_counters(2 * tiles, x.device)
     x_2d = x.as_strided((m, groups * k), (x.stride(0), 1))
     if groups > 1 and group_strides[0] != n * k:
         raise ValueError("a group's FP8 values must lie one after another (torch.stack); build "
                          "them with DenseWeights.quantize_group.")  # fmt: skip
     w_2d = reordered(weights.values, groups * n)  # after the check: a copy of what it reads
-    token_tiles = triton.cdiv(m, block_t)
+    grid = (triton.cdiv(n, ROWS), triton.cdiv(m, block_t), splits * groups)
     launch(
-        _w8a16_wgmma_kernel, (programs,), descriptor(x_2d, [block_t, BLOCK_K]),
+        _w8a16_wgmma_kernel, grid, descriptor(x_2d, [block_t, BLOCK_K]),
         descriptor(w_2d, [ROWS, BLOCK_K]), descriptor(y, [block_t, WG_ROWS]), weights.scales,
-        sums, locks, m, n, k, k_steps, 1 / k_steps, token_tiles, 1 / token_tiles,
-        row_tiles // groups, groups / row_tiles, int(stream), splits, per_split, dp_tiles,
-        sk_units, sk_programs, *weights.scales.stride(), group_strides[1], STAGES=num_stages,
-        LAG=refill_lag, CONSUMER_REGS=consumer_regs, num_warps=4,
+        sums, locks, m, n, k, per_split, splits, *weights.scales.stride(), group_strides[1],
+        STAGES=num_stages, LAG=refill_lag, SPLIT=splits > 1, CONSUMER_REGS=consumer_regs,
+        num_warps=4,
     )  # fmt: skip
     return y
 
