@@ -78,7 +78,8 @@ def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int,
                                         [block_t, rows // 2]),
     }  # fmt: skip
     constants = {"STAGES": stages, "LAG": 2 if stages >= 6 else 1, "SPLIT": split,
-                 "CONSUMER_REGS": consumer_regs}  # fmt: skip
+                 "CONSUMER_REGS": consumer_regs,
+                 "SCALE_STEPS": triton.next_power_of_2(k // block_k)}  # fmt: skip
     return compile_gluon(w8a16_wgmma._w8a16_wgmma_kernel, descriptors, constants,
                          maxnreg=max_registers)  # fmt: skip
 

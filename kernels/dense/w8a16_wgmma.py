@@ -79,8 +79,10 @@ MIN_SPLIT_STEPS = 8  # K steps a split takes at least, by default
 # Both were chosen when splits stored partial tiles; with the splits' L2 atomic sums they still
 # won (raw/logs/h200-dense-w8a16-split-settings-atomic-sums-*.csv: 0.0860 ms a layer at 64 rows
 # against 0.0877-0.0880 with splits of 2 or 4 steps, 0.1053 against 0.1072-0.1139 at 128).
-SCALES_AHEAD = gl.constexpr(4)  # K steps between a scale's load and its use
+MAX_SCALE_STEPS = 256  # K steps a split may have: its scales are kept in shared memory
 _SCALE_BLOCK = gl.constexpr(BLOCK)  # the kernel's view of BLOCK
+# A scale read from shared memory by every thread of a warpgroup (one broadcast load)
+_ONE: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
 # A warpgroup's 64 x 128 weights of a K step as they lie in the slot (`k_order`): a thread's
 # first 16 registers are one row's 16 contiguous bytes (one 16-byte load), lanes c = 0-3 take
 # the row's four 16-byte pieces of each 64-wide slice, lanes 4-31 and the warps the rows.
@@ -142,18 +144,17 @@ def _tile_range(K, steps_per_split, splits, BLOCK_K: gl.constexpr):
 
 
 @gluon.jit
-def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, scales, steps,
-          k_lo, t_row, w_row, x_col, stride_sk, LAG: gl.constexpr, WARPGROUP: gl.constexpr,
+def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, i, ready, empty, scale_buf, steps,
+          k_lo, t_row, w_row, x_col, LAG: gl.constexpr, WARPGROUP: gl.constexpr,
           FIRST: gl.constexpr):  # fmt: skip
-    """K step i of a warpgroup, with its scale `sw`: (the accumulator with its wgmma in
-    flight, the weights in registers that wgmma reads, the scale of step i + SCALES_AHEAD).
+    """K step i of a warpgroup: (the accumulator with its wgmma in flight, the weights in
+    registers that wgmma reads).
 
     Wait for the slot's copy, load this warpgroup's weight rows from it in wgmma's register
     layout, convert and scale them, issue the wgmma and wait for the step before's (one stays
     in flight, so the next step's conversion overlaps it); release that step's slot and
-    (warpgroup 0) refill the slot used LAG steps before once both have released it. Scales
-    are loaded SCALES_AHEAD steps early: a step is shorter than an L2 round trip. The FIRST
-    step starts the accumulator (use_acc=False), so no instruction but a wgmma writes it
+    (warpgroup 0) refill the slot used LAG steps before once both have released it. The
+    step's scale comes from shared memory (`_staged_scales`). The FIRST step starts the accumulator (use_acc=False), so no instruction but a wgmma writes it
     while one is in flight (else ptxas serialises them, C7515).
 
     A wgmma in flight reads its register operand until it is waited for, and nothing tells
@@ -167,7 +168,7 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, sc
     slot = i % SLOTS
     mbarrier.wait(ready.index(slot), (i // SLOTS) & 1)
     w8 = w_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0).load(_STORED)
-    next_sw = _scale(scales, i + SCALES_AHEAD, k_lo, steps, stride_sk)
+    sw = gl.sum(scale_buf.index(i).load(_ONE), axis=0)
     w = _in_k_order(_e4m3_as_bf16(w8) * (sw * E4M3_BITS_SCALE).to(gl.bfloat16), a_layout)
     acc = warpgroup_mma(w, x_ring.index(slot).permute((1, 0)), acc, use_acc=not FIRST,
                         is_async=True)  # fmt: skip
@@ -180,29 +181,34 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, sw, i, ready, empty, sc
     if WARPGROUP == 0 and i >= LAG:
         _load_step(x_desc, w_desc, x_ring, w_ring, ready, released_slot(empty, i, LAG), steps,
                    t_row, w_row, x_col, k_lo)  # fmt: skip
-    return acc, w, next_sw
+    return acc, w
 
 
 @gluon.jit
-def _scale(scales, step, k_lo, steps, stride_sk):
-    """The weight scale of K step `step` of a program's range (a K step is one scale block
-    wide); 0 past the range."""
-    return gl.load(scales + (k_lo + step) * stride_sk, mask=step < steps, other=0.0)
+def _staged_scales(s_ptr, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+                   SCALE_STEPS: gl.constexpr):  # fmt: skip
+    """This program's weight scales, one a K step of its split (a K step is one scale block
+    wide, a tile's rows one block high), loaded once into shared memory.
+
+    Why: loaded a few steps ahead from global memory, a step's scale still held it up, 16-17%
+    of the warps' samples (Nsight Compute on q_up and o_b at 64 rows,
+    `ncu/dense-w8a16-T64-projection*`): the loop's queue of scales moved each load's register
+    two steps after it was issued, which waited for the load."""
+    k_lo, steps = _tile_range(K, steps_per_split, splits, _SCALE_BLOCK)
+    group = gl.program_id(2) // splits
+    scales = s_ptr + group * stride_sg + gl.program_id(0) * stride_sn  # a tile's rows: one block
+    step = gl.arange(0, SCALE_STEPS, layout=_ONE)
+    values = gl.load(scales + (k_lo + step) * stride_sk, mask=step < steps, other=0.0)
+    flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+    buf = gl.allocate_shared_memory(gl.float32, [SCALE_STEPS], flat)
+    buf.store(values)
+    return buf._reinterpret(gl.float32, [SCALE_STEPS, 1], flat)  # a step's scale: .index(i)
 
 
 @gluon.jit
-def _first_scales(scales, k_lo, steps, stride_sk):
-    """The weight scales of a program's first SCALES_AHEAD K steps."""
-    gl.static_assert(SCALES_AHEAD == 4, "a queue of four scales")
-    return (_scale(scales, 0, k_lo, steps, stride_sk), _scale(scales, 1, k_lo, steps, stride_sk),
-            _scale(scales, 2, k_lo, steps, stride_sk),
-            _scale(scales, 3, k_lo, steps, stride_sk))  # fmt: skip
-
-
-@gluon.jit
-def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
-              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
-              LAG: gl.constexpr, SPLIT: gl.constexpr, WARPGROUP: gl.constexpr):  # fmt: skip
+def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf,
+              sums_ptr, locks_ptr, M, N, K, steps_per_split, splits, LAG: gl.constexpr,
+              SPLIT: gl.constexpr, WARPGROUP: gl.constexpr):  # fmt: skip
     """Weight rows 64 WARPGROUP + [0, 64) of this program's tile, over its split of K (at
     least one step: the host plans no empty split)."""
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
@@ -216,27 +222,23 @@ def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_pt
     k_lo, steps = _tile_range(K, steps_per_split, splits, BLOCK_K)
     t_row = gl.program_id(1) * BLOCK_T
     w_row = group * N + gl.program_id(0) * ROWS
-    scales = s_ptr + group * stride_sg + (gl.program_id(0) * ROWS // _SCALE_BLOCK) * stride_sn
     gl.static_assert(BLOCK_K == _SCALE_BLOCK, "a K step is one scale block")
-    sw = _first_scales(scales, k_lo, steps, stride_sk)  # steps 0 .. SCALES_AHEAD - 1
+    gl.static_assert(ROWS == _SCALE_BLOCK, "a tile's rows are one scale block")
     acc = gl.zeros((WG_ROWS, BLOCK_T), gl.float32, layout)
-    step_args = (ready, empty, scales, steps, k_lo, t_row, w_row, group * K, stride_sk)
-    acc, w_b, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, None, sw[0], 0, *step_args,
-                            LAG, WARPGROUP, True)  # fmt: skip
-    sw = (sw[1], sw[2], sw[3], ahead)
+    step_args = (ready, empty, scale_buf, steps, k_lo, t_row, w_row, group * K)
+    acc, w_b = _step(x_desc, w_desc, x_ring, w_ring, acc, None, 0, *step_args, LAG, WARPGROUP,
+                     True)  # fmt: skip
     # Two steps an iteration, so each step's weights keep their registers through the loop:
     # with one, the loop-carried weights were copied at the back edge and the next step's
     # conversion wrote the registers the wgmma in flight was reading.
     for i in range(1, steps - 1, 2):
-        acc, w_a, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, sw[0], i,
-                                *step_args, LAG, WARPGROUP, False)  # fmt: skip
-        sw = (sw[1], sw[2], sw[3], ahead)
-        acc, w_b, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, w_a, sw[0], i + 1,
-                                *step_args, LAG, WARPGROUP, False)  # fmt: skip
-        sw = (sw[1], sw[2], sw[3], ahead)
+        acc, w_a = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, i, *step_args, LAG,
+                         WARPGROUP, False)  # fmt: skip
+        acc, w_b = _step(x_desc, w_desc, x_ring, w_ring, acc, w_a, i + 1, *step_args, LAG,
+                         WARPGROUP, False)  # fmt: skip
     if steps % 2 == 0:  # one step left
-        acc, w_a, ahead = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, sw[0], steps - 1,
-                                *step_args, LAG, WARPGROUP, False)  # fmt: skip
+        acc, w_a = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, steps - 1, *step_args, LAG,
+                         WARPGROUP, False)  # fmt: skip
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w_a))[0]
     else:
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w_b))[0]
@@ -274,7 +276,7 @@ def _store(y_desc, y_buf, acc, t_row, column):
 def _w8a16_wgmma_kernel(
     x_desc, w_desc, y_desc, s_ptr, sums_ptr, locks_ptr, M, N, K, steps_per_split, splits,
     stride_sn, stride_sk, stride_sg, STAGES: gl.constexpr, LAG: gl.constexpr,
-    SPLIT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    SPLIT: gl.constexpr, CONSUMER_REGS: gl.constexpr, SCALE_STEPS: gl.constexpr,
 ):  # fmt: skip
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
@@ -287,6 +289,9 @@ def _w8a16_wgmma_kernel(
         _load_step(x_desc, w_desc, x_ring, w_ring, ready, first, steps,
                    gl.program_id(1) * BLOCK_T, group * N + gl.program_id(0) * ROWS, group * K,
                    k_lo)  # fmt: skip
+    scale_buf = _staged_scales(s_ptr, K, steps_per_split, splits, stride_sn, stride_sk,
+                               stride_sg, SCALE_STEPS)  # fmt: skip
+    _threads_barrier()  # the scales in shared memory before either warpgroup reads them
     args = (
         x_desc,
         w_desc,
@@ -296,7 +301,7 @@ def _w8a16_wgmma_kernel(
         y_bufs,
         ready,
         empty,
-        s_ptr,
+        scale_buf,
         sums_ptr,
         locks_ptr,
         M,
@@ -304,9 +309,6 @@ def _w8a16_wgmma_kernel(
         K,
         steps_per_split,
         splits,
-        stride_sn,
-        stride_sk,
-        stride_sg,
         LAG,
     )
     if SPLIT:
@@ -317,43 +319,35 @@ def _w8a16_wgmma_kernel(
 
 
 @gluon.jit
-def _top_rows(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
-              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
-              LAG: gl.constexpr):  # fmt: skip
+def _top_rows(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
+              locks_ptr, M, N, K, steps_per_split, splits, LAG: gl.constexpr):  # fmt: skip
     """Warpgroup 0 (the default partition): the tile's first 64 weight rows, and the refills."""
-    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
-              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
-              LAG, False, 0)  # fmt: skip
+    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
+              locks_ptr, M, N, K, steps_per_split, splits, LAG, False, 0)  # fmt: skip
 
 
 @gluon.jit
-def _bottom_rows(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
-                 locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
-                 LAG: gl.constexpr):  # fmt: skip
+def _bottom_rows(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
+                 locks_ptr, M, N, K, steps_per_split, splits, LAG: gl.constexpr):  # fmt: skip
     """Warpgroup 1 (the worker partition): the tile's last 64 weight rows."""
-    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
-              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
-              LAG, False, 1)  # fmt: skip
+    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
+              locks_ptr, M, N, K, steps_per_split, splits, LAG, False, 1)  # fmt: skip
 
 
 @gluon.jit
-def _top_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr,
-                    sums_ptr, locks_ptr, M, N, K, steps_per_split, splits, stride_sn,
-                    stride_sk, stride_sg, LAG: gl.constexpr):  # fmt: skip
+def _top_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf,
+                    sums_ptr, locks_ptr, M, N, K, steps_per_split, splits, LAG: gl.constexpr):  # fmt: skip
     """`_top_rows` of a split K (partition arguments lose constexpr-ness, hence four)."""
-    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
-              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
-              LAG, True, 0)  # fmt: skip
+    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
+              locks_ptr, M, N, K, steps_per_split, splits, LAG, True, 0)  # fmt: skip
 
 
 @gluon.jit
-def _bottom_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr,
-                       sums_ptr, locks_ptr, M, N, K, steps_per_split, splits, stride_sn,
-                       stride_sk, stride_sg, LAG: gl.constexpr):  # fmt: skip
+def _bottom_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf,
+                       sums_ptr, locks_ptr, M, N, K, steps_per_split, splits, LAG: gl.constexpr):  # fmt: skip
     """`_bottom_rows` of a split K."""
-    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s_ptr, sums_ptr,
-              locks_ptr, M, N, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
-              LAG, True, 1)  # fmt: skip
+    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
+              locks_ptr, M, N, K, steps_per_split, splits, LAG, True, 1)  # fmt: skip
 
 
 def default_stages(block_t: int) -> int:
@@ -408,7 +402,8 @@ def _slot_bytes(block_t: int) -> int:
 
 
 def _staging_bytes(block_t: int) -> int:
-    return 2 * block_t * WG_ROWS * 2  # a bf16 output tile a warpgroup
+    """A bf16 output tile a warpgroup, and the split's scales (`_staged_scales`)."""
+    return 2 * block_t * WG_ROWS * 2 + MAX_SCALE_STEPS * 4
 
 
 def check_wgmma_inputs(x: Tensor, weights: DenseWeights, groups: int) -> str | None:
@@ -426,6 +421,8 @@ def check_wgmma_inputs(x: Tensor, weights: DenseWeights, groups: int) -> str | N
         return "TMA needs 16-byte aligned rows (N a multiple of 8)"
     if groups > 1 and (n % ROWS or k % BLOCK_K):
         return f"a group needs N a multiple of {ROWS} and K of {BLOCK_K}"
+    if k > MAX_SCALE_STEPS * BLOCK_K:
+        return f"it keeps a program's scales in shared memory, K up to {MAX_SCALE_STEPS * BLOCK_K}"
     if not supported(x.device):
         return f"it needs an sm_90 (Hopper) GPU, got {x.device}"
     return None
@@ -498,7 +495,7 @@ def gemm_w8a16_wgmma(
         descriptor(w_2d, [ROWS, BLOCK_K]), descriptor(y, [block_t, WG_ROWS]), weights.scales,
         sums, locks, m, n, k, per_split, splits, *weights.scales.stride(), group_strides[1],
         STAGES=num_stages, LAG=refill_lag, SPLIT=splits > 1, CONSUMER_REGS=consumer_regs,
-        num_warps=4,
+        SCALE_STEPS=max(16, triton.next_power_of_2(per_split)), num_warps=4,
     )  # fmt: skip
     return y
 
