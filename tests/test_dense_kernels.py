@@ -474,6 +474,8 @@ def test_the_wgmma_w8a16_kernel_refuses_what_it_cannot_take(device):
         linear_w8a16_wgmma(x.float(), weights)
     with pytest.raises(ValueError, match="K order .* needs K a multiple of 64"):
         linear_w8a16_wgmma(*make(64, 256, 208, torch.bfloat16, block=128, device=device))
+    with pytest.raises(ValueError, match="scales in shared memory, K up to 32768"):
+        linear_w8a16_wgmma(*make(64, 128, 32832, torch.bfloat16, block=128, device=device))
     with pytest.raises(ValueError, match="block_t must be one of"):
         linear_w8a16_wgmma(x, weights, block_t=32)
     with pytest.raises(ValueError, match="KB of shared memory.*use num_stages <= 4"):

@@ -154,8 +154,9 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, i, ready, empty, scale_
     layout, convert and scale them, issue the wgmma and wait for the step before's (one stays
     in flight, so the next step's conversion overlaps it); release that step's slot and
     (warpgroup 0) refill the slot used LAG steps before once both have released it. The
-    step's scale comes from shared memory (`_staged_scales`). The FIRST step starts the accumulator (use_acc=False), so no instruction but a wgmma writes it
-    while one is in flight (else ptxas serialises them, C7515).
+    step's scale comes from shared memory (`_staged_scales`). The FIRST step starts the
+    accumulator (use_acc=False), so no instruction but a wgmma writes it while one is in
+    flight (else ptxas serialises them, C7515).
 
     A wgmma in flight reads its register operand until it is waited for, and nothing tells
     the compiler: the step before's weights (`w_before`) go into this step's wait as a
@@ -336,7 +337,8 @@ def _bottom_rows(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s
 
 @gluon.jit
 def _top_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf,
-                    sums_ptr, locks_ptr, M, N, K, steps_per_split, splits, LAG: gl.constexpr):  # fmt: skip
+                    sums_ptr, locks_ptr, M, N, K, steps_per_split, splits,
+                    LAG: gl.constexpr):  # fmt: skip
     """`_top_rows` of a split K (partition arguments lose constexpr-ness, hence four)."""
     _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
               locks_ptr, M, N, K, steps_per_split, splits, LAG, True, 0)  # fmt: skip
@@ -344,7 +346,8 @@ def _top_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty
 
 @gluon.jit
 def _bottom_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf,
-                       sums_ptr, locks_ptr, M, N, K, steps_per_split, splits, LAG: gl.constexpr):  # fmt: skip
+                       sums_ptr, locks_ptr, M, N, K, steps_per_split, splits,
+                       LAG: gl.constexpr):  # fmt: skip
     """`_bottom_rows` of a split K."""
     _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
               locks_ptr, M, N, K, steps_per_split, splits, LAG, True, 1)  # fmt: skip
