@@ -36,6 +36,14 @@ against the Triton kernel's 0.110, 0.159 against 0.262 at 256 and 1.36 against 2
 rows a TMA box) it had lost below 128 rows; Nsight Compute on q_up at 64 rows then had DRAM
 23% busy and the warps waiting mostly for a slot's copy (raw/logs/h200-ncu-w8a16-gluon-qup-
 m64-*). Where it still trails cuBLAS bf16 is the projections whose K it splits.
+
+A program's weight scales sit in shared memory, loaded once (`_staged_scales`): loaded a few
+steps ahead from global memory, they had held 16-17% of the warps' samples at 64 rows, and the
+layer took 4-5% less time at 48-64 rows and 1-3% at 96-256 without them
+(raw/logs/h200-dense-w8a16-staged-scales-ab-*.csv). A stream plan for GEMMs with more tiles
+than SMs (whole tiles back to back, then shares of the tiles left over) did not pay: looking up
+each step's tile cost 7-10% of a layer, and a program's K steps, not idle SMs, set the pace
+(raw/logs/h200-dense-w8a16-stream-plan-ab-*.csv, commit 8bde645).
 """
 
 from collections.abc import Sequence
