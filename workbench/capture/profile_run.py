@@ -269,7 +269,10 @@ def write_profile(
         meta["wall_s"] = round(now - begun, 3)
         return meta
 
-    path = write_run(out, run_id, finished, tables, extra_files=[kept_trace])
+    # The final hidden state is a few hundred rows of 17-digit floats nobody reads in a diff:
+    # packed, it takes a tenth of the room (what a capture of 64 MiB a call can carry back)
+    path = write_run(out, run_id, finished, tables, extra_files=[kept_trace],
+                     packed=("final_hidden",))  # fmt: skip
     # The metadata as written (with run id, schema and file list): captured == loaded.
     return ProfileResult(meta=read_meta(path), kernels=kernels, path=path)
 
