@@ -42,7 +42,7 @@ steps ahead from global memory, they had held 16-17% of the warps' samples at 64
 layer took 4-5% less time at 48-64 rows and 1-3% at 96-256 without them
 (raw/logs/h200-dense-w8a16-staged-scales-ab-*.csv). A stream plan for GEMMs with more tiles
 than SMs (whole tiles back to back, then shares of the tiles left over) did not pay: looking up
-each step's tile cost 7-10% of a layer, and a program's K steps, not idle SMs, set the pace
+each step's tile cost 5-11% of a layer, and a program's K steps, not idle SMs, set the pace
 (raw/logs/h200-dense-w8a16-stream-plan-ab-*.csv, commit 8bde645).
 """
 
