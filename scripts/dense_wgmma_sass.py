@@ -65,8 +65,9 @@ def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int):
 
 def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int,
                   max_registers: int | None = None):  # fmt: skip
-    """The W8A16 kernel compiled for sm_90, as compile_kernel compiles the W8A8 one; with
-    `max_registers`, as a launch capped at that many registers a thread would compile it."""
+    """The W8A16 kernel compiled for sm_90, as compile_kernel compiles the W8A8 one (its scales
+    staged for SHAPE's K unsplit); with `max_registers`, as a launch capped at that many
+    registers a thread would compile it."""
     m, n, k = SHAPE
     rows, block_k = w8a16_wgmma.ROWS, w8a16_wgmma.BLOCK_K
     descriptors = {
@@ -79,7 +80,7 @@ def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int,
     }  # fmt: skip
     constants = {"STAGES": stages, "LAG": 2 if stages >= 6 else 1, "SPLIT": split,
                  "CONSUMER_REGS": consumer_regs,
-                 "SCALE_STEPS": triton.next_power_of_2(k // block_k)}  # fmt: skip
+                 "SCALE_STEPS": w8a16_wgmma.scale_steps(k // block_k)}  # fmt: skip
     return compile_gluon(w8a16_wgmma._w8a16_wgmma_kernel, descriptors, constants,
                          maxnreg=max_registers)  # fmt: skip
 

@@ -423,6 +423,7 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
         (100, 1024, 4096, {"split_k": 3}),  # uneven splits: 11, 11, 10 steps
         (300, 256, 384, {"block_t": 128, "num_stages": 4}),  # token tiles with a tail
         (40, 384, 192, {"split_k": 2}),  # one step a split; K past the last full TMA box
+        (64, 256, 32768, {"split_k": 1}),  # the most K steps a split's staged scales hold (256)
     ],
 )
 def test_the_wgmma_w8a16_kernel_computes_w8a16(m, n, k, options, device):

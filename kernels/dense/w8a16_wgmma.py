@@ -27,7 +27,7 @@ partials are summed in split order). A tile's result leaves through a staging bu
 which clips rows and columns past the output's edge.
 
 It takes DeepSeek's 128 x 128 weight blocks only: a tile's 128 weight rows then lie in one
-block, so a K step of 64 has one scale. Gluon has no interpreter: the CPU tests check the
+block, so a K step of 128 has one scale. Gluon has no interpreter: the CPU tests check the
 compiled SASS and the host checks, the GPU tests compare it with the dequantised product.
 
 The W8A16 kernel from `w8a16.WGMMA_MIN_M` rows. On the H200 a layer took 0.095 ms at 48 rows
@@ -41,9 +41,9 @@ A program's weight scales sit in shared memory, loaded once (`_staged_scales`): 
 steps ahead from global memory, they had held 16-17% of the warps' samples at 64 rows, and the
 layer took 4-5% less time at 48-64 rows and 1-3% at 96-256 without them
 (raw/logs/h200-dense-w8a16-staged-scales-ab-*.csv). A stream plan for GEMMs with more tiles
-than SMs (whole tiles back to back, then shares of the tiles left over) did not pay: looking up
-each step's tile cost 5-11% of a layer, and a program's K steps, not idle SMs, set the pace
-(raw/logs/h200-dense-w8a16-stream-plan-ab-*.csv, commit 8bde645).
+than SMs (whole tiles back to back, then shares of the tiles left over) did not pay: the kernel
+rebuilt for it was 5-11% slower on the split plan, and a program's K steps, not idle SMs, set
+the pace (raw/logs/h200-dense-w8a16-stream-plan-ab-*.csv, commit 8bde645).
 """
 
 from collections.abc import Sequence
@@ -89,7 +89,8 @@ MIN_SPLIT_STEPS = 8  # K steps a split takes at least, by default
 # against 0.0877-0.0880 with splits of 2 or 4 steps, 0.1053 against 0.1072-0.1139 at 128).
 MAX_SCALE_STEPS = 256  # K steps a split may have: its scales are kept in shared memory
 _SCALE_BLOCK = gl.constexpr(BLOCK)  # the kernel's view of BLOCK
-# A scale read from shared memory by every thread of a warpgroup (one broadcast load)
+# A split's scales spread over a warpgroup's threads (the staging load), and a step's scale
+# read by every thread (one broadcast shared load)
 _ONE: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
 # A warpgroup's 64 x 128 weights of a K step as they lie in the slot (`k_order`): a thread's
 # first 16 registers are one row's 16 contiguous bytes (one 16-byte load), lanes c = 0-3 take
@@ -408,6 +409,12 @@ def tile_plan(m: int, row_tiles: int, k_steps: int, sms: int, fill: float = SPLI
     return block_t, split_count(tiles, k_steps, sms, fill, min_steps)
 
 
+def scale_steps(steps_per_split: int) -> int:
+    """The shared-memory slots for a split's scales (`_staged_scales`): a power of two, at
+    least 16, so that splits of 1 to 16 K steps share one compiled kernel."""
+    return max(16, triton.next_power_of_2(steps_per_split))
+
+
 def _slot_bytes(block_t: int) -> int:
     return block_t * BLOCK_K * 2 + ROWS * BLOCK_K  # bf16 activations, FP8 weights
 
@@ -506,7 +513,7 @@ def gemm_w8a16_wgmma(
         descriptor(w_2d, [ROWS, BLOCK_K]), descriptor(y, [block_t, WG_ROWS]), weights.scales,
         sums, locks, m, n, k, per_split, splits, *weights.scales.stride(), group_strides[1],
         STAGES=num_stages, LAG=refill_lag, SPLIT=splits > 1, CONSUMER_REGS=consumer_regs,
-        SCALE_STEPS=max(16, triton.next_power_of_2(per_split)), num_warps=4,
+        SCALE_STEPS=scale_steps(per_split), num_warps=4,
     )  # fmt: skip
     return y
 

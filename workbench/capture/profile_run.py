@@ -269,8 +269,8 @@ def write_profile(
         meta["wall_s"] = round(now - begun, 3)
         return meta
 
-    # The final hidden state is a few hundred rows of 17-digit floats nobody reads in a diff:
-    # packed, it takes a tenth of the room (what a capture of 64 MiB a call can carry back)
+    # The final hidden state is a row of 17-digit floats a stream (thousands of columns) that
+    # nobody reads in a diff: packed, it takes about a fifth of the room under the 40 MB cap
     path = write_run(out, run_id, finished, tables, extra_files=[kept_trace],
                      packed=("final_hidden",))  # fmt: skip
     # The metadata as written (with run id, schema and file list): captured == loaded.
