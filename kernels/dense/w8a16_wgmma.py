@@ -195,7 +195,7 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, i, ready, empty, scale_
 
 
 @gluon.jit
-def _staged_scales(s_ptr, K, steps_per_split, splits, stride_sn, stride_sk, stride_sg,
+def _staged_scales(s_ptr, group, k_lo, steps, stride_sn, stride_sk, stride_sg,
                    SCALE_STEPS: gl.constexpr):  # fmt: skip
     """This program's weight scales, one a K step of its split (a K step is one scale block
     wide, a tile's rows one block high), loaded once into shared memory.
@@ -204,8 +204,6 @@ def _staged_scales(s_ptr, K, steps_per_split, splits, stride_sn, stride_sk, stri
     of the warps' samples (Nsight Compute on q_up and o_b at 64 rows,
     `ncu/dense-w8a16-T64-projection*`): the loop's queue of scales moved each load's register
     two steps after it was issued, which waited for the load."""
-    k_lo, steps = _tile_range(K, steps_per_split, splits, _SCALE_BLOCK)
-    group = gl.program_id(2) // splits
     scales = s_ptr + group * stride_sg + gl.program_id(0) * stride_sn  # a tile's rows: one block
     step = gl.arange(0, SCALE_STEPS, layout=_ONE)
     values = gl.load(scales + (k_lo + step) * stride_sk, mask=step < steps, other=0.0)
@@ -299,8 +297,8 @@ def _w8a16_wgmma_kernel(
         _load_step(x_desc, w_desc, x_ring, w_ring, ready, first, steps,
                    gl.program_id(1) * BLOCK_T, group * N + gl.program_id(0) * ROWS, group * K,
                    k_lo)  # fmt: skip
-    scale_buf = _staged_scales(s_ptr, K, steps_per_split, splits, stride_sn, stride_sk,
-                               stride_sg, SCALE_STEPS)  # fmt: skip
+    scale_buf = _staged_scales(s_ptr, group, k_lo, steps, stride_sn, stride_sk, stride_sg,
+                               SCALE_STEPS)  # fmt: skip
     _threads_barrier()  # the scales in shared memory before either warpgroup reads them
     args = (
         x_desc,
@@ -364,7 +362,7 @@ def _bottom_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, em
 
 def default_stages(block_t: int) -> int:
     """As many ring slots as shared memory holds beside the staging buffers, up to MAX_STAGES."""
-    return min(MAX_STAGES, (SHARED_MEMORY - _staging_bytes(block_t)) // _slot_bytes(block_t))
+    return min(MAX_STAGES, (SHARED_MEMORY - _beside_ring_bytes(block_t)) // _slot_bytes(block_t))
 
 
 def split_count(tiles: int, k_steps: int, sms: int, fill: float = SPLIT_FILL,
@@ -419,7 +417,7 @@ def _slot_bytes(block_t: int) -> int:
     return block_t * BLOCK_K * 2 + ROWS * BLOCK_K  # bf16 activations, FP8 weights
 
 
-def _staging_bytes(block_t: int) -> int:
+def _beside_ring_bytes(block_t: int) -> int:
     """A bf16 output tile a warpgroup, and the split's scales (`_staged_scales`)."""
     return 2 * block_t * WG_ROWS * 2 + MAX_SCALE_STEPS * 4
 
@@ -478,7 +476,7 @@ def gemm_w8a16_wgmma(
     if block_t not in BLOCK_TS:
         raise ValueError(f"block_t must be one of {BLOCK_TS} (wgmma's N), got {block_t}.")
     num_stages = default_stages(block_t) if num_stages is None else num_stages
-    used = num_stages * _slot_bytes(block_t) + _staging_bytes(block_t)
+    used = num_stages * _slot_bytes(block_t) + _beside_ring_bytes(block_t)
     if used > SHARED_MEMORY:
         raise ValueError(f"num_stages={num_stages} with {block_t}-token tiles needs {used // 1024} "
                          f"KB of shared memory, more than sm_90's {SHARED_MEMORY // 1024} KB; use "
