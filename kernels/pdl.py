@@ -24,6 +24,8 @@ take `enabled() == False` and launch as before.
 import torch
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 
 from kernels.compiled import interpreting
 
@@ -60,3 +62,19 @@ def prefetch_rows_to_l2(row_ptrs, nbytes):
         is_pure=False,
         pack=1,
     )
+
+
+@gluon.jit
+def wait_for_grid_before():
+    """griddepcontrol.wait for Gluon kernels (Triton's `gdc_wait` is for Triton's language):
+    until the grid before has finished and its writes are visible. Returns a dummy."""
+    return gl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [],
+                                     dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
+
+
+@gluon.jit
+def let_next_grid_launch():
+    """griddepcontrol.launch_dependents for Gluon kernels: the next grid may launch once every
+    program of this one has passed here or exited. Returns a dummy."""
+    return gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [],
+                                     dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip

@@ -64,10 +64,10 @@ def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int):
 
 
 def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int,
-                  max_registers: int | None = None):  # fmt: skip
+                  max_registers: int | None = None, pdl: bool = False):  # fmt: skip
     """The W8A16 kernel compiled for sm_90, as compile_kernel compiles the W8A8 one (its scales
     staged for SHAPE's K unsplit); with `max_registers`, as a launch capped at that many
-    registers a thread would compile it."""
+    registers a thread would compile it; with `pdl`, as a launch with PDL compiles it."""
     m, n, k = SHAPE
     rows, block_k = w8a16_wgmma.ROWS, w8a16_wgmma.BLOCK_K
     descriptors = {
@@ -80,7 +80,7 @@ def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int,
     }  # fmt: skip
     constants = {"STAGES": stages, "LAG": 2 if stages >= 6 else 1, "SPLIT": split,
                  "CONSUMER_REGS": consumer_regs,
-                 "SCALE_STEPS": w8a16_wgmma.scale_steps(k // block_k)}  # fmt: skip
+                 "SCALE_STEPS": w8a16_wgmma.scale_steps(k // block_k), "PDL": pdl}  # fmt: skip
     return compile_gluon(w8a16_wgmma._w8a16_wgmma_kernel, descriptors, constants,
                          maxnreg=max_registers)  # fmt: skip
 
@@ -226,6 +226,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.BLOCK_TS, default=64,
                         help="W8A16: token columns a tile")  # fmt: skip
     parser.add_argument("--split", action="store_true", help="W8A16: with split K")
+    parser.add_argument("--pdl", action="store_true",
+                        help="W8A16: as launched with programmatic dependent launch")
     parser.add_argument("--max-registers", type=int,
                         help="W8A16: registers a thread at most, as a launch's maxnreg caps "
                         "them (128: two blocks an SM)")  # fmt: skip
@@ -238,8 +240,9 @@ def main(argv: list[str] | None = None) -> None:
         tile = f"{args.block_m} x {args.block_n} tiles"
     elif args.kernel == "w8a16":
         compiled = compile_w8a16(args.block_t, args.stages, args.split, args.consumer_regs,
-                                 args.max_registers)  # fmt: skip
+                                 args.max_registers, args.pdl)  # fmt: skip
         tile = f"{w8a16_wgmma.ROWS} x {args.block_t} tiles{', split K' if args.split else ''}"
+        tile += ", PDL" if args.pdl else ""
     elif args.kernel == "moe-down":
         compiled = compile_moe_down(args.stages, args.consumer_regs)
         tile = f"{moe_w8a8_wgmma.ROWS} x {moe_w8a8_wgmma.WIDE} items"

@@ -438,6 +438,36 @@ def test_the_wgmma_w8a16_kernel_computes_w8a16(m, n, k, options, device):
     assert relative_error(out, x.float() @ weights.dequantize().T) < 1e-2
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("split_k", [1, 3])
+def test_the_wgmma_w8a16_kernel_with_pdl_reads_what_the_grid_before_wrote(split_k, device):
+    """With PDL a GEMM's programs start while the grid before runs and copy their weights;
+    their activations are that grid's output, so a chain of three GEMMs, eager and replayed
+    from a CUDA graph, must give what it gives without PDL (up to the order of split K's
+    additions)."""
+    if device.type != "cuda":
+        pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
+    x, first = make(128, 2048, 1024, torch.bfloat16, block=128, seed=1, device=device)
+    chain = [first] + [make(128, n, k, torch.bfloat16, block=128, seed=s, device=device)[1]
+                       for s, (n, k) in enumerate([(1024, 2048), (768, 1024)], 2)]  # fmt: skip
+
+    def run(pdl: bool) -> torch.Tensor:
+        y = x
+        for weights in chain:
+            y = linear_w8a16_wgmma(y, weights, split_k=split_k, pdl=pdl)
+        return y
+
+    want = run(False)
+    assert relative_error(run(True), want) < 1e-3
+    graph = torch.cuda.CUDAGraph()
+    run(True)  # compiled, and the kept sums allocated, before the capture
+    with torch.cuda.graph(graph):
+        replayed = run(True)
+    for _ in range(3):
+        graph.replay()
+        assert relative_error(replayed, want) < 1e-3
+
+
 def test_the_wgmma_w8a16_kernels_splits_leave_their_sums_at_zero(device):
     """The splits of K add into one buffer of fp32 sums per device, which the last split of
     each tile reads and zeroes: the next split GEMM on the stream starts from zeros."""
@@ -487,6 +517,8 @@ def test_the_wgmma_w8a16_kernel_refuses_what_it_cannot_take(device):
         linear_w8a16_wgmma(x, weights, split_k=0)
     with pytest.raises(ValueError, match="split_fill=0 must be above 0"):
         linear_w8a16_wgmma(x, weights, split_fill=0)
+    with pytest.raises(ValueError, match="pdl='yes' must be True, False or None"):
+        linear_w8a16_wgmma(x, weights, pdl="yes")
 
 
 def test_wgmma_w8a16_splits_fill_at_most_one_round_of_sms():

@@ -274,7 +274,7 @@ def linear_w8a16(
     check_linear_inputs(x, weights, "fp8")
     if _takes_wgmma(x[:, None], weights, wgmma, options):
         with recording():
-            return gemm_w8a16_wgmma(x[:, None], weights)
+            return gemm_w8a16_wgmma(x[:, None], weights, pdl=options.get("pdl", False))
     return _launch(x[:, None], weights, (0, 0), options)
 
 
@@ -287,14 +287,14 @@ def linear_w8a16_group(
     strides = check_group_inputs(x, group, "fp8")
     if _takes_wgmma(x, group[0], wgmma, options):
         with recording():
-            return gemm_w8a16_wgmma(x, group[0], strides)
+            return gemm_w8a16_wgmma(x, group[0], strides, pdl=options.get("pdl", False))
     return _launch(x, group[0], strides, options)
 
 
 def _takes_wgmma(x: Tensor, weights: DenseWeights, wgmma: bool | None, options: dict) -> bool:
     """Whether x (M, G, K) goes to the Gluon kernel: `wgmma`, or (None) from WGMMA_MIN_M rows
-    where it can run. The Triton kernel's tile options do not apply to it."""
-    given = sorted(key for key, value in options.items() if value is not None)
+    where it can run. The Triton kernel's tile options do not apply to it; `pdl` does."""
+    given = sorted(key for key, value in options.items() if value is not None and key != "pdl")
     if wgmma is None:
         return (not given and x.shape[0] >= WGMMA_MIN_M
                 and check_wgmma_inputs(x, weights, x.shape[1]) is None)  # fmt: skip

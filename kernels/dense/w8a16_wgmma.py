@@ -75,6 +75,8 @@ from kernels.dense.w8a8_wgmma import (
 )
 from kernels.dequant import E4M3_BITS_SCALE, E4M3_TO_BF16_PTX
 from kernels.moe.routing import planned_sms
+from kernels.pdl import enabled as pdl_available
+from kernels.pdl import let_next_grid_launch, wait_for_grid_before
 
 ROWS = 128  # weight rows a tile: two warpgroups of wgmma's 64
 WG_ROWS = 64
@@ -121,15 +123,31 @@ def _e4m3_as_bf16(w8):
 def _load_step(x_desc, w_desc, x_ring, w_ring, ready, step, steps, t_row, w_row, x_col, k_lo):
     """Start the TMA copies of K step `step` of this program's range (if it has one) into its
     ring slot: activations from column x_col, weights from row w_row."""
-    SLOTS: gl.constexpr = x_ring.type.shape[0]
+    _load_weights(x_desc, w_desc, w_ring, ready, step, steps, w_row, k_lo)
+    _load_activations(x_desc, x_ring, ready, step, steps, t_row, x_col, k_lo)
+
+
+@gluon.jit
+def _load_weights(x_desc, w_desc, w_ring, ready, step, steps, w_row, k_lo):
+    """The first half of `_load_step`: the slot's barrier told to expect both copies' bytes,
+    and the weights' copy started (the activations' may start later, `_load_activations`)."""
+    SLOTS: gl.constexpr = w_ring.type.shape[0]
     slot = step % SLOTS
     inside = step < steps
     bar = ready.index(slot)
     mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=inside)
     k = (k_lo + step) * x_desc.block_type.shape[1]
-    tma.async_copy_global_to_shared(x_desc, [t_row, x_col + k], bar, x_ring.index(slot),
-                                    pred=inside)  # fmt: skip
     tma.async_copy_global_to_shared(w_desc, [w_row, k], bar, w_ring.index(slot), pred=inside)
+
+
+@gluon.jit
+def _load_activations(x_desc, x_ring, ready, step, steps, t_row, x_col, k_lo):
+    """The second half of `_load_step`: the activations' copy of the step."""
+    SLOTS: gl.constexpr = x_ring.type.shape[0]
+    slot = step % SLOTS
+    k = (k_lo + step) * x_desc.block_type.shape[1]
+    tma.async_copy_global_to_shared(x_desc, [t_row, x_col + k], ready.index(slot),
+                                    x_ring.index(slot), pred=step < steps)  # fmt: skip
 
 
 @gluon.jit
@@ -285,6 +303,7 @@ def _w8a16_wgmma_kernel(
     x_desc, w_desc, y_desc, s_ptr, sums_ptr, locks_ptr, M, N, K, steps_per_split, splits,
     stride_sn, stride_sk, stride_sg, STAGES: gl.constexpr, LAG: gl.constexpr,
     SPLIT: gl.constexpr, CONSUMER_REGS: gl.constexpr, SCALE_STEPS: gl.constexpr,
+    PDL: gl.constexpr,
 ):  # fmt: skip
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
@@ -293,12 +312,19 @@ def _w8a16_wgmma_kernel(
     y_bufs = allocate_staging(y_desc)
     group = gl.program_id(2) // splits
     k_lo, steps = _tile_range(K, steps_per_split, splits, BLOCK_K)
+    # The weights and their scales do not depend on the grid before; the activations may.
     for first in gl.static_range(STAGES):
-        _load_step(x_desc, w_desc, x_ring, w_ring, ready, first, steps,
-                   gl.program_id(1) * BLOCK_T, group * N + gl.program_id(0) * ROWS, group * K,
-                   k_lo)  # fmt: skip
+        _load_weights(x_desc, w_desc, w_ring, ready, first, steps,
+                      group * N + gl.program_id(0) * ROWS, k_lo)  # fmt: skip
     scale_buf = _staged_scales(s_ptr, group, k_lo, steps, stride_sn, stride_sk, stride_sg,
                                SCALE_STEPS)  # fmt: skip
+    if PDL:
+        wait_for_grid_before()
+    for first in gl.static_range(STAGES):
+        _load_activations(x_desc, x_ring, ready, first, steps, gl.program_id(1) * BLOCK_T,
+                          group * K, k_lo)  # fmt: skip
+    if PDL:  # every program is resident: the next grid may take the SMs this one leaves
+        let_next_grid_launch()
     _threads_barrier()  # the scales in shared memory before either warpgroup reads them
     args = (
         x_desc,
@@ -455,6 +481,7 @@ def gemm_w8a16_wgmma(
     consumer_regs: int = 232,
     split_fill: float = SPLIT_FILL,
     min_split_steps: int = MIN_SPLIT_STEPS,
+    pdl: bool | None = False,
 ) -> Tensor:
     """cat_g(x[:, g] @ W_g.T) for bf16 x (M, G, K) and G FP8 weights from `weights` on, member g
     `group_strides` (values, scales elements) after the first; (M, G * N) in bf16.
@@ -463,7 +490,10 @@ def gemm_w8a16_wgmma(
     which aims at `split_fill` programs an SM with splits of `min_split_steps` K steps or more),
     `num_stages` the ring's slots (None: `default_stages`), `refill_lag` the K steps between a
     slot's use and its refill (None: 2 with six slots or more, else 1), `consumer_regs` the
-    registers Triton asks for each warpgroup (setmaxnreg)."""
+    registers Triton asks for each warpgroup (setmaxnreg), `pdl` whether it launches with
+    programmatic dependent launch (`kernels.pdl`; None: where the GPU has it): its programs
+    then copy their weights and scales while the grid before finishes, and let the next grid
+    launch once all of them are resident."""
     (m, groups, k), n = x.shape, weights.out_features
     if not (split_fill > 0 and isinstance(min_split_steps, int) and min_split_steps >= 1):
         raise ValueError(f"split_fill={split_fill!r} must be above 0 and min_split_steps="
@@ -485,6 +515,8 @@ def gemm_w8a16_wgmma(
     if not 1 <= refill_lag < num_stages:
         raise ValueError(f"refill_lag must be at least 1 and below num_stages={num_stages}, got "
                          f"{refill_lag}.")  # fmt: skip
+    if pdl is not None and not isinstance(pdl, bool):
+        raise ValueError(f"pdl={pdl!r} must be True, False or None (where available).")
     if split_k is not None and (not isinstance(split_k, int) or split_k < 1):
         raise ValueError(f"split_k={split_k!r} must be an integer >= 1; 1 means no split.")
     why = check_wgmma_inputs(x, weights, groups)
@@ -504,6 +536,7 @@ def gemm_w8a16_wgmma(
     if groups > 1 and group_strides[0] != n * k:
         raise ValueError("a group's FP8 values must lie one after another (torch.stack); build "
                          "them with DenseWeights.quantize_group.")  # fmt: skip
+    with_pdl = pdl_available(x.device) if pdl is None else pdl
     w_2d = reordered(weights.values, groups * n)  # after the check: a copy of what it reads
     grid = (triton.cdiv(n, ROWS), triton.cdiv(m, block_t), splits * groups)
     launch(
@@ -511,7 +544,7 @@ def gemm_w8a16_wgmma(
         descriptor(w_2d, [ROWS, BLOCK_K]), descriptor(y, [block_t, WG_ROWS]), weights.scales,
         sums, locks, m, n, k, per_split, splits, *weights.scales.stride(), group_strides[1],
         STAGES=num_stages, LAG=refill_lag, SPLIT=splits > 1, CONSUMER_REGS=consumer_regs,
-        SCALE_STEPS=scale_steps(per_split), num_warps=4,
+        SCALE_STEPS=scale_steps(per_split), PDL=with_pdl, num_warps=4, launch_pdl=with_pdl,
     )  # fmt: skip
     return y
 
