@@ -226,8 +226,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.BLOCK_TS, default=64,
                         help="W8A16: token columns a tile")  # fmt: skip
     parser.add_argument("--split", action="store_true", help="W8A16: with split K")
-    parser.add_argument("--pdl", action="store_true",
-                        help="W8A16: as launched with programmatic dependent launch")
+    parser.add_argument(
+        "--pdl", action="store_true", help="W8A16: as launched with programmatic dependent launch"
+    )
     parser.add_argument("--max-registers", type=int,
                         help="W8A16: registers a thread at most, as a launch's maxnreg caps "
                         "them (128: two blocks an SM)")  # fmt: skip
