@@ -252,7 +252,7 @@ def test_hybrid_switches_at_hybrid_m(monkeypatch):
     import kernels.dense.hybrid as hybrid
 
     calls = []
-    monkeypatch.setattr(hybrid, "linear_w8a16", lambda x, w: calls.append("w8a16"))
+    monkeypatch.setattr(hybrid, "linear_w8a16", lambda x, w, pdl: calls.append("w8a16"))
     monkeypatch.setattr(hybrid, "linear_w8a8", lambda x, w: calls.append("w8a8"))
     monkeypatch.delenv("DENSE_HYBRID_M", raising=False)
     for m in (1, 256, 257):

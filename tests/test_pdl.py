@@ -1,4 +1,4 @@
-"""Programmatic dependent launch of the W8A16 GEMM (kernels.pdl): off under the interpreter and
+"""Programmatic dependent launch of the W8A16 GEMMs (kernels.pdl): off under the interpreter and
 on CPUs, the option's checks, and on the GPU a chain of dependent GEMMs replayed in a CUDA
 graph, each reading what the one before wrote, equal to the same chain launched without PDL."""
 
@@ -62,7 +62,10 @@ def test_dependent_gemms_with_pdl_read_what_the_one_before_wrote(m):
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(got, want)
+    if m < dense.w8a16.WGMMA_MIN_M:
+        assert torch.equal(got, want)
+    else:  # the Gluon kernel: its splits of K add in the order they arrive
+        assert (got.float() - want.float()).norm() <= 1e-3 * want.float().norm()
 
 
 def test_w8a8_refuses_pdl_rather_than_ignoring_it():
@@ -72,6 +75,8 @@ def test_w8a8_refuses_pdl_rather_than_ignoring_it():
         dense.linear_w8a8(x, w, pdl=True)
 
 
-def test_pdl_is_opt_in_at_every_size():
-    # It made the served decode step slower on the H200 (kernels.dense.w8a16's tiles).
-    assert all(w8a16_tiles(m).pdl is False for m in (1, 16, 17, 4096))
+def test_pdl_is_on_where_available_up_to_the_middle_tiles():
+    # Measured faster back to back on the H200 (kernels.dense.w8a16's tiles); the Triton
+    # prefill tiles, which run only where the Gluon kernel cannot, keep it off.
+    assert all(w8a16_tiles(m).pdl is None for m in (1, 16, 17, 128))
+    assert w8a16_tiles(4096).pdl is False

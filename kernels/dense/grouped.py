@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from kernels.dense.formats import stacked_stride
-from kernels.dense.hybrid import hybrid_threshold, w8a16_pdl
+from kernels.dense.hybrid import hybrid_threshold
 from kernels.dense.w8a8 import linear_w8a8
 from kernels.dense.w8a16 import linear_w8a16_group
 
@@ -41,12 +41,12 @@ def linear_bf16_group(x: Tensor, group: Sequence[Tensor]) -> Tensor:
 
 
 def linear_hybrid_group(
-    x: Tensor, group: Sequence, hybrid_m: int | None = None, pdl: bool | None = False
+    x: Tensor, group: Sequence, hybrid_m: int | None = None, pdl: bool | None = None
 ) -> Tensor:
     """The W8A16 group launch up to the hybrid's row threshold (with `pdl`, as
     `linear_hybrid` takes it), W8A8 member by member above."""
     if x.shape[0] <= hybrid_threshold(hybrid_m):
-        return linear_w8a16_group(x, group, **w8a16_pdl(pdl))
+        return linear_w8a16_group(x, group, pdl=pdl)
     return one_by_one(linear_w8a8, x, group)
 
 

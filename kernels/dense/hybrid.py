@@ -45,16 +45,10 @@ def hybrid_threshold(hybrid_m: int | None = None) -> int:
 
 
 def linear_hybrid(
-    x: Tensor, weights: DenseWeights, hybrid_m: int | None = None, pdl: bool | None = False
+    x: Tensor, weights: DenseWeights, hybrid_m: int | None = None, pdl: bool | None = None
 ) -> Tensor:
     """x @ W.T through W8A16 when x has at most `hybrid_threshold(hybrid_m)` rows, else W8A8.
-    `pdl` is the W8A16 side's (`w8a16_pdl`); the W8A8 kernels launch without PDL."""
+    `pdl` is the W8A16 side's (`linear_w8a16`); the W8A8 kernels launch without PDL."""
     if x.shape[0] <= hybrid_threshold(hybrid_m):
-        return linear_w8a16(x, weights, **w8a16_pdl(pdl))
+        return linear_w8a16(x, weights, pdl=pdl)
     return linear_w8a8(x, weights)
-
-
-def w8a16_pdl(pdl: bool | None) -> dict:
-    """The W8A16 option for `pdl`: none when False (the default), so that the kernel's choice
-    of Gluon or Triton kernel, which any other given option overrides, stays its own."""
-    return {} if pdl is False else {"pdl": pdl}

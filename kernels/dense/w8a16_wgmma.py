@@ -213,22 +213,29 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, i, ready, empty, scale_
 
 
 @gluon.jit
-def _staged_scales(s_ptr, group, k_lo, steps, stride_sn, stride_sk, stride_sg,
-                   SCALE_STEPS: gl.constexpr):  # fmt: skip
-    """This program's weight scales, one a K step of its split (a K step is one scale block
-    wide, a tile's rows one block high), loaded once into shared memory.
+def _program_scales(s_ptr, group, k_lo, steps, stride_sn, stride_sk, stride_sg,
+                    SCALE_STEPS: gl.constexpr):  # fmt: skip
+    """The loads of this program's weight scales, one a K step of its split (a K step is one
+    scale block wide, a tile's rows one block high), for `_staged_scales`."""
+    scales = s_ptr + group * stride_sg + gl.program_id(0) * stride_sn  # a tile's rows: one block
+    step = gl.arange(0, SCALE_STEPS, layout=_ONE)
+    return gl.load(scales + (k_lo + step) * stride_sk, mask=step < steps, other=0.0)
+
+
+@gluon.jit
+def _staged_scales(values):
+    """The program's scales (`_program_scales`) in shared memory, where each K step reads its
+    own with one broadcast load. The store waits for the loads, so the kernel issues it after
+    its first copies.
 
     Why: loaded a few steps ahead from global memory, a step's scale still held it up, 16-17%
     of the warps' samples (Nsight Compute on q_up and o_b at 64 rows,
     `ncu/dense-w8a16-T64-projection*`): the loop's queue of scales moved each load's register
     two steps after it was issued, which waited for the load."""
-    scales = s_ptr + group * stride_sg + gl.program_id(0) * stride_sn  # a tile's rows: one block
-    step = gl.arange(0, SCALE_STEPS, layout=_ONE)
-    values = gl.load(scales + (k_lo + step) * stride_sk, mask=step < steps, other=0.0)
     flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
-    buf = gl.allocate_shared_memory(gl.float32, [SCALE_STEPS], flat)
+    buf = gl.allocate_shared_memory(gl.float32, values.shape, flat)
     buf.store(values)
-    return buf._reinterpret(gl.float32, [SCALE_STEPS, 1], flat)  # a step's scale: .index(i)
+    return buf._reinterpret(gl.float32, [values.shape[0], 1], flat)  # a step's scale: .index(i)
 
 
 @gluon.jit
@@ -316,13 +323,14 @@ def _w8a16_wgmma_kernel(
     for first in gl.static_range(STAGES):
         _load_weights(x_desc, w_desc, w_ring, ready, first, steps,
                       group * N + gl.program_id(0) * ROWS, k_lo)  # fmt: skip
-    scale_buf = _staged_scales(s_ptr, group, k_lo, steps, stride_sn, stride_sk, stride_sg,
-                               SCALE_STEPS)  # fmt: skip
+    scales = _program_scales(s_ptr, group, k_lo, steps, stride_sn, stride_sk, stride_sg,
+                             SCALE_STEPS)  # fmt: skip
     if PDL:
         wait_for_grid_before()
     for first in gl.static_range(STAGES):
         _load_activations(x_desc, x_ring, ready, first, steps, gl.program_id(1) * BLOCK_T,
                           group * K, k_lo)  # fmt: skip
+    scale_buf = _staged_scales(scales)
     if PDL:  # every program is resident: the next grid may take the SMs this one leaves
         let_next_grid_launch()
     _threads_barrier()  # the scales in shared memory before either warpgroup reads them
@@ -481,7 +489,7 @@ def gemm_w8a16_wgmma(
     consumer_regs: int = 232,
     split_fill: float = SPLIT_FILL,
     min_split_steps: int = MIN_SPLIT_STEPS,
-    pdl: bool | None = False,
+    pdl: bool | None = None,
 ) -> Tensor:
     """cat_g(x[:, g] @ W_g.T) for bf16 x (M, G, K) and G FP8 weights from `weights` on, member g
     `group_strides` (values, scales elements) after the first; (M, G * N) in bf16.

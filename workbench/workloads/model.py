@@ -132,7 +132,7 @@ class SyntheticModel:
         dense_name = self.kernels_run["dense"]
         self.linear = _pick("dense", dense_name, dense_kernels.VARIANTS)
         options = {"hybrid_m": hybrid_m} if dense_name == "hybrid" else {}
-        if dense_name in ("w8a16", "hybrid") and dense_pdl is not False:
+        if dense_name in ("w8a16", "hybrid"):
             options["pdl"] = dense_pdl
         if options:
             self.linear = partial(self.linear, **options)
