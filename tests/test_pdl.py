@@ -2,6 +2,8 @@
 on CPUs, the option's checks, and on the GPU a chain of dependent GEMMs replayed in a CUDA
 graph, each reading what the one before wrote, equal to the same chain launched without PDL."""
 
+import inspect
+
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ from kernels import pdl
 from kernels.dense import DenseWeights
 from kernels.dense.tiles import GemmTiles
 from kernels.dense.w8a16 import default_tiles as w8a16_tiles
+from kernels.dense.w8a16_wgmma import gemm_w8a16_wgmma
 
 TILES = GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=3)
 
@@ -75,8 +78,8 @@ def test_w8a8_refuses_pdl_rather_than_ignoring_it():
         dense.linear_w8a8(x, w, pdl=True)
 
 
-def test_pdl_is_on_where_available_up_to_the_middle_tiles():
-    # Measured faster back to back on the H200 (kernels.dense.w8a16's tiles); the Triton
-    # prefill tiles, which run only where the Gluon kernel cannot, keep it off.
-    assert all(w8a16_tiles(m).pdl is None for m in (1, 16, 17, 128))
-    assert w8a16_tiles(4096).pdl is False
+def test_pdl_is_opt_in_at_every_size():
+    # It made the served decode step slower on the H200 (kernels.dense.w8a16's tiles), and so
+    # did it on the Gluon kernel (kernels.dense.w8a16_wgmma).
+    assert all(w8a16_tiles(m).pdl is False for m in (1, 16, 17, 4096))
+    assert inspect.signature(gemm_w8a16_wgmma).parameters["pdl"].default is False

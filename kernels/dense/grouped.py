@@ -41,7 +41,7 @@ def linear_bf16_group(x: Tensor, group: Sequence[Tensor]) -> Tensor:
 
 
 def linear_hybrid_group(
-    x: Tensor, group: Sequence, hybrid_m: int | None = None, pdl: bool | None = None
+    x: Tensor, group: Sequence, hybrid_m: int | None = None, pdl: bool | None = False
 ) -> Tensor:
     """The W8A16 group launch up to the hybrid's row threshold (with `pdl`, as
     `linear_hybrid` takes it), W8A8 member by member above."""

@@ -45,7 +45,7 @@ def hybrid_threshold(hybrid_m: int | None = None) -> int:
 
 
 def linear_hybrid(
-    x: Tensor, weights: DenseWeights, hybrid_m: int | None = None, pdl: bool | None = None
+    x: Tensor, weights: DenseWeights, hybrid_m: int | None = None, pdl: bool | None = False
 ) -> Tensor:
     """x @ W.T through W8A16 when x has at most `hybrid_threshold(hybrid_m)` rows, else W8A8.
     `pdl` is the W8A16 side's (`linear_w8a16`); the W8A8 kernels launch without PDL."""

@@ -113,14 +113,16 @@ WGMMA_MIN_M = 48
 PREFETCH_BYTES = tl.constexpr(256)
 # block_m: tokens per tile, block_n: weight rows per tile (the MMA's N and M sides when swapped).
 default_tiles = TilesByM(
-    # PDL where the GPU has it (pdl=None): in bench dense it took a layer at M=16 from 0.0626
-    # to 0.0596 ms (raw/logs/h200-tune-dense-pdl-b49276a-*.csv). The served profile keeps its
-    # own default, off (`dense_pdl`): there a norm or a torch op comes before most W8A16 GEMMs,
-    # and its A/B found the decode step's dense GEMMs the same either way (docs/design.md).
-    decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4, pdl=None),
+    # PDL stays off by default (pdl=None turns it on): in bench dense it took a layer at
+    # M=16 from 0.0626 to 0.0596 ms (raw/logs/h200-tune-dense-pdl-b49276a-*.csv), but in the
+    # served profile, where the kernel before a W8A16 GEMM is a norm or a torch op, it made a
+    # decode step 0.30 ms slower (its dense GEMMs 2.47 -> 2.66 ms) against the last profile
+    # without it (raw/logs/h200-profile-pdl-on-*: its per-step summary; the run's tar was
+    # removed on 2026-12-02 for room; the one-run A/B in docs/design.md found no difference).
+    decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4),
     # 17-128 rows, direct: on the H200 (raw/logs/h200-tune-dense-20261201T0600.csv) a layer
     # took 0.080 ms at M=32 against 0.091 swapped, and 0.111 against 0.134 at M=64.
-    middle=GemmTiles(block_m=32, block_n=64, block_k=128, num_warps=4, num_stages=3, pdl=None),
+    middle=GemmTiles(block_m=32, block_n=64, block_k=128, num_warps=4, num_stages=3),
     prefill=GemmTiles(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3,
                       swap_ab=True),
     # On the H200 (raw/logs/h200-tune-dense-graphs.csv) 32-row tiles (swapped, then) took
