@@ -80,7 +80,8 @@ def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int,
     }  # fmt: skip
     constants = {"STAGES": stages, "LAG": 2 if stages >= 6 else 1, "SPLIT": split,
                  "CONSUMER_REGS": consumer_regs,
-                 "SCALE_STEPS": w8a16_wgmma.scale_steps(k // block_k), "PDL": pdl}  # fmt: skip
+                 "SCALE_STEPS": w8a16_wgmma.scale_steps(k // block_k), "PDL": pdl,
+                 "EARLY": min(w8a16_wgmma.PDL_EARLY_SLOTS, stages)}  # fmt: skip
     return compile_gluon(w8a16_wgmma._w8a16_wgmma_kernel, descriptors, constants,
                          maxnreg=max_registers)  # fmt: skip
 

@@ -89,6 +89,8 @@ MIN_SPLIT_STEPS = 8  # K steps a split takes at least, by default
 # Both were chosen when splits stored partial tiles; with the splits' L2 atomic sums they still
 # won (raw/logs/h200-dense-w8a16-split-settings-atomic-sums-*.csv: 0.0860 ms a layer at 64 rows
 # against 0.0877-0.0880 with splits of 2 or 4 steps, 0.1053 against 0.1072-0.1139 at 128).
+# With PDL, the ring slots whose weight copies start before the wait for the grid before
+PDL_EARLY_SLOTS = 1
 MAX_SCALE_STEPS = 256  # K steps a split may have: its scales are kept in shared memory
 _SCALE_BLOCK = gl.constexpr(BLOCK)  # the kernel's view of BLOCK
 # A split's scales spread over a warpgroup's threads (the staging load), and a step's scale
@@ -316,7 +318,7 @@ def _w8a16_wgmma_kernel(
     x_desc, w_desc, y_desc, s_ptr, sums_ptr, locks_ptr, M, N, K, steps_per_split, splits,
     stride_sn, stride_sk, stride_sg, STAGES: gl.constexpr, LAG: gl.constexpr,
     SPLIT: gl.constexpr, CONSUMER_REGS: gl.constexpr, SCALE_STEPS: gl.constexpr,
-    PDL: gl.constexpr,
+    PDL: gl.constexpr, EARLY: gl.constexpr,
 ):  # fmt: skip
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
@@ -328,17 +330,20 @@ def _w8a16_wgmma_kernel(
     t_row = gl.program_id(1) * BLOCK_T
     w_row = group * N + gl.program_id(0) * ROWS
     if PDL:
-        # The weights and their scales do not depend on the grid before; the activations may.
-        # (Without PDL the activations go first: behind all the weights, a step's copies took
-        # about 1.5 us longer to land.)
-        for first in gl.static_range(STAGES):
+        # The first EARLY slots' weights and the scales do not depend on the grid before; the
+        # activations may. Behind all the ring's weights, a step's activations took 1-2 us
+        # longer to land (raw/logs/h200-dense-w8a16-gluon-pdl-ab-*), so only EARLY go first.
+        for first in gl.static_range(EARLY):
             _expect_step(x_desc, w_desc, ready, first, steps)
             _load_weights(x_desc, w_desc, w_ring, ready, first, steps, w_row, k_lo)
         scales = _program_scales(s_ptr, group, k_lo, steps, stride_sn, stride_sk, stride_sg,
                                  SCALE_STEPS)  # fmt: skip
         wait_for_grid_before()
-        for first in gl.static_range(STAGES):
+        for first in gl.static_range(EARLY):
             _load_activations(x_desc, x_ring, ready, first, steps, t_row, group * K, k_lo)
+        for first in gl.static_range(EARLY, STAGES):
+            _load_step(x_desc, w_desc, x_ring, w_ring, ready, first, steps, t_row, w_row,
+                       group * K, k_lo)  # fmt: skip
         let_next_grid_launch()  # all programs resident: the next grid may take the SMs left
     else:
         for first in gl.static_range(STAGES):
@@ -566,7 +571,8 @@ def gemm_w8a16_wgmma(
         descriptor(w_2d, [ROWS, BLOCK_K]), descriptor(y, [block_t, WG_ROWS]), weights.scales,
         sums, locks, m, n, k, per_split, splits, *weights.scales.stride(), group_strides[1],
         STAGES=num_stages, LAG=refill_lag, SPLIT=splits > 1, CONSUMER_REGS=consumer_regs,
-        SCALE_STEPS=scale_steps(per_split), PDL=with_pdl, num_warps=4, launch_pdl=with_pdl,
+        SCALE_STEPS=scale_steps(per_split), PDL=with_pdl, EARLY=min(PDL_EARLY_SLOTS, num_stages),
+        num_warps=4, launch_pdl=with_pdl,
     )  # fmt: skip
     return y
 
