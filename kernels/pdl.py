@@ -10,7 +10,10 @@ wait (`griddepcontrol.wait`) until the grid before has finished and its writes a
 only then read their activations. So the weight stream of one GEMM overlaps the tail of the
 other. A block lets the next grid launch once its main loop is done. A kernel launched after
 one that does not use PDL waits for it to finish, as usual; a CUDA graph keeps the early
-launches (programmatic edges).
+launches (programmatic edges). The Gluon W8A16 kernel (kernels.dense.w8a16_wgmma) takes the
+same option with its own order: its programs start their first ring slot's weight copy by
+TMA and load their scales before the wait, and let the next grid launch once all of them are
+resident (one holds a whole SM, so the next grid can only take the SMs this one has left).
 
 Measured on the H200, it is an option, not a default: six back-to-back W8A16 GEMMs of a layer
 took up to 5% less time with it, but in the served profile, where a norm or a torch op comes

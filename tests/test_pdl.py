@@ -24,6 +24,41 @@ def test_pdl_is_off_under_the_interpreter_and_on_cpus(device):
     assert TILES.override(pdl=False).launch_pdl(device) is False
 
 
+def test_overriding_pdl_with_none_asks_for_it_where_available():
+    # None is a value of pdl ("where the GPU has it"), not "leave the tiles' own", as it is
+    # for the other options.
+    assert TILES.override(pdl=None).pdl is None
+    assert TILES.override(pdl=None, split_k=None).split_k is None
+    assert TILES.override(pdl=True).override(split_k=2).pdl is True
+
+
+def test_the_w8a16_gemms_hand_pdl_to_the_gluon_kernel_as_given(monkeypatch):
+    """linear_w8a16 and its group form pass `pdl` to the Gluon kernel, off when not given, and
+    still pick that kernel with it (pdl is not one of the Triton kernel's tile options)."""
+    from kernels.dense import w8a16
+
+    seen = []
+    monkeypatch.setattr(w8a16, "_takes_wgmma", lambda x, w, wgmma, options: True)
+    monkeypatch.setattr(w8a16, "gemm_w8a16_wgmma", lambda *a, pdl: seen.append(pdl))
+    x = torch.zeros(64, 256, dtype=torch.bfloat16)
+    weights = DenseWeights.quantize(torch.randn(128, 256), "fp8", 128)
+    for given in ({}, {"pdl": False}, {"pdl": None}, {"pdl": True}):
+        w8a16.linear_w8a16(x, weights, **given)
+        w8a16.linear_w8a16_group(x[:, None], [weights], **given)
+    assert seen == [False, False, False, False, None, None, True, True]
+
+
+def test_the_gluon_w8a16_kernel_takes_pdl_beside_wgmma_true(device):
+    """pdl with wgmma=True is not a Triton option the Gluon kernel would refuse: the call goes
+    on to the kernel's own checks (on a CPU, that it needs an sm_90 GPU)."""
+    if device.type == "cuda":
+        pytest.skip("the CPU's refusal is what this checks")
+    x = torch.zeros(64, 256, dtype=torch.bfloat16)
+    weights = DenseWeights.quantize(torch.randn(128, 256), "fp8", 128)
+    with pytest.raises(ValueError, match="needs an sm_90"):
+        dense.linear_w8a16(x, weights, wgmma=True, pdl=False)
+
+
 def test_asking_for_pdl_where_there_is_none_names_the_fix():
     with pytest.raises(ValueError, match="pdl=True needs a Hopper or newer GPU.*pdl=None"):
         TILES.override(pdl=True).launch_pdl(torch.device("cpu"))

@@ -39,6 +39,11 @@ def reorder_k(values: Tensor) -> Tensor:
 _copies: dict[tuple[int, int], Tensor] = {}
 
 
+def has_reordered(values: Tensor, rows: int) -> bool:
+    """Whether `reordered(values, rows)` has its copy already (else it makes it now)."""
+    return (id(values), rows) in _copies
+
+
 def reordered(values: Tensor, rows: int) -> Tensor:
     """`reorder_k` of the first `rows` rows at `values`' stride from its first element (a
     group's members lie one after another), made once for each (values, rows) and dropped

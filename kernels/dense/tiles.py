@@ -58,8 +58,10 @@ class GemmTiles:
     pdl: bool | None = False
 
     def override(self, **options: object) -> "GemmTiles":
-        """These tiles with every option that is not None replaced."""
-        return dataclasses.replace(self, **{k: v for k, v in options.items() if v is not None})
+        """These tiles with every option that is not None replaced, and `pdl` as given: its
+        None means "where the GPU has it", not "unchanged"."""
+        given = {k: v for k, v in options.items() if v is not None or k == "pdl"}
+        return dataclasses.replace(self, **given)
 
     def check(self) -> None:
         """Reject options that would not compile."""

@@ -269,12 +269,12 @@ def linear_w8a16(
     num_stages, split_k, swap_ab); by default they follow M (see `default_tiles`) and split_k
     fills the GPU. `wgmma` picks the Gluon kernel (`w8a16_wgmma`; sm_90, bf16 activations,
     128-wide blocks); None: from WGMMA_MIN_M rows where it can run and no Triton option is
-    given.
+    given. `pdl` (off by default; None: where the GPU has it) applies to both kernels.
     """
     check_linear_inputs(x, weights, "fp8")
     if _takes_wgmma(x[:, None], weights, wgmma, options):
         with recording():
-            return gemm_w8a16_wgmma(x[:, None], weights, pdl=options.get("pdl"))
+            return gemm_w8a16_wgmma(x[:, None], weights, pdl=options.get("pdl", False))
     return _launch(x[:, None], weights, (0, 0), options)
 
 
@@ -287,7 +287,7 @@ def linear_w8a16_group(
     strides = check_group_inputs(x, group, "fp8")
     if _takes_wgmma(x, group[0], wgmma, options):
         with recording():
-            return gemm_w8a16_wgmma(x, group[0], strides, pdl=options.get("pdl"))
+            return gemm_w8a16_wgmma(x, group[0], strides, pdl=options.get("pdl", False))
     return _launch(x, group[0], strides, options)
 
 

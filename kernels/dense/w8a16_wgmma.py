@@ -63,7 +63,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from kernels.compiled import launch
 from kernels.dense.formats import DenseWeights, check_group_inputs, check_linear_inputs
-from kernels.dense.k_order import SLICE, reordered
+from kernels.dense.k_order import SLICE, has_reordered, reordered
 from kernels.dense.tiles import arrival_counters, kept_sums
 from kernels.dense.w8a8_wgmma import (
     SHARED_MEMORY,
@@ -89,7 +89,7 @@ MIN_SPLIT_STEPS = 8  # K steps a split takes at least, by default
 # Both were chosen when splits stored partial tiles; with the splits' L2 atomic sums they still
 # won (raw/logs/h200-dense-w8a16-split-settings-atomic-sums-*.csv: 0.0860 ms a layer at 64 rows
 # against 0.0877-0.0880 with splits of 2 or 4 steps, 0.1053 against 0.1072-0.1139 at 128).
-# With PDL, the ring slots whose weight copies start before the wait for the grid before
+# With PDL: the ring slots whose weight copies start before the wait for the grid before.
 PDL_EARLY_SLOTS = 1
 MAX_SCALE_STEPS = 256  # K steps a split may have: its scales are kept in shared memory
 _SCALE_BLOCK = gl.constexpr(BLOCK)  # the kernel's view of BLOCK
@@ -127,7 +127,7 @@ def _load_step(x_desc, w_desc, x_ring, w_ring, ready, step, steps, t_row, w_row,
     ring slot: activations from column x_col, weights from row w_row."""
     _expect_step(x_desc, w_desc, ready, step, steps)
     _load_activations(x_desc, x_ring, ready, step, steps, t_row, x_col, k_lo)
-    _load_weights(x_desc, w_desc, w_ring, ready, step, steps, w_row, k_lo)
+    _load_weights(w_desc, w_ring, ready, step, steps, w_row, k_lo)
 
 
 @gluon.jit
@@ -149,11 +149,11 @@ def _load_activations(x_desc, x_ring, ready, step, steps, t_row, x_col, k_lo):
 
 
 @gluon.jit
-def _load_weights(x_desc, w_desc, w_ring, ready, step, steps, w_row, k_lo):
+def _load_weights(w_desc, w_ring, ready, step, steps, w_row, k_lo):
     """The weights' copy of K step `step` (`_load_step`)."""
     SLOTS: gl.constexpr = w_ring.type.shape[0]
     slot = step % SLOTS
-    k = (k_lo + step) * x_desc.block_type.shape[1]
+    k = (k_lo + step) * w_desc.block_type.shape[1]
     tma.async_copy_global_to_shared(w_desc, [w_row, k], ready.index(slot), w_ring.index(slot),
                                     pred=step < steps)  # fmt: skip
 
@@ -331,11 +331,11 @@ def _w8a16_wgmma_kernel(
     w_row = group * N + gl.program_id(0) * ROWS
     if PDL:
         # The first EARLY slots' weights and the scales do not depend on the grid before; the
-        # activations may. Behind all the ring's weights, a step's activations took 1-2 us
-        # longer to land (raw/logs/h200-dense-w8a16-gluon-pdl-ab-*), so only EARLY go first.
+        # activations may. With every slot's weights first, a GEMM alone took 0.1-1.9 us longer
+        # (raw/logs/h200-dense-w8a16-gluon-pdl-ab-*): its activations queued behind them.
         for first in gl.static_range(EARLY):
             _expect_step(x_desc, w_desc, ready, first, steps)
-            _load_weights(x_desc, w_desc, w_ring, ready, first, steps, w_row, k_lo)
+            _load_weights(w_desc, w_ring, ready, first, steps, w_row, k_lo)
         scales = _program_scales(s_ptr, group, k_lo, steps, stride_sn, stride_sk, stride_sg,
                                  SCALE_STEPS)  # fmt: skip
         wait_for_grid_before()
@@ -519,8 +519,9 @@ def gemm_w8a16_wgmma(
     slot's use and its refill (None: 2 with six slots or more, else 1), `consumer_regs` the
     registers Triton asks for each warpgroup (setmaxnreg), `pdl` whether it launches with
     programmatic dependent launch (`kernels.pdl`; None: where the GPU has it): its programs
-    then copy their weights and scales while the grid before finishes, and let the next grid
-    launch once all of them are resident."""
+    then start copying their first PDL_EARLY_SLOTS ring slots' weights and load their scales
+    while the grid before finishes, and let the next grid launch once all of them are resident
+    (not on a weight's first call, whose K-ordered copy the grid before makes)."""
     (m, groups, k), n = x.shape, weights.out_features
     if not (split_fill > 0 and isinstance(min_split_steps, int) and min_split_steps >= 1):
         raise ValueError(f"split_fill={split_fill!r} must be above 0 and min_split_steps="
@@ -563,7 +564,11 @@ def gemm_w8a16_wgmma(
     if groups > 1 and group_strides[0] != n * k:
         raise ValueError("a group's FP8 values must lie one after another (torch.stack); build "
                          "them with DenseWeights.quantize_group.")  # fmt: skip
-    with_pdl = pdl_available(x.device) if pdl is None else pdl
+    # With PDL the weights are read before the wait for the grid before, so they must not be
+    # that grid's output, as the K-ordered copy made on a weight's first use is.
+    with_pdl = (pdl_available(x.device) if pdl is None else pdl) and has_reordered(
+        weights.values, groups * n
+    )
     w_2d = reordered(weights.values, groups * n)  # after the check: a copy of what it reads
     grid = (triton.cdiv(n, ROWS), triton.cdiv(m, block_t), splits * groups)
     launch(
