@@ -44,6 +44,12 @@ layer took 4-5% less time at 48-64 rows and 1-3% at 96-256 without them
 than SMs (whole tiles back to back, then shares of the tiles left over) did not pay: the kernel
 rebuilt for it was 5-11% slower on the split plan, and a program's K steps, not idle SMs, set
 the pace (raw/logs/h200-dense-w8a16-stream-plan-ab-*.csv, commit 8bde645).
+
+With `pdl` (off by default) it launches with programmatic dependent launch (`kernels.pdl`):
+a program copies its first ring slot's weights and loads its scales, waits for the grid
+before, then copies the rest. On the H200 the layer's GEMMs back to back took 9-12% less
+time at 48-128 rows and 4% at 256, but a served decode step at 64 rows 1.7% more
+(raw/logs/h200-dense-w8a16-gluon-pdl-early-ab-*.csv, raw/ab-profile-20261204T212709).
 """
 
 from collections.abc import Sequence
