@@ -4,7 +4,7 @@ without a GPU.
 
     python scripts/dense_wgmma_sass.py [--block-m 128] [--block-n 128] [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel w8a16 [--block-t 64] [--stages 8] [--split]
-                                       [--max-registers 128]
+                                       [--max-registers 128] [--pdl]
     python scripts/dense_wgmma_sass.py --kernel moe-down [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel moe-w8a8-gate-up|moe-bf16-gate-up|moe-bf16-down
     python scripts/dense_wgmma_sass.py --kernel moe-int4-gate-up|moe-int4-down
@@ -18,7 +18,9 @@ kernel's load warps, and the W8A16 kernel's shared loads of its weights (16 byte
 the K order of kernels/dense/k_order.py); for the INT4 decode kernels, their mma.sync
 instructions (HMMA) and the byte permutes that take a loaded word apart or put one together
 (PRMT selecting single bytes), which their int32 word layout is there to avoid, and their bf16
-FMAs (HFMA2.BF16), which converting to 128 + q and taking the 136 off by an MMA leaves out.
+FMAs (HFMA2.BF16), which converting to 128 + q and taking the 136 off by an MMA leaves out;
+with programmatic dependent launch (kernels/pdl.py), the waits for the grid before (ACQBULK),
+the TMA loads issued ahead of the first, and the points that let the next grid launch (PREEXIT).
 The kernels' design rests on these: each warpgroup's wgmmas of a K step are one group with one
 wait, and ptxas serialises nothing. A developer's tool, like
 moe_compile_facts.py; the GPU answers the question of speed (scripts/tune_dense.py).
@@ -211,6 +213,13 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         ),
         "lds128": len(re.findall(r"\bLDS\.128\b", sass)),
         "lds16": len(re.findall(r"\bLDS\.U16\b", sass)),
+        # PDL: the waits for the grid before (griddepcontrol.wait), the TMA loads issued ahead
+        # of the first, and the points that let the next grid launch (launch_dependents)
+        "grid_waits": len(re.findall(r"\bACQBULK\b", sass)),
+        "tma_loads_before_wait": len(re.findall(r"\bUTMALDG\.", sass.split("ACQBULK")[0]))
+        if "ACQBULK" in sass
+        else 0,
+        "next_grid_launches": len(re.findall(r"\bPREEXIT\b", sass)),
     }
 
 
@@ -274,6 +283,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"setmaxnreg: {' '.join(map(str, facts['setmaxnreg'])) or 'none'}")
     print(f"LDS.128: {facts['lds128']}")
     print(f"LDS.U16: {facts['lds16']}")
+    print(f"grid waits (ACQBULK): {facts['grid_waits']}")
+    print(f"TMA loads before the wait: {facts['tma_loads_before_wait']}")
+    print(f"next-grid launches (PREEXIT): {facts['next_grid_launches']}")
 
 
 if __name__ == "__main__":

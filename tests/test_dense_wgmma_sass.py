@@ -52,6 +52,22 @@ def test_the_w8a16_kernels_wgmmas_stay_in_flight_and_nothing_is_serialised(block
     assert (facts["LDS.128"], facts["LDS.U16"]) == (str(2 * 4 * (1 + 2 + 1)), "0")
 
 
+@pytest.mark.parametrize("pdl", [False, True])
+def test_the_w8a16_kernel_with_pdl_waits_after_its_first_weight_copy(pdl):
+    """With PDL (kernels/pdl.py) the W8A16 kernel starts one TMA copy, the first ring slot's
+    weights (PDL_EARLY_SLOTS), before it waits for the grid before, and lets the next grid
+    launch once; its K loop is the same (the same wgmmas and shared loads). Without PDL it
+    neither waits nor lets the next grid launch early."""
+    done = run("--kernel", "w8a16", "--split", "--stages", "6", *(["--pdl"] if pdl else []))
+    assert done.returncode == 0, done.stderr
+    facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+    assert (facts["spilled bytes"], facts["ptxas notes"]) == ("0", "none")
+    assert facts["HGMMA"] == str(2 * 8 * (1 + 2 + 1)) and facts["LDS.128"] == str(2 * 4 * 4)
+    waits = ("1", "1", "1") if pdl else ("0", "0", "0")
+    assert (facts["grid waits (ACQBULK)"], facts["TMA loads before the wait"],
+            facts["next-grid launches (PREEXIT)"]) == waits  # fmt: skip
+
+
 def test_the_w8a16_kernel_capped_for_two_blocks_an_sm_serialises_its_wgmmas():
     """Why the W8A16 kernel runs one block an SM (docs/design.md, the 64-row captures): at 128
     registers a thread ptxas fits it without spills but serialises its wgmmas (C7511), so two
