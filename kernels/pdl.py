@@ -16,8 +16,10 @@ TMA and load their scales before the wait, and let the next grid launch once all
 resident (one holds a whole SM, so the next grid can only take the SMs this one has left).
 
 Measured on the H200, it is an option, not a default: six back-to-back W8A16 GEMMs of a layer
-took up to 5% less time with it, but in the served profile, where a norm or a torch op comes
-before most W8A16 GEMMs, a decode step took 0.30 ms longer (kernels.dense.w8a16). A trace
+took up to 5% less time with it at 1-16 rows (the Triton kernel) and 4-12% at 48-256 (the
+Gluon kernel), but in the served profile, where a norm or a torch op comes before most W8A16
+GEMMs, a decode step took 0.30 ms longer with the Triton kernel's (one comparison across runs)
+and 1.7% longer with the Gluon kernel's at 64 rows (an A/B; kernels.dense.w8a16_wgmma). A trace
 of a PDL kernel shows its wait inside its span; the kernel tables cut it off (`waited_us`).
 
 The PTX runs on Hopper and newer only; under TRITON_INTERPRET and on older GPUs the kernels

@@ -118,7 +118,8 @@ default_tiles = TilesByM(
     # served profile, where the kernel before a W8A16 GEMM is a norm or a torch op, it made a
     # decode step 0.30 ms slower (its dense GEMMs 2.47 -> 2.66 ms) against the last profile
     # without it (raw/logs/h200-profile-pdl-on-*: its per-step summary; the run's tar was
-    # removed on 2026-12-02 for room; the one-run A/B in docs/design.md found no difference).
+    # removed on 2026-12-02 for room; the one-run A/B in docs/design.md ran both arms without
+    # PDL, it turned out, so it measured nothing).
     decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4),
     # 17-128 rows, direct: on the H200 (raw/logs/h200-tune-dense-20261201T0600.csv) a layer
     # took 0.080 ms at M=32 against 0.091 swapped, and 0.111 against 0.134 at M=64.
