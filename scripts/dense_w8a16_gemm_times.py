@@ -88,6 +88,14 @@ def gpu_layer() -> tuple[torch.device, Layer]:
                          device, 0)  # fmt: skip
 
 
+def sizes_parser(doc: str, default_m: list[int]) -> argparse.ArgumentParser:
+    """The command line these layer scripts share: the CSV to write and the token rows (M)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("out")
+    parser.add_argument("m", type=int, nargs="*", default=default_m)
+    return parser
+
+
 def saved_table(rows: list[dict], out: str) -> pd.DataFrame:
     """`rows` as a table, written to `out` (CSV), pandas set to print it whole."""
     table = pd.DataFrame(rows)
@@ -99,9 +107,7 @@ def saved_table(rows: list[dict], out: str) -> pd.DataFrame:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out")
-    parser.add_argument("m", type=int, nargs="*", default=[32, 64, 128, 256])
+    parser = sizes_parser(__doc__, [32, 64, 128, 256])
     parser.add_argument("--settings", nargs="*", choices=list(SETTINGS),
                         help="Gluon settings to time beside bf16 and triton (default: all; "
                         "the flag alone: none)")  # fmt: skip

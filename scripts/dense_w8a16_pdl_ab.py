@@ -17,12 +17,11 @@ and docs/design.md's account of PDL. A developer's tool, like dense_w8a16_rounds
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from functools import partial
 
 import torch
-from dense_w8a16_gemm_times import gpu_layer, references, run_all, saved_table
+from dense_w8a16_gemm_times import gpu_layer, references, run_all, saved_table, sizes_parser
 
 import kernels.dense as dense
 from kernels.dense import w8a16_wgmma
@@ -59,10 +58,7 @@ def variants() -> dict[str, tuple[Callable, Callable]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out")
-    parser.add_argument("m", type=int, nargs="*", default=[16, 48, 64, 128, 256])
-    args = parser.parse_args()
+    args = sizes_parser(__doc__, [16, 48, 64, 128, 256]).parse_args()
     device, layer = gpu_layer()
     rows = []
     for m in args.m:

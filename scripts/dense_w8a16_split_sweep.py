@@ -13,7 +13,6 @@ replays by the workbench's timer, with L2 flushed before each. A developer's too
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from functools import partial
 
@@ -59,12 +58,15 @@ def projection_calls(layer: Layer, xs: dict, m: int, split_k: int | None) -> lis
 
 
 def main() -> None:
-    from dense_w8a16_gemm_times import gpu_layer, references, run_all, saved_table  # scripts/
+    from dense_w8a16_gemm_times import (  # scripts/
+        gpu_layer,
+        references,
+        run_all,
+        saved_table,
+        sizes_parser,
+    )
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out")
-    parser.add_argument("m", type=int, nargs="*", default=[1, 6, 16, 64, 128, 256])
-    args = parser.parse_args()
+    args = sizes_parser(__doc__, [1, 6, 16, 64, 128, 256]).parse_args()
     device, layer = gpu_layer()
     rows = []
     for m in args.m:
