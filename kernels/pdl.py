@@ -44,6 +44,24 @@ def enabled(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
+def check_option(pdl: object) -> None:
+    """Refuse a `pdl` option that is not True, False or None (where available)."""
+    if pdl is not None and not isinstance(pdl, bool):
+        raise ValueError(f"pdl={pdl!r} must be True, False or None (where available).")
+
+
+def launches_with_pdl(pdl: bool | None, device: torch.device) -> bool:
+    """Whether a kernel with the `pdl` option launches with PDL on `device`: `pdl`, or where
+    available when None; True where there is none is an error that names the fix."""
+    available = enabled(device)
+    if pdl and not available:
+        raise ValueError(
+            f"pdl=True needs a Hopper or newer GPU outside the Triton interpreter; {device} "
+            f"has none. Pass pdl=None to use it where available."
+        )
+    return available if pdl is None else pdl
+
+
 def prefetchable(*strides_and_offsets: int) -> bool:
     """Whether weight rows starting at these byte strides and offsets stay 16-byte aligned, as
     the bulk prefetch needs (a data pointer, the row stride, a group's stride)."""

@@ -24,7 +24,8 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.moe.routing import planned_sms
-from kernels.pdl import enabled as pdl_available
+from kernels.pdl import check_option as check_pdl_option
+from kernels.pdl import launches_with_pdl
 from kernels.tiling import check_block_sizes
 from kernels.zeroed import kept_zeros
 
@@ -72,8 +73,7 @@ class GemmTiles:
             )
         if self.split_k is not None and (not isinstance(self.split_k, int) or self.split_k < 1):
             raise ValueError(f"split_k={self.split_k!r} must be an integer >= 1; 1 means no split.")
-        if self.pdl is not None and not isinstance(self.pdl, bool):
-            raise ValueError(f"pdl={self.pdl!r} must be True, False or None (where available).")
+        check_pdl_option(self.pdl)
         if not isinstance(self.swap_ab, bool):
             raise ValueError(f"swap_ab={self.swap_ab!r} must be True or False.")
         if self.num_warps not in WARPS:
@@ -82,14 +82,8 @@ class GemmTiles:
             raise ValueError(f"num_stages={self.num_stages!r} must be an integer >= 1.")
 
     def launch_pdl(self, device: torch.device) -> bool:
-        """Whether to launch with PDL on `device`: `pdl`, or where available when None."""
-        available = pdl_available(device)
-        if self.pdl and not available:
-            raise ValueError(
-                f"pdl=True needs a Hopper or newer GPU outside the Triton interpreter; {device} "
-                f"has none. Pass pdl=None to use it where available."
-            )
-        return available if self.pdl is None else self.pdl
+        """Whether to launch with PDL on `device` (`kernels.pdl.launches_with_pdl`)."""
+        return launches_with_pdl(self.pdl, device)
 
     def sub_k(self, qblock: int) -> int:
         """K width of one MMA: a K tile is cut into sub-tiles that each lie in one scale block

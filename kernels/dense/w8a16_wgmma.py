@@ -81,8 +81,8 @@ from kernels.dense.w8a8_wgmma import (
 )
 from kernels.dequant import E4M3_BITS_SCALE, E4M3_TO_BF16_PTX
 from kernels.moe.routing import planned_sms
-from kernels.pdl import enabled as pdl_available
-from kernels.pdl import let_next_grid_launch, wait_for_grid_before
+from kernels.pdl import check_option as check_pdl_option
+from kernels.pdl import launches_with_pdl, let_next_grid_launch, wait_for_grid_before
 
 ROWS = 128  # weight rows a tile: two warpgroups of wgmma's 64
 WG_ROWS = 64
@@ -549,8 +549,7 @@ def gemm_w8a16_wgmma(
     if not 1 <= refill_lag < num_stages:
         raise ValueError(f"refill_lag must be at least 1 and below num_stages={num_stages}, got "
                          f"{refill_lag}.")  # fmt: skip
-    if pdl is not None and not isinstance(pdl, bool):
-        raise ValueError(f"pdl={pdl!r} must be True, False or None (where available).")
+    check_pdl_option(pdl)
     if split_k is not None and (not isinstance(split_k, int) or split_k < 1):
         raise ValueError(f"split_k={split_k!r} must be an integer >= 1; 1 means no split.")
     why = check_wgmma_inputs(x, weights, groups)
@@ -572,9 +571,7 @@ def gemm_w8a16_wgmma(
                          "them with DenseWeights.quantize_group.")  # fmt: skip
     # With PDL the weights are read before the wait for the grid before, so they must not be
     # that grid's output, as the K-ordered copy made on a weight's first use is.
-    with_pdl = (pdl_available(x.device) if pdl is None else pdl) and has_reordered(
-        weights.values, groups * n
-    )
+    with_pdl = launches_with_pdl(pdl, x.device) and has_reordered(weights.values, groups * n)
     w_2d = reordered(weights.values, groups * n)  # after the check: a copy of what it reads
     grid = (triton.cdiv(n, ROWS), triton.cdiv(m, block_t), splits * groups)
     launch(
