@@ -152,7 +152,8 @@ def test_permute_into_padded_rows(device):
     assert padded[12:].tolist() == [6] * 4
 
 
-@pytest.mark.parametrize("splits", [None, 1, 3])
+# 6 and 9 splits: past the loads a program keeps in flight (kernels.partials), a ragged last batch
+@pytest.mark.parametrize("splits", [None, 1, 3, 6, 9])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_combine_matches_reference(device, splits, dtype):
     tokens, top_k, hidden = 7, 3, 1100  # hidden spans two column blocks, the second ragged
@@ -161,7 +162,9 @@ def test_combine_matches_reference(device, splits, dtype):
     out = combine(y, tokens, top_k, dtype)
     want = combine_reference(y.cpu(), tokens, top_k, torch.float32)
     assert out.dtype == dtype and out.shape == (tokens, hidden)
-    # fp32 sums in the same order match exactly up to float reassociation; bf16 output may
-    # differ by one bf16 step (the interpreter truncates where torch rounds).
-    tolerance = 1e-6 if dtype == torch.float32 else 2**-7
+    # fp32 sums in another order differ by reassociation, which grows with the terms (a
+    # token's slot rows of every split); bf16 output may differ by one bf16 step (the
+    # interpreter truncates where torch rounds).
+    terms = (splits or 1) * top_k
+    tolerance = 1e-6 * terms if dtype == torch.float32 else 2**-7
     assert torch.allclose(out.float().cpu(), want, rtol=tolerance, atol=tolerance)

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+import triton
 from conftest import GPU_TESTS
 from helpers import relative_error
 
@@ -27,7 +28,8 @@ from kernels.moe import (
     moe_reference,
     moe_stock,
 )
-from kernels.moe.tiles import FOLD_ROWS
+from kernels.moe.launch import SILU_COLS, SILU_ROWS
+from kernels.moe.tiles import FOLD_ROWS, silu_reduce_kernel
 
 EXPERTS, TOP_K, HIDDEN, INTER, QBLOCK = 8, 2, 72, 40, 32
 TILES = {"block_n": 64, "block_k": 32}  # 2 column tiles of H, 3 K tiles of H, 2 of I
@@ -156,6 +158,21 @@ def test_flat_decode_runs_down_on_a_launch_of_its_own(device, monkeypatch, fmt):
     monkeypatch.setitem(moe.flat.DECODE_DOWN_OPTIONS, fmt, {"block_k": 16})
     with pytest.raises(ValueError, match="down's tiles must share gate/up's block_m and block_k"):
         moe_flat(x, ids, topk_weights, weights)
+
+
+# 5 and 10 splits: past the four a turn that ptxas unrolls the loop into; 10 is flat's
+# gate/up split at T=1 on the H200
+@pytest.mark.parametrize("splits", [2, 4, 5, 10])
+def test_silu_reduce_sums_every_split_of_gate_and_up(device, splits):
+    rows, inter = 7, 100  # ragged against the reduce's 4 x 64 tiles
+    gen = torch.Generator().manual_seed(splits)
+    part = torch.randn(splits, rows, 2 * inter, generator=gen).to(device)
+    h = torch.empty(rows, inter, device=device)
+    grid = (triton.cdiv(rows, SILU_ROWS), triton.cdiv(inter, SILU_COLS))
+    launch(silu_reduce_kernel, grid, part, h, rows, inter, splits, part.stride(0),
+           part.stride(1), h.stride(0), BLOCK_R=SILU_ROWS, BLOCK_C=SILU_COLS)  # fmt: skip
+    gate, up = part.sum(0).split(inter, dim=1)
+    assert torch.allclose(h, torch.nn.functional.silu(gate) * up, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", SCHEDULERS)

@@ -19,6 +19,11 @@ COUNT_BLOCK = 2048  # slots per program in the histogram, on COUNT_WARPS warps
 COUNT_WARPS = 8
 SMALL_SLOTS = 256  # most slots `small_layout` takes: its rank count is SLOTS x SLOTS compares
 SMALL_CHUNK = 32  # slots compared at a time there
+# Splits whose partial rows a combine program loads at once. Compiled for sm_90, a loop of one
+# split a turn loads that split's TOP_K rows and adds them before it asks for the next split's,
+# so a decode combine of split-K partials (down in three splits at T=1) waited one round trip
+# a split.
+COMBINE_SPLITS_IN_FLIGHT = 4
 
 
 @triton.jit
@@ -74,36 +79,42 @@ def _small_layout_kernel(
     earlier slots chose its expert, counted CHUNK slots at a time); with ROW_TABLE also the
     table of row tiles the Gluon kernels read (`tiles.write_tile_info`): each sorted row's
     routing weight, and each tile's (expert, first row, rows owned), written by its first row's
-    slot."""
+    slot.
+
+    A slot's expert's offsets and count come from the program's own scans by `tl.gather`, not
+    read back from the offsets it stores: at decode sizes this launch is a chain of dependent
+    memory round trips, and reading back the stored offsets (after a barrier), then the row
+    tiles' offsets and counts, added three to the ids' load. Every load is issued first."""
     slots = tl.arange(0, SLOTS)
     valid = slots < num_slots
     experts = tl.load(ids_ptr + slots, mask=valid, other=0)
-    bins = tl.arange(0, EXPERTS)
-    # invalid lanes vote for the bin past the last expert, which nothing reads
-    counts = tl.histogram(tl.where(valid, experts, num_experts), EXPERTS)
-    tl.store(counts_ptr + bins, counts, mask=bins < num_experts)
-    ends = tl.cumsum(counts, 0)  # offsets[e + 1]
-    tile_ends = tl.cumsum((counts + tile - 1) // tile, 0)
-    tl.store(offsets_ptr + 1 + bins, ends, mask=bins < num_experts)
-    tl.store(tile_offsets_ptr + 1 + bins, tile_ends, mask=bins < num_experts)
-    tl.store(offsets_ptr + bins, 0, mask=bins == 0)
-    tl.store(tile_offsets_ptr + bins, 0, mask=bins == 0)
+    if ROW_TABLE:
+        weights = tl.load(slot_weights_ptr + slots, mask=valid, other=0.0)
     rank = tl.zeros((SLOTS,), tl.int32)
     for first in tl.static_range(0, SLOTS, CHUNK):
         others = first + tl.arange(0, CHUNK)
         theirs = tl.load(ids_ptr + others, mask=others < num_slots, other=-1)
         earlier = (theirs[None, :] == experts[:, None]) & (others[None, :] < slots[:, None])
         rank += tl.sum(earlier.to(tl.int32), axis=1)
-    tl.debug_barrier()  # the offsets above, stored by other threads, are read back below
-    position = tl.load(offsets_ptr + experts, mask=valid, other=0) + rank
+    bins = tl.arange(0, EXPERTS)
+    # invalid lanes vote for the bin past the last expert, which nothing reads
+    counts = tl.histogram(tl.where(valid, experts, num_experts), EXPERTS)
+    ends = tl.cumsum(counts, 0)  # offsets[e + 1]
+    tiles = (counts + tile - 1) // tile
+    tile_ends = tl.cumsum(tiles, 0)
+    tl.store(counts_ptr + bins, counts, mask=bins < num_experts)
+    tl.store(offsets_ptr + 1 + bins, ends, mask=bins < num_experts)
+    tl.store(tile_offsets_ptr + 1 + bins, tile_ends, mask=bins < num_experts)
+    tl.store(offsets_ptr + bins, 0, mask=bins == 0)
+    tl.store(tile_offsets_ptr + bins, 0, mask=bins == 0)
+    mine = tl.where(valid, experts, num_experts)  # a bin inside the scans for every lane
+    position = tl.gather(ends - counts, mine, 0) + rank
     tl.store(out_ptr + position, slots, mask=valid)
     if ROW_TABLE:
-        weights = tl.load(slot_weights_ptr + slots, mask=valid, other=0.0)
         tl.store(row_weights_ptr + position, weights, mask=valid)
-        info = tile_info_ptr + 4 * (tl.load(tile_offsets_ptr + experts, mask=valid, other=0)
-                                    + rank // tile)  # fmt: skip
+        info = tile_info_ptr + 4 * (tl.gather(tile_ends - tiles, mine, 0) + rank // tile)
         first = valid & (rank % tile == 0)
-        owned = tl.minimum(tl.load(counts_ptr + experts, mask=valid, other=0) - rank, tile)
+        owned = tl.minimum(tl.gather(counts, mine, 0) - rank, tile)
         tl.store(info, experts, mask=first)
         tl.store(info + 1, position, mask=first)
         tl.store(info + 2, owned, mask=first)
@@ -154,16 +165,22 @@ def _combine_kernel(
     stride_ot,
     TOP_K: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    IN_FLIGHT: tl.constexpr,
 ):
+    """A token's columns: its TOP_K slot rows of every split summed in split order, the rows of
+    IN_FLIGHT splits loaded at once (`COMBINE_SPLITS_IN_FLIGHT`)."""
     token = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     valid = cols < hidden
     acc = tl.zeros((BLOCK_H,), dtype=tl.float32)
     rows = y_ptr + token * TOP_K * stride_yr + cols
-    for _ in range(0, splits):
-        for k in tl.static_range(TOP_K):
-            acc += tl.load(rows + k * stride_yr, mask=valid, other=0.0)
-        rows += stride_ys  # stepping the pointer: split * stride_ys can overflow int32
+    step = tl.cast(stride_ys, tl.int64)  # split * stride_ys can pass 2**31
+    for first in range(0, splits, IN_FLIGHT):
+        for j in tl.static_range(IN_FLIGHT):
+            split = first + j
+            for k in tl.static_range(TOP_K):
+                acc += tl.load(rows + split * step + k * stride_yr, mask=valid & (split < splits),
+                               other=0.0)  # fmt: skip
     tl.store(out_ptr + token * stride_ot + cols, acc.to(out_ptr.dtype.element_ty), mask=valid)
 
 
@@ -277,5 +294,6 @@ def combine(y_slots: Tensor, tokens: int, top_k: int, dtype: torch.dtype | None 
         out.stride(0),
         TOP_K=top_k,
         BLOCK_H=block_h,
+        IN_FLIGHT=min(y.shape[0], COMBINE_SPLITS_IN_FLIGHT),
     )
     return out
