@@ -34,13 +34,13 @@ ROUNDS = 3
 
 def with_early_slots(slots: int, linear: Callable, *args: object) -> object:
     """`linear(*args, pdl=True)` with the Gluon kernel copying `slots` ring slots' weights
-    before its wait for the grid before (`w8a16_wgmma.PDL_EARLY_SLOTS`) for this call."""
-    kept = w8a16_wgmma.PDL_EARLY_SLOTS
-    w8a16_wgmma.PDL_EARLY_SLOTS = slots
+    before its wait for the grid before (`w8a16_wgmma.EARLY_SLOTS`) for this call."""
+    kept = w8a16_wgmma.EARLY_SLOTS
+    w8a16_wgmma.EARLY_SLOTS = slots
     try:
         return linear(*args, pdl=True)
     finally:
-        w8a16_wgmma.PDL_EARLY_SLOTS = kept
+        w8a16_wgmma.EARLY_SLOTS = kept
 
 
 def variants() -> dict[str, tuple[Callable, Callable]]:

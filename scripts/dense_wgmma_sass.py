@@ -20,7 +20,8 @@ instructions (HMMA) and the byte permutes that take a loaded word apart or put o
 (PRMT selecting single bytes), which their int32 word layout is there to avoid, and their bf16
 FMAs (HFMA2.BF16), which converting to 128 + q and taking the 136 off by an MMA leaves out;
 with programmatic dependent launch (kernels/pdl.py), the waits for the grid before (ACQBULK),
-the TMA loads issued ahead of the first, and the points that let the next grid launch (PREEXIT).
+the TMA loads issued ahead of the first, and the points that let the next grid launch (PREEXIT);
+for W8A16, the TMA loads issued ahead of its scales' load.
 The kernels' design rests on these: each warpgroup's wgmmas of a K step are one group with one
 wait, and ptxas serialises nothing. A developer's tool, like
 moe_compile_facts.py; the GPU answers the question of speed (scripts/tune_dense.py).
@@ -83,7 +84,7 @@ def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int,
     constants = {"STAGES": stages, "LAG": 2 if stages >= 6 else 1, "SPLIT": split,
                  "CONSUMER_REGS": consumer_regs,
                  "SCALE_STEPS": w8a16_wgmma.scale_steps(k // block_k), "PDL": pdl,
-                 "EARLY": min(w8a16_wgmma.PDL_EARLY_SLOTS, stages)}  # fmt: skip
+                 "EARLY": min(w8a16_wgmma.EARLY_SLOTS, stages)}  # fmt: skip
     return compile_gluon(w8a16_wgmma._w8a16_wgmma_kernel, descriptors, constants,
                          maxnreg=max_registers)  # fmt: skip
 
@@ -220,6 +221,10 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         if "ACQBULK" in sass
         else 0,
         "next_grid_launches": len(re.findall(r"\bPREEXIT\b", sass)),
+        # W8A16: the TMA loads issued ahead of the scales' load (its one 4-byte global load)
+        "tma_loads_before_scales": len(re.findall(r"\bUTMALDG\.", sass.split("LDG.E ")[0]))
+        if "LDG.E " in sass
+        else 0,
     }
 
 
@@ -286,6 +291,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"grid waits (ACQBULK): {facts['grid_waits']}")
     print(f"TMA loads before the wait: {facts['tma_loads_before_wait']}")
     print(f"next-grid launches (PREEXIT): {facts['next_grid_launches']}")
+    if args.kernel == "w8a16":
+        print(f"TMA loads before the scales' load: {facts['tma_loads_before_scales']}")
 
 
 if __name__ == "__main__":

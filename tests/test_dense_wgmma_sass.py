@@ -55,7 +55,7 @@ def test_the_w8a16_kernels_wgmmas_stay_in_flight_and_nothing_is_serialised(block
 @pytest.mark.parametrize("pdl", [False, True])
 def test_the_w8a16_kernel_with_pdl_waits_after_its_first_weight_copy(pdl):
     """With PDL (kernels/pdl.py) the W8A16 kernel starts one TMA copy, the first ring slot's
-    weights (PDL_EARLY_SLOTS), before it waits for the grid before, and lets the next grid
+    weights (EARLY_SLOTS), before it waits for the grid before, and lets the next grid
     launch once; its K loop is the same (the same wgmmas and shared loads). Without PDL it
     neither waits nor lets the next grid launch early."""
     done = run("--kernel", "w8a16", "--split", "--stages", "6", *(["--pdl"] if pdl else []))
@@ -66,6 +66,8 @@ def test_the_w8a16_kernel_with_pdl_waits_after_its_first_weight_copy(pdl):
     waits = ("1", "1", "1") if pdl else ("0", "0", "0")
     assert (facts["grid waits (ACQBULK)"], facts["TMA loads before the wait"],
             facts["next-grid launches (PREEXIT)"]) == waits  # fmt: skip
+    # with PDL or without, the scales are asked for first (the kernel's prologue)
+    assert facts["TMA loads before the scales' load"] == "0"
 
 
 def test_the_w8a16_kernel_capped_for_two_blocks_an_sm_serialises_its_wgmmas():

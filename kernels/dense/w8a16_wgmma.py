@@ -50,6 +50,9 @@ a program copies its first ring slot's weights and loads its scales, waits for t
 before, then copies the rest. On the H200 the layer's GEMMs back to back took 9-12% less
 time at 48-128 rows and 4% at 256, but a served decode step at 64 rows 1.7% more
 (raw/logs/h200-dense-w8a16-gluon-pdl-early-ab-*.csv, raw/ab-profile-20261204T212709).
+Without PDL its first copies come in the same order (the scales asked for before the ring's
+copies): in that run each GEMM alone, where PDL overlaps nothing, took 2.6-3.5% less time
+summed over a layer at 48-128 rows in that order (docs/design.md; not yet timed as the default).
 """
 
 from collections.abc import Sequence
@@ -95,8 +98,9 @@ MIN_SPLIT_STEPS = 8  # K steps a split takes at least, by default
 # Both were chosen when splits stored partial tiles; with the splits' L2 atomic sums they still
 # won (raw/logs/h200-dense-w8a16-split-settings-atomic-sums-*.csv: 0.0860 ms a layer at 64 rows
 # against 0.0877-0.0880 with splits of 2 or 4 steps, 0.1053 against 0.1072-0.1139 at 128).
-# With PDL: the ring slots whose weight copies start before the wait for the grid before.
-PDL_EARLY_SLOTS = 1
+# Ring slots whose weights are copied before the scales are loaded and the other copies start
+# (with PDL, before the wait for the grid before): see the kernel's first lines.
+EARLY_SLOTS = 1
 MAX_SCALE_STEPS = 256  # K steps a split may have: its scales are kept in shared memory
 _SCALE_BLOCK = gl.constexpr(BLOCK)  # the kernel's view of BLOCK
 # A split's scales spread over a warpgroup's threads (the staging load), and a step's scale
@@ -335,28 +339,29 @@ def _w8a16_wgmma_kernel(
     k_lo, steps = _tile_range(K, steps_per_split, splits, BLOCK_K)
     t_row = gl.program_id(1) * BLOCK_T
     w_row = group * N + gl.program_id(0) * ROWS
+    # The first EARLY slots' weights, then the scales, then the rest: with PDL the first two do
+    # not depend on the grid before and are issued before the wait for it (the activations may
+    # depend on it). Without PDL the order is the same: with the scales' loads behind every
+    # slot's copies, the warps waited for them at the start (16% of q_up's samples at 64 rows,
+    # ncu/dense-w8a16-staged-scales-T64-projectionq_up), and in one run on the H200 each GEMM
+    # alone took 2.6%, 3.5% and 3.2% less time summed over a layer at 48, 64 and 128 rows in
+    # this order, and the same at 256 (raw/logs/h200-dense-w8a16-gluon-pdl-early-ab-*, round 0:
+    # pdl1 against off). With every slot's weights first, a GEMM alone took 0.1-1.9 us longer
+    # (raw/logs/h200-dense-w8a16-gluon-pdl-ab-*): its activations queued behind them.
+    for first in gl.static_range(EARLY):
+        _expect_step(x_desc, w_desc, ready, first, steps)
+        _load_weights(w_desc, w_ring, ready, first, steps, w_row, k_lo)
+    scales = _program_scales(s_ptr, group, k_lo, steps, stride_sn, stride_sk, stride_sg,
+                             SCALE_STEPS)  # fmt: skip
     if PDL:
-        # The first EARLY slots' weights and the scales do not depend on the grid before; the
-        # activations may. With every slot's weights first, a GEMM alone took 0.1-1.9 us longer
-        # (raw/logs/h200-dense-w8a16-gluon-pdl-ab-*): its activations queued behind them.
-        for first in gl.static_range(EARLY):
-            _expect_step(x_desc, w_desc, ready, first, steps)
-            _load_weights(w_desc, w_ring, ready, first, steps, w_row, k_lo)
-        scales = _program_scales(s_ptr, group, k_lo, steps, stride_sn, stride_sk, stride_sg,
-                                 SCALE_STEPS)  # fmt: skip
         wait_for_grid_before()
-        for first in gl.static_range(EARLY):
-            _load_activations(x_desc, x_ring, ready, first, steps, t_row, group * K, k_lo)
-        for first in gl.static_range(EARLY, STAGES):
-            _load_step(x_desc, w_desc, x_ring, w_ring, ready, first, steps, t_row, w_row,
-                       group * K, k_lo)  # fmt: skip
+    for first in gl.static_range(EARLY):
+        _load_activations(x_desc, x_ring, ready, first, steps, t_row, group * K, k_lo)
+    for first in gl.static_range(EARLY, STAGES):
+        _load_step(x_desc, w_desc, x_ring, w_ring, ready, first, steps, t_row, w_row, group * K,
+                   k_lo)  # fmt: skip
+    if PDL:
         let_next_grid_launch()  # all programs resident: the next grid may take the SMs left
-    else:
-        for first in gl.static_range(STAGES):
-            _load_step(x_desc, w_desc, x_ring, w_ring, ready, first, steps, t_row, w_row,
-                       group * K, k_lo)  # fmt: skip
-        scales = _program_scales(s_ptr, group, k_lo, steps, stride_sn, stride_sk, stride_sg,
-                                 SCALE_STEPS)  # fmt: skip
     scale_buf = _staged_scales(scales)
     _threads_barrier()  # the scales in shared memory before either warpgroup reads them
     args = (
@@ -525,7 +530,7 @@ def gemm_w8a16_wgmma(
     slot's use and its refill (None: 2 with six slots or more, else 1), `consumer_regs` the
     registers Triton asks for each warpgroup (setmaxnreg), `pdl` whether it launches with
     programmatic dependent launch (`kernels.pdl`; None: where the GPU has it): its programs
-    then start copying their first PDL_EARLY_SLOTS ring slots' weights and load their scales
+    then start copying their first EARLY_SLOTS ring slots' weights and load their scales
     while the grid before finishes, and let the next grid launch once all of them are resident
     (not on a weight's first call, whose K-ordered copy the grid before makes)."""
     (m, groups, k), n = x.shape, weights.out_features
@@ -579,7 +584,7 @@ def gemm_w8a16_wgmma(
         descriptor(w_2d, [ROWS, BLOCK_K]), descriptor(y, [block_t, WG_ROWS]), weights.scales,
         sums, locks, m, n, k, per_split, splits, *weights.scales.stride(), group_strides[1],
         STAGES=num_stages, LAG=refill_lag, SPLIT=splits > 1, CONSUMER_REGS=consumer_regs,
-        SCALE_STEPS=scale_steps(per_split), PDL=with_pdl, EARLY=min(PDL_EARLY_SLOTS, num_stages),
+        SCALE_STEPS=scale_steps(per_split), PDL=with_pdl, EARLY=min(EARLY_SLOTS, num_stages),
         num_warps=4, launch_pdl=with_pdl,
     )  # fmt: skip
     return y
