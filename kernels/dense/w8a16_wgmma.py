@@ -346,8 +346,9 @@ def _w8a16_wgmma_kernel(
     # ncu/dense-w8a16-staged-scales-T64-projectionq_up), and in one run on the H200 each GEMM
     # alone took 2.6%, 3.5% and 3.2% less time summed over a layer at 48, 64 and 128 rows in
     # this order, and the same at 256 (raw/logs/h200-dense-w8a16-gluon-pdl-early-ab-*, round 0:
-    # pdl1 against off, timed one after the other, not in turns). With every slot's weights first, a GEMM alone took 0.1-1.9 us longer
-    # (raw/logs/h200-dense-w8a16-gluon-pdl-ab-*): its activations queued behind them.
+    # pdl1 against off, timed one after the other, not in turns). With every slot's weights
+    # first, a GEMM alone took 0.1-1.9 us longer (raw/logs/h200-dense-w8a16-gluon-pdl-ab-*):
+    # its activations queued behind them.
     for first in gl.static_range(EARLY):
         _expect_step(x_desc, w_desc, ready, first, steps)
         _load_weights(w_desc, w_ring, ready, first, steps, w_row, k_lo)
