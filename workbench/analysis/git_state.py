@@ -23,8 +23,9 @@ SOURCE_FOLDERS = ("kernels", "workbench")
 HISTORY_DEPTH = 2000  # commits of HEAD's history `matching_commit` looks through
 
 
-def _git(root: Path, *args: str, env: Mapping[str, str] | None = None,
-         stdin: str | None = None) -> str | None:  # fmt: skip
+def git_output(root: Path, *args: str, env: Mapping[str, str] | None = None,
+               stdin: str | None = None) -> str | None:  # fmt: skip
+    """git's stripped output in `root`, or None where git failed or is missing."""
     try:
         out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
                              timeout=20, env=env, input=stdin)  # fmt: skip
@@ -38,9 +39,11 @@ def source_trees(root: Path) -> dict[str, str] | None:
     or None where git cannot say (no git, no repository)."""
     with tempfile.TemporaryDirectory() as scratch:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
-        if _git(root, "add", "-A", "--", *SOURCE_FOLDERS, env=env) is None:
+        if git_output(root, "add", "-A", "--", *SOURCE_FOLDERS, env=env) is None:
             return None
-        trees = {f: _git(root, "write-tree", f"--prefix={f}/", env=env) for f in SOURCE_FOLDERS}
+        trees = {
+            f: git_output(root, "write-tree", f"--prefix={f}/", env=env) for f in SOURCE_FOLDERS
+        }
     return None if None in trees.values() else trees
 
 
@@ -49,9 +52,9 @@ def git_state(root: Path) -> dict:
     WORKBENCH_GIT_COMMIT, which a capture script may pass along, wins."""
     if os.environ.get("WORKBENCH_GIT_COMMIT"):
         return {"commit": os.environ["WORKBENCH_GIT_COMMIT"], "dirty": None, "source": "env"}
-    dirty = _git(root, "status", "--porcelain", "--untracked-files=no")
+    dirty = git_output(root, "status", "--porcelain", "--untracked-files=no")
     return {
-        "commit": _git(root, "rev-parse", "HEAD"),
+        "commit": git_output(root, "rev-parse", "HEAD"),
         "dirty": None if dirty is None else bool(dirty),
         "source_trees": source_trees(root),
     }
@@ -61,12 +64,12 @@ def matching_commit(trees: Mapping[str, str], root: Path,
                     depth: int = HISTORY_DEPTH) -> str | None:  # fmt: skip
     """The newest commit among HEAD's last `depth` whose source folders have exactly `trees`,
     or None: the code a run recorded as dirty, when it was a commit after all."""
-    commits = (_git(root, "rev-list", f"--max-count={depth}", "HEAD") or "").split()
+    commits = (git_output(root, "rev-list", f"--max-count={depth}", "HEAD") or "").split()
     folders = list(trees)
     if not commits or not folders:
         return None
     queries = "".join(f"{c}:{f}\n" for c in commits for f in folders)
-    answer = _git(root, "cat-file", "--batch-check=%(objectname)", stdin=queries)
+    answer = git_output(root, "cat-file", "--batch-check=%(objectname)", stdin=queries)
     if answer is None:
         return None
     ids = answer.splitlines()

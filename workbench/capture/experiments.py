@@ -33,6 +33,7 @@ import pandas as pd
 from workbench.analysis.experiments import PHASES, AbResult, SweepResult, load_ab, load_sweep
 from workbench.analysis.stats import Repeats, summarise
 from workbench.artifacts import run_stamp, unique_run_dir
+from workbench.capture.code_versions import WORKTREE, arm_packages, code_version, use_kernels_from
 from workbench.capture.experiment_checks import (
     SHAPE_FIELDS,
     WORKLOAD,
@@ -67,6 +68,7 @@ def _split(fixed: dict) -> tuple[dict, dict, dict]:
 
 def measure_moe(config: dict) -> dict:
     """Worker entry point: build one MoE problem, check it, time it; return the result row."""
+    use_kernels_from(config.get("code_key"))  # an A/B arm's code: before kernels is imported
     from dataclasses import replace
     from functools import partial
 
@@ -120,6 +122,7 @@ def _step_spans_ms(kernels: pd.DataFrame) -> pd.Series:
 def measure_profile(config: dict) -> dict:
     """Worker entry point of a profile A/B: one `profile()` run of an arm's settings; per phase
     its step spans as samples, with tokens per second and the Dense GEMM kernel time."""
+    use_kernels_from(config.get("code_key"))  # the arm's code: before kernels is imported
     import tempfile
 
     from workbench.capture.debris import TEMP_PREFIX, owned_prefix
@@ -282,10 +285,22 @@ def ab(
     process, in the order `ab_order`, read for each phase in `phases` (prefill and decode); the
     ratio's interval covers the noise between runs as well as between steps
     (`stats.runs_ratio`).
+
+    Either kind takes `code` in `a` or `b`: the kernels package that arm runs, "worktree" (the
+    default: the files as they are), a git revision ("HEAD", a sha) or a folder holding one
+    (`workbench.capture.code_versions`), so an edited kernel can be timed against the
+    committed one by the same workload builders and timer; the metadata says which commit.
     """
     _check_kernel(kernel, tuple(MEASURE))
     tokens = token_counts(tokens)
     fixed, recorded = dict(fixed), {}
+    if "code" in fixed:
+        raise WorkbenchError(
+            "code= says which kernels package one arm runs (a={'code': 'HEAD'}, "
+            "b={'code': 'worktree'}); give it to the arms, not to both."
+        )
+    a, b = dict(a), dict(b)
+    versions = {arm: code_version(s.pop("code", WORKTREE)) for arm, s in (("a", a), ("b", b))}
     if runs is not None and kernel != "profile":
         raise WorkbenchError(
             f"runs= repeats the arms of a profile A/B; a {kernel} A/B times each arm in its "
@@ -307,8 +322,13 @@ def ab(
         for config in configs:
             config["arm"] = config["label"]
         place = place_moe(configs)
+    for config in configs:
+        version = versions[config["arm"]]
+        config |= {"code": version.record(), "code_key": version.key}
     meta = {"params": {"kernel": kernel, "a": a, "b": b, "tokens": tokens,
-            "timeout_s": timeout_s, "fixed": fixed, **recorded}}  # fmt: skip
+            "timeout_s": timeout_s, "fixed": fixed, **recorded,
+            "code": {arm: v.record() for arm, v in versions.items()}}}  # fmt: skip
     path = _run_dir(out, run_dir, f"ab-{kernel}")
-    _run("ab", MEASURE[kernel], configs, place, meta, path, timeout_s, workers, progress)
+    with arm_packages(versions.values()):
+        _run("ab", MEASURE[kernel], configs, place, meta, path, timeout_s, workers, progress)
     return load_ab(path)

@@ -258,9 +258,11 @@ def add_ab(sub) -> None:
         help="moe: kernel settings; profile: whole profile() settings (dense=...)",
     )
     p.add_argument("--a", nargs="+", action="extend", required=True, metavar="KEY=VALUE",
-                   help="the settings of arm A")  # fmt: skip
+                   help="the settings of arm A; code=REF runs the kernels package of git "
+                   "revision REF (or of a folder holding one; worktree: the files as they "
+                   "are, the default)")  # fmt: skip
     p.add_argument("--b", nargs="+", action="extend", required=True, metavar="KEY=VALUE",
-                   help="the settings of arm B")  # fmt: skip
+                   help="the settings of arm B (code= as for --a)")  # fmt: skip
     p.add_argument(
         "--tokens",
         type=int,

@@ -1,0 +1,102 @@
+"""A/B arms on different code: a commit's or a folder's kernels package, found by the arm's
+workers before anything imports `kernels`, and recorded without machine paths."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import QUICK, ROOT, SMALL
+
+from workbench.artifacts import ROWS_FILE, read_meta
+from workbench.capture import experiments as ex
+from workbench.capture.code_versions import (
+    CODE_DIR_ENV,
+    WORKTREE,
+    CodeVersion,
+    arm_packages,
+    code_version,
+    export_kernels,
+)
+from workbench.cli.values import kernel_setting, profile_ab_setting
+from workbench.errors import WorkbenchError
+
+
+def head() -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout.strip()  # fmt: skip
+
+
+def test_an_arms_code_is_the_worktree_a_commit_or_a_folder(tmp_path):
+    assert code_version(WORKTREE) == CodeVersion()
+    assert code_version("HEAD") == CodeVersion(commit=head())
+    (tmp_path / "old" / "kernels").mkdir(parents=True)
+    (tmp_path / "old" / "kernels" / "__init__.py").write_text("")
+    folder = code_version(str(tmp_path / "old"))
+    assert folder.folder == (tmp_path / "old").resolve()
+    # what the metadata keeps: the commit, or the folder's name, never where it lies
+    assert folder.record() == {"code": "folder", "folder": "old"}
+    assert code_version("HEAD").record() == {"code": "commit", "commit": head()}
+    with pytest.raises(WorkbenchError, match=r"that folder has no kernels/__init__.py"):
+        code_version(str(tmp_path))
+    with pytest.raises(WorkbenchError, match=r"git archive no-such-ref kernels \| tar -x -C DIR"):
+        code_version("no-such-ref")
+    # a checkout without the history (a GPU machine's copy): the same way out
+    with pytest.raises(WorkbenchError, match="pass code=DIR"):
+        code_version("HEAD", root=tmp_path)
+
+
+def test_a_commits_kernels_are_exported_as_the_commit_has_them(tmp_path):
+    version = code_version("HEAD")
+    key = export_kernels(version, tmp_path)
+    assert key == head()[:12] == version.key
+    exported = (tmp_path / key / "kernels" / "moe" / "flat.py").read_text()
+    committed = subprocess.run(["git", "show", "HEAD:kernels/moe/flat.py"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert exported == committed
+    assert export_kernels(CodeVersion(), tmp_path) is None  # the worktree: nothing to lay out
+
+
+def imported_kernels(scratch, key, first: str = "") -> subprocess.CompletedProcess:
+    """Where `kernels` comes from in a fresh process that takes the arm's code first."""
+    script = (f"{first}from workbench.capture.code_versions import use_kernels_from\n"
+              f"use_kernels_from({key!r})\nimport kernels, os\n"
+              "print(kernels.__file__)\nprint(os.environ['PYTHONPATH'])\n")  # fmt: skip
+    env = {**os.environ, CODE_DIR_ENV: str(scratch)}
+    env.pop("TRITON_INTERPRET", None)
+    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, env=env)  # fmt: skip
+
+
+def test_an_arms_worker_imports_the_arms_kernels_and_passes_them_on(tmp_path):
+    with arm_packages([code_version("HEAD")]):
+        scratch = os.environ[CODE_DIR_ENV]
+        done = imported_kernels(scratch, head()[:12])
+        assert done.returncode == 0, done.stderr
+        where, path = done.stdout.splitlines()
+        assert where.startswith(os.path.join(scratch, head()[:12], "kernels"))
+        assert path.split(os.pathsep)[0] == os.path.join(scratch, head()[:12])
+        late = imported_kernels(scratch, head()[:12], first="import kernels\n")
+        assert late.returncode != 0 and "imported before the arm's code was set" in late.stderr
+    assert CODE_DIR_ENV not in os.environ and not os.path.exists(scratch)  # cleaned up
+
+
+def test_an_ab_of_a_commit_against_the_worktree_records_which_code_ran(tmp_path):
+    result = ex.ab({"code": "HEAD"}, {"code": WORKTREE}, [3], run_dir=tmp_path, variant="stock",
+                   fmt="bf16", repeats=QUICK, workers=2, progress=False, **SMALL)  # fmt: skip
+    row = result.table().iloc[0]
+    assert row["status_a"] == row["status_b"] == "ok"
+    assert read_meta(tmp_path)["params"]["code"] == {
+        "a": {"code": "commit", "commit": head()},
+        "b": {"code": WORKTREE},
+    }
+    assert "workbench-capture-code" not in (tmp_path / ROWS_FILE).read_text()  # no scratch path
+    with pytest.raises(WorkbenchError, match="give it to the arms, not to both"):
+        ex.ab({}, {}, [3], run_dir=tmp_path / "x", code="HEAD")
+
+
+def test_the_command_line_keeps_a_revision_as_text():
+    # a short sha of digits would read as a number, 6e86749 as a float
+    assert kernel_setting("code=4010743") == ("code", "4010743")
+    assert profile_ab_setting("code=6e86749") == ("code", "6e86749")
+    assert kernel_setting("num_stages=2") == ("num_stages", 2)

@@ -1,0 +1,149 @@
+"""Which `kernels` package an A/B arm runs: the files as they are, a git commit's, or a folder's.
+
+A kernel engineer's A/B is often of code, not of a setting: the kernel as edited against the
+kernel as committed. `ab(..., a={"code": "HEAD"}, b={"code": "worktree"})` runs each arm's
+workers on its own copy of the package: a commit's `kernels/` is exported by `git archive`
+into a scratch folder, and the arm's worker puts that folder first on its import path before
+anything imports `kernels`, so the rest (the workbench, the timer, the workload builders) is
+the same code in both arms. A machine whose checkout has no git history for the commit (a GPU
+machine gets a copy of the working tree) takes a folder instead: `code=DIR`, where
+`DIR/kernels` is the package (`git archive REF kernels | tar -x -C DIR`, made where the history
+is, and carried along). The arm's provenance goes into the run's metadata: the commit, or the
+folder's name, never a machine path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from workbench.analysis.git_state import REPO, git_output
+from workbench.capture.debris import TEMP_PREFIX, owned_prefix
+from workbench.errors import WorkbenchError
+
+WORKTREE = "worktree"  # `code=worktree`: the kernels package as it is on disk
+PACKAGE = "kernels"
+CODE_DIR_ENV = "WORKBENCH_CODE_VERSIONS"  # where an A/B run's workers find the arms' packages
+
+
+@dataclass(frozen=True)
+class CodeVersion:
+    """One arm's kernels: `commit` (a full sha) or `folder` (holding kernels/), or neither
+    (the working tree)."""
+
+    commit: str | None = None
+    folder: Path | None = None
+
+    @property
+    def key(self) -> str | None:
+        """Its package's name in an A/B run's scratch folder (`export_kernels`); None for the
+        working tree."""
+        if self.folder is not None:
+            return f"folder-{self.folder.name}"
+        return None if self.commit is None else self.commit[:12]
+
+    def record(self) -> dict:
+        """What the run's metadata says of this arm's code (no machine path)."""
+        if self.commit:
+            return {"code": "commit", "commit": self.commit}
+        if self.folder is not None:
+            return {"code": "folder", "folder": self.folder.name}
+        return {"code": WORKTREE}
+
+
+def code_version(value: object, root: Path = REPO) -> CodeVersion:
+    """The arm's `code=` value read: `worktree`, a folder holding a kernels package, or a git
+    revision of the checkout at `root` (a sha, HEAD~1, a branch)."""
+    text = str(value).strip()
+    if text == WORKTREE:
+        return CodeVersion()
+    folder = Path(text)
+    if (folder / PACKAGE / "__init__.py").is_file():
+        return CodeVersion(folder=folder.resolve())
+    if folder.is_dir():
+        raise WorkbenchError(f"code={text!r}: that folder has no {PACKAGE}/__init__.py; give a "
+                             f"folder holding a {PACKAGE} package, a git revision or "
+                             f"{WORKTREE!r}.")  # fmt: skip
+    commit = git_output(root, "rev-parse", "--verify", "--quiet", f"{text}^{{commit}}")
+    if not commit:
+        raise WorkbenchError(
+            f"code={text!r} is neither {WORKTREE!r}, a folder holding a {PACKAGE} package, nor "
+            "a git revision of this checkout. Where the checkout has no history for it (a GPU "
+            f"machine's copy), export it where the history is (git archive {text} {PACKAGE} | "
+            "tar -x -C DIR) and pass code=DIR."
+        )
+    return CodeVersion(commit=commit)
+
+
+def export_kernels(version: CodeVersion, scratch: Path, root: Path = REPO) -> str | None:
+    """Lay out `version`'s kernels package under `scratch` and return its name there (the
+    arm's `code_key`), or None for the working tree: a commit's package exported by git, a
+    folder linked. Workers find `scratch` by CODE_DIR_ENV (`use_kernels_from`), so no machine
+    path goes into a row."""
+    key = version.key
+    if version.folder is not None:
+        link = scratch / key
+        if not link.exists():
+            link.symlink_to(version.folder, target_is_directory=True)
+        return key
+    if version.commit is None:
+        return None
+    into = scratch / key
+    if not into.exists():
+        archive = subprocess.run(["git", "archive", "--format=tar", version.commit, PACKAGE],
+                                 cwd=root, capture_output=True)  # fmt: skip
+        if archive.returncode:
+            raise WorkbenchError(f"commit {key} has no {PACKAGE} folder to export: "
+                                 f"{archive.stderr.decode().strip()[:200]}")  # fmt: skip
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(into, filter="data")
+    return key
+
+
+def use_kernels_from(key: str | None) -> None:
+    """In an arm's worker, before anything imports `kernels`: take it from the arm's folder
+    (`export_kernels`; None: the working tree's), here and in the processes this one starts
+    (PYTHONPATH)."""
+    if key is None:
+        return
+    scratch = os.environ.get(CODE_DIR_ENV)
+    if not scratch:
+        raise WorkbenchError(f"{CODE_DIR_ENV} is not set: the arm's kernels cannot be found "
+                             "(the A/B run sets it for its workers).")  # fmt: skip
+    folder = str(Path(scratch) / key)
+    loaded = sys.modules.get(PACKAGE)
+    if loaded is not None and not str(loaded.__file__).startswith(folder):
+        raise WorkbenchError(f"the {PACKAGE} package was imported before the arm's code was "
+                             "set; the worker would time the working tree's.")  # fmt: skip
+    sys.path.insert(0, folder)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")]))
+
+
+@contextlib.contextmanager
+def arm_packages(versions: Iterable[CodeVersion], root: Path = REPO) -> Iterator[None]:
+    """While an A/B run's workers run: the arms' packages laid out in a scratch folder that
+    their workers find by CODE_DIR_ENV (nothing where every arm is the working tree)."""
+    versions = [v for v in versions if v.key is not None]
+    if not versions:
+        yield
+        return
+    kept = os.environ.get(CODE_DIR_ENV)
+    with tempfile.TemporaryDirectory(prefix=owned_prefix(TEMP_PREFIX + "code")) as scratch:
+        for version in versions:
+            export_kernels(version, Path(scratch), root)
+        os.environ[CODE_DIR_ENV] = scratch
+        try:
+            yield
+        finally:
+            if kept is None:
+                os.environ.pop(CODE_DIR_ENV, None)
+            else:
+                os.environ[CODE_DIR_ENV] = kept
