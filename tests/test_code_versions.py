@@ -100,3 +100,17 @@ def test_the_command_line_keeps_a_revision_as_text():
     assert kernel_setting("code=4010743") == ("code", "4010743")
     assert profile_ab_setting("code=6e86749") == ("code", "6e86749")
     assert kernel_setting("num_stages=2") == ("num_stages", 2)
+
+
+def test_a_dense_ab_runs_each_arm_in_turns_and_widens_over_its_runs(tmp_path):
+    # W8A16 layers of HEAD and the worktree at 4 rows, each arm in two workers (a b b a)
+    result = ex.ab({"code": "HEAD"}, {}, [4], kernel="dense", runs=2, run_dir=tmp_path,
+                   variant="w8a16", repeats=QUICK, workers=2, progress=False)  # fmt: skip
+    row = result.table().iloc[0]
+    assert row["status_a"] == row["status_b"] == "ok"
+    assert row["ci_low"] <= row["ratio"] <= row["ci_high"]
+    runs = result.rows.sort_values(["arm", "run"])[["arm", "run"]].to_records(index=False)
+    assert [tuple(r) for r in runs] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert (result.rows["rel_error"] < 1e-2).all()  # checked against the dequantised weights
+    params = read_meta(tmp_path)["params"]
+    assert params["runs"] == 2 and params["code"]["a"]["commit"] == head()

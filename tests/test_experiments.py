@@ -79,8 +79,8 @@ def test_profile_ab_compares_whole_settings_per_phase(tmp_path):
         assert row["ratio"] == pytest.approx(sum(map(sum, runs[1])) / sum(map(sum, runs[0])))
     params = read_meta(tmp_path)["params"]
     assert params["phases"] == ["prefill", "decode"] and params["runs"] == 2
-    with pytest.raises(WorkbenchError, match="supports kernel 'moe' or 'profile'"):
-        ex.ab({}, {}, [1], kernel="dense", run_dir=tmp_path / "x")
+    with pytest.raises(WorkbenchError, match="supports kernel 'moe' or 'dense' or 'profile'"):
+        ex.ab({}, {}, [1], kernel="attention", run_dir=tmp_path / "x")
     with pytest.raises(WorkbenchError, match="phases='decod': give one or more of prefill"):
         ex.ab({}, {}, [1], kernel="profile", run_dir=tmp_path / "y", phases="decod")
 
@@ -88,10 +88,9 @@ def test_profile_ab_compares_whole_settings_per_phase(tmp_path):
 def test_profile_ab_runs_alternate_arms_so_a_drift_weighs_on_both():
     assert ex.ab_order(1) == [(0, "a"), (0, "b")]
     assert ex.ab_order(3) == [(0, "a"), (0, "b"), (1, "b"), (1, "a"), (2, "a"), (2, "b")]
-    with pytest.raises(WorkbenchError, match="runs=0 must be an integer >= 1"):
-        ex.ab({}, {}, [8], kernel="profile", runs=0)
-    with pytest.raises(WorkbenchError, match="runs= repeats the arms of a profile A/B"):
-        ex.ab({}, {}, [8], kernel="moe", runs=2)
+    for kernel in ("profile", "moe", "dense"):
+        with pytest.raises(WorkbenchError, match="runs=0 must be an integer >= 1"):
+            ex.ab({}, {}, [8], kernel=kernel, runs=0)
 
 
 def test_runs_that_disagree_widen_the_profile_ab_interval():

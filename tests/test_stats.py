@@ -140,6 +140,22 @@ def test_runs_ratio_is_paired_ratio_for_one_run_and_refuses_unmatched_runs():
     assert short["ratio"] == pytest.approx(sum(b[:3]) / sum(a[:3])) and not short["significant"]
 
 
+def test_runs_median_ratio_widens_when_the_processes_disagree():
+    rng = np.random.default_rng(1)
+    noise = [rng.normal(1.0, 0.005, 60) for _ in range(4)]
+    # each arm's runs within 0.5% of each other: a steady 3% is significant
+    steady = stats.runs_median_ratio(noise[:2], [1.03 * n for n in noise[2:]])
+    assert steady["ratio"] == pytest.approx(1.03, abs=0.005) and steady["significant"]
+    # the same 3% where b's two processes read 0.97 and 1.09: not significant any more
+    apart = stats.runs_median_ratio(noise[:2], [0.97 * noise[2], 1.09 * noise[3]])
+    assert apart["ratio"] == pytest.approx(1.03, abs=0.005) and not apart["significant"]
+    assert apart["ci_high"] - apart["ci_low"] > 4 * (steady["ci_high"] - steady["ci_low"])
+    # one run an arm: the plain ratio of medians
+    assert stats.runs_median_ratio([noise[0]], [noise[1]]) == stats.ratio(noise[0], noise[1])
+    with pytest.raises(ValueError, match="a run has no samples"):
+        stats.runs_median_ratio([noise[0], []], [noise[1]])
+
+
 def test_paired_median_ratio_cancels_drift_the_rounds_shared():
     """Two rows timed in the same rounds share the GPU's drift: resampling whole rounds keeps
     it out of the interval, where resampling each row apart counts it as noise."""

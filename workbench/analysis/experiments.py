@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workbench.analysis.stats import ratio, runs_ratio
+from workbench.analysis.stats import ratio, runs_median_ratio, runs_ratio
 from workbench.artifacts import read_meta, read_rows
 from workbench.errors import ArtifactError
 
@@ -155,10 +155,13 @@ def _samples(runs: list[dict]) -> list[list[float]]:
 def _compare(a: list[list[float]], b: list[list[float]], paired: bool) -> dict:
     """The A/B ratio of two arms' runs of samples: paired step by step when run r of each arm
     ran the same steps (a profile's chunks and decode steps), over the runs
-    (`stats.runs_ratio`), else the unpaired ratio of medians of all samples."""
+    (`stats.runs_ratio`), else the unpaired ratio of the runs' medians, its interval over the
+    runs and the samples (`stats.runs_median_ratio`: one run an arm, `stats.ratio`)."""
     if paired and len(a) == len(b) and all(len(x) == len(y) for x, y in zip(a, b, strict=True)):
         return runs_ratio(a, b)
-    return ratio([v for run in a for v in run], [v for run in b for v in run])
+    if paired:  # unmatched steps: pooled, as before runs were kept apart
+        return ratio([v for run in a for v in run], [v for run in b for v in run])
+    return runs_median_ratio(a, b)
 
 
 def _load(run_dir: str | Path, kind: str) -> tuple[dict, pd.DataFrame]:

@@ -175,6 +175,39 @@ def runs_ratio(
             "significant": bool(low > 1.0 or high < 1.0)}  # fmt: skip
 
 
+def runs_median_ratio(
+    a_runs: Sequence[Sequence[float]], b_runs: Sequence[Sequence[float]], seed: int = 0
+) -> dict:
+    """mean(b's run medians) / mean(a's run medians) over each arm's runs of unpaired samples
+    (a kernel A/B repeated: one worker a run), with a two-level 95% bootstrap: each arm's runs
+    resampled, then the samples within each run. So the interval covers the noise between
+    processes (each run's clocks, caches and compiled code loaded anew) as well as within one,
+    which `ratio` of one run an arm does not. One run an arm is `ratio`."""
+    if not a_runs or not b_runs:
+        raise ValueError("need at least one run of each arm")
+    if len(a_runs) == 1 and len(b_runs) == 1:
+        return ratio(a_runs[0], b_runs[0], seed)
+    runs = [[np.asarray(r, dtype=float) for r in arm] for arm in (a_runs, b_runs)]
+    if any(r.size == 0 for arm in runs for r in arm):
+        raise ValueError("a run has no samples")
+    rng = np.random.default_rng(seed)
+
+    def resampled_means(arm: list[np.ndarray]) -> np.ndarray:
+        """Per resample: the mean over R drawn runs of a resampled median of each."""
+        medians = np.stack([np.median(r[rng.integers(0, r.size, (BOOTSTRAP_RESAMPLES, r.size))],
+                                      axis=1) for r in arm])  # fmt: skip
+        chosen = rng.integers(0, len(arm), size=(BOOTSTRAP_RESAMPLES, len(arm)))
+        return medians[chosen, np.arange(BOOTSTRAP_RESAMPLES)[:, None]].mean(axis=1)
+
+    point = float(np.mean([np.median(r) for r in runs[1]]) /
+                  np.mean([np.median(r) for r in runs[0]]))  # fmt: skip
+    alpha = (1.0 - CONFIDENCE) / 2
+    low, high = np.quantile(resampled_means(runs[1]) / resampled_means(runs[0]),
+                            [alpha, 1.0 - alpha])  # fmt: skip
+    return {"ratio": point, "ci_low": float(low), "ci_high": float(high),
+            "significant": bool(low > 1.0 or high < 1.0)}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Repeats:
     """When `adaptive_rounds` stops: at least `min_n` rounds, at most `max_n` rounds or

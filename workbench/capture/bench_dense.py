@@ -102,9 +102,10 @@ class Contender:
     fp8_above: int | None
 
 
-def _ours(variant: str, layer: Layer, hybrid_m: int | None) -> Contender:
-    """One of the workbench's own backends, on the layer's weights in its format."""
-    options = {"hybrid_m": hybrid_m} if variant == "hybrid" else {}
+def _ours(variant: str, layer: Layer, hybrid_m: int | None, **options: object) -> Contender:
+    """One of the workbench's own backends, on the layer's weights in its format, with its
+    keyword `options` (an A/B arm's settings)."""
+    options = {**options, "hybrid_m": hybrid_m} if variant == "hybrid" else options
     linear = partial(dense.VARIANTS[variant], **options)
     linear_group = dense.group_linear(variant, linear, **options)
     fp8_above = {"w8a8": 0, "hybrid": dense.hybrid_threshold(hybrid_m)}.get(variant)
@@ -199,6 +200,16 @@ def _layer_plan(c: Contender, m: int, xs, layer: Layer, refs, ctx: dict) -> RowP
     row = {"kernel": c.kernel, "variant": c.variant, "scenario": f"m={m}", "m": m}
     check = partial(_check, c, xs, layer, refs)
     return RowPlan(row, check, c.tolerance, Launch(run_all, m, graph=True, units=len(sets)), judge)
+
+
+def layer_row_plan(variant: str, m: int, layer: Layer, xs: dict[int, torch.Tensor],
+                   options: dict) -> RowPlan:  # fmt: skip
+    """A backend's layer at M rows, with keyword `options`, checked and timed as a bench row
+    checks and times it (`workbench ab dense`: one arm's measurement)."""
+    options = dict(options)
+    contender = _ours(variant, layer, options.pop("hybrid_m", None), **options)
+    refs = _references(xs, layer, {"bf16": layer.masters[0], "fp8": layer.fp8[0]})
+    return _layer_plan(contender, m, xs, layer, refs, {})
 
 
 def _ab_rows(layer_rows: pd.DataFrame, variants, layers: int, prompt: int, chunk: int) -> list:

@@ -121,8 +121,13 @@ def use_kernels_from(key: str | None) -> None:
     folder = str(Path(scratch) / key)
     loaded = sys.modules.get(PACKAGE)
     if loaded is not None and not str(loaded.__file__).startswith(folder):
-        raise WorkbenchError(f"the {PACKAGE} package was imported before the arm's code was "
-                             "set; the worker would time the working tree's.")  # fmt: skip
+        raise WorkbenchError(
+            f"the {PACKAGE} package was imported before the arm's code was set, so this worker "
+            f"would time the working tree's {PACKAGE}, not {key}'s. A spawned worker re-runs "
+            f"the imports of the main script: put the script's imports of {PACKAGE} (and of "
+            "modules that import it) under `if __name__ == '__main__':`, or run the A/B by "
+            "`workbench ab` or from a notebook."
+        )
     sys.path.insert(0, folder)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")]))
 

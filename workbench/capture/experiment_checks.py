@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from workbench.analysis.stats import Repeats
 from workbench.capture import memory
 from workbench.capture.memory import GIB, NotEnoughMemoryError
-from workbench.capture.worker_memory import moe_host_bytes, profile_host_bytes
+from workbench.capture.worker_memory import dense_host_bytes, moe_host_bytes, profile_host_bytes
 from workbench.capture.workers import visible_gpus
 from workbench.errors import WorkbenchError
 from workbench.presets import ROUTINGS, Preset, RankShapes, get_preset, with_overrides
@@ -30,6 +30,9 @@ from workbench.workloads.profile_params import split_settings
 # A MoE configuration's workload; preset None: DEFAULT_PRESET for where the workers run.
 WORKLOAD = {"variant": "stock", "fmt": "fp8", "routing": "uniform", "seed": 0,
             "preset": None, "device": None}  # fmt: skip
+# A dense A/B configuration's workload (`experiments.measure_dense`); block None: the FP8
+# weights' default block (kernels.dense.DEFAULT_BLOCK).
+DENSE_WORKLOAD = {"variant": "w8a16", "block": None, "seed": 0, "preset": None, "device": None}
 SHAPE_FIELDS = {f.name for f in fields(RankShapes)}
 DEFAULT_PRESET = {True: "dsv4-flash-tp2", False: "tiny"}  # by whether the workers have GPUs
 CPU_ENV = {"TRITON_INTERPRET": "1"}  # set in CPU workers before anything imports triton
@@ -139,6 +142,58 @@ def _check_moe(config: dict) -> None:
             f"parameters: {', '.join(known) or 'none'}; the workload: {', '.join(WORKLOAD)}; "
             f"shape overrides: {', '.join(sorted(SHAPE_FIELDS))}."
         )
+
+
+def _check_dense(config: dict) -> None:
+    """Refuse a dense configuration that could only fail."""
+    from kernels.dense import VARIANTS
+
+    w = config["workload"]
+    if w["variant"] not in VARIANTS:
+        raise WorkbenchError(
+            f"unknown dense variant '{w['variant']}'; known: {', '.join(VARIANTS)}"
+        )
+    count("seed", w["seed"], minimum=0)
+    if w["block"] is not None:
+        count("block", w["block"])
+    overrides = {k: count(k, v) for k, v in config["shapes"].items()}
+    replace(get_preset(w["preset"]).rank_shapes(), **overrides)
+    parameters = inspect.signature(VARIANTS[w["variant"]]).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return  # the kernel's own check refuses what it does not take
+    known = [p.name for p in parameters if p.default is not p.empty]
+    unknown = sorted(set(config["params"]) - set(known))
+    if unknown:
+        raise WorkbenchError(
+            f"dense variant '{w['variant']}' takes no parameter {', '.join(unknown)}; its "
+            f"parameters: {', '.join(known) or 'none'}; the workload: "
+            f"{', '.join(DENSE_WORKLOAD)}; shape overrides: {', '.join(sorted(SHAPE_FIELDS))}."
+        )
+
+
+def place_dense(configs: list[dict]) -> Placement:
+    """Check dense configurations, fill in their preset, and place their workers."""
+    from workbench.workloads.dense import layer_projections
+
+    gpus = _gpus(c["workload"]["device"] for c in configs)
+    for config in configs:
+        if config["workload"]["preset"] is None:
+            config["workload"]["preset"] = DEFAULT_PRESET[bool(gpus)]
+        _check_dense(config)
+
+    def host_bytes(c: dict) -> int:
+        shapes = replace(get_preset(c["workload"]["preset"]).rank_shapes(), **c["shapes"])
+        projections = layer_projections(shapes)
+        elements = sum(p.n * p.k * p.count for p in projections)
+        io_elements = sum((p.n + p.k) * p.count for p in projections)
+        return dense_host_bytes(elements, io_elements, c["tokens"], bool(gpus))
+
+    if not gpus:
+        preset = configs[0]["workload"]["preset"]
+        _on_the_cpu([(host_bytes(c), c["workload"]["preset"]) for c in configs],
+                    f"preset '{preset}', the Triton kernels under their interpreter "
+                    "(TRITON_INTERPRET=1)")  # fmt: skip
+    return Placement(gpus, host_bytes)
 
 
 def _on_the_cpu(needs: list[tuple[int, str]], what: str) -> None:

@@ -35,10 +35,12 @@ from workbench.analysis.stats import Repeats, summarise
 from workbench.artifacts import run_stamp, unique_run_dir
 from workbench.capture.code_versions import WORKTREE, arm_packages, code_version, use_kernels_from
 from workbench.capture.experiment_checks import (
+    DENSE_WORKLOAD,
     SHAPE_FIELDS,
     WORKLOAD,
     Placement,
     distinct,
+    place_dense,
     place_moe,
     place_profile,
     repeats,
@@ -48,7 +50,8 @@ from workbench.capture.workers import run_configs
 from workbench.errors import WorkbenchError
 from workbench.workloads.profile_params import split_settings
 
-MEASURE = {"moe": "measure_moe", "profile": "measure_profile"}  # kernel -> worker function
+# kernel -> worker function
+MEASURE = {"moe": "measure_moe", "dense": "measure_dense", "profile": "measure_profile"}
 PROFILE_DECODE_TOKENS = 32  # decode steps of a profile A/B arm: 32 samples per arm
 PROFILE_RUNS = 2  # profiles per arm of a profile A/B, in the order a b b a (`ab_order`)
 MEASURED = ("ok", "spills")  # statuses of rows that were timed; the others failed
@@ -58,11 +61,12 @@ class AllFailedWarning(UserWarning):
     """Every configuration of a sweep or A/B run failed: nothing was measured."""
 
 
-def _split(fixed: dict) -> tuple[dict, dict, dict]:
+def _split(fixed: dict, kernel: str = "moe") -> tuple[dict, dict, dict]:
     """Keyword arguments -> (workload, shape overrides, kernel parameters)."""
-    workload = {k: fixed.get(k, v) for k, v in WORKLOAD.items()}
+    defaults = DENSE_WORKLOAD if kernel == "dense" else WORKLOAD
+    workload = {k: fixed.get(k, v) for k, v in defaults.items()}
     shapes = {k: v for k, v in fixed.items() if k in SHAPE_FIELDS}
-    params = {k: v for k, v in fixed.items() if k not in WORKLOAD and k not in SHAPE_FIELDS}
+    params = {k: v for k, v in fixed.items() if k not in defaults and k not in SHAPE_FIELDS}
     return workload, shapes, params
 
 
@@ -104,6 +108,46 @@ def measure_moe(config: dict) -> dict:
     stats = dict(timing.stats)
     return row | {
         "status": "spills" if row["spills"] else "ok",
+        "ms": stats.pop("median"),
+        **stats,
+        "samples_ms": timing.samples_ms,
+        "stopped": timing.stopped,
+        "timing": timing.method.record(),
+    }
+
+
+def measure_dense(config: dict) -> dict:
+    """Worker entry point of a dense A/B arm: one layer's dense GEMMs by a backend at M rows,
+    built, checked and timed as `bench dense` does its rows (`bench_dense.layer_row_plan`)."""
+    use_kernels_from(config.get("code_key"))  # an A/B arm's code: before kernels is imported
+    from dataclasses import replace
+
+    import torch
+
+    import kernels.dense as dense
+    from workbench.capture.bench_dense import DECODE_COPIES, layer_row_plan
+    from workbench.capture.timing import time_launch
+    from workbench.presets import get_preset
+    from workbench.workloads.dense import Layer, activations
+    from workbench.workloads.seeds import serving_dtype
+
+    w, m = config["workload"], config["tokens"]
+    dev = torch.device(w["device"] or ("cuda" if torch.cuda.is_available() else "cpu"))
+    s = replace(get_preset(w["preset"]).rank_shapes(), **config["shapes"])
+    dtype = serving_dtype(dev)
+    copies = DECODE_COPIES if dev.type == "cuda" else 1
+    layer = Layer(s, copies, w["block"] or dense.DEFAULT_BLOCK, dtype, dev, w["seed"])
+    xs = activations(m, layer.input_widths, w["seed"], dev, dtype)
+    plan = layer_row_plan(w["variant"], m, layer, xs, config["params"])
+    row = plan.check()
+    if not row["rel_error"] <= plan.tolerance:  # NaN too
+        return row | {"status": "wrong"}
+    launch = plan.launch
+    timing = time_launch(launch.fn, dev, m, graph=launch.graph, units=launch.units,
+                         repeats=Repeats(**config["repeats"]))  # fmt: skip
+    stats = dict(timing.stats)
+    return row | {
+        "status": "spills" if row.get("spills") else "ok",
         "ms": stats.pop("median"),
         **stats,
         "samples_ms": timing.samples_ms,
@@ -189,14 +233,15 @@ def _check_kernel(kernel: str, allowed: Sequence[str] = ("moe",)) -> None:
         )
 
 
-def _configs(settings: dict[str, dict], tokens: Sequence[int], fixed: dict) -> list[dict]:
+def _configs(settings: dict[str, dict], tokens: Sequence[int], fixed: dict,
+             kernel: str = "moe") -> list[dict]:  # fmt: skip
     """One worker config per (label, setting) x tokens; a setting may override the workload."""
     timing = repeats(fixed.pop("repeats", {}))
     configs = []
     for label, setting in settings.items():
-        workload, shapes, params = _split({**fixed, **setting})
+        workload, shapes, params = _split({**fixed, **setting}, kernel)
         for t in tokens:
-            configs.append({"kernel": "moe", "label": label, "workload": workload,
+            configs.append({"kernel": kernel, "label": label, "workload": workload,
                             "shapes": shapes, "params": params, "tokens": int(t),
                             "repeats": timing})  # fmt: skip
     return configs
@@ -280,10 +325,14 @@ def ab(
     gives the ratio b/a with its interval.
 
     kernel "moe": a and b are kernel keywords or workload keys (variant, fmt, ...). kernel
-    "profile": they are `profile()` keywords (dense, hybrid_m, moe, streams, ...), `tokens` are
-    prompt lengths, and each arm runs `runs` profiles (default PROFILE_RUNS), each in a fresh
-    process, in the order `ab_order`, read for each phase in `phases` (prefill and decode); the
-    ratio's interval covers the noise between runs as well as between steps
+    "dense": one layer's dense GEMMs as `bench dense` times them, a and b the backend's
+    keywords or workload keys (variant, block, ...), `tokens` its rows (M). Each arm runs in
+    `runs` workers (default 1) at each size, in the order `ab_order`; with more than one the
+    ratio's interval covers the noise between processes too (`stats.runs_median_ratio`).
+    kernel "profile": they are `profile()` keywords (dense, hybrid_m, moe, streams, ...),
+    `tokens` are prompt lengths, and each arm runs `runs` profiles (default PROFILE_RUNS), each
+    in a fresh process, in the order `ab_order`, read for each phase in `phases` (prefill and
+    decode); the ratio's interval covers the noise between runs as well as between steps
     (`stats.runs_ratio`).
 
     Either kind takes `code` in `a` or `b`: the kernels package that arm runs, "worktree" (the
@@ -301,15 +350,10 @@ def ab(
         )
     a, b = dict(a), dict(b)
     versions = {arm: code_version(s.pop("code", WORKTREE)) for arm, s in (("a", a), ("b", b))}
-    if runs is not None and kernel != "profile":
-        raise WorkbenchError(
-            f"runs= repeats the arms of a profile A/B; a {kernel} A/B times each arm in its "
-            "worker until the median's interval is tight. Drop runs=, or use kernel='profile'."
-        )
+    runs = (PROFILE_RUNS if kernel == "profile" else 1) if runs is None else runs
+    if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
+        raise WorkbenchError(f"runs={runs!r} must be an integer >= 1 (workers per arm).")
     if kernel == "profile":
-        runs = PROFILE_RUNS if runs is None else runs
-        if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
-            raise WorkbenchError(f"runs={runs!r} must be an integer >= 1 (profiles per arm).")
         phases = recorded["phases"] = list(_phases(fixed.pop("phases", PHASES)))
         recorded["runs"] = runs
         settings = {"a": a, "b": b}
@@ -318,10 +362,12 @@ def ab(
                    for t in tokens for r, arm in ab_order(runs)]  # fmt: skip
         place = place_profile(configs)
     else:
-        configs = _configs({"a": a, "b": b}, tokens, fixed)
-        for config in configs:
-            config["arm"] = config["label"]
-        place = place_moe(configs)
+        recorded["runs"] = runs
+        by_arm = {c["label"]: c for c in _configs({"a": a, "b": b}, [1], fixed, kernel)}
+        # each arm's worker `runs` times at each size, in the order a b b a (`ab_order`)
+        configs = [{**by_arm[arm], "arm": arm, "run": r, "tokens": t}
+                   for t in tokens for r, arm in ab_order(runs)]  # fmt: skip
+        place = place_dense(configs) if kernel == "dense" else place_moe(configs)
     for config in configs:
         version = versions[config["arm"]]
         config |= {"code": version.record(), "code_key": version.key}

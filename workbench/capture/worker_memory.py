@@ -65,6 +65,16 @@ def moe_host_bytes(s: RankShapes, fmt: str, tokens: int, on_gpu: bool) -> int:
     return CPU_WORKER_BYTES + moe_bytes(s, fmt, tokens, on_gpu=False)
 
 
+def dense_host_bytes(elements: int, io_elements: int, tokens: int, on_gpu: bool) -> int:
+    """Host memory of a dense A/B worker (`experiments.measure_dense`): one layer copy of
+    `elements` weights on the CPU as fp32 masters, FP8 values and their dequantised fp32
+    reference copy, and the layer's inputs and outputs (`io_elements` a token) in fp32 for the
+    kernel and the two references; only its process on a GPU."""
+    if on_gpu:
+        return GPU_WORKER_HOST_BYTES
+    return CPU_WORKER_BYTES + elements * (4 + 1 + 4) + tokens * io_elements * 4 * 3
+
+
 def profile_host_bytes(
     preset: Preset, tokens: int, chunk: int | None, streams: int, on_gpu: bool
 ) -> int:

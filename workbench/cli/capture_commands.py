@@ -254,8 +254,9 @@ def add_ab(sub) -> None:
     )
     p.add_argument(
         "kernel",
-        choices=["moe", "profile"],
-        help="moe: kernel settings; profile: whole profile() settings (dense=...)",
+        choices=["moe", "dense", "profile"],
+        help="moe: kernel settings; dense: a dense backend's layer (variant=w8a16 ..., "
+        "tokens are its rows); profile: whole profile() settings (dense=...)",
     )
     p.add_argument("--a", nargs="+", action="extend", required=True, metavar="KEY=VALUE",
                    help="the settings of arm A; code=REF runs the kernels package of git "
@@ -274,7 +275,8 @@ def add_ab(sub) -> None:
                    metavar="KEY=VALUE", help="settings both arms share")  # fmt: skip
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--runs", type=int, default=None,
-                   help="profile: profiles per arm, in the order a b b a (default 2)")  # fmt: skip
+                   help="workers (profiles) per arm at each size, in the order a b b a "
+                   "(default: 2 for profile, 1 for moe and dense)")  # fmt: skip
     p.add_argument("--out", default="raw")
     p.add_argument("--run-dir")
 
