@@ -160,8 +160,7 @@ def test_flat_decode_runs_down_on_a_launch_of_its_own(device, monkeypatch, fmt):
         moe_flat(x, ids, topk_weights, weights)
 
 
-# 5 and 10 splits: past the four a turn that ptxas unrolls the loop into; 10 is flat's
-# gate/up split at T=1 on the H200
+# up to 10 splits: flat's gate/up splits its K ten ways at T=1 on the H200
 @pytest.mark.parametrize("splits", [2, 4, 5, 10])
 def test_silu_reduce_sums_every_split_of_gate_and_up(device, splits):
     rows, inter = 7, 100  # ragged against the reduce's 4 x 64 tiles

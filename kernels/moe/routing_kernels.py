@@ -19,11 +19,6 @@ COUNT_BLOCK = 2048  # slots per program in the histogram, on COUNT_WARPS warps
 COUNT_WARPS = 8
 SMALL_SLOTS = 256  # most slots `small_layout` takes: its rank count is SLOTS x SLOTS compares
 SMALL_CHUNK = 32  # slots compared at a time there
-# Splits whose partial rows a combine program loads at once. Compiled for sm_90, a loop of one
-# split a turn loads that split's TOP_K rows and adds them before it asks for the next split's,
-# so a decode combine of split-K partials (down in three splits at T=1) waited one round trip
-# a split.
-COMBINE_SPLITS_IN_FLIGHT = 4
 
 
 @triton.jit
@@ -83,8 +78,11 @@ def _small_layout_kernel(
 
     A slot's expert's offsets and count come from the program's own scans by `tl.gather`, not
     read back from the offsets it stores: at decode sizes this launch is a chain of dependent
-    memory round trips, and reading back the stored offsets (after a barrier), then the row
-    tiles' offsets and counts, added three to the ids' load. Every load is issued first."""
+    memory round trips, and the read-backs (the offsets after a barrier, then the row tiles'
+    offsets and the counts) were three of them. Compiled for sm_90 (Triton 3.6, 64 slots, the
+    row table), its instructions wait for a global load twice in program order, where the
+    read-backs' form waited six times (a reading of the SASS, not a timing: not yet timed on
+    a GPU)."""
     slots = tl.arange(0, SLOTS)
     valid = slots < num_slots
     experts = tl.load(ids_ptr + slots, mask=valid, other=0)
@@ -165,22 +163,16 @@ def _combine_kernel(
     stride_ot,
     TOP_K: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    IN_FLIGHT: tl.constexpr,
 ):
-    """A token's columns: its TOP_K slot rows of every split summed in split order, the rows of
-    IN_FLIGHT splits loaded at once (`COMBINE_SPLITS_IN_FLIGHT`)."""
     token = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     valid = cols < hidden
     acc = tl.zeros((BLOCK_H,), dtype=tl.float32)
     rows = y_ptr + token * TOP_K * stride_yr + cols
-    step = tl.cast(stride_ys, tl.int64)  # split * stride_ys can pass 2**31
-    for first in range(0, splits, IN_FLIGHT):
-        for j in tl.static_range(IN_FLIGHT):
-            split = first + j
-            for k in tl.static_range(TOP_K):
-                acc += tl.load(rows + split * step + k * stride_yr, mask=valid & (split < splits),
-                               other=0.0)  # fmt: skip
+    for _ in range(0, splits):
+        for k in tl.static_range(TOP_K):
+            acc += tl.load(rows + k * stride_yr, mask=valid, other=0.0)
+        rows += stride_ys  # stepping the pointer: split * stride_ys can overflow int32
     tl.store(out_ptr + token * stride_ot + cols, acc.to(out_ptr.dtype.element_ty), mask=valid)
 
 
@@ -294,6 +286,5 @@ def combine(y_slots: Tensor, tokens: int, top_k: int, dtype: torch.dtype | None 
         out.stride(0),
         TOP_K=top_k,
         BLOCK_H=block_h,
-        IN_FLIGHT=min(y.shape[0], COMBINE_SPLITS_IN_FLIGHT),
     )
     return out
