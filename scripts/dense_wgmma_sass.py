@@ -221,10 +221,11 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         if "ACQBULK" in sass
         else 0,
         "next_grid_launches": len(re.findall(r"\bPREEXIT\b", sass)),
-        # W8A16: the TMA loads issued ahead of the scales' load (its one 4-byte global load)
+        # W8A16: the TMA loads issued ahead of the scales' load (its one 4-byte global load;
+        # None where there is none to find)
         "tma_loads_before_scales": len(re.findall(r"\bUTMALDG\.", sass.split("LDG.E ")[0]))
         if "LDG.E " in sass
-        else 0,
+        else None,
     }
 
 

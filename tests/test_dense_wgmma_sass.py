@@ -66,7 +66,8 @@ def test_the_w8a16_kernel_with_pdl_waits_after_its_first_weight_copy(pdl):
     waits = ("1", "1", "1") if pdl else ("0", "0", "0")
     assert (facts["grid waits (ACQBULK)"], facts["TMA loads before the wait"],
             facts["next-grid launches (PREEXIT)"]) == waits  # fmt: skip
-    # with PDL or without, the scales are asked for first (the kernel's prologue)
+    # with PDL or without, the scales are asked for first (the kernel's prologue): their one
+    # 4-byte global load is found, and no TMA copy precedes it
     assert facts["TMA loads before the scales' load"] == "0"
 
 

@@ -341,14 +341,16 @@ def _w8a16_wgmma_kernel(
     w_row = group * N + gl.program_id(0) * ROWS
     # The first EARLY slots' weights, then the scales, then the rest: with PDL the first two do
     # not depend on the grid before and are issued before the wait for it (the activations may
-    # depend on it). Without PDL the order is the same: with the scales' loads behind every
+    # depend on it). Without PDL the order is the same (compiled for sm_90, ptxas puts the
+    # scales' load ahead of the first copy in both). With the scales' loads behind every
     # slot's copies, the warps waited for them at the start (16% of q_up's samples at 64 rows,
-    # ncu/dense-w8a16-staged-scales-T64-projectionq_up), and in one run on the H200 each GEMM
-    # alone took 2.6%, 3.5% and 3.2% less time summed over a layer at 48, 64 and 128 rows in
-    # this order, and the same at 256 (raw/logs/h200-dense-w8a16-gluon-pdl-early-ab-*, round 0:
-    # pdl1 against off, timed one after the other, not in turns). With every slot's weights
-    # first, a GEMM alone took 0.1-1.9 us longer (raw/logs/h200-dense-w8a16-gluon-pdl-ab-*):
-    # its activations queued behind them.
+    # ncu/dense-w8a16-staged-scales-T64-projectionq_up), and in one run on the H200 the PDL
+    # kernel, alone (nothing to overlap), took 2.6%, 3.5% and 3.2% less time than this path
+    # did then, summed over a layer at 48, 64 and 128 rows, and no less at 256
+    # (raw/logs/h200-dense-w8a16-gluon-pdl-early-ab-*, round 0, timed one after the other, not
+    # in turns); this path in this order is not yet timed. With every slot's weights first, a
+    # GEMM alone took 0.1-1.9 us longer (raw/logs/h200-dense-w8a16-gluon-pdl-ab-*): its
+    # activations queued behind them.
     for first in gl.static_range(EARLY):
         _expect_step(x_desc, w_desc, ready, first, steps)
         _load_weights(w_desc, w_ring, ready, first, steps, w_row, k_lo)
