@@ -17,6 +17,7 @@ from workbench.capture.code_versions import (
     arm_packages,
     code_version,
     export_kernels,
+    use_kernels_from,
 )
 from workbench.cli.values import kernel_setting, profile_ab_setting
 from workbench.errors import WorkbenchError
@@ -27,15 +28,25 @@ def head() -> str:
                           text=True, check=True).stdout.strip()  # fmt: skip
 
 
+def package_folder(root, text: str):
+    """A folder `root/old` holding a kernels package whose one file says `text`."""
+    (root / "old" / "kernels").mkdir(parents=True)
+    (root / "old" / "kernels" / "__init__.py").write_text(text)
+    return root / "old"
+
+
 def test_an_arms_code_is_the_worktree_a_commit_or_a_folder(tmp_path):
     assert code_version(WORKTREE) == CodeVersion()
     assert code_version("HEAD") == CodeVersion(commit=head())
-    (tmp_path / "old" / "kernels").mkdir(parents=True)
-    (tmp_path / "old" / "kernels" / "__init__.py").write_text("")
-    folder = code_version(str(tmp_path / "old"))
+    folder = code_version(str(package_folder(tmp_path, "")))
     assert folder.folder == (tmp_path / "old").resolve()
-    # what the metadata keeps: the commit, or the folder's name, never where it lies
-    assert folder.record() == {"code": "folder", "folder": "old"}
+    # what the metadata keeps: the commit, or the folder's name and what it held, never where
+    # it lies; two folders of one name holding other files are two arms
+    assert folder.record() == {"code": "folder", "folder": "old", "digest": folder.digest}
+    other = code_version(str(package_folder(tmp_path / "y", "X = 1\n")))
+    assert other.key != folder.key and other.key.startswith("folder-old-")
+    with pytest.raises(WorkbenchError, match="code= is empty"):
+        code_version(" ")
     assert code_version("HEAD").record() == {"code": "commit", "commit": head()}
     with pytest.raises(WorkbenchError, match=r"that folder has no kernels/__init__.py"):
         code_version(str(tmp_path))
@@ -57,11 +68,36 @@ def test_a_commits_kernels_are_exported_as_the_commit_has_them(tmp_path):
     assert export_kernels(CodeVersion(), tmp_path) is None  # the worktree: nothing to lay out
 
 
-def imported_kernels(scratch, key, first: str = "") -> subprocess.CompletedProcess:
-    """Where `kernels` comes from in a fresh process that takes the arm's code first."""
+def test_a_commit_without_kernels_is_refused_by_name(tmp_path):
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "README").write_text("no kernels here\n")
+    subprocess.run([*git, "add", "README"], check=True)
+    subprocess.run([*git, "commit", "-qm", "no kernels"], check=True)
+    version = code_version("HEAD", root=tmp_path)
+    with pytest.raises(WorkbenchError, match=f"commit {version.commit[:12]} has no kernels"):
+        export_kernels(version, tmp_path / "scratch", root=tmp_path)
+
+
+def test_a_worker_without_the_runs_scratch_folder_says_so(monkeypatch):
+    monkeypatch.delenv(CODE_DIR_ENV, raising=False)
+    with pytest.raises(WorkbenchError, match=f"{CODE_DIR_ENV} is not set"):
+        use_kernels_from("0123456789ab")
+    use_kernels_from(None)  # the working tree's: nothing to do
+
+
+def imported_kernels(scratch, key, first: str = "",
+                     via_module: bool = False) -> subprocess.CompletedProcess:  # fmt: skip
+    """Where `kernels` comes from in a fresh process that takes the arm's code first (with
+    `via_module`, also in a process that one starts from the repository's root, as a
+    profile's `python -m` precompile workers are)."""
     script = (f"{first}from workbench.capture.code_versions import use_kernels_from\n"
               f"use_kernels_from({key!r})\nimport kernels, os\n"
               "print(kernels.__file__)\nprint(os.environ['PYTHONPATH'])\n")  # fmt: skip
+    if via_module:  # `-c` puts the working directory first on the path as `-m` does
+        script += ("import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', "
+                   "'import kernels; print(kernels.__file__)'], capture_output=True, text=True,"
+                   " check=True).stdout.strip())\n")  # fmt: skip
     env = {**os.environ, CODE_DIR_ENV: str(scratch)}
     env.pop("TRITON_INTERPRET", None)
     return subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
@@ -76,6 +112,11 @@ def test_an_arms_worker_imports_the_arms_kernels_and_passes_them_on(tmp_path):
         where, path = done.stdout.splitlines()
         assert where.startswith(os.path.join(scratch, head()[:12], "kernels"))
         assert path.split(os.pathsep)[0] == os.path.join(scratch, head()[:12])
+        # a process it starts by `python -m` from the repository's root (a profile's
+        # precompile workers) takes the arm's kernels too, not the root's own
+        grandchild = imported_kernels(scratch, head()[:12], via_module=True)
+        assert grandchild.returncode == 0, grandchild.stderr
+        assert grandchild.stdout.splitlines()[-1].startswith(os.path.join(scratch, head()[:12]))
         late = imported_kernels(scratch, head()[:12], first="import kernels\n")
         assert late.returncode != 0 and "imported before the arm's code was set" in late.stderr
     assert CODE_DIR_ENV not in os.environ and not os.path.exists(scratch)  # cleaned up

@@ -85,6 +85,15 @@ def test_profile_ab_compares_whole_settings_per_phase(tmp_path):
         ex.ab({}, {}, [1], kernel="profile", run_dir=tmp_path / "y", phases="decod")
 
 
+def test_a_dense_ab_refuses_what_could_only_fail(tmp_path):
+    with pytest.raises(WorkbenchError, match="unknown dense variant 'w9a9'; known: bf16"):
+        ex.ab({}, {}, [4], kernel="dense", run_dir=tmp_path / "x", variant="w9a9")
+    with pytest.raises(WorkbenchError, match="dense variant 'bf16' takes no parameter split_k"):
+        ex.ab({}, {"split_k": 2}, [4], kernel="dense", run_dir=tmp_path / "y", variant="bf16")
+    with pytest.raises(WorkbenchError, match="block=0 is below 1"):
+        ex.ab({}, {}, [4], kernel="dense", run_dir=tmp_path / "z", block=0)
+
+
 def test_profile_ab_runs_alternate_arms_so_a_drift_weighs_on_both():
     assert ex.ab_order(1) == [(0, "a"), (0, "b")]
     assert ex.ab_order(3) == [(0, "a"), (0, "b"), (1, "b"), (1, "a"), (2, "a"), (2, "b")]

@@ -99,9 +99,11 @@ class AbResult:
     rows: pd.DataFrame
 
     def table(self) -> pd.DataFrame:
-        """Per tokens (and phase, for profile A/Bs): both medians, ratio = median(b)/median(a)
-        (below 1: b is faster), its bootstrap 95% interval and whether it excludes 1 (the
-        change exceeds the noise). Profile A/Bs pair their steps: ratio = total time of b over
+        """Per tokens (and phase, for profile A/Bs): both medians (over an arm's runs, the
+        median of their medians), ratio = median(b)/median(a) (below 1: b is faster), its
+        bootstrap 95% interval and whether it excludes 1 (the change exceeds the noise); with
+        several runs an arm the interval spans the runs too (`stats.runs_median_ratio`).
+        Profile A/Bs pair their steps: ratio = total time of b over
         a over every run (`stats.runs_ratio`), and each arm's tokens per second (the median
         over its runs, like its ms)."""
         keys = ["phase", "tokens"] if "phase" in self.rows else ["tokens"]

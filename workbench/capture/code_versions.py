@@ -15,6 +15,7 @@ folder's name, never a machine path.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import subprocess
@@ -36,18 +37,19 @@ CODE_DIR_ENV = "WORKBENCH_CODE_VERSIONS"  # where an A/B run's workers find the 
 
 @dataclass(frozen=True)
 class CodeVersion:
-    """One arm's kernels: `commit` (a full sha) or `folder` (holding kernels/), or neither
-    (the working tree)."""
+    """One arm's kernels: `commit` (a full sha) or `folder` (holding kernels/, with `digest`
+    of its files), or neither (the working tree)."""
 
     commit: str | None = None
     folder: Path | None = None
+    digest: str | None = None
 
     @property
     def key(self) -> str | None:
         """Its package's name in an A/B run's scratch folder (`export_kernels`); None for the
-        working tree."""
+        working tree. A folder's holds its files' digest: two folders of one name differ."""
         if self.folder is not None:
-            return f"folder-{self.folder.name}"
+            return f"folder-{self.folder.name}-{self.digest[:12]}"
         return None if self.commit is None else self.commit[:12]
 
     def record(self) -> dict:
@@ -55,8 +57,17 @@ class CodeVersion:
         if self.commit:
             return {"code": "commit", "commit": self.commit}
         if self.folder is not None:
-            return {"code": "folder", "folder": self.folder.name}
+            return {"code": "folder", "folder": self.folder.name, "digest": self.digest}
         return {"code": WORKTREE}
+
+
+def package_digest(folder: Path) -> str:
+    """sha256 over the package's Python files (their paths and bytes), which names what a
+    folder arm ran: a folder's name says nothing of what it held at the time."""
+    digest = hashlib.sha256()
+    for path in sorted((folder / PACKAGE).rglob("*.py")):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def code_version(value: object, root: Path = REPO) -> CodeVersion:
@@ -65,9 +76,12 @@ def code_version(value: object, root: Path = REPO) -> CodeVersion:
     text = str(value).strip()
     if text == WORKTREE:
         return CodeVersion()
+    if not text:
+        raise WorkbenchError(f"code= is empty; give a git revision (HEAD, a sha), a folder "
+                             f"holding a {PACKAGE} package or {WORKTREE!r}.")  # fmt: skip
     folder = Path(text)
     if (folder / PACKAGE / "__init__.py").is_file():
-        return CodeVersion(folder=folder.resolve())
+        return CodeVersion(folder=folder.resolve(), digest=package_digest(folder))
     if folder.is_dir():
         raise WorkbenchError(f"code={text!r}: that folder has no {PACKAGE}/__init__.py; give a "
                              f"folder holding a {PACKAGE} package, a git revision or "
@@ -90,7 +104,7 @@ def export_kernels(version: CodeVersion, scratch: Path, root: Path = REPO) -> st
     path goes into a row."""
     key = version.key
     if version.folder is not None:
-        link = scratch / key
+        link = scratch / key  # a key already laid out holds the same files (`key`)
         if not link.exists():
             link.symlink_to(version.folder, target_is_directory=True)
         return key
@@ -110,8 +124,9 @@ def export_kernels(version: CodeVersion, scratch: Path, root: Path = REPO) -> st
 
 def use_kernels_from(key: str | None) -> None:
     """In an arm's worker, before anything imports `kernels`: take it from the arm's folder
-    (`export_kernels`; None: the working tree's), here and in the processes this one starts
-    (PYTHONPATH)."""
+    (`export_kernels`; None: the working tree's), here and in the processes this one starts:
+    PYTHONPATH names the folder, and PYTHONSAFEPATH keeps `python -m` (a profile's precompile
+    workers) from putting the working directory, the repository's root, ahead of it."""
     if key is None:
         return
     scratch = os.environ.get(CODE_DIR_ENV)
@@ -120,7 +135,7 @@ def use_kernels_from(key: str | None) -> None:
                              "(the A/B run sets it for its workers).")  # fmt: skip
     folder = str(Path(scratch) / key)
     loaded = sys.modules.get(PACKAGE)
-    if loaded is not None and not str(loaded.__file__).startswith(folder):
+    if loaded is not None and not Path(str(loaded.__file__)).is_relative_to(folder):
         raise WorkbenchError(
             f"the {PACKAGE} package was imported before the arm's code was set, so this worker "
             f"would time the working tree's {PACKAGE}, not {key}'s. A spawned worker re-runs "
@@ -130,6 +145,7 @@ def use_kernels_from(key: str | None) -> None:
         )
     sys.path.insert(0, folder)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")]))
+    os.environ["PYTHONSAFEPATH"] = "1"
 
 
 @contextlib.contextmanager

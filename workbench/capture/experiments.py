@@ -24,6 +24,7 @@ so (`AllFailedWarning`; the CLI exits non-zero).
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -335,7 +336,7 @@ def ab(
     decode); the ratio's interval covers the noise between runs as well as between steps
     (`stats.runs_ratio`).
 
-    Either kind takes `code` in `a` or `b`: the kernels package that arm runs, "worktree" (the
+    Every kind takes `code` in `a` or `b`: the kernels package that arm runs, "worktree" (the
     default: the files as they are), a git revision ("HEAD", a sha) or a folder holding one
     (`workbench.capture.code_versions`), so an edited kernel can be timed against the
     committed one by the same workload builders and timer; the metadata says which commit.
@@ -363,9 +364,10 @@ def ab(
         place = place_profile(configs)
     else:
         recorded["runs"] = runs
-        by_arm = {c["label"]: c for c in _configs({"a": a, "b": b}, [1], fixed, kernel)}
+        by_arm = {(c["label"], c["tokens"]): c for c in _configs({"a": a, "b": b}, tokens,
+                                                                 fixed, kernel)}  # fmt: skip
         # each arm's worker `runs` times at each size, in the order a b b a (`ab_order`)
-        configs = [{**by_arm[arm], "arm": arm, "run": r, "tokens": t}
+        configs = [{**copy.deepcopy(by_arm[arm, t]), "arm": arm, "run": r}
                    for t in tokens for r, arm in ab_order(runs)]  # fmt: skip
         place = place_dense(configs) if kernel == "dense" else place_moe(configs)
     for config in configs:
