@@ -21,6 +21,7 @@ from workbench.capture.code_versions import (
 )
 from workbench.cli.values import kernel_setting, profile_ab_setting
 from workbench.errors import WorkbenchError
+from workbench.report.sections_experiments import _arm
 
 
 def head() -> str:
@@ -132,6 +133,9 @@ def test_an_ab_of_a_commit_against_the_worktree_records_which_code_ran(tmp_path)
         "b": {"code": WORKTREE},
     }
     assert "workbench-capture-code" not in (tmp_path / ROWS_FILE).read_text()  # no scratch path
+    # the report's caption names the commit an arm ran
+    params = read_meta(tmp_path)["params"]
+    assert _arm(params, "a") == f"code=commit {head()[:12]}" and _arm(params, "b") == "none"
     with pytest.raises(WorkbenchError, match="give it to the arms, not to both"):
         ex.ab({}, {}, [3], run_dir=tmp_path / "x", code="HEAD")
 

@@ -35,6 +35,20 @@ def _settings(settings: Mapping | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted((settings or {}).items())) or "none"
 
 
+def _arm(params: Mapping, arm: str) -> str:
+    """An A/B arm's settings, and its code where it ran other than the working tree's
+    (`code=`: a commit's first 12 hex digits, or a folder's name and digest)."""
+    code = (params.get("code") or {}).get(arm, {})
+    settings = _settings(params.get(arm))
+    if code.get("code") == "commit":
+        label = f"code=commit {code['commit'][:12]}"
+    elif code.get("code") == "folder":
+        label = f"code=folder {code['folder']} ({code['digest'][:12]})"
+    else:
+        return settings
+    return label if settings == "none" else f"{label}, {settings}"
+
+
 def _sweep_name(item: Artifact) -> str:
     """A sweep's name: the kernel, the parameter swept and what was held fixed."""
     p = item.meta.get("params", {})
@@ -88,8 +102,8 @@ def _ab_runs(page: ReportPage, collection: Collection) -> None:
         status = table[["status_a", "status_b"]].map(short_status)
         if (status != "ok").any().any():
             shown["status (a, b)"] = status["status_a"] + ", " + status["status_b"]
-        caption = (f"{p.get('kernel', '?')} A/B: a = {_settings(p.get('a'))}; b = "
-                   f"{_settings(p.get('b'))}; both: {_settings(p.get('fixed'))}")  # fmt: skip
+        caption = (f"{p.get('kernel', '?')} A/B: a = {_arm(p, 'a')}; b = {_arm(p, 'b')}; "
+                   f"both: {_settings(p.get('fixed'))}")  # fmt: skip
         page.table(shown, caption, sources([item]), index=False)
     if collection.of("ab"):
         page.text(
