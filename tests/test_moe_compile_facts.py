@@ -2,6 +2,8 @@
 bundled ptxas) and reads registers and spills off ptxas's report. It runs in its own process:
 the tests import the kernels under the interpreter, which compiles nothing."""
 
+import re
+
 import pytest
 from helpers import run_compile_script
 
@@ -56,3 +58,16 @@ def test_padded_int4_prefill_tiles_spill_nothing():
     assert len(lines) == 2  # padded's gate/up and down
     for line in lines:
         assert ", 0 bytes spilled," in line, line
+
+
+def test_the_decode_layout_waits_on_memory_twice_and_never_reads_back_what_it_stored():
+    """`routing_kernels.small_layout` takes its experts' offsets from its own scans: compiled
+    for sm_90 its instructions wait for a global load twice in program order; reading back
+    the offsets it stores made it six (scripts/glue_sass_facts.py --code on the package
+    before, under Triton 3.6 and 3.7.1 alike)."""
+    done = run_compile_script("glue_sass_facts.py")
+    assert done.returncode == 0, done.stderr
+    facts = dict(re.findall(r"^(\w+): .*waits for a global load in program order (\d+)$",
+                            done.stdout, re.MULTILINE))  # fmt: skip
+    assert facts["small_layout"] == "2", done.stdout
+    assert "combine" in facts

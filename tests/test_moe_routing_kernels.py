@@ -152,7 +152,7 @@ def test_permute_into_padded_rows(device):
     assert padded[12:].tolist() == [6] * 4
 
 
-# 6 and 9 splits: as many partials as flat's decode splits make (10 at T=1 in gate/up)
+# 6 and 9 splits: more than down's split-K partials at decode (three at T=1)
 @pytest.mark.parametrize("splits", [None, 1, 3, 6, 9])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_combine_matches_reference(device, splits, dtype):
