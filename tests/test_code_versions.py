@@ -69,6 +69,22 @@ def test_a_commits_kernels_are_exported_as_the_commit_has_them(tmp_path):
     assert export_kernels(CodeVersion(), tmp_path) is None  # the worktree: nothing to lay out
 
 
+def test_a_folder_arm_runs_a_copy_of_its_files_taken_as_the_ab_starts(tmp_path):
+    folder = tmp_path / "base:v1"  # a name that would split PYTHONPATH
+    (folder / "kernels" / "__pycache__").mkdir(parents=True)
+    (folder / "kernels" / "__init__.py").write_text("A = 1\n")
+    (folder / "kernels" / "__pycache__" / "x.pyc").write_bytes(b"stale")
+    version = code_version(str(folder))
+    key = export_kernels(version, tmp_path / "scratch")
+    assert key == f"folder-base_v1-{version.digest[:12]}" and os.pathsep not in key
+    (folder / "kernels" / "__init__.py").write_text("A = 2\n")  # edited while the arm runs
+    copied = tmp_path / "scratch" / key / "kernels"
+    assert (copied / "__init__.py").read_text() == "A = 1\n"
+    assert not (copied / "__pycache__").exists()  # compiled caches are not code
+    with pytest.raises(WorkbenchError, match="changed while the A/B started"):
+        export_kernels(version, tmp_path / "again")
+
+
 def test_a_commit_without_kernels_is_refused_by_name(tmp_path):
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
     subprocess.run([*git, "init", "-q"], check=True)
@@ -135,7 +151,8 @@ def test_an_ab_of_a_commit_against_the_worktree_records_which_code_ran(tmp_path)
     assert "workbench-capture-code" not in (tmp_path / ROWS_FILE).read_text()  # no scratch path
     # the report's caption names the commit an arm ran
     params = read_meta(tmp_path)["params"]
-    assert _arm(params, "a") == f"code=commit {head()[:12]}" and _arm(params, "b") == "none"
+    assert _arm(params, "a") == f"code=commit {head()[:12]}"
+    assert _arm(params, "b") == "code=worktree"
     with pytest.raises(WorkbenchError, match="give it to the arms, not to both"):
         ex.ab({}, {}, [3], run_dir=tmp_path / "x", code="HEAD")
 
@@ -148,14 +165,14 @@ def test_the_command_line_keeps_a_revision_as_text():
 
 
 def test_a_dense_ab_runs_each_arm_in_turns_and_widens_over_its_runs(tmp_path):
-    # W8A16 layers of HEAD and the worktree at 4 rows, each arm in two workers (a b b a)
-    result = ex.ab({"code": "HEAD"}, {}, [4], kernel="dense", runs=2, run_dir=tmp_path,
+    # W8A16 layers of HEAD and the worktree at 4 rows, each arm in three workers (a b b a a b)
+    result = ex.ab({"code": "HEAD"}, {}, [4], kernel="dense", runs=3, run_dir=tmp_path,
                    variant="w8a16", repeats=QUICK, workers=2, progress=False)  # fmt: skip
     row = result.table().iloc[0]
     assert row["status_a"] == row["status_b"] == "ok"
     assert row["ci_low"] <= row["ratio"] <= row["ci_high"]
     runs = result.rows.sort_values(["arm", "run"])[["arm", "run"]].to_records(index=False)
-    assert [tuple(r) for r in runs] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert [tuple(r) for r in runs] == [("a", r) for r in range(3)] + [("b", r) for r in range(3)]
     assert (result.rows["rel_error"] < 1e-2).all()  # checked against the dequantised weights
     params = read_meta(tmp_path)["params"]
-    assert params["runs"] == 2 and params["code"]["a"]["commit"] == head()
+    assert params["runs"] == 3 and params["code"]["a"]["commit"] == head()

@@ -142,14 +142,19 @@ def test_runs_ratio_is_paired_ratio_for_one_run_and_refuses_unmatched_runs():
 
 def test_runs_median_ratio_widens_when_the_processes_disagree():
     rng = np.random.default_rng(1)
-    noise = [rng.normal(1.0, 0.005, 60) for _ in range(4)]
+    noise = [rng.normal(1.0, 0.005, 60) for _ in range(6)]
     # each arm's runs within 0.5% of each other: a steady 3% is significant
-    steady = stats.runs_median_ratio(noise[:2], [1.03 * n for n in noise[2:]])
+    steady = stats.runs_median_ratio(noise[:3], [1.03 * n for n in noise[3:]])
     assert steady["ratio"] == pytest.approx(1.03, abs=0.005) and steady["significant"]
-    # the same 3% where b's two processes read 0.97 and 1.09: not significant any more
-    apart = stats.runs_median_ratio(noise[:2], [0.97 * noise[2], 1.09 * noise[3]])
+    # the same 3% where b's processes read 0.97, 1.03 and 1.09: not significant any more
+    apart = stats.runs_median_ratio(noise[:3], [f * n for f, n in zip((0.97, 1.03, 1.09),
+                                                                      noise[3:])])  # fmt: skip
     assert apart["ratio"] == pytest.approx(1.03, abs=0.005) and not apart["significant"]
     assert apart["ci_high"] - apart["ci_low"] > 4 * (steady["ci_high"] - steady["ci_low"])
+    # two runs an arm cannot tell how far processes differ: no interval, never significant
+    two = stats.runs_median_ratio(noise[:2], [1.03 * n for n in noise[3:5]])
+    assert two["ratio"] == pytest.approx(1.03, abs=0.005) and math.isnan(two["ci_low"])
+    assert not two["significant"]
     # one run an arm: the plain ratio of medians
     assert stats.runs_median_ratio([noise[0]], [noise[1]]) == stats.ratio(noise[0], noise[1])
     with pytest.raises(ValueError, match="a run has no samples"):

@@ -18,6 +18,8 @@ import contextlib
 import hashlib
 import io
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -33,6 +35,7 @@ from workbench.errors import WorkbenchError
 WORKTREE = "worktree"  # `code=worktree`: the kernels package as it is on disk
 PACKAGE = "kernels"
 CODE_DIR_ENV = "WORKBENCH_CODE_VERSIONS"  # where an A/B run's workers find the arms' packages
+CACHE = "__pycache__"  # compiled bytecode: not part of a package's code
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,8 @@ class CodeVersion:
         """Its package's name in an A/B run's scratch folder (`export_kernels`); None for the
         working tree. A folder's holds its files' digest: two folders of one name differ."""
         if self.folder is not None:
-            return f"folder-{self.folder.name}-{self.digest[:12]}"
+            name = re.sub(r"[^\w.-]", "_", self.folder.name)  # a path separator in PYTHONPATH
+            return f"folder-{name}-{self.digest[:12]}"
         return None if self.commit is None else self.commit[:12]
 
     def record(self) -> dict:
@@ -62,10 +66,11 @@ class CodeVersion:
 
 
 def package_digest(folder: Path) -> str:
-    """sha256 over the package's Python files (their paths and bytes), which names what a
-    folder arm ran: a folder's name says nothing of what it held at the time."""
+    """sha256 over the package's files (their paths and bytes; compiled caches left out),
+    which names what a folder arm ran: a folder's name says nothing of what it held then."""
     digest = hashlib.sha256()
-    for path in sorted((folder / PACKAGE).rglob("*.py")):
+    files = [p for p in (folder / PACKAGE).rglob("*") if p.is_file() and CACHE not in p.parts]
+    for path in sorted(files):
         digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
@@ -100,13 +105,17 @@ def code_version(value: object, root: Path = REPO) -> CodeVersion:
 def export_kernels(version: CodeVersion, scratch: Path, root: Path = REPO) -> str | None:
     """Lay out `version`'s kernels package under `scratch` and return its name there (the
     arm's `code_key`), or None for the working tree: a commit's package exported by git, a
-    folder linked. Workers find `scratch` by CODE_DIR_ENV (`use_kernels_from`), so no machine
+    folder's copied. Workers find `scratch` by CODE_DIR_ENV (`use_kernels_from`), so no machine
     path goes into a row."""
     key = version.key
     if version.folder is not None:
-        link = scratch / key  # a key already laid out holds the same files (`key`)
-        if not link.exists():
-            link.symlink_to(version.folder, target_is_directory=True)
+        into = scratch / key  # a key already laid out holds the same files (`key`)
+        if not into.exists():  # a copy: the folder may change while the arm runs
+            shutil.copytree(version.folder / PACKAGE, into / PACKAGE, symlinks=False,
+                            ignore=shutil.ignore_patterns(CACHE))  # fmt: skip
+            if package_digest(into) != version.digest:
+                raise WorkbenchError(f"code=: the folder {version.folder.name} changed while "
+                                     "the A/B started; run it again.")  # fmt: skip
         return key
     if version.commit is None:
         return None
@@ -144,7 +153,10 @@ def use_kernels_from(key: str | None) -> None:
             "`workbench ab` or from a notebook."
         )
     sys.path.insert(0, folder)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")]))
+    # the workbench itself next, where it is not installed (PYTHONSAFEPATH drops the working
+    # directory a `python -m` process would find it in)
+    path = [folder, str(REPO), os.environ.get("PYTHONPATH")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, path))
     os.environ["PYTHONSAFEPATH"] = "1"
 
 

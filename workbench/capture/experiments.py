@@ -328,8 +328,9 @@ def ab(
     kernel "moe": a and b are kernel keywords or workload keys (variant, fmt, ...). kernel
     "dense": one layer's dense GEMMs as `bench dense` times them, a and b the backend's
     keywords or workload keys (variant, block, ...), `tokens` its rows (M). Each arm runs in
-    `runs` workers (default 1) at each size, in the order `ab_order`; with more than one the
-    ratio's interval covers the noise between processes too (`stats.runs_median_ratio`).
+    `runs` workers (default 1) at each size, in the order `ab_order`; with three or more the
+    ratio's interval covers the noise between processes too, with two there is none
+    (`stats.runs_median_ratio`).
     kernel "profile": they are `profile()` keywords (dense, hybrid_m, moe, streams, ...),
     `tokens` are prompt lengths, and each arm runs `runs` profiles (default PROFILE_RUNS), each
     in a fresh process, in the order `ab_order`, read for each phase in `phases` (prefill and

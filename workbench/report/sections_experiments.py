@@ -36,14 +36,17 @@ def _settings(settings: Mapping | None) -> str:
 
 
 def _arm(params: Mapping, arm: str) -> str:
-    """An A/B arm's settings, and its code where it ran other than the working tree's
-    (`code=`: a commit's first 12 hex digits, or a folder's name and digest)."""
-    code = (params.get("code") or {}).get(arm, {})
+    """An A/B arm's settings, and its code where the arms ran different code (`code=`: a
+    commit's first 12 hex digits, a folder's name and digest, or the working tree)."""
+    codes = params.get("code") or {}
+    code = codes.get(arm, {})
     settings = _settings(params.get(arm))
     if code.get("code") == "commit":
         label = f"code=commit {code['commit'][:12]}"
     elif code.get("code") == "folder":
-        label = f"code=folder {code['folder']} ({code['digest'][:12]})"
+        label = f"code=folder {code.get('folder')} ({str(code.get('digest'))[:12]})"
+    elif any(c.get("code") not in (None, "worktree") for c in codes.values()):
+        label = "code=worktree"
     else:
         return settings
     return label if settings == "none" else f"{label}, {settings}"
