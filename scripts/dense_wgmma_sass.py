@@ -32,12 +32,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
-import tempfile
 
 import torch
 import triton
-from moe_compile_facts import ptxas_facts
+from moe_compile_facts import assembled, ptxas_facts
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
@@ -189,15 +187,7 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
     """ptxas's performance notes, and the QGMMA, HGMMA, WARPGROUP.DEPBAR, 16-byte LDGSTS, TMA
     load (UTMALDG) and 16-byte and 2-byte shared load (LDS.128, LDS.U16) counts of the SASS,
     with the register counts its setmaxnreg instructions give the partitions."""
-    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    with tempfile.TemporaryDirectory() as folder:
-        ptx, cubin = os.path.join(folder, "k.ptx"), os.path.join(folder, "k.cubin")
-        with open(ptx, "w") as f:
-            f.write(compiled.asm["ptx"])
-        report = subprocess.run([f"{tools}/ptxas", "-arch=sm_90a", "-v", ptx, "-o", cubin],
-                                capture_output=True, text=True, check=True).stderr  # fmt: skip
-        sass = subprocess.run([f"{tools}/nvdisasm", "-c", cubin], capture_output=True,
-                              text=True, check=True).stdout  # fmt: skip
+    report, sass = assembled(compiled)
     return {
         "notes": re.findall(r"\((C75\d\d)\) Potential Performance Loss", report),
         "qgmma": len(re.findall(r"\bQGMMA\.", sass)),

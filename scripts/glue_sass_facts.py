@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
 GLOBAL_LOAD = re.compile(r"\bLDG\.E[.A-Z0-9]*\s+(R\d+),")
 OPERANDS = re.compile(r"^\s*(?:/\*[0-9a-f]+\*/)?\s*(?:@!?U?P\w+\s+)?[A-Z][A-Z0-9_.]*\s*(.*)$")
@@ -45,6 +43,7 @@ def load_waits(sass: str) -> int:
 def compiled_sass(kernel, types: dict[str, str], constants: dict[str, object]) -> tuple[int, str]:
     """(registers, SASS) of `kernel` for sm_90, pointers typed by `types` (else int32)."""
     import triton
+    from moe_compile_facts import assembled  # scripts/: imports kernels, so not before --code
     from triton.backends.compiler import GPUTarget
 
     signature, constexprs, attrs = {}, {}, {}
@@ -57,15 +56,7 @@ def compiled_sass(kernel, types: dict[str, str], constants: dict[str, object]) -
             attrs[(i,)] = [["tt.divisibility", 16]]
     source = triton.compiler.ASTSource(kernel, signature, constexprs, attrs)
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    with tempfile.TemporaryDirectory() as folder:
-        ptx, cubin = os.path.join(folder, "k.ptx"), os.path.join(folder, "k.cubin")
-        with open(ptx, "w") as f:
-            f.write(compiled.asm["ptx"])
-        report = subprocess.run([f"{tools}/ptxas", "-arch=sm_90a", "-v", ptx, "-o", cubin],
-                                capture_output=True, text=True, check=True).stderr  # fmt: skip
-        sass = subprocess.run([f"{tools}/nvdisasm", "-c", cubin], capture_output=True,
-                              text=True, check=True).stdout  # fmt: skip
+    report, sass = assembled(compiled)
     return int(re.search(r"Used (\d+) registers", report).group(1)), sass
 
 

@@ -96,6 +96,21 @@ def copy_facts(compiled) -> tuple[dict[int, int], int]:
     return dict(sorted(widths.items(), reverse=True)), staged
 
 
+def assembled(compiled) -> tuple[str, str]:
+    """(ptxas -v's report, the SASS) of a kernel's PTX for sm_90a, by the installed Triton's
+    ptxas and nvdisasm."""
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with tempfile.TemporaryDirectory() as folder:
+        ptx, cubin = os.path.join(folder, "k.ptx"), os.path.join(folder, "k.cubin")
+        with open(ptx, "w") as f:
+            f.write(compiled.asm["ptx"])
+        report = subprocess.run([f"{tools}/ptxas", "-arch=sm_90a", "-v", ptx, "-o", cubin],
+                                capture_output=True, text=True, check=True).stderr  # fmt: skip
+        sass = subprocess.run([f"{tools}/nvdisasm", "-c", cubin], capture_output=True,
+                              text=True, check=True).stdout  # fmt: skip
+    return report, sass
+
+
 def ptxas_facts(compiled) -> tuple[int, int]:
     """(registers, spill-store bytes) that ptxas -v reports for the kernel's PTX."""
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
