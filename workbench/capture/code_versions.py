@@ -8,8 +8,9 @@ anything imports `kernels`, so the rest (the workbench, the timer, the workload 
 the same code in both arms. A machine whose checkout has no git history for the commit (a GPU
 machine gets a copy of the working tree) takes a folder instead: `code=DIR`, where
 `DIR/kernels` is the package (`git archive REF kernels | tar -x -C DIR`, made where the history
-is, and carried along). The arm's provenance goes into the run's metadata: the commit, or the
-folder's name, never a machine path.
+is, and carried along), copied into the scratch folder as the A/B starts. The arm's
+provenance goes into the run's metadata: the commit, or the folder's name and the digest of
+its files, never a machine path.
 """
 
 from __future__ import annotations
