@@ -52,7 +52,10 @@ def check_option(pdl: object) -> None:
 
 def launches_with_pdl(pdl: bool | None, device: torch.device) -> bool:
     """Whether a kernel with the `pdl` option launches with PDL on `device`: `pdl`, or where
-    available when None; True where there is none is an error that names the fix."""
+    available when None; True where there is none is an error that names the fix. False
+    (every default) asks nothing of the device: it is on every GEMM launch's path."""
+    if pdl is False:
+        return False
     available = enabled(device)
     if pdl and not available:
         raise ValueError(

@@ -35,7 +35,7 @@ import re
 
 import torch
 import triton
-from moe_compile_facts import assembled, ptxas_facts
+from moe_compile_facts import assembled, report_facts
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
@@ -184,11 +184,15 @@ def compile_gluon(
 
 
 def sass_facts(compiled) -> dict[str, int | list[str]]:
-    """ptxas's performance notes, and the QGMMA, HGMMA, WARPGROUP.DEPBAR, 16-byte LDGSTS, TMA
-    load (UTMALDG) and 16-byte and 2-byte shared load (LDS.128, LDS.U16) counts of the SASS,
-    with the register counts its setmaxnreg instructions give the partitions."""
+    """ptxas's registers, spilled bytes and performance notes, and the QGMMA, HGMMA,
+    WARPGROUP.DEPBAR, 16-byte LDGSTS, TMA load (UTMALDG) and 16-byte and 2-byte shared load
+    (LDS.128, LDS.U16) counts of the SASS, with the register counts its setmaxnreg
+    instructions give the partitions."""
     report, sass = assembled(compiled)
+    registers, spills = report_facts(report)
     return {
+        "registers": registers,
+        "spills": spills,
         "notes": re.findall(r"\((C75\d\d)\) Potential Performance Loss", report),
         "qgmma": len(re.findall(r"\bQGMMA\.", sass)),
         "hgmma": len(re.findall(r"\bHGMMA\.", sass)),
@@ -262,8 +266,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         compiled = compile_moe_bf16(args.kernel == "moe-bf16-gate-up", args.stages)
         tile = f"{moe_bf16_wgmma.ROWS} x {2 * moe_bf16_wgmma.BOX} items"
-    registers, spills = ptxas_facts(compiled)
     facts = sass_facts(compiled)
+    registers, spills = facts["registers"], facts["spills"]
     print(f"Triton {triton.__version__}, sm_90, {args.kernel}, {tile}, {args.stages} stages")
     print(f"registers: {registers}")
     print(f"spilled bytes: {spills}")

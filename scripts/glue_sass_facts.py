@@ -43,7 +43,7 @@ def load_waits(sass: str) -> int:
 def compiled_sass(kernel, types: dict[str, str], constants: dict[str, object]) -> tuple[int, str]:
     """(registers, SASS) of `kernel` for sm_90, pointers typed by `types` (else int32)."""
     import triton
-    from moe_compile_facts import assembled  # scripts/: imports kernels, so not before --code
+    from moe_compile_facts import assembled, report_facts  # imports kernels: not before --code
     from triton.backends.compiler import GPUTarget
 
     signature, constexprs, attrs = {}, {}, {}
@@ -57,7 +57,7 @@ def compiled_sass(kernel, types: dict[str, str], constants: dict[str, object]) -
     source = triton.compiler.ASTSource(kernel, signature, constexprs, attrs)
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
     report, sass = assembled(compiled)
-    return int(re.search(r"Used (\d+) registers", report).group(1)), sass
+    return report_facts(report)[0], sass
 
 
 def main(argv: list[str] | None = None) -> None:

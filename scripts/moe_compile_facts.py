@@ -121,6 +121,11 @@ def ptxas_facts(compiled) -> tuple[int, int]:
                                 capture_output=True, text=True, check=True).stderr  # fmt: skip
     finally:
         os.unlink(f.name)
+    return report_facts(report)
+
+
+def report_facts(report: str) -> tuple[int, int]:
+    """(registers, spill-store bytes) of a ptxas -v report."""
     registers = int(re.search(r"Used (\d+) registers", report).group(1))
     spills = int(re.search(r"(\d+) bytes spill stores", report).group(1))
     return registers, spills

@@ -8,6 +8,7 @@ import sys
 import pytest
 from helpers import QUICK, ROOT, SMALL
 
+from workbench.analysis.git_state import git_output
 from workbench.artifacts import ROWS_FILE, read_meta
 from workbench.capture import experiments as ex
 from workbench.capture.code_versions import (
@@ -25,8 +26,7 @@ from workbench.report.sections_experiments import _arm
 
 
 def head() -> str:
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout.strip()  # fmt: skip
+    return git_output(ROOT, "rev-parse", "HEAD")
 
 
 def package_folder(root, text: str):

@@ -95,8 +95,9 @@ def _small_layout_kernel(
         earlier = (theirs[None, :] == experts[:, None]) & (others[None, :] < slots[:, None])
         rank += tl.sum(earlier.to(tl.int32), axis=1)
     bins = tl.arange(0, EXPERTS)
-    # invalid lanes vote for the bin past the last expert, which nothing reads
-    counts = tl.histogram(tl.where(valid, experts, num_experts), EXPERTS)
+    # each lane's bin: invalid lanes take the one past the last expert, which nothing reads
+    mine = tl.where(valid, experts, num_experts)
+    counts = tl.histogram(mine, EXPERTS)
     ends = tl.cumsum(counts, 0)  # offsets[e + 1]
     tiles = (counts + tile - 1) // tile
     tile_ends = tl.cumsum(tiles, 0)
@@ -105,7 +106,6 @@ def _small_layout_kernel(
     tl.store(tile_offsets_ptr + 1 + bins, tile_ends, mask=bins < num_experts)
     tl.store(offsets_ptr + bins, 0, mask=bins == 0)
     tl.store(tile_offsets_ptr + bins, 0, mask=bins == 0)
-    mine = tl.where(valid, experts, num_experts)  # a bin inside the scans for every lane
     position = tl.gather(ends - counts, mine, 0) + rank
     tl.store(out_ptr + position, slots, mask=valid)
     if ROW_TABLE:

@@ -102,6 +102,12 @@ class Contender:
     fp8_above: int | None
 
 
+def layer_copies(device: torch.device) -> int:
+    """Copies of the layer a row cycles through: DECODE_COPIES on a GPU (weights from HBM,
+    not L2), one under the interpreter."""
+    return DECODE_COPIES if device.type == "cuda" else 1
+
+
 def _ours(variant: str, layer: Layer, hybrid_m: int | None, **options: object) -> Contender:
     """One of the workbench's own backends, on the layer's weights in its format, with its
     keyword `options` (an A/B arm's settings)."""
@@ -208,7 +214,7 @@ def layer_row_plan(variant: str, m: int, layer: Layer, xs: dict[int, torch.Tenso
     checks and times it (`workbench ab dense`: one arm's measurement)."""
     options = dict(options)
     contender = _ours(variant, layer, options.pop("hybrid_m", None), **options)
-    refs = _references(xs, layer, {"bf16": layer.masters[0], "fp8": layer.fp8[0]})
+    refs = _references(xs, layer, _held(layer, [], None))
     return _layer_plan(contender, m, xs, layer, refs, {})
 
 
@@ -270,7 +276,7 @@ def bench_dense(
     peers = get_peers(peer_names("dense") if peers is None else list(peers), "dense")
     setup = bench_setup(preset, device, seed, ceilings, shape_overrides)
     dev, s, dtype, chosen = setup.device, setup.shapes, setup.dtype, setup.preset
-    layer = Layer(s, DECODE_COPIES if dev.type == "cuda" else 1, block, dtype, dev, seed)
+    layer = Layer(s, layer_copies(dev), block, dtype, dev, seed)
     sizes = sorted(set(ms))
     if ab:
         steps = [1, 4, *ab_chunks(ab_prompt, 1, ab_chunk), *ab_chunks(ab_prompt, 4, ab_chunk)]

@@ -109,26 +109,25 @@ def export_kernels(version: CodeVersion, scratch: Path, root: Path = REPO) -> st
     folder's copied. Workers find `scratch` by CODE_DIR_ENV (`use_kernels_from`), so no machine
     path goes into a row."""
     key = version.key
-    if version.folder is not None:
-        into = scratch / key  # a key already laid out holds the same files (`key`)
-        if not into.exists():  # a copy: the folder may change while the arm runs
-            shutil.copytree(version.folder / PACKAGE, into / PACKAGE, symlinks=False,
-                            ignore=shutil.ignore_patterns(CACHE))  # fmt: skip
-            if package_digest(into) != version.digest:
-                raise WorkbenchError(f"code=: the folder {version.folder.name} changed while "
-                                     "the A/B started; run it again.")  # fmt: skip
-        return key
-    if version.commit is None:
+    if key is None:
         return None
-    into = scratch / key
-    if not into.exists():
-        archive = subprocess.run(["git", "archive", "--format=tar", version.commit, PACKAGE],
-                                 cwd=root, capture_output=True)  # fmt: skip
-        if archive.returncode:
-            raise WorkbenchError(f"commit {key} has no {PACKAGE} folder to export: "
-                                 f"{archive.stderr.decode().strip()[:200]}")  # fmt: skip
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(into, filter="data")
+    into = scratch / key  # a key already laid out holds the same files (`key`)
+    if into.exists():
+        return key
+    if version.folder is not None:  # a copy: the folder may change while the arm runs
+        shutil.copytree(version.folder / PACKAGE, into / PACKAGE, symlinks=False,
+                        ignore=shutil.ignore_patterns(CACHE))  # fmt: skip
+        if package_digest(into) != version.digest:
+            raise WorkbenchError(f"code=: the folder {version.folder.name} changed while the "
+                                 "A/B started; run it again.")  # fmt: skip
+        return key
+    archive = subprocess.run(["git", "archive", "--format=tar", version.commit, PACKAGE],
+                             cwd=root, capture_output=True)  # fmt: skip
+    if archive.returncode:
+        raise WorkbenchError(f"commit {key} has no {PACKAGE} folder to export: "
+                             f"{archive.stderr.decode().strip()[:200]}")  # fmt: skip
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
     return key
 
 

@@ -108,14 +108,26 @@ def _gpus(devices: Iterable[object]) -> list[str]:
     return gpus
 
 
-def _keywords(variant: str) -> list[str] | None:
-    """The keyword-only parameters of MoE variant `variant` (None: it takes any)."""
-    from kernels.moe import VARIANTS
-
-    parameters = inspect.signature(VARIANTS[variant]).parameters.values()
+def _keywords(function: Callable, keyword_only: bool) -> list[str] | None:
+    """The keyword parameters of a variant's function (None: it takes any): its keyword-only
+    ones, or with `keyword_only` False every one with a default."""
+    parameters = inspect.signature(function).parameters.values()
     if any(p.kind is p.VAR_KEYWORD for p in parameters):
         return None
-    return [p.name for p in parameters if p.kind is p.KEYWORD_ONLY]
+    if keyword_only:
+        return [p.name for p in parameters if p.kind is p.KEYWORD_ONLY]
+    return [p.name for p in parameters if p.default is not p.empty]
+
+
+def _refuse_unknown(kind: str, config: dict, known: list[str] | None, workload: dict) -> None:
+    """Refuse kernel parameters the variant does not take, naming what it does take."""
+    unknown = [] if known is None else sorted(set(config["params"]) - set(known))
+    if unknown:
+        raise WorkbenchError(
+            f"{kind} variant '{config['workload']['variant']}' takes no parameter "
+            f"{', '.join(unknown)}; its parameters: {', '.join(known) or 'none'}; the workload: "
+            f"{', '.join(workload)}; shape overrides: {', '.join(sorted(SHAPE_FIELDS))}."
+        )
 
 
 def _check_moe(config: dict) -> None:
@@ -134,14 +146,7 @@ def _check_moe(config: dict) -> None:
     shapes = replace(get_preset(w["preset"]).rank_shapes(), **overrides)
     if shapes.top_k > shapes.experts:
         raise WorkbenchError(f"top_k={shapes.top_k} is more than experts={shapes.experts}.")
-    known = _keywords(w["variant"])
-    unknown = [] if known is None else sorted(set(config["params"]) - set(known))
-    if unknown:
-        raise WorkbenchError(
-            f"moe variant '{w['variant']}' takes no parameter {', '.join(unknown)}; its "
-            f"parameters: {', '.join(known) or 'none'}; the workload: {', '.join(WORKLOAD)}; "
-            f"shape overrides: {', '.join(sorted(SHAPE_FIELDS))}."
-        )
+    _refuse_unknown("moe", config, _keywords(VARIANTS[w["variant"]], True), WORKLOAD)
 
 
 def _check_dense(config: dict) -> None:
@@ -158,42 +163,48 @@ def _check_dense(config: dict) -> None:
         count("block", w["block"])
     overrides = {k: count(k, v) for k, v in config["shapes"].items()}
     replace(get_preset(w["preset"]).rank_shapes(), **overrides)
-    parameters = inspect.signature(VARIANTS[w["variant"]]).parameters.values()
-    if any(p.kind is p.VAR_KEYWORD for p in parameters):
-        return  # the kernel's own check refuses what it does not take
-    known = [p.name for p in parameters if p.default is not p.empty]
-    unknown = sorted(set(config["params"]) - set(known))
-    if unknown:
-        raise WorkbenchError(
-            f"dense variant '{w['variant']}' takes no parameter {', '.join(unknown)}; its "
-            f"parameters: {', '.join(known) or 'none'}; the workload: "
-            f"{', '.join(DENSE_WORKLOAD)}; shape overrides: {', '.join(sorted(SHAPE_FIELDS))}."
-        )
+    # a variant that takes any keyword refuses what it does not take itself
+    _refuse_unknown("dense", config, _keywords(VARIANTS[w["variant"]], False), DENSE_WORKLOAD)
 
 
 def place_dense(configs: list[dict]) -> Placement:
     """Check dense configurations, fill in their preset, and place their workers."""
     from workbench.workloads.dense import layer_projections
 
-    gpus = _gpus(c["workload"]["device"] for c in configs)
-    for config in configs:
-        if config["workload"]["preset"] is None:
-            config["workload"]["preset"] = DEFAULT_PRESET[bool(gpus)]
-        _check_dense(config)
-
-    def host_bytes(c: dict) -> int:
+    def host_bytes(c: dict, on_gpu: bool) -> int:
         shapes = replace(get_preset(c["workload"]["preset"]).rank_shapes(), **c["shapes"])
         projections = layer_projections(shapes)
         elements = sum(p.n * p.k * p.count for p in projections)
         io_elements = sum((p.n + p.k) * p.count for p in projections)
-        return dense_host_bytes(elements, io_elements, c["tokens"], bool(gpus))
+        return dense_host_bytes(elements, io_elements, c["tokens"], on_gpu)
+
+    return _place(configs, _check_dense, host_bytes)
+
+
+def _place(configs: list[dict], check: Callable[[dict], None],
+           host_bytes: Callable[[dict, bool], int]) -> Placement:  # fmt: skip
+    """Fill in the configurations' preset where none is given (DEFAULT_PRESET for where the
+    workers run), `check` each, and place their workers: on the GPUs, else on the CPU as far
+    as its memory holds them (`_on_the_cpu`)."""
+    gpus = _gpus(c["workload"]["device"] for c in configs)
+    defaulted = False
+    for config in configs:
+        if config["workload"]["preset"] is None:
+            config["workload"]["preset"] = DEFAULT_PRESET[bool(gpus)]
+            defaulted = True
+        check(config)
+
+    def placed_bytes(c: dict) -> int:
+        return host_bytes(c, bool(gpus))
 
     if not gpus:
         preset = configs[0]["workload"]["preset"]
-        _on_the_cpu([(host_bytes(c), c["workload"]["preset"]) for c in configs],
-                    f"preset '{preset}', the Triton kernels under their interpreter "
-                    "(TRITON_INTERPRET=1)")  # fmt: skip
-    return Placement(gpus, host_bytes)
+        _on_the_cpu(
+            [(placed_bytes(c), c["workload"]["preset"]) for c in configs],
+            f"preset '{preset}'{' (the default without one)' if defaulted else ''}, the Triton "
+            "kernels under their interpreter (TRITON_INTERPRET=1)",
+        )
+    return Placement(gpus, placed_bytes)
 
 
 def _on_the_cpu(needs: list[tuple[int, str]], what: str) -> None:
@@ -213,26 +224,12 @@ def _on_the_cpu(needs: list[tuple[int, str]], what: str) -> None:
 
 def place_moe(configs: list[dict]) -> Placement:
     """Check MoE configurations, fill in their preset, and place their workers."""
-    gpus = _gpus(c["workload"]["device"] for c in configs)
-    defaulted = False
-    for config in configs:
-        if config["workload"]["preset"] is None:
-            config["workload"]["preset"] = DEFAULT_PRESET[bool(gpus)]
-            defaulted = True
-        _check_moe(config)
 
-    def host_bytes(c: dict) -> int:
+    def host_bytes(c: dict, on_gpu: bool) -> int:
         shapes = replace(get_preset(c["workload"]["preset"]).rank_shapes(), **c["shapes"])
-        return moe_host_bytes(shapes, c["workload"]["fmt"], c["tokens"], bool(gpus))
+        return moe_host_bytes(shapes, c["workload"]["fmt"], c["tokens"], on_gpu)
 
-    if not gpus:
-        preset = configs[0]["workload"]["preset"]
-        _on_the_cpu(
-            [(host_bytes(c), c["workload"]["preset"]) for c in configs],
-            f"preset '{preset}'{' (the default without one)' if defaulted else ''}, the Triton "
-            "kernels under their interpreter (TRITON_INTERPRET=1)",
-        )
-    return Placement(gpus, host_bytes)
+    return _place(configs, _check_moe, host_bytes)
 
 
 def _profile_arm(config: dict, on_gpu: bool) -> tuple[Preset, dict]:

@@ -106,9 +106,15 @@ def measure_moe(config: dict) -> dict:
     # checked above: the samples skip the ids' readback, as bench moe's do
     timed = trusted_routing()(call)
     timing = time_launch(timed, dev, tokens, repeats=Repeats(**config["repeats"]))
+    return _timed_row(row, timing)
+
+
+def _timed_row(row: dict, timing) -> dict:
+    """A checked row with its timing: status (spills or ok), median ms, its statistics and
+    samples, why sampling stopped, and how it was timed."""
     stats = dict(timing.stats)
     return row | {
-        "status": "spills" if row["spills"] else "ok",
+        "status": "spills" if row.get("spills") else "ok",
         "ms": stats.pop("median"),
         **stats,
         "samples_ms": timing.samples_ms,
@@ -126,7 +132,7 @@ def measure_dense(config: dict) -> dict:
     import torch
 
     import kernels.dense as dense
-    from workbench.capture.bench_dense import DECODE_COPIES, layer_row_plan
+    from workbench.capture.bench_dense import layer_copies, layer_row_plan
     from workbench.capture.timing import time_launch
     from workbench.presets import get_preset
     from workbench.workloads.dense import Layer, activations
@@ -136,8 +142,7 @@ def measure_dense(config: dict) -> dict:
     dev = torch.device(w["device"] or ("cuda" if torch.cuda.is_available() else "cpu"))
     s = replace(get_preset(w["preset"]).rank_shapes(), **config["shapes"])
     dtype = serving_dtype(dev)
-    copies = DECODE_COPIES if dev.type == "cuda" else 1
-    layer = Layer(s, copies, w["block"] or dense.DEFAULT_BLOCK, dtype, dev, w["seed"])
+    layer = Layer(s, layer_copies(dev), w["block"] or dense.DEFAULT_BLOCK, dtype, dev, w["seed"])
     xs = activations(m, layer.input_widths, w["seed"], dev, dtype)
     plan = layer_row_plan(w["variant"], m, layer, xs, config["params"])
     row = plan.check()
@@ -146,15 +151,7 @@ def measure_dense(config: dict) -> dict:
     launch = plan.launch
     timing = time_launch(launch.fn, dev, m, graph=launch.graph, units=launch.units,
                          repeats=Repeats(**config["repeats"]))  # fmt: skip
-    stats = dict(timing.stats)
-    return row | {
-        "status": "spills" if row.get("spills") else "ok",
-        "ms": stats.pop("median"),
-        **stats,
-        "samples_ms": timing.samples_ms,
-        "stopped": timing.stopped,
-        "timing": timing.method.record(),
-    }
+    return _timed_row(row, timing)
 
 
 def _step_spans_ms(kernels: pd.DataFrame) -> pd.Series:
@@ -355,16 +352,15 @@ def ab(
     runs = (PROFILE_RUNS if kernel == "profile" else 1) if runs is None else runs
     if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
         raise WorkbenchError(f"runs={runs!r} must be an integer >= 1 (workers per arm).")
+    recorded["runs"] = runs
     if kernel == "profile":
         phases = recorded["phases"] = list(_phases(fixed.pop("phases", PHASES)))
-        recorded["runs"] = runs
         settings = {"a": a, "b": b}
         configs = [{"kernel": "profile", "label": arm, "arm": arm, "run": r, "phases": phases,
                     "settings": {**fixed, **settings[arm]}, "tokens": t}
                    for t in tokens for r, arm in ab_order(runs)]  # fmt: skip
         place = place_profile(configs)
     else:
-        recorded["runs"] = runs
         by_arm = {(c["label"], c["tokens"]): c for c in _configs({"a": a, "b": b}, tokens,
                                                                  fixed, kernel)}  # fmt: skip
         # each arm's worker `runs` times at each size, in the order a b b a (`ab_order`)
