@@ -39,6 +39,7 @@ from workbench.artifacts import SCHEMA_VERSION, write_json_atomic
 from workbench.capture.debris import owned_prefix
 from workbench.capture.environment import REPO, describe
 from workbench.capture.ncu_args import DECODE_STEP, DONE, PREFIX, TargetArgs, nvtx_filter
+from workbench.capture.ncu_peers import peer_record
 from workbench.errors import ArtifactError, WorkbenchError
 
 TARGET_MODULE = "workbench.capture.ncu_target"
@@ -268,11 +269,13 @@ def capture(
 ) -> Path:
     """Profile one launch of `kernel`/`variant` per token count with Nsight Compute.
 
-    `params` go to the variant (e.g. `block_m=32`). ncu collects `--set full`, or `ncu_set`
-    (one of NCU_SETS), or instead the `sections` named (see collection_options). Writes
-    `out/<name>.ncu-rep`, `<name>.json` and `<name>.summary.txt` and returns the report's path;
-    `name` defaults to e.g. `moe-stock-T6-4096`. Needs ncu and a GPU; the report then loads
-    anywhere with load_ncu.
+    `variant` may name a peer of `kernel` (dense: cublas_fp8, deepgemm, humming, ...; moe:
+    deepgemm, humming), profiled on the weights bench hands it (`ncu_peers`); its metadata then
+    says which package it ran. `params` go to the variant (e.g. `block_m=32`). ncu collects
+    `--set full`, or `ncu_set` (one of NCU_SETS), or instead the `sections` named (see
+    collection_options). Writes `out/<name>.ncu-rep`, `<name>.json` and `<name>.summary.txt`
+    and returns the report's path; `name` defaults to e.g. `moe-stock-T6-4096`. Needs ncu and
+    a GPU; the report then loads anywhere with load_ncu.
     """
     counts = (tokens,) if isinstance(tokens, int) else tuple(tokens)
     target = TargetArgs(kernel, variant, counts, dict(params), routing, seed)
@@ -312,6 +315,9 @@ def capture(
             "wall_s": round(wall_s, 1),
             "environment": describe(),
         }
+        peer = peer_record(kernel, variant)  # a peer's package and version, as it reports them
+        if peer is not None:
+            meta["peer"] = peer
         write_json_atomic(tmp / f"{name}.json", meta)
         try:
             summary = load_ncu(report).text()

@@ -18,7 +18,16 @@ import torch
 from kernels.moe import FORMATS, VARIANTS, moe_reference
 from workbench.analysis.ncu_files import DECODE_STEP
 from workbench.capture.ncu_args import DECODE_DEFAULTS, Mark, TargetArgs, Workload, range_name
+from workbench.capture.ncu_peers import build_dense_peer, build_moe_peer, peer_of
+from workbench.capture.ncu_workload_parts import (
+    DEFAULT_PROJECTION,
+    check_output,
+    dense_projection,
+    device_for,
+    marked,
+)
 from workbench.errors import WorkbenchError
+from workbench.peers import peer_names
 from workbench.presets import get_preset
 from workbench.workloads.checks import moe_check_key, relative_error, tolerance
 from workbench.workloads.model import Plan, SyntheticModel
@@ -27,24 +36,11 @@ from workbench.workloads.seeds import serving_dtype
 
 
 # ---- shared pieces -------------------------------------------------------------------------
-def device_for(name: str) -> torch.device:
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise WorkbenchError(
-            "no CUDA GPU is visible (torch.cuda.is_available() is False); ncu captures run on "
-            "the GPU machine."
-        )
-    return device
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _variant(table: dict[str, Callable], kind: str, name: str) -> Callable:
     if name not in table:
-        raise WorkbenchError(f"unknown {kind} variant '{name}'; known: {', '.join(table)}")
+        peers = ", ".join(peer_names(kind))
+        raise WorkbenchError(f"unknown {kind} variant '{name}'; known: {', '.join(table)}"
+                             + (f"; peers: {peers}" if peers else ""))  # fmt: skip
     return table[name]
 
 
@@ -63,35 +59,18 @@ def _keyword_params(fn: Callable, params: dict[str, object], label: str) -> dict
     return params
 
 
-def _check_output(
-    call: Callable[[], torch.Tensor], reference: Callable, label: str, tolerance: float, hint: str
-) -> None:
-    """Raise unless `call()` matches `reference()` to `tolerance` (relative error)."""
-    error = relative_error(call(), reference())
-    if not error <= tolerance:  # also catches NaN
-        raise WorkbenchError(
-            f"{label}: output differs from its reference (relative error {error:.3g}, tolerance "
-            f"{tolerance:g}); a wrong kernel is not profiled. Reproduce at small shapes with "
-            f"{hint}."
-        )
-
-
-def _marked(call: Callable[[], object], name: str) -> Callable[[Mark], None]:
-    def run(mark: Mark) -> None:
-        with mark(name):
-            call()
-
-    return run
-
-
 # ---- --kernel moe --------------------------------------------------------------------------
 def build_moe(args: TargetArgs) -> list[Workload]:
     """One launch of `kernels.moe.VARIANTS[variant]` per token count, routed experts only.
 
     `fmt` (bf16, fp8 or int4) and `block` choose the weight format (MoeWeights.quantize); the
     reference then runs on the dequantised weights, so the check isolates the kernel (and, for
-    the W8A8 variants, the rounding of their FP8 activations).
+    the W8A8 variants, the rounding of their FP8 activations). A MoE peer's layer instead
+    (`ncu_peers`), when `variant` names one.
     """
+    peer = peer_of("moe", args.variant)
+    if peer is not None:
+        return build_moe_peer(args, peer)
     fn = _variant(VARIANTS, "moe", args.variant)
     options = dict(args.params)
     fmt, block = str(options.pop("fmt", "bf16")), options.pop("block", None)
@@ -111,9 +90,9 @@ def build_moe(args: TargetArgs) -> list[Workload]:
         problem = moe_problem(shapes, tokens, args.routing, args.seed, device, dtype)
         call = partial(fn, *problem.args(), weights, **params)
         name = range_name("moe", args.variant, tokens)
-        check = partial(_check_output, call, partial(reference, problem, weights), name,
+        check = partial(check_output, call, partial(reference, problem, weights), name,
                         tolerance("moe", scheme), "tests/test_moe_stock.py")  # fmt: skip
-        workloads.append(Workload(name, check, call, _marked(call, name)))
+        workloads.append(Workload(name, check, call, marked(call, name)))
     return workloads
 
 
@@ -121,21 +100,21 @@ def build_moe(args: TargetArgs) -> list[Workload]:
 def build_dense(args: TargetArgs) -> list[Workload]:
     """One launch of `kernels.dense.VARIANTS[variant]` per token count M, on one projection of a
     layer: `projection` (default `o_b`, the output projection's second half, 5120 x 4096); FP8
-    variants get its weight quantised with `block` (32)."""
+    variants get its weight quantised with `block` (32). A dense peer's linear instead
+    (`ncu_peers`), when `variant` names one."""
     import kernels.dense as dense
     from kernels.dense.formats import check_block
     from kernels.dense.tiles import GemmTiles
-    from workbench.workloads.dense import activations, layer_projections, projection_master
+    from workbench.workloads.dense import activations, projection_master
 
+    peer = peer_of("dense", args.variant)
+    if peer is not None:
+        return build_dense_peer(args, peer)
     fn = _variant(dense.VARIANTS, "dense", args.variant)
     options = dict(args.params)
-    chosen = str(options.pop("projection", "o_b"))
+    chosen = str(options.pop("projection", DEFAULT_PROJECTION))
     block = int(options.pop("block", dense.DEFAULT_BLOCK))
-    projections = {p.name: p for p in layer_projections(get_preset(args.preset).rank_shapes())}
-    if chosen not in projections:
-        raise WorkbenchError(
-            f"unknown projection={chosen}; the layer's are {', '.join(projections)}."
-        )
+    p = dense_projection(args.preset, chosen)
     tiles = {f.name for f in fields(GemmTiles)}
     allowed = {"bf16": set(), "w8a16": tiles, "w8a8": tiles - {"swap_ab"}, "hybrid": {"hybrid_m"}}
     unknown = ", ".join(sorted(set(options) - allowed.get(args.variant, set())))
@@ -151,7 +130,7 @@ def build_dense(args: TargetArgs) -> list[Workload]:
             GemmTiles(16, 64, 64, 4, 3).override(**options).check()
     except ValueError as err:
         raise WorkbenchError(f"dense variant '{args.variant}': {err}") from None
-    p, device = projections[chosen], device_for(args.device)
+    device = device_for(args.device)
     master = projection_master(p, args.seed, device, torch.bfloat16)
     fp8 = dense.WEIGHT_FORMAT[args.variant] == "fp8"
     weight = dense.DenseWeights.quantize(master, "fp8", block) if fp8 else master
@@ -161,10 +140,10 @@ def build_dense(args: TargetArgs) -> list[Workload]:
         x = activations(tokens, [p.k], args.seed, device, torch.bfloat16)[p.k]
         call = partial(fn, x, weight, **options)
         name = range_name("dense", args.variant, tokens)
-        check = partial(_check_output, call, partial(reference, x, weight), name,
+        check = partial(check_output, call, partial(reference, x, weight), name,
                         tolerance("dense", args.variant),
                         "tests/test_dense_kernels.py")  # fmt: skip
-        workloads.append(Workload(name, check, call, _marked(call, name)))
+        workloads.append(Workload(name, check, call, marked(call, name)))
     return workloads
 
 
@@ -206,7 +185,7 @@ def build_attention(args: TargetArgs) -> list[Workload]:
         }[part]  # fmt: skip
         name = range_name("attention", args.variant, queries)  # the file name has the part
         check = partial(_check_attention, call, reference, measure, p, s.window, name)
-        workloads.append(Workload(name, check, call, _marked(call, name)))
+        workloads.append(Workload(name, check, call, marked(call, name)))
     return workloads
 
 
@@ -274,7 +253,7 @@ def _decode_workload(model: _MarkedModel, streams: int, opts: dict, args: Target
                           model.dtype)  # fmt: skip
     args_ = (*problem.args(), experts.experts_gate_up, experts.experts_down)
     check = partial(
-        _check_output, partial(model.moe_fn, *args_), partial(moe_reference, *args_), name,
+        check_output, partial(model.moe_fn, *args_), partial(moe_reference, *args_), name,
         tolerance("moe", "bf16"), "tests/test_moe_stock.py",
     )  # fmt: skip
     return Workload(name, check, lambda: None, run)  # run() warms up before the marked step

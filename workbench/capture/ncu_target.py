@@ -30,7 +30,8 @@ from collections.abc import Callable, Sequence
 import torch
 
 from workbench.capture.ncu_args import DONE, PREFIX, Mark, TargetArgs, parse_args
-from workbench.capture.ncu_builders import BUILDERS, device_for, synchronize
+from workbench.capture.ncu_builders import BUILDERS
+from workbench.capture.ncu_workload_parts import device_for, synchronize
 from workbench.errors import WorkbenchError
 
 

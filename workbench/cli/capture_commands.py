@@ -96,11 +96,16 @@ def add_ncu(sub) -> None:
             "attention variant (triton, fp8; tokens are queries ending at --param "
             "context=46000, --param part=indexer|select|indexer_select|attend), or "
             "'model-decode-step' for every kernel of one decode step (tokens are then the "
-            "streams). Writes OUT/<name>.ncu-rep, .json and .summary.txt."
+            "streams). For 'dense' and 'moe', VARIANT may name a peer (dense: cublas_fp8, "
+            "deepgemm, humming, humming_w4a16; moe: deepgemm, humming), profiled on the "
+            "weights bench gives it; diff its report against the workbench's kernel with "
+            "`workbench ncu-report OURS --baseline PEER --select REGEX`. Writes "
+            "OUT/<name>.ncu-rep, .json and .summary.txt."
         ),
     )
     p.add_argument("kernel", help="moe, dense, attention or model-decode-step")
-    p.add_argument("variant", help="the variant, e.g. stock, multirow, flat; w8a16, w8a8")
+    p.add_argument("variant", help="the variant, e.g. stock, multirow, flat; w8a16, w8a8; "
+                   "or a peer, e.g. deepgemm")  # fmt: skip
     p.add_argument("--tokens", type=int, nargs="+", default=[6, 4096])
     p.add_argument("--param", type=kernel_setting, nargs="+", action="extend", default=[],
                    metavar="KEY=VALUE", help="kernel settings (fmt=fp8 rows=2 ...)")  # fmt: skip

@@ -1,0 +1,131 @@
+"""Peers as ncu targets, on the CPU with stand-in peers: converted once from the weights bench
+hands them, checked, then marked one launch per token count; every refusal names its fix."""
+
+import json
+import lzma
+from pathlib import Path
+
+import pytest
+from test_ncu_analysis import real_reports
+from test_ncu_capture import FakeNcu, Marks, cpu_args, fake_machine  # noqa: F401 (a fixture)
+
+import kernels.dense as dense
+from kernels.moe import moe_reference
+from workbench.capture.ncu import capture
+from workbench.capture.ncu_args import DONE
+from workbench.capture.ncu_peers import peer_record
+from workbench.capture.ncu_target import run_target
+from workbench.capture.ncu_workload_parts import dense_projection
+from workbench.errors import WorkbenchError
+from workbench.peers import PEER_BLOCK, PEERS, Peer
+
+
+def _dense_peer(converted: list, scale: float = 1.0, ok: bool = True) -> Peer:
+    """A dense peer computing the reference on what it was handed (times `scale`), that
+    records each weight it converts."""
+
+    def prepare(weights):
+        converted.append(weights)
+        return lambda x: (dense.linear_reference(x, weights) * scale).to(x.dtype)
+
+    why = "fakegemm 1.2" if ok else "fakegemm is not installed"
+    return Peer("fakegemm", ("dense",), "w8a8-block128", "w8a8", lambda: (ok, why), prepare)
+
+
+def _moe_peer(converted: list) -> Peer:
+    def prepare_moe(weights):
+        converted.append(weights)
+        return lambda x, ids, route: moe_reference(x, ids, route, weights).to(x.dtype)
+
+    return Peer("fakemoe", ("moe",), "", "w8a8", lambda: (True, "fakemoe 0.1"),
+                prepare_moe=prepare_moe, moe_variant="masked + torch glue")  # fmt: skip
+
+
+def test_a_dense_peer_is_converted_once_checked_then_marked_once_per_m(monkeypatch):
+    converted = []
+    monkeypatch.setitem(PEERS, "fakegemm", _dense_peer(converted))
+    marks = Marks()
+    args = cpu_args("dense", "fakegemm", (1, 20), projection="qkv_a")
+    assert run_target(args, marks, log=lambda line: None) == ["wb:dense:fakegemm:T=1",
+                                                              "wb:dense:fakegemm:T=20"]  # fmt: skip
+    assert marks.names == ["wb:dense:fakegemm:T=1", "wb:dense:fakegemm:T=20"]
+    # one conversion, of the projection's weight as FP8 in DeepSeek's blocks, as bench hands it
+    assert len(converted) == 1
+    (weight,) = converted
+    assert weight.fmt == "fp8" and weight.block == PEER_BLOCK
+    qkv_a = dense_projection("tiny", "qkv_a")
+    assert (weight.out_features, weight.in_features) == (qkv_a.n, qkv_a.k)
+
+
+def test_a_wrong_peer_is_not_profiled(monkeypatch):
+    monkeypatch.setitem(PEERS, "fakegemm", _dense_peer([], scale=1.5))
+    with pytest.raises(WorkbenchError, match="fakegemm:T=1: output differs from its reference"):
+        run_target(cpu_args("dense", "fakegemm", (1,)), Marks(), log=lambda line: None)
+
+
+def test_a_peer_that_cannot_run_says_why(monkeypatch):
+    monkeypatch.setitem(PEERS, "fakegemm", _dense_peer([], ok=False))
+    with pytest.raises(WorkbenchError, match="dense peer 'fakegemm' cannot run here: fakegemm is "
+                       "not installed"):  # fmt: skip
+        run_target(cpu_args("dense", "fakegemm", (1,)), Marks())
+    # a placeholder has no adapter: it says what would make it work
+    ok, why = PEERS["marlin"].available()
+    assert not ok
+    with pytest.raises(WorkbenchError, match="dense peer 'marlin' cannot run here"):
+        run_target(cpu_args("dense", "marlin", (1,)), Marks())
+
+
+def test_a_peer_takes_the_weights_bench_gives_it_and_no_other_settings(monkeypatch):
+    monkeypatch.setitem(PEERS, "fakegemm", _dense_peer([]))
+    with pytest.raises(WorkbenchError, match="runs block=128 only .* drop block=32"):
+        run_target(cpu_args("dense", "fakegemm", (1,), block=32), Marks())
+    with pytest.raises(WorkbenchError, match="no parameter block_n; its parameters: projection, "
+                       "block"):  # fmt: skip
+        run_target(cpu_args("dense", "fakegemm", (1,), block_n=32), Marks())
+    with pytest.raises(WorkbenchError, match="unknown projection=qkv; the layer's are qkv_a"):
+        run_target(cpu_args("dense", "fakegemm", (1,), projection="qkv"), Marks())
+    with pytest.raises(WorkbenchError, match="moe peer 'deepgemm' runs fmt=fp8 only"):
+        run_target(cpu_args("moe", "deepgemm", (1,), fmt="int4"), Marks())
+    # an unknown variant's message names the peers too
+    with pytest.raises(WorkbenchError, match="unknown dense variant 'nope'; known: .*; peers: "
+                       "cublas_fp8, humming, humming_w4a16, deepgemm"):  # fmt: skip
+        run_target(cpu_args("dense", "nope", (1,)), Marks())
+
+
+def test_a_moe_peer_runs_its_layer_on_fp8_experts(monkeypatch):
+    converted = []
+    monkeypatch.setitem(PEERS, "fakemoe", _moe_peer(converted))
+    marks = Marks()
+    args = cpu_args("moe", "fakemoe", (3, 5), fmt="fp8")
+    assert run_target(args, marks, log=lambda line: None) == ["wb:moe:fakemoe:T=3",
+                                                              "wb:moe:fakemoe:T=5"]  # fmt: skip
+    assert marks.names == ["wb:moe:fakemoe:T=3", "wb:moe:fakemoe:T=5"]
+    (experts,) = converted
+    assert experts.fmt == "fp8" and experts.block == PEER_BLOCK
+
+
+def test_what_a_peer_capture_records(monkeypatch):
+    monkeypatch.setitem(PEERS, "fakegemm", _dense_peer([]))
+    assert peer_record("dense", "fakegemm") == {
+        "name": "fakegemm", "variant": "w8a8-block128", "scheme": "w8a8", "available": True,
+        "why": "fakegemm 1.2",
+    }  # fmt: skip
+    assert peer_record("dense", "w8a16") is None
+    assert peer_record("moe", "stock") is None
+    monkeypatch.setitem(PEERS, "fakemoe", _moe_peer([]))
+    assert peer_record("moe", "fakemoe")["variant"] == "masked + torch glue"
+
+
+@pytest.mark.parametrize("report", real_reports()[:1] or [None])
+def test_a_peer_capture_writes_the_peer_into_its_metadata(fake_machine, tmp_path, monkeypatch,  # noqa: F811
+                                                          report):  # fmt: skip
+    if report is None:
+        pytest.skip("needs a real .ncu-rep (none committed under ncu/ yet) to stand for ncu's")
+    monkeypatch.setitem(PEERS, "fakegemm", _dense_peer([]))
+    data = Path(report).read_bytes()
+    data = lzma.decompress(data) if report.endswith(".xz") else data
+    fake_machine(FakeNcu(f"{DONE}: ran\n", report=data))
+    path = capture("dense", "fakegemm", [4096], out=tmp_path / "ncu", projection="o_b")
+    meta = json.loads(path.with_suffix(".json").read_text())
+    assert meta["variant"] == "fakegemm" and meta["params"] == {"projection": "o_b"}
+    assert meta["peer"]["why"] == "fakegemm 1.2" and meta["peer"]["available"] is True
