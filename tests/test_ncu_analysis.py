@@ -418,6 +418,10 @@ def test_real_summary_equals_the_metrics_read_directly(path, tmp_path):
             if row == "Duration (us)":
                 assert metric.unit() == "ns"
                 expected /= 1000
+            if row == "SM clock (MHz)":  # read from the SOL section's "SM Frequency", in Hz
+                assert metric.unit() == "hz"
+                expected /= 1e6
+                assert 500 < summary.loc[row, label] < 2500  # an H100/H200 clock, in MHz
             assert summary.loc[row, label] == pytest.approx(expected)
 
 

@@ -27,8 +27,10 @@ from workbench.analysis.ncu_metrics import (
     NOT_A_STALL,
     OCCUPANCY_METRICS,
     SUMMARY_METRICS,
+    TIME_TO_US,
     TOP_STALL_ROWS,
     first_value,
+    row_unit,
     stall_records,
 )
 from workbench.analysis.ncu_module import ncu_report
@@ -162,14 +164,14 @@ class NcuReport:
             values[label] = [math.nan if m is None else m.value() for m in metrics]
         return pd.DataFrame(values, index=list(names))
 
-    def _first(self, i: int, candidates: Sequence[str], to_us: bool = False) -> tuple:
+    def _first(self, i: int, candidates: Sequence[str], units: dict | None = None) -> tuple:
         """(value, metric name) of the first candidate launch `i` has; (NaN, None) if none."""
-        return first_value(self._actions[i], self._names[i], candidates, to_us)
+        return first_value(self._actions[i], self._names[i], candidates, units)
 
     def _rows(self, table: dict[str, tuple[str, ...]]) -> tuple[dict, dict]:
         values, used = {}, {}
         for row, candidates in table.items():
-            found = [self._first(i, candidates, row.endswith("(us)")) for i in range(len(self))]
+            found = [self._first(i, candidates, row_unit(row)) for i in range(len(self))]
             values[row] = [value for value, _ in found]
             used[row] = [name for _, name in found]
         return values, used
@@ -324,7 +326,7 @@ class NcuReport:
     # ---- kernel time, text -----------------------------------------------------------------
     def _durations(self) -> pd.Series:
         duration = SUMMARY_METRICS["Duration (us)"]
-        return pd.Series([self._first(i, duration, True)[0] for i in range(len(self))])
+        return pd.Series([self._first(i, duration, TIME_TO_US)[0] for i in range(len(self))])
 
     def kernel_time(self) -> pd.DataFrame:
         """Where the profiled time goes, kernel by kernel, the longest first: launches, total

@@ -42,6 +42,10 @@ SUMMARY_METRICS: dict[str, tuple[str, ...]] = {
         "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
     ),
     "Warp cycles per issued instruction": ("smsp__average_warp_latency_per_inst_issued.ratio",),
+    # The clock the launch ran at: on a power-capped card (the H200 at 700 W) a long GEMM runs
+    # well below the boost clock, and two kernels can differ in it as much as in their work.
+    "SM clock (MHz)": ("sm__cycles_elapsed.avg.per_second",),
+    "L2 throughput (%)": ("lts__t_sectors.avg.pct_of_peak_sustained_elapsed",),
     "Local-memory spill requests": (
         "derived__local_spilling_requests",
         "sass__inst_executed_register_spilling",
@@ -81,6 +85,14 @@ NOT_A_STALL = "selected"  # the warp issued: sampled like a stall, never the "to
 STALL_COLUMNS = ["launch", "reason", "cycles_per_issue", "samples", "share_pct"]
 
 TIME_TO_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+FREQUENCY_TO_MHZ = {"hz": 1e-6, "khz": 1e-3, "mhz": 1.0, "ghz": 1e3}
+# A summary row whose name ends so is converted from the metric's own unit into the row's.
+ROW_UNITS = {"(us)": TIME_TO_US, "(MHz)": FREQUENCY_TO_MHZ}
+
+
+def row_unit(row: str) -> dict[str, float] | None:
+    """The conversion (metric unit -> factor) a summary row's name asks for; None: as read."""
+    return next((units for end, units in ROW_UNITS.items() if row.endswith(end)), None)
 
 
 def number(value: object) -> float:
@@ -101,16 +113,17 @@ def is_stall_sample(name: str) -> bool:
 
 
 def first_value(
-    action, names: frozenset[str], candidates: Sequence[str], to_us: bool = False
+    action, names: frozenset[str], candidates: Sequence[str], units: dict | None = None
 ) -> tuple[float, str | None]:
     """(value, metric name) of the first candidate the launch has (`names`: its metric names);
-    (NaN, None) if none. `to_us` converts a duration from the metric's unit to microseconds."""
+    (NaN, None) if none. `units` (e.g. TIME_TO_US) converts from the metric's unit; a unit it
+    does not know gives NaN, never a number in the wrong unit."""
     for name in candidates:
         if name in names:
             metric = action.metric_by_name(name)
             value = number(metric.value())
-            if to_us:
-                value *= TIME_TO_US.get(metric.unit(), math.nan)
+            if units is not None:
+                value *= units.get(str(metric.unit()).lower(), math.nan)
             return value, name
     return math.nan, None
 
