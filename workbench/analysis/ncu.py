@@ -22,6 +22,7 @@ import pandas as pd
 
 from workbench.analysis.ncu_files import openable, read_report, read_sidecar
 from workbench.analysis.ncu_metrics import (
+    CLOCK_ROW,
     FUNCTION_START,
     LIMIT_PREFIX,
     NOT_A_STALL,
@@ -29,6 +30,7 @@ from workbench.analysis.ncu_metrics import (
     SUMMARY_METRICS,
     TIME_TO_US,
     TOP_STALL_ROWS,
+    clock_shown,
     first_value,
     row_unit,
     stall_records,
@@ -184,6 +186,7 @@ class NcuReport:
         excluded; by PC samples where the report has no cycles) and its share of the samples.
         """
         values, _ = self._rows(SUMMARY_METRICS)
+        values[CLOCK_ROW] = list(map(clock_shown, values[CLOCK_ROW], values["Duration (us)"]))
         top = [self._top_stalls.get(label, (None, math.nan, math.nan)) for label in self.labels]
         for row, column in zip(TOP_STALL_ROWS, zip(*top)):
             values[row] = list(column)

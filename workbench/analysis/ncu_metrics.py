@@ -13,6 +13,13 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+CLOCK_ROW = "SM clock (MHz)"
+# Over a launch of a few microseconds ncu's elapsed-cycles rate is not the clock: it read 2,235
+# MHz for a 2.2 us combine and 2,075 for a 12.8 us selection kernel on H200s whose clock stops
+# at 1,980 (ncu/moe-flat-T6-fmtfp8, ncu/attention-fp8-T1-partindexer_select); from 19.7 us on
+# no committed launch read above 1,982.
+CLOCK_MIN_US = 20.0
+
 # Rows of NcuReport.summary(): the seed's "Nsight Compute on the stock kernel" table and a little
 # more.
 SUMMARY_METRICS: dict[str, tuple[str, ...]] = {
@@ -44,7 +51,8 @@ SUMMARY_METRICS: dict[str, tuple[str, ...]] = {
     "Warp cycles per issued instruction": ("smsp__average_warp_latency_per_inst_issued.ratio",),
     # The clock the launch ran at: on a power-capped card (the H200 at 700 W) a long GEMM runs
     # well below the boost clock, and two kernels can differ in it as much as in their work.
-    "SM clock (MHz)": ("sm__cycles_elapsed.avg.per_second",),
+    # Shown from CLOCK_MIN_US of launch time (`clock_shown`).
+    CLOCK_ROW: ("sm__cycles_elapsed.avg.per_second",),
     "L2 throughput (%)": ("lts__t_sectors.avg.pct_of_peak_sustained_elapsed",),
     "Local-memory spill requests": (
         "derived__local_spilling_requests",
@@ -88,6 +96,12 @@ TIME_TO_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3,
 FREQUENCY_TO_MHZ = {"hz": 1e-6, "khz": 1e-3, "mhz": 1.0, "ghz": 1e3}
 # A summary row whose name ends so is converted from the metric's own unit into the row's.
 ROW_UNITS = {"(us)": TIME_TO_US, "(MHz)": FREQUENCY_TO_MHZ}
+
+
+def clock_shown(clock_mhz: float, duration_us: float) -> float:
+    """A launch's SM clock as the summary shows it: NaN below CLOCK_MIN_US of launch time,
+    where the rate ncu reads is not the clock."""
+    return clock_mhz if duration_us >= CLOCK_MIN_US else math.nan
 
 
 def row_unit(row: str) -> dict[str, float] | None:
