@@ -36,13 +36,15 @@ tile boundaries, so the next tile's loads overlap this tile's last steps and its
 Triton kernel (raw/logs/h200-tune-dense-wgmma-a68971d-*.csv).
 
 Tiles of 128 x 128 read 32 KB of ring a K step for 4 MFLOP, at the FP8 peak more than the L2
-serves an SM; Nsight Compute had the tensor pipe 54% busy on o_b at M=4096 (183.6 us, at
-8607ab0). DeepGEMM halves one operand's L2 reads by multicasting it across a 2-CTA cluster,
-which Triton 3.6's Gluon cannot express for TMA loads, and takes 256-row tiles as two waves
-of 128 (its WAVE_BLOCK_M). So does this kernel (`default_block_m`): the second wave reuses
-the step's weight tile, 48 KB of ring for 8 MFLOP. On the H200 that took o_b to 153.7 us
-with the tensor pipe 68% busy, the warps now waiting mostly on their own wgmma
-(ncu/dense-w8a8-T4096), and the layer from 0.983 to 0.880 ms at M=4096 and 4.04 to 3.38 at
+serves an SM, it seemed; Nsight Compute had the tensor pipe 54% busy on o_b at M=4096
+(183.6 us, at 8607ab0). DeepGEMM halves one operand's L2 reads by multicasting it across a
+2-CTA cluster, which Triton 3.6's Gluon cannot express for TMA loads, and takes 256-row tiles
+as two waves of 128 (its WAVE_BLOCK_M). So does this kernel (`default_block_m`): the second
+wave reuses the step's weight tile, 48 KB of ring for 8 MFLOP. On the H200 that took o_b to
+153.7 us with the tensor pipe 68% busy, the warps now waiting mostly on their own wgmma
+(ncu/dense-w8a8-T4096: there the L2 served 40% of its sector peak, so its bandwidth was not
+the limit, and the SM clock was 1,644 MHz, down from 1,973 in the quantiser before it: the
+power cap; docs/design.md), and the layer from 0.983 to 0.880 ms at M=4096 and 4.04 to 3.38 at
 16384 (raw/logs/h200-tune-dense-wgmma-waves-*.csv). Before the load warp, DeepGEMM's GEMMs
 alone were 1.2x faster (raw/logs/h200-dense-w8a8-gemm-times-*.csv): o_b 0.125 against
 0.152 ms, q_up 0.205 against 0.246; shared_gate_up's 18 column tiles leave a third round of
