@@ -9,6 +9,7 @@ line could not be read (or a folder named holds none), or nothing that was met c
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -147,3 +148,22 @@ def test_a_named_folder_without_artifacts_fails(tmp_path, capsys):
     assert f"skipped {notes}: holds no run directory or Nsight Compute report" in (
         capsys.readouterr().err
     )
+
+
+def test_a_profile_ab_s_breakdown_shows_where_its_change_went(tmp_path):
+    """A profile A/B that recorded each phase's categories and idle time gets a table of
+    them beside its ratio (here the committed PDL A/B, given a breakdown by hand)."""
+    run = tmp_path / "ab-profile"
+    shutil.copytree(ROOT / "raw" / "ab-profile-20261204T212709", run)
+    rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines()]
+    for row in rows:
+        dense = 2.6 if row["arm"] == "b" else 2.4
+        for phase in row["by_phase"].values():
+            phase |= {"category_ms": {"Dense GEMM": dense, "MoE": 9.0}, "idle_ms": 0.5}
+    (run / "rows.jsonl").chmod(0o644)
+    (run / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "results.md"
+    assert main(["report", str(run), "--markdown", str(out)]) == 0
+    text = out.read_text()
+    assert "Where the change went: profile A/B: a = dense_pdl=False; b = dense_pdl=True" in text
+    assert "| decode | 33,863 | Dense GEMM | 2.40 | 2.60 | 0.200 | 8.3 |" in text

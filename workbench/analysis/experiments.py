@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis.stats import ratio, runs_median_ratio, runs_ratio
+from workbench.analysis.step_time import IDLE
 from workbench.artifacts import read_meta, read_rows
 from workbench.errors import ArtifactError
 
@@ -127,6 +128,41 @@ class AbResult:
         # rows arrive as workers finish: sort by size, prefill before decode as profiles show
         return table.sort_values(keys, key=lambda c: c.map(PHASES.index) if c.name == "phase"
                                  else c, ignore_index=True)  # fmt: skip
+
+    def where(self) -> pd.DataFrame:
+        """Where a profile A/B's change went, per phase and size: the median step's kernel time
+        of each category and its idle time (`step_time.breakdown`) in each arm (the median
+        over its runs), b - a in ms and in percent of a, the largest change first. Empty for
+        kernel A/Bs and for runs recorded before the breakdown was."""
+        columns = ["phase", "tokens", "part", "ms_a", "ms_b", "change_ms", "change_pct"]
+        if "category_ms" not in self.rows:
+            return pd.DataFrame(columns=columns)
+        out = []
+        for (phase, tokens), group in self.rows.groupby(["phase", "tokens"], sort=False):
+            arms = {arm: [_parts(r) for r in _runs_of(group, arm)] for arm in "ab"}
+            if not all(arms.values()) or any(None in runs for runs in arms.values()):
+                continue  # a run failed or predates the breakdown: nothing to set against
+            names = dict.fromkeys(k for runs in arms.values() for parts in runs for k in parts)
+            for part in names:
+                a, b = (float(np.median([p.get(part, 0.0) for p in arms[arm]])) for arm in "ab")
+                out.append({"phase": phase, "tokens": tokens, "part": part, "ms_a": a,
+                            "ms_b": b, "change_ms": b - a,
+                            "change_pct": 100 * (b - a) / a if a else np.nan})  # fmt: skip
+        table = pd.DataFrame(out, columns=columns)
+        order = table["change_ms"].abs()
+        return (table.assign(order=order)
+                .sort_values(["phase", "tokens", "order"], ascending=[True, True, False],
+                             key=lambda c: c.map(PHASES.index) if c.name == "phase" else c)
+                .drop(columns="order").reset_index(drop=True))  # fmt: skip
+
+
+def _parts(row: dict) -> dict[str, float] | None:
+    """A profile run's median step by part: its categories' kernel time and its idle time;
+    None when the run recorded no breakdown (it failed, or predates it)."""
+    categories = row.get("category_ms")
+    if not isinstance(categories, dict):
+        return None
+    return {**categories, IDLE: float(row.get("idle_ms", 0.0))}
 
 
 def _runs_of(group: pd.DataFrame, arm: str) -> list[dict]:

@@ -33,6 +33,7 @@ import pandas as pd
 
 from workbench.analysis.experiments import PHASES, AbResult, SweepResult, load_ab, load_sweep
 from workbench.analysis.stats import Repeats, summarise
+from workbench.analysis.step_time import breakdown, step_spans_ms
 from workbench.artifacts import run_stamp, unique_run_dir
 from workbench.capture.code_versions import WORKTREE, arm_packages, code_version, use_kernels_from
 from workbench.capture.experiment_checks import (
@@ -154,16 +155,10 @@ def measure_dense(config: dict) -> dict:
     return _timed_row(row, timing)
 
 
-def _step_spans_ms(kernels: pd.DataFrame) -> pd.Series:
-    """Per step: from its first kernel's start to its last kernel's end, in ms."""
-    ends = kernels["start_us"] + kernels["dur_us"]
-    steps = kernels.assign(end_us=ends).groupby("step")
-    return (steps["end_us"].max() - steps["start_us"].min()) / 1e3
-
-
 def measure_profile(config: dict) -> dict:
     """Worker entry point of a profile A/B: one `profile()` run of an arm's settings; per phase
-    its step spans as samples, with tokens per second and the Dense GEMM kernel time."""
+    its step spans as samples, with tokens per second, the Dense GEMM kernel time, and the
+    median step's kernel time by category and idle time (`step_time.breakdown`)."""
     use_kernels_from(config.get("code_key"))  # the arm's code: before kernels is imported
     import tempfile
 
@@ -181,7 +176,7 @@ def measure_profile(config: dict) -> dict:
     phases = {}
     for phase in config["phases"]:
         kernels = result.kernels[result.kernels["phase"] == phase]
-        spans = _step_spans_ms(kernels)
+        spans = step_spans_ms(kernels)
         # The prompt is prefilled once however many streams decode after it.
         streams = int(settings.get("streams", 1))
         tokens = config["tokens"] if phase == "prefill" else len(spans) * streams
@@ -195,6 +190,7 @@ def measure_profile(config: dict) -> dict:
             "tokens_per_s": tokens / (spans.sum() / 1e3),
             "dense_ms": float(dense.median() / 1e3) if len(dense) else 0.0,
             "steps": len(spans),
+            **breakdown(kernels),
         }
     return {"status": "ok", "by_phase": phases}
 

@@ -302,6 +302,10 @@ def ab(args) -> int:
             run_dir=args.run_dir, **({} if args.runs is None else {"runs": args.runs}), **fixed,
         )  # fmt: skip
     print(result.table().round(4).to_string(index=False))
+    where = result.where()
+    if not where.empty:
+        print("\nWhere the change went: the median step's kernel time by category, and idle")
+        print(where.round(4).to_string(index=False))
     failed = all_failed(result.rows)
     if failed:
         print(f"workbench: {failed}", file=sys.stderr)

@@ -30,6 +30,10 @@ AB_COLUMNS = {"phase": "phase", "tokens": "tokens", "ms_a": "a (ms)", "ms_b": "b
               "ratio": "b / a"}  # fmt: skip
 
 
+WHERE_COLUMNS = {"part": "median step's", "ms_a": "a (ms)", "ms_b": "b (ms)",
+                 "change_ms": "b - a (ms)", "change_pct": "b - a (%)"}  # fmt: skip
+
+
 def _settings(settings: Mapping | None) -> str:
     """Parameter settings as `k=v` text in name order; `none` when there are none."""
     return ", ".join(f"{k}={v}" for k, v in sorted((settings or {}).items())) or "none"
@@ -108,11 +112,18 @@ def _ab_runs(page: ReportPage, collection: Collection) -> None:
         caption = (f"{p.get('kernel', '?')} A/B: a = {_arm(p, 'a')}; b = {_arm(p, 'b')}; "
                    f"both: {_settings(p.get('fixed'))}")  # fmt: skip
         page.table(shown, caption, sources([item]), index=False)
+        where = item.result.where()
+        if not where.empty:
+            page.table(where.rename(columns=WHERE_COLUMNS), f"Where the change went: {caption}",
+                       sources([item]), index=False)  # fmt: skip
     if collection.of("ab"):
         page.text(
             "Profile A/Bs: ms is the median prefill chunk or decode step, each a sample paired "
             "across the arms (the same chunk did the same work); b / a is the ratio of their "
-            "total time with a bootstrap 95% interval, significant when it excludes 1."
+            "total time with a bootstrap 95% interval, significant when it excludes 1. Where "
+            "the change went (runs since it was recorded): the median step's kernel time of "
+            "each category and the time no kernel ran, in each arm, largest change first; "
+            "medians do not add up to the median step."
         )
 
 
