@@ -11,8 +11,8 @@ from test_ncu_capture import FakeNcu, Marks, cpu_args, fake_machine  # noqa: F40
 
 import kernels.dense as dense
 from kernels.moe import moe_reference
-from workbench.capture.ncu import capture
-from workbench.capture.ncu_args import DONE
+from workbench.capture.ncu import capture, ncu_command
+from workbench.capture.ncu_args import DONE, TargetArgs
 from workbench.capture.ncu_peers import peer_record
 from workbench.capture.ncu_target import run_target
 from workbench.capture.ncu_workload_parts import dense_projection
@@ -129,3 +129,11 @@ def test_a_peer_capture_writes_the_peer_into_its_metadata(fake_machine, tmp_path
     meta = json.loads(path.with_suffix(".json").read_text())
     assert meta["variant"] == "fakegemm" and meta["params"] == {"projection": "o_b"}
     assert meta["peer"]["why"] == "fakegemm 1.2" and meta["peer"]["available"] is True
+
+
+def test_a_moe_peer_s_range_is_profiled_whole():
+    """The MoE kernel-name filter keeps the workbench's Triton kernels; a peer's GEMMs have
+    names of their own, so its range goes unfiltered."""
+    ours = ncu_command("ncu", Path("out"), TargetArgs("moe", "flat", (6,)), python="python")
+    theirs = ncu_command("ncu", Path("out"), TargetArgs("moe", "deepgemm", (6,)), python="python")
+    assert "--kernel-name" in ours and "--kernel-name" not in theirs

@@ -39,7 +39,7 @@ from workbench.artifacts import SCHEMA_VERSION, write_json_atomic
 from workbench.capture.debris import owned_prefix
 from workbench.capture.environment import REPO, describe
 from workbench.capture.ncu_args import DECODE_STEP, DONE, PREFIX, TargetArgs, nvtx_filter
-from workbench.capture.ncu_peers import peer_record
+from workbench.capture.ncu_peers import peer_of, peer_record
 from workbench.errors import ArtifactError, WorkbenchError
 
 TARGET_MODULE = "workbench.capture.ncu_target"
@@ -70,7 +70,8 @@ def collection_options(ncu_set: str | None = None, sections: Sequence[str] = ())
 
 # The workbench's Triton kernels (`_counts_kernel`, `_flat_gate_up_kernel`, ...). A MoE range also
 # holds the launch's torch glue (zeros, casts, a reduction): profiling those too made a report of
-# 6 tokens 28 MB, and they are not what a MoE report is about.
+# 6 tokens 28 MB, and they are not what a MoE report is about. A MoE peer's range is profiled
+# whole: its GEMMs have names of their own, and its glue is part of what its row times.
 MOE_KERNELS = "regex:^(_|silu_reduce)"
 NCU_HOMES = "/usr/local/cuda/bin/ncu or /opt/nvidia/nsight-compute/<version>/ncu"
 TAIL_LINES = 40
@@ -112,7 +113,7 @@ def ncu_command(
     filters = [
         arg for name in target.range_names() for arg in ("--nvtx-include", nvtx_filter(name))
     ]
-    if target.kernel == "moe":
+    if target.kernel == "moe" and peer_of("moe", target.variant) is None:
         filters += ["--kernel-name", MOE_KERNELS]
     return [
         ncu,
