@@ -113,3 +113,26 @@ def test_ab_profile_passes_its_runs_per_arm(monkeypatch, capsys):
     seen.clear()
     assert main(argv) == 0 and "runs" not in seen  # ab's own default: PROFILE_RUNS
     capsys.readouterr()
+
+
+def test_ncu_passes_code_and_peers_through(monkeypatch, capsys):
+    """`workbench ncu dense deepgemm` and `--code REV` reach the capture as they are."""
+    import workbench
+
+    seen = {}
+
+    class Report:
+        def text(self) -> str:
+            return "report"
+
+    def fake_ncu(kernel, variant, tokens, out, **options):
+        seen.update(kernel=kernel, variant=variant, tokens=tokens, **options)
+        return Report()
+
+    monkeypatch.setattr(workbench, "ncu", fake_ncu)
+    argv = ["ncu", "dense", "w8a16", "--tokens", "64", "--param", "projection=q_up"]
+    assert main([*argv, "--code", "HEAD~2"]) == 0
+    assert seen["code"] == "HEAD~2" and seen["projection"] == "q_up" and seen["tokens"] == [64]
+    assert main(["ncu", "dense", "deepgemm", "--tokens", "4096"]) == 0
+    assert seen["variant"] == "deepgemm" and seen["code"] is None
+    assert capsys.readouterr().out.count("report") == 2

@@ -3,14 +3,20 @@ hands them, checked, then marked one launch per token count; every refusal names
 
 import json
 import lzma
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 from test_ncu_analysis import real_reports
 from test_ncu_capture import FakeNcu, Marks, cpu_args, fake_machine  # noqa: F401 (a fixture)
 
 import kernels.dense as dense
 from kernels.moe import moe_reference
+from workbench.capture.code_versions import CACHE, code_version, package_environment
 from workbench.capture.ncu import capture, ncu_command
 from workbench.capture.ncu_args import DONE, TargetArgs
 from workbench.capture.ncu_peers import peer_record
@@ -137,3 +143,47 @@ def test_a_moe_peer_s_range_is_profiled_whole():
     ours = ncu_command("ncu", Path("out"), TargetArgs("moe", "flat", (6,)), python="python")
     theirs = ncu_command("ncu", Path("out"), TargetArgs("moe", "deepgemm", (6,)), python="python")
     assert "--kernel-name" in ours and "--kernel-name" not in theirs
+
+
+@pytest.mark.parametrize("report", real_reports()[:1] or [None])
+def test_a_capture_of_other_code_runs_its_target_on_that_package(fake_machine, tmp_path,  # noqa: F811
+                                                                 report):  # fmt: skip
+    """`code=` profiles another kernels package: ncu's target imports it (PYTHONPATH first,
+    PYTHONSAFEPATH against the working directory), the report is named and recorded by it."""
+    if report is None:
+        pytest.skip("needs a real .ncu-rep (none committed under ncu/ yet) to stand for ncu's")
+    folder = tmp_path / "before"
+    shutil.copytree(ROOT / "kernels", folder / "kernels", ignore=shutil.ignore_patterns(CACHE))
+    (folder / "kernels" / "which.py").write_text("print('the folder arm')\n")
+    data = Path(report).read_bytes()
+    fake = fake_machine(FakeNcu(f"{DONE}: ran\n", report=lzma.decompress(data)
+                                if report.endswith(".xz") else data))  # fmt: skip
+    path = capture("dense", "w8a16", [64], out=tmp_path / "ncu", code=str(folder))
+    version = code_version(str(folder))
+    assert path.name == f"dense-w8a16-T64-code{version.key}.ncu-rep"
+    meta = json.loads(path.with_suffix(".json").read_text())
+    assert meta["code"] == {"code": "folder", "folder": "before", "digest": version.digest}
+    env = fake.kwargs["env"]
+    assert env["PYTHONSAFEPATH"] == "1"
+    assert Path(env["PYTHONPATH"].split(os.pathsep)[0]).name == version.key
+    assert not list((tmp_path / "ncu").glob(".*"))  # the exported package went with the rest
+
+
+def test_under_a_package_s_environment_python_m_imports_that_package(tmp_path):
+    """What ncu's target runs under for `code=`: a `python -m` process started in the
+    repository imports the folder's package, not the repository's own."""
+    folder = tmp_path / "before"
+    shutil.copytree(ROOT / "kernels", folder / "kernels", ignore=shutil.ignore_patterns(CACHE))
+    (folder / "kernels" / "which.py").write_text("print('the folder arm')\n")
+    probe = [sys.executable, "-m", "kernels.which"]
+    moved = package_environment(folder)
+    done = subprocess.run(probe, cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **moved})  # fmt: skip
+    assert done.stdout.strip() == "the folder arm", done.stderr
+    assert subprocess.run(probe, cwd=ROOT, capture_output=True).returncode != 0
+
+
+def test_a_capture_of_code_that_is_not_there_is_refused_before_ncu(monkeypatch, tmp_path):
+    monkeypatch.setattr(shutil, "which", lambda name: pytest.fail("looked for ncu"))
+    with pytest.raises(WorkbenchError, match="code='no-such-rev' is neither 'worktree'"):
+        capture("dense", "w8a16", [64], out=tmp_path, code="no-such-rev")

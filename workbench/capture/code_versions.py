@@ -153,11 +153,16 @@ def use_kernels_from(key: str | None) -> None:
             "`workbench ab` or from a notebook."
         )
     sys.path.insert(0, folder)
-    # the workbench itself next, where it is not installed (PYTHONSAFEPATH drops the working
-    # directory a `python -m` process would find it in)
-    path = [folder, str(REPO), os.environ.get("PYTHONPATH")]
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, path))
-    os.environ["PYTHONSAFEPATH"] = "1"
+    os.environ.update(package_environment(Path(folder)))
+
+
+def package_environment(folder: Path) -> dict[str, str]:
+    """The variables under which a Python process, and the `python -m` processes it starts,
+    import `kernels` from `folder` (holding the package): PYTHONPATH names the folder, then
+    the workbench itself, where it is not installed; PYTHONSAFEPATH keeps `python -m` from
+    putting the working directory, the repository's root, ahead of them."""
+    path = [str(folder), str(REPO), os.environ.get("PYTHONPATH")]
+    return {"PYTHONPATH": os.pathsep.join(filter(None, path)), "PYTHONSAFEPATH": "1"}
 
 
 @contextlib.contextmanager

@@ -36,6 +36,7 @@ import torch
 
 from workbench.analysis.ncu import load_ncu
 from workbench.artifacts import SCHEMA_VERSION, write_json_atomic
+from workbench.capture.code_versions import code_version, export_kernels, package_environment
 from workbench.capture.debris import owned_prefix
 from workbench.capture.environment import REPO, describe
 from workbench.capture.ncu_args import DECODE_STEP, DONE, PREFIX, TargetArgs, nvtx_filter
@@ -156,8 +157,11 @@ def _require_gpu() -> None:
         )
 
 
-def _run(command: Sequence[str], timeout_s: float) -> tuple[int, str]:
-    """Run ncu in its own process group; past `timeout_s`, kill ncu and the target it started."""
+def _run(
+    command: Sequence[str], timeout_s: float, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """Run ncu in its own process group, with `env` over this process's environment; past
+    `timeout_s`, kill ncu and the target it started."""
     try:
         process = subprocess.Popen(
             command,
@@ -165,7 +169,7 @@ def _run(command: Sequence[str], timeout_s: float) -> tuple[int, str]:
             stderr=subprocess.STDOUT,
             text=True,
             cwd=REPO,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             start_new_session=True,
         )
     except FileNotFoundError:
@@ -266,9 +270,16 @@ def capture(
     seed: int = 0,
     ncu_set: str | None = None,
     sections: Sequence[str] = (),
+    code: str | None = None,
     **params: object,
 ) -> Path:
     """Profile one launch of `kernel`/`variant` per token count with Nsight Compute.
+
+    `code` profiles another version of the kernels package, as `ab`'s `code=` arms take one (a
+    git revision, a folder holding a kernels package, or "worktree"): the target then imports
+    that package, the rest of the workbench being the working tree's; the report's name ends
+    in `-code<commit or folder>` and its metadata records the code, so a kernel edit's reports,
+    before and after, diff with `workbench ncu-report AFTER --baseline BEFORE`.
 
     `variant` may name a peer of `kernel` (dense: cublas_fp8, deepgemm, humming, ...; moe:
     deepgemm, humming), profiled on the weights bench hands it (`ncu_peers`); its metadata then
@@ -282,7 +293,9 @@ def capture(
     target = TargetArgs(kernel, variant, counts, dict(params), routing, seed)
     target.validate()
     collect = collection_options(ncu_set, sections)
-    name = name or default_name(target)
+    version = None if code is None else code_version(code)
+    suffix = "" if version is None or version.key is None else f"-code{version.key}"
+    name = name or default_name(target) + suffix
     if not re.fullmatch(r"[A-Za-z0-9._=-]+", name) or name.startswith("."):
         raise WorkbenchError(f"name '{name}' must be a plain file name (letters, digits, ._=-).")
     ncu = find_ncu()
@@ -292,8 +305,12 @@ def capture(
     tmp = Path(tempfile.mkdtemp(prefix=owned_prefix(f".{name}"), dir=out_dir))
     try:
         command = ncu_command(ncu, tmp / name, target, collect=collect)
+        env = {}
+        key = None if version is None else export_kernels(version, tmp)
+        if key is not None:  # the target imports that package, and so do its children
+            env = package_environment(tmp / key)
         begun = time.perf_counter()
-        returncode, output = _run(command, timeout_s)
+        returncode, output = _run(command, timeout_s, env)
         wall_s = time.perf_counter() - begun
         check_output(returncode, output, target)
         report = tmp / f"{name}.ncu-rep"
@@ -316,6 +333,8 @@ def capture(
             "wall_s": round(wall_s, 1),
             "environment": describe(),
         }
+        if version is not None:
+            meta["code"] = version.record()
         peer = peer_record(kernel, variant)  # a peer's package and version, as it reports them
         if peer is not None:
             meta["peer"] = peer

@@ -116,6 +116,9 @@ def add_ncu(sub) -> None:
     p.add_argument("--set", dest="ncu_set", help="ncu section set: full (default), detailed, basic")
     p.add_argument("--section", dest="sections", action="append", default=[],
                    help="collect this ncu section (or regex:...) instead of a set")  # fmt: skip
+    p.add_argument("--code", help="profile another version of the kernels package: a git "
+                   "revision, a folder holding one, or worktree (as ab's code= arms); the "
+                   "report's name ends in -code<commit>")  # fmt: skip
 
 
 def ncu(args) -> None:
@@ -123,7 +126,7 @@ def ncu(args) -> None:
 
     report = workbench.ncu(args.kernel, args.variant, args.tokens, args.out, name=args.name,
                            timeout_s=args.timeout, ncu_set=args.ncu_set, sections=args.sections,
-                           **dict(args.param))  # fmt: skip
+                           code=args.code, **dict(args.param))  # fmt: skip
     print(report.text())
 
 
