@@ -43,8 +43,8 @@ as two waves of 128 (its WAVE_BLOCK_M). So does this kernel (`default_block_m`):
 wave reuses the step's weight tile, 48 KB of ring for 8 MFLOP. On the H200 that took o_b to
 153.7 us with the tensor pipe 68% busy, the warps now waiting mostly on their own wgmma
 (ncu/dense-w8a8-T4096: there the L2 served 40% of its sector peak, so its bandwidth was not
-the limit, and the SM clock was 1,644 MHz, down from 1,973 in the quantiser before it: the
-power cap; docs/design.md), and the layer from 0.983 to 0.880 ms at M=4096 and 4.04 to 3.38 at
+the limit, and the SM clock was 1,644 MHz of the card's 1,980: the power cap; docs/design.md),
+and the layer from 0.983 to 0.880 ms at M=4096 and 4.04 to 3.38 at
 16384 (raw/logs/h200-tune-dense-wgmma-waves-*.csv). Before the load warp, DeepGEMM's GEMMs
 alone were 1.2x faster (raw/logs/h200-dense-w8a8-gemm-times-*.csv): o_b 0.125 against
 0.152 ms, q_up 0.205 against 0.246; shared_gate_up's 18 column tiles leave a third round of
