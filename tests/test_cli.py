@@ -136,3 +136,14 @@ def test_ncu_passes_code_and_peers_through(monkeypatch, capsys):
     assert main(["ncu", "dense", "deepgemm", "--tokens", "4096"]) == 0
     assert seen["variant"] == "deepgemm" and seen["code"] is None
     assert capsys.readouterr().out.count("report") == 2
+
+
+def test_ncu_help_names_every_peer_that_runs():
+    """The help lists the peers by hand (building it imports no peer); it must keep up."""
+    from workbench.peers import PEERS
+
+    out = subprocess.run([sys.executable, "-m", "workbench.cli", "ncu", "--help"],
+                         capture_output=True, text=True).stdout  # fmt: skip
+    text = " ".join(out.split())
+    runnable = [n for n, p in PEERS.items() if p.prepare is not None or p.prepare_moe is not None]
+    assert runnable and all(name in text for name in runnable), (runnable, text)

@@ -11,7 +11,7 @@ from helpers import QUICK, SMALL, write_sweep
 
 import kernels.moe  # noqa: F401 (its kernels defined under the interpreter, before a test unsets it)
 from workbench.analysis import experiments as results
-from workbench.analysis.step_time import IDLE
+from workbench.analysis.tables import GAPS, TOTAL
 from workbench.artifacts import ROWS_FILE, read_meta, read_rows
 from workbench.capture import experiments as ex
 from workbench.capture import memory
@@ -83,8 +83,13 @@ def test_profile_ab_compares_whole_settings_per_phase(tmp_path):
     # where the change went: each phase's categories and idle time in both arms
     where = result.where().set_index(["phase", "part"])
     assert set(where.index.get_level_values("phase")) == {"prefill", "decode"}
-    assert ("decode", "Dense GEMM") in where.index and ("decode", IDLE) in where.index
+    assert ("decode", "Dense GEMM") in where.index and ("decode", GAPS) in where.index
     assert (where[["ms_a", "ms_b"]] >= 0).all().all()
+    for phase in ("prefill", "decode"):  # the categories add up to the total, per arm
+        parts = where.loc[phase]
+        kernels = parts.drop(index=[TOTAL, GAPS])
+        assert kernels["ms_a"].sum() == pytest.approx(parts.loc[TOTAL, "ms_a"], rel=1e-6)
+        assert list(parts.index)[-1] == TOTAL and (parts["runs"] == 2).all()
     change = (where["ms_b"] - where["ms_a"]).to_numpy()
     assert where["change_ms"].to_numpy() == pytest.approx(change)
     with pytest.raises(WorkbenchError, match="supports kernel 'moe' or 'dense' or 'profile'"):
@@ -136,10 +141,10 @@ def test_a_failed_profile_arm_stands_for_each_of_its_phases():
     assert list(expanded.loc["b", "status"]) == ["timeout", "timeout"]
 
 
-def _profile_run(arm: str, run: int, dense: float, moe: float, idle: float) -> dict:
+def _profile_run(arm: str, run: int, dense: float, moe: float, gaps: float) -> dict:
     return {"arm": arm, "run": run, "phase": "decode", "tokens": 64, "status": "ok", "ms": 1.0,
-            "samples_ms": [1.0, 1.0], "category_ms": {"Dense GEMM": dense, "MoE": moe},
-            "idle_ms": idle}  # fmt: skip
+            "samples_ms": [1.0, 1.0], "step_parts_ms": {"Dense GEMM": dense, "MoE": moe,
+            TOTAL: dense + moe, GAPS: gaps}}  # fmt: skip
 
 
 def test_where_a_profile_ab_change_went():
@@ -150,17 +155,21 @@ def test_where_a_profile_ab_change_went():
         _profile_run("b", 1, 2.62, 5.1, 0.04),
     ]
     where = results.AbResult({"kind": "ab"}, pd.DataFrame(rows)).where()
-    assert list(where["part"]) == ["Dense GEMM", IDLE, "MoE"]  # the largest change first
+    # the largest change first, the total last
+    assert list(where["part"]) == ["Dense GEMM", GAPS, "MoE", TOTAL]
     dense = where.iloc[0]
     assert (dense["ms_a"], dense["ms_b"]) == pytest.approx((2.39, 2.61))  # medians over runs
     assert dense["change_ms"] == pytest.approx(0.22)
     assert dense["change_pct"] == pytest.approx(100 * 0.22 / 2.39)
     assert where.iloc[1]["change_ms"] == pytest.approx(-0.08)
-    # a run recorded before the breakdown, or a failed one, leaves its size out
-    old = [{k: v for k, v in r.items() if k not in ("category_ms", "idle_ms")} for r in rows]
+    assert (where["runs"] == 2).all()
+    # runs recorded before the parts were leave their size out
+    old = [{k: v for k, v in r.items() if k != "step_parts_ms"} for r in rows]
     assert results.AbResult({"kind": "ab"}, pd.DataFrame(old)).where().empty
-    failed = [*rows[:3], {**rows[3], "status": "timeout", "category_ms": None}]
-    assert results.AbResult({"kind": "ab"}, pd.DataFrame(failed)).where().empty
+    # a failed run leaves its arm's other runs, and says how many there were
+    failed = [*rows[:3], {**rows[3], "status": "timeout", "step_parts_ms": None}]
+    where = results.AbResult({"kind": "ab"}, pd.DataFrame(failed)).where()
+    assert (where["runs"] == 1).all() and where.iloc[0]["ms_b"] == pytest.approx(2.60)
 
 
 def test_profile_ab_arms_with_different_steps_compare_unpaired():

@@ -20,7 +20,7 @@ from helpers import STOCK, Action, Metric, Rule, moe_action, real_reports, stand
 
 from workbench.analysis.ncu import SUMMARY_METRICS, NcuReport, load_ncu
 from workbench.analysis.ncu_files import MAGIC, PACKINGS, framing_problem, packing, report_stem
-from workbench.analysis.ncu_metrics import CLOCK_MIN_US
+from workbench.analysis.ncu_metrics import CLOCK_MIN_US, clock_shown, first_value, row_unit
 from workbench.analysis.ncu_rules import plain
 from workbench.analysis.ncu_source import readable_path
 from workbench.analysis.ncu_text import diff_tables, diff_text, percent, significant
@@ -535,3 +535,20 @@ def test_real_capture_metadata_matches_the_launches(path):
         assert f"{name}/" in report.meta["command"]
         assert any(label.endswith(f"@ {name}") or f"@ {name} #" in label for label in report.labels)
     assert isinstance(report.launches, pd.DataFrame)
+
+
+def test_a_summary_value_is_read_in_its_row_s_unit_or_not_at_all():
+    """Durations in us and clocks in MHz whatever unit the metric came in; a unit the row does
+    not know gives NaN, never a number in the wrong unit; the clock only from 20 us."""
+    action = Action("k", {"t": Metric(1500.0, "ns"), "f1": Metric(1.644e9, "hz"),
+                          "f2": Metric(1.9, "GHz"), "f3": Metric(7.0, "furlong")})  # fmt: skip
+    names = frozenset(action.metric_names())
+    assert first_value(action, names, ["t"], row_unit("Duration (us)")) == (1.5, "t")
+    assert first_value(action, names, ["f1"], row_unit("SM clock (MHz)"))[0] == pytest.approx(1644)
+    assert first_value(action, names, ["f2"], row_unit("SM clock (MHz)"))[0] == pytest.approx(1900)
+    assert math.isnan(first_value(action, names, ["f3"], row_unit("SM clock (MHz)"))[0])
+    assert row_unit("L2 throughput (%)") is None
+    assert first_value(action, names, ["missing", "f3"]) == (7.0, "f3")  # as read
+    assert clock_shown(1644.0, CLOCK_MIN_US) == 1644.0
+    assert math.isnan(clock_shown(1644.0, CLOCK_MIN_US - 0.1))
+    assert math.isnan(clock_shown(1644.0, math.nan))  # no duration: no clock either

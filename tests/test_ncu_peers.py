@@ -16,7 +16,13 @@ from test_ncu_capture import FakeNcu, Marks, cpu_args, fake_machine  # noqa: F40
 
 import kernels.dense as dense
 from kernels.moe import moe_reference
-from workbench.capture.code_versions import CACHE, code_version, package_environment
+from workbench.capture.code_versions import (
+    CACHE,
+    KERNELS_FROM_ENV,
+    check_kernels_from,
+    code_version,
+    package_environment,
+)
 from workbench.capture.ncu import capture, ncu_command
 from workbench.capture.ncu_args import DONE, TargetArgs
 from workbench.capture.ncu_peers import peer_record
@@ -147,7 +153,7 @@ def test_a_moe_peer_s_range_is_profiled_whole():
 
 @pytest.mark.parametrize("report", real_reports()[:1] or [None])
 def test_a_capture_of_other_code_runs_its_target_on_that_package(fake_machine, tmp_path,  # noqa: F811
-                                                                 report):  # fmt: skip
+                                                                 monkeypatch, report):  # fmt: skip
     """`code=` profiles another kernels package: ncu's target imports it (PYTHONPATH first,
     PYTHONSAFEPATH against the working directory), the report is named and recorded by it."""
     if report is None:
@@ -156,9 +162,18 @@ def test_a_capture_of_other_code_runs_its_target_on_that_package(fake_machine, t
     shutil.copytree(ROOT / "kernels", folder / "kernels", ignore=shutil.ignore_patterns(CACHE))
     (folder / "kernels" / "which.py").write_text("print('the folder arm')\n")
     data = Path(report).read_bytes()
-    fake = fake_machine(FakeNcu(f"{DONE}: ran\n", report=lzma.decompress(data)
-                                if report.endswith(".xz") else data))  # fmt: skip
-    path = capture("dense", "w8a16", [64], out=tmp_path / "ncu", code=str(folder))
+
+    class Seeing(FakeNcu):  # what ncu would find on the target's path when it starts
+        def __call__(self, command, **kwargs):
+            first = Path(kwargs["env"]["PYTHONPATH"].split(os.pathsep)[0])
+            self.found = first.is_absolute() and (first / "kernels" / "which.py").is_file()
+            return super().__call__(command, **kwargs)
+
+    fake = fake_machine(Seeing(f"{DONE}: ran\n", report=lzma.decompress(data)
+                               if report.endswith(".xz") else data))  # fmt: skip
+    monkeypatch.chdir(tmp_path)  # a relative out, from outside the repository: ncu runs there
+    path = capture("dense", "w8a16", [64], out="ncu", code=str(folder))
+    assert fake.found  # the exported package, by a path that holds wherever ncu runs
     version = code_version(str(folder))
     assert path.name == f"dense-w8a16-T64-code{version.key}.ncu-rep"
     meta = json.loads(path.with_suffix(".json").read_text())
@@ -166,6 +181,7 @@ def test_a_capture_of_other_code_runs_its_target_on_that_package(fake_machine, t
     env = fake.kwargs["env"]
     assert env["PYTHONSAFEPATH"] == "1"
     assert Path(env["PYTHONPATH"].split(os.pathsep)[0]).name == version.key
+    assert path.parent == tmp_path / "ncu"
     assert not list((tmp_path / "ncu").glob(".*"))  # the exported package went with the rest
 
 
@@ -187,3 +203,25 @@ def test_a_capture_of_code_that_is_not_there_is_refused_before_ncu(monkeypatch, 
     monkeypatch.setattr(shutil, "which", lambda name: pytest.fail("looked for ncu"))
     with pytest.raises(WorkbenchError, match="code='no-such-rev' is neither 'worktree'"):
         capture("dense", "w8a16", [64], out=tmp_path, code="no-such-rev")
+
+
+def test_a_peer_that_cannot_run_is_refused_before_ncu(monkeypatch, tmp_path):
+    monkeypatch.setitem(PEERS, "fakegemm", _dense_peer([], ok=False))
+    monkeypatch.setattr(shutil, "which", lambda name: pytest.fail("looked for ncu"))
+    with pytest.raises(WorkbenchError, match="dense peer 'fakegemm' cannot run here: fakegemm "
+                       "is not installed"):  # fmt: skip
+        capture("dense", "fakegemm", [64], out=tmp_path)
+    with pytest.raises(WorkbenchError, match="moe peer 'vllm_fused_moe' cannot run here"):
+        capture("moe", "vllm_fused_moe", [6], out=tmp_path)  # a placeholder
+
+
+def test_a_target_refuses_kernels_from_anywhere_but_the_code_asked_for(monkeypatch, tmp_path):
+    """ncu's target checks which `kernels` it imported against the folder `--code` laid out,
+    so a wrong path or working directory fails instead of profiling the working tree's."""
+    monkeypatch.setenv(KERNELS_FROM_ENV, str(tmp_path / "before"))
+    with pytest.raises(WorkbenchError, match="imported kernels from .*, not from .*before"):
+        check_kernels_from()
+    monkeypatch.setenv(KERNELS_FROM_ENV, str(ROOT))  # where this process's kernels came from
+    check_kernels_from()
+    monkeypatch.delenv(KERNELS_FROM_ENV)
+    check_kernels_from()  # no code asked for: nothing to check

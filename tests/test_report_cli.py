@@ -159,7 +159,8 @@ def test_a_profile_ab_s_breakdown_shows_where_its_change_went(tmp_path):
     for row in rows:
         dense = 2.6 if row["arm"] == "b" else 2.4
         for phase in row["by_phase"].values():
-            phase |= {"category_ms": {"Dense GEMM": dense, "MoE": 9.0}, "idle_ms": 0.5}
+            phase["step_parts_ms"] = {"Dense GEMM": dense, "MoE": 9.0, "Total": dense + 9.0,
+                                      "Gaps between kernels": 0.5}  # fmt: skip
     (run / "rows.jsonl").chmod(0o644)
     (run / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "results.md"

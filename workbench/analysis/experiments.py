@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis.stats import ratio, runs_median_ratio, runs_ratio
-from workbench.analysis.step_time import IDLE
+from workbench.analysis.tables import TOTAL
 from workbench.artifacts import read_meta, read_rows
 from workbench.errors import ArtifactError
 
@@ -130,39 +130,33 @@ class AbResult:
                                  else c, ignore_index=True)  # fmt: skip
 
     def where(self) -> pd.DataFrame:
-        """Where a profile A/B's change went, per phase and size: the median step's kernel time
-        of each category and its idle time (`step_time.breakdown`) in each arm (the median
-        over its runs), b - a in ms and in percent of a, the largest change first. Empty for
-        kernel A/Bs and for runs recorded before the breakdown was."""
-        columns = ["phase", "tokens", "part", "ms_a", "ms_b", "change_ms", "change_pct"]
-        if "category_ms" not in self.rows:
+        """Where a profile A/B's change went, per phase and size: the mean step by part (each
+        category's kernel time, the gaps between kernels, the total; `measure_profile`) in
+        each arm (the median over its runs that recorded them), b - a in ms and in percent of
+        a: the parts by the size of their change, the total last. `runs` counts an arm's runs
+        behind a part. Empty for kernel A/Bs and for runs recorded before the parts were."""
+        columns = ["phase", "tokens", "part", "ms_a", "ms_b", "change_ms", "change_pct", "runs"]
+        if "step_parts_ms" not in self.rows:
             return pd.DataFrame(columns=columns)
         out = []
         for (phase, tokens), group in self.rows.groupby(["phase", "tokens"], sort=False):
-            arms = {arm: [_parts(r) for r in _runs_of(group, arm)] for arm in "ab"}
-            if not all(arms.values()) or any(None in runs for runs in arms.values()):
-                continue  # a run failed or predates the breakdown: nothing to set against
-            names = dict.fromkeys(k for runs in arms.values() for parts in runs for k in parts)
-            for part in names:
+            arms = {arm: [r["step_parts_ms"] for r in _runs_of(group, arm)
+                          if isinstance(r.get("step_parts_ms"), dict)] for arm in "ab"}  # fmt: skip
+            if not all(arms.values()):
+                continue  # an arm with no run that recorded its parts: nothing to set against
+            lines = []
+            for part in dict.fromkeys(k for runs in arms.values() for parts in runs for k in parts):
                 a, b = (float(np.median([p.get(part, 0.0) for p in arms[arm]])) for arm in "ab")
-                out.append({"phase": phase, "tokens": tokens, "part": part, "ms_a": a,
-                            "ms_b": b, "change_ms": b - a,
-                            "change_pct": 100 * (b - a) / a if a else np.nan})  # fmt: skip
+                lines.append({"phase": phase, "tokens": tokens, "part": part, "ms_a": a,
+                              "ms_b": b, "change_ms": b - a,
+                              "change_pct": 100 * (b - a) / a if a else np.nan,
+                              "runs": min(len(arms["a"]), len(arms["b"]))})  # fmt: skip
+            lines.sort(key=lambda line: (line["part"] == TOTAL, -abs(line["change_ms"])))
+            out += lines
         table = pd.DataFrame(out, columns=columns)
-        order = table["change_ms"].abs()
-        return (table.assign(order=order)
-                .sort_values(["phase", "tokens", "order"], ascending=[True, True, False],
-                             key=lambda c: c.map(PHASES.index) if c.name == "phase" else c)
+        order = table["phase"].map(PHASES.index)
+        return (table.assign(order=order).sort_values(["order", "tokens"], kind="stable")
                 .drop(columns="order").reset_index(drop=True))  # fmt: skip
-
-
-def _parts(row: dict) -> dict[str, float] | None:
-    """A profile run's median step by part: its categories' kernel time and its idle time;
-    None when the run recorded no breakdown (it failed, or predates it)."""
-    categories = row.get("category_ms")
-    if not isinstance(categories, dict):
-        return None
-    return {**categories, IDLE: float(row.get("idle_ms", 0.0))}
 
 
 def _runs_of(group: pd.DataFrame, arm: str) -> list[dict]:

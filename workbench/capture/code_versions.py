@@ -36,6 +36,7 @@ from workbench.errors import WorkbenchError
 WORKTREE = "worktree"  # `code=worktree`: the kernels package as it is on disk
 PACKAGE = "kernels"
 CODE_DIR_ENV = "WORKBENCH_CODE_VERSIONS"  # where an A/B run's workers find the arms' packages
+KERNELS_FROM_ENV = "WORKBENCH_KERNELS_FROM"  # the folder a process must import `kernels` from
 CACHE = "__pycache__"  # compiled bytecode: not part of a package's code
 
 
@@ -162,7 +163,22 @@ def package_environment(folder: Path) -> dict[str, str]:
     the workbench itself, where it is not installed; PYTHONSAFEPATH keeps `python -m` from
     putting the working directory, the repository's root, ahead of them."""
     path = [str(folder), str(REPO), os.environ.get("PYTHONPATH")]
-    return {"PYTHONPATH": os.pathsep.join(filter(None, path)), "PYTHONSAFEPATH": "1"}
+    return {"PYTHONPATH": os.pathsep.join(filter(None, path)), "PYTHONSAFEPATH": "1",
+            KERNELS_FROM_ENV: str(folder)}  # fmt: skip
+
+
+def check_kernels_from() -> None:
+    """Refuse, in a process started under `package_environment`, a `kernels` package imported
+    from anywhere but that folder: a process started with the wrong working directory or path
+    would otherwise run, and report, the working tree's kernels as the code asked for."""
+    folder = os.environ.get(KERNELS_FROM_ENV)
+    loaded = sys.modules.get(PACKAGE)
+    if not folder or loaded is None:
+        return
+    if not Path(str(loaded.__file__)).resolve().is_relative_to(Path(folder).resolve()):
+        raise WorkbenchError(f"this process imported {PACKAGE} from {Path(loaded.__file__).parent}"
+                             f", not from {folder}, the code it was asked to run; "
+                             "PYTHONPATH and the working directory decide which.")  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ import pandas as pd
 
 from workbench.analysis.experiments import PHASES, AbResult, SweepResult, load_ab, load_sweep
 from workbench.analysis.stats import Repeats, summarise
-from workbench.analysis.step_time import breakdown, step_spans_ms
+from workbench.analysis.tables import per_step_table
 from workbench.artifacts import run_stamp, unique_run_dir
 from workbench.capture.code_versions import WORKTREE, arm_packages, code_version, use_kernels_from
 from workbench.capture.experiment_checks import (
@@ -155,10 +155,32 @@ def measure_dense(config: dict) -> dict:
     return _timed_row(row, timing)
 
 
+def _step_spans_ms(kernels: pd.DataFrame) -> pd.Series:
+    """Per step: from its first kernel's start to its last kernel's end, in ms."""
+    ends = kernels["start_us"] + kernels["dur_us"]
+    steps = kernels.assign(end_us=ends).groupby("step")
+    return (steps["end_us"].max() - steps["start_us"].min()) / 1e3
+
+
+def _step_parts_ms(kernels: pd.DataFrame, phase: str) -> dict[str, float]:
+    """The mean step of `phase` by part, in ms: each category's kernel time (a step without
+    its kernels counts 0), their total, and the gaps between kernels inside the step's span
+    (`tables.per_step_table`, which the profile's own decode table is); over the ranks of a
+    tensor-parallel run, the mean of each rank's, every GPU running its own steps.
+
+    Why: the ratio says a change made a step slower; these say whether its kernels got longer
+    or the GPU waited between them; means add up (the categories to the total, the total and
+    the gaps to the step's span where no launches overlap), where medians would not."""
+    ranks = kernels["rank"].dropna().unique() if "rank" in kernels else []
+    parts = [kernels[kernels["rank"] == r] for r in ranks] if len(ranks) else [kernels]
+    means = pd.concat([per_step_table(k, phase)["mean_ms"] for k in parts], axis=1).mean(axis=1)
+    return {str(part): float(ms) for part, ms in means.items()}
+
+
 def measure_profile(config: dict) -> dict:
     """Worker entry point of a profile A/B: one `profile()` run of an arm's settings; per phase
     its step spans as samples, with tokens per second, the Dense GEMM kernel time, and the
-    median step's kernel time by category and idle time (`step_time.breakdown`)."""
+    mean step by part (`_step_parts_ms`)."""
     use_kernels_from(config.get("code_key"))  # the arm's code: before kernels is imported
     import tempfile
 
@@ -176,7 +198,7 @@ def measure_profile(config: dict) -> dict:
     phases = {}
     for phase in config["phases"]:
         kernels = result.kernels[result.kernels["phase"] == phase]
-        spans = step_spans_ms(kernels)
+        spans = _step_spans_ms(kernels)
         # The prompt is prefilled once however many streams decode after it.
         streams = int(settings.get("streams", 1))
         tokens = config["tokens"] if phase == "prefill" else len(spans) * streams
@@ -190,7 +212,7 @@ def measure_profile(config: dict) -> dict:
             "tokens_per_s": tokens / (spans.sum() / 1e3),
             "dense_ms": float(dense.median() / 1e3) if len(dense) else 0.0,
             "steps": len(spans),
-            **breakdown(kernels),
+            "step_parts_ms": _step_parts_ms(kernels, phase),
         }
     return {"status": "ok", "by_phase": phases}
 

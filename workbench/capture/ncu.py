@@ -298,9 +298,12 @@ def capture(
     name = name or default_name(target) + suffix
     if not re.fullmatch(r"[A-Za-z0-9._=-]+", name) or name.startswith("."):
         raise WorkbenchError(f"name '{name}' must be a plain file name (letters, digits, ._=-).")
+    peer = peer_record(kernel, variant)  # a peer's package and version, as it reports them
+    if peer is not None and not peer["available"]:  # before ncu, not minutes into it
+        raise WorkbenchError(f"{kernel} peer '{variant}' cannot run here: {peer['why']}")
     ncu = find_ncu()
     _require_gpu()
-    out_dir = Path(out)
+    out_dir = Path(out).resolve()  # ncu runs from the repository's root, not from here
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=owned_prefix(f".{name}"), dir=out_dir))
     try:
@@ -335,7 +338,6 @@ def capture(
         }
         if version is not None:
             meta["code"] = version.record()
-        peer = peer_record(kernel, variant)  # a peer's package and version, as it reports them
         if peer is not None:
             meta["peer"] = peer
         write_json_atomic(tmp / f"{name}.json", meta)

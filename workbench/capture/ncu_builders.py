@@ -18,7 +18,6 @@ import torch
 from kernels.moe import FORMATS, VARIANTS, moe_reference
 from workbench.analysis.ncu_files import DECODE_STEP
 from workbench.capture.ncu_args import DECODE_DEFAULTS, Mark, TargetArgs, Workload, range_name
-from workbench.capture.ncu_peers import build_dense_peer, build_moe_peer, peer_of
 from workbench.capture.ncu_workload_parts import (
     DEFAULT_PROJECTION,
     check_output,
@@ -27,7 +26,6 @@ from workbench.capture.ncu_workload_parts import (
     marked,
 )
 from workbench.errors import WorkbenchError
-from workbench.peers import peer_names
 from workbench.presets import get_preset
 from workbench.workloads.checks import moe_check_key, relative_error, tolerance
 from workbench.workloads.model import Plan, SyntheticModel
@@ -36,8 +34,23 @@ from workbench.workloads.seeds import serving_dtype
 
 
 # ---- shared pieces -------------------------------------------------------------------------
+def _peer_workloads(args: TargetArgs) -> list[Workload] | None:
+    """A peer's workloads when `args.variant` names one of its kernel's peers, else None.
+
+    The peers are imported here, not with the module: `workbench ncu --code BASE` runs this
+    target on an older kernels package, which the peers' adapters may need more of."""
+    from workbench.capture.ncu_peers import build_dense_peer, build_moe_peer, peer_of
+
+    peer = peer_of(args.kernel, args.variant)
+    if peer is None:
+        return None
+    return (build_moe_peer if args.kernel == "moe" else build_dense_peer)(args, peer)
+
+
 def _variant(table: dict[str, Callable], kind: str, name: str) -> Callable:
     if name not in table:
+        from workbench.peers import peer_names
+
         peers = ", ".join(peer_names(kind))
         raise WorkbenchError(f"unknown {kind} variant '{name}'; known: {', '.join(table)}"
                              + (f"; peers: {peers}" if peers else ""))  # fmt: skip
@@ -68,9 +81,8 @@ def build_moe(args: TargetArgs) -> list[Workload]:
     the W8A8 variants, the rounding of their FP8 activations). A MoE peer's layer instead
     (`ncu_peers`), when `variant` names one.
     """
-    peer = peer_of("moe", args.variant)
-    if peer is not None:
-        return build_moe_peer(args, peer)
+    if args.variant not in VARIANTS and (workloads := _peer_workloads(args)) is not None:
+        return workloads
     fn = _variant(VARIANTS, "moe", args.variant)
     options = dict(args.params)
     fmt, block = str(options.pop("fmt", "bf16")), options.pop("block", None)
@@ -107,9 +119,8 @@ def build_dense(args: TargetArgs) -> list[Workload]:
     from kernels.dense.tiles import GemmTiles
     from workbench.workloads.dense import activations, projection_master
 
-    peer = peer_of("dense", args.variant)
-    if peer is not None:
-        return build_dense_peer(args, peer)
+    if args.variant not in dense.VARIANTS and (workloads := _peer_workloads(args)) is not None:
+        return workloads
     fn = _variant(dense.VARIANTS, "dense", args.variant)
     options = dict(args.params)
     chosen = str(options.pop("projection", DEFAULT_PROJECTION))

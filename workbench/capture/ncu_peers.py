@@ -33,7 +33,7 @@ from workbench.workloads.dense import activations, projection_master
 from workbench.workloads.moe import expert_weights, moe_problem, reference
 from workbench.workloads.seeds import serving_dtype
 
-HINT = "tests/test_peers.py"
+HINT = "the peer's tests (tests/test_peers*.py, WORKBENCH_GPU_TESTS=1)"
 
 
 def peer_of(kernel: str, variant: str) -> Peer | None:

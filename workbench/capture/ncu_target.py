@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from workbench.capture.code_versions import check_kernels_from
 from workbench.capture.ncu_args import DONE, PREFIX, Mark, TargetArgs, parse_args
 from workbench.capture.ncu_builders import BUILDERS
 from workbench.capture.ncu_workload_parts import device_for, synchronize
@@ -61,6 +62,7 @@ def run_target(
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        check_kernels_from()  # `workbench ncu --code`: the package asked for, or nothing
         names = run_target(args)
     except WorkbenchError as err:
         print(f"{PREFIX} error: {err}", file=sys.stderr, flush=True)

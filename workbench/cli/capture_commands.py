@@ -307,7 +307,7 @@ def ab(args) -> int:
     print(result.table().round(4).to_string(index=False))
     where = result.where()
     if not where.empty:
-        print("\nWhere the change went: the median step's kernel time by category, and idle")
+        print("\nWhere the change went: the mean step by category, its gaps and its total")
         print(where.round(4).to_string(index=False))
     failed = all_failed(result.rows)
     if failed:

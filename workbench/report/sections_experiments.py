@@ -30,7 +30,7 @@ AB_COLUMNS = {"phase": "phase", "tokens": "tokens", "ms_a": "a (ms)", "ms_b": "b
               "ratio": "b / a"}  # fmt: skip
 
 
-WHERE_COLUMNS = {"part": "median step's", "ms_a": "a (ms)", "ms_b": "b (ms)",
+WHERE_COLUMNS = {"part": "mean step's", "ms_a": "a (ms)", "ms_b": "b (ms)",
                  "change_ms": "b - a (ms)", "change_pct": "b - a (%)"}  # fmt: skip
 
 
@@ -121,9 +121,10 @@ def _ab_runs(page: ReportPage, collection: Collection) -> None:
             "Profile A/Bs: ms is the median prefill chunk or decode step, each a sample paired "
             "across the arms (the same chunk did the same work); b / a is the ratio of their "
             "total time with a bootstrap 95% interval, significant when it excludes 1. Where "
-            "the change went (runs since it was recorded): the median step's kernel time of "
-            "each category and the time no kernel ran, in each arm, largest change first; "
-            "medians do not add up to the median step."
+            "the change went (runs since it was recorded): the mean step's kernel time by "
+            "category, its gaps between kernels, and its total kernel time (the categories' "
+            "sum), in each arm (the median over its runs), largest change first, the total "
+            "last."
         )
 
 
