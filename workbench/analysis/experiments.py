@@ -147,6 +147,8 @@ class AbResult:
             lines = []
             for part in dict.fromkeys(k for runs in arms.values() for parts in runs for k in parts):
                 a, b = (float(np.median([p.get(part, 0.0) for p in arms[arm]])) for arm in "ab")
+                if a == b == 0:  # a category neither arm launched in this phase
+                    continue
                 lines.append({"phase": phase, "tokens": tokens, "part": part, "ms_a": a,
                               "ms_b": b, "change_ms": b - a,
                               "change_pct": 100 * (b - a) / a if a else np.nan,
