@@ -131,3 +131,14 @@ def test_benchmark_runs_feed_the_kernel_tables(tmp_path):
     assert coverage(found).loc["Dense MXFP8 backend", "status"] == "rebuilt"
     assert coverage(found).loc["Hybrid dense GEMM, controlled A/B", "status"] == "rebuilt"
     assert "hybrid, W8A16 up to M=M" in text  # the run records no hybrid_m here
+
+
+def test_the_floor_figure_marks_the_floor_and_skips_rows_without_one():
+    from workbench.report.experiment_figures import floor_lines
+
+    table = pd.DataFrame({"m": [1, 4, 1, 4], "variant": ["a", "a", "b", "b"],
+                          "ratio_to_floor": [2.0, 1.5, None, 3.0]})  # fmt: skip
+    fig = floor_lines(table, "t", ("variant",), "m")
+    assert [t.name for t in fig.data] == ["a", "b"] and list(fig.data[1].x) == [4]
+    assert fig.layout.yaxis.type == "log" and fig.layout.shapes[0].y0 == 1.0
+    assert fig.layout.annotations[0].y == 0  # log10 of the floor's 1, on a log axis

@@ -39,27 +39,47 @@ def sweep_lines(table: pd.DataFrame, param: str, title: str) -> go.Figure:
 
 
 def bench_lines(
-    table: pd.DataFrame, title: str, keys: tuple[str, ...], x: str = "tokens"
+    table: pd.DataFrame,
+    title: str,
+    keys: tuple[str, ...],
+    x: str = "tokens",
+    y: str = "ms",
+    y_title: str = "ms (median)",
 ) -> go.Figure:
-    """A benchmark's ms against its size column `x` (tokens, or M rows; log axes), one line per
-    combination of `keys` present in the table (e.g. variant, weight format, routing); rows
-    without a time leave gaps."""
+    """A benchmark's `y` (ms) against its size column `x` (tokens, or M rows; log axes), one
+    line per combination of `keys` present in the table (e.g. variant, weight format,
+    routing); rows without a value leave gaps."""
     present = [k for k in keys if k in table]
-    timed = table[pd.to_numeric(table["ms"], errors="coerce").notna()]
+    timed = table[pd.to_numeric(table[y], errors="coerce").notna()]
     names = timed[present].astype(str).agg(" ".join, axis=1) if present else "all"
     fig = go.Figure()
     for label, group in timed.assign(line=names).groupby("line", sort=False):
         group = group.sort_values(x)
         fig.add_scatter(
             x=group[x],
-            y=group["ms"],
+            y=group[y],
             mode="lines+markers",
             name=label,
-            hovertemplate=f"%{{x}} {x}: %{{y:.4f}} ms<extra>{label}</extra>",
+            hovertemplate=f"%{{x}} {x}: %{{y:.4g}} {y_title}<extra>{label}</extra>",
         )
     fig.update_xaxes(type="log", title=x)
-    fig.update_yaxes(type="log", title="ms (median)")
+    fig.update_yaxes(type="log", title=y_title)
     fig.update_layout(title=title, template="plotly_white", height=480)
+    return fig
+
+
+def floor_lines(
+    table: pd.DataFrame, title: str, keys: tuple[str, ...], x: str = "tokens"
+) -> go.Figure:
+    """Each row's time over its roofline floor (its bytes at the copy bandwidth or its FLOPs at
+    the tensor-core peak, both measured in the run) against its size, the floor itself dashed
+    at 1: where a kernel runs near what the hardware allows, and where it falls away, which a
+    plot of milliseconds hides behind the sizes' own growth."""
+    fig = bench_lines(table, title, keys, x, "ratio_to_floor", "× roofline floor")
+    fig.add_hline(y=1.0, line_dash="dash", line_color="grey")
+    # on a log axis an annotation's y is log10 of the value: 0 is the floor's 1
+    fig.add_annotation(text="the floor", x=1, xref="paper", xanchor="right", y=0, yref="y",
+                       yanchor="bottom", showarrow=False)  # fmt: skip
     return fig
 
 

@@ -151,6 +151,14 @@ def _without_unloaded_peers(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFr
     return kept, never.drop_duplicates("kernel", keep="last")
 
 
+def _floor_figure(page: ReportPage, rows: pd.DataFrame, title: str, keys: tuple[str, ...],
+                  x: str) -> None:  # fmt: skip
+    """The rows' time over their roofline floor against size, where they have floors (the
+    runs before floors were recorded have none)."""
+    if "ratio_to_floor" in rows and pd.to_numeric(rows["ratio_to_floor"]).notna().any():
+        page.figure("floor", rows, title, keys, x)
+
+
 def write_moe(page: ReportPage, collection: Collection, section: Section) -> None:
     """Per routing, each MoE scheduler and weight format by token count: time, × the HBM
     floor, TFLOP/s."""
@@ -181,6 +189,8 @@ def write_moe(page: ReportPage, collection: Collection, section: Section) -> Non
     for routing in dict.fromkeys(rows["routing"]):
         part = rows[rows["routing"] == routing]
         page.figure("bench", part, f"MoE, {routing} routing", ("kernel", "weight_dtype"), "tokens")
+        _floor_figure(page, part, f"MoE, {routing} routing: time over the roofline floor",
+                      ("kernel", "weight_dtype"), "tokens")  # fmt: skip
         table = _wide(part, ["tokens", "kernel"], "weight_dtype", ("bf16", "fp8", "int4"), measures)
         page.table(table, f"MoE, {routing} routing", sources(used, _covered(rows, "tokens")),
                    head=MOE_SHOWN)  # fmt: skip
@@ -280,6 +290,10 @@ def write_dense(page: ReportPage, collection: Collection, section: Section) -> N
     rows = bench_rows(item)
     layer, where = rows[rows["kernel"] == DENSE_LAYER], sources([item], run_conditions)
     page.figure("bench", layer, "Dense projections of one layer", ("variant",), "m")
+    named = rows.assign(name=[v if k == DENSE_LAYER else k for k, v in
+                              zip(rows["kernel"], rows["variant"])])  # fmt: skip
+    _floor_figure(page, named[named["m"].isin(layer["m"])], "Dense projections of one layer, "
+                  "the peers beside: time over the roofline floor", ("name",), "m")  # fmt: skip
     page.table(_wide(layer, ["m"], "variant", DENSE_ORDER, {"ms": "(ms)",
                "ratio_to_floor": "× floor"}).rename_axis("M"), "All dense projections of one "
                "TP2-rank layer at M rows: median ms, and × the roofline floor (bytes or FLOPs)",

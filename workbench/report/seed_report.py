@@ -25,7 +25,7 @@ import plotly.graph_objects as go
 from workbench.analysis.collection import Collection, collect
 from workbench.report.cells import SHOWN_ROWS
 from workbench.report.document import write_document
-from workbench.report.experiment_figures import bench_lines, sweep_figure
+from workbench.report.experiment_figures import bench_lines, floor_lines, sweep_figure
 from workbench.report.html import HtmlPage, inline
 from workbench.report.ncu_page import catalog_figure, ncu_figure
 from workbench.report.profile_page import comparison_figure
@@ -48,6 +48,7 @@ FIGURES: dict[str, Callable[..., go.Figure]] = {  # what the section writers ask
     "ncu-step": lambda step: ncu_figure(step, "kernel_time"),
     "sweep": lambda sweep, name: sweep_figure(sweep).update_layout(title=name),
     "bench": bench_lines,
+    "floor": floor_lines,
 }
 
 
