@@ -172,6 +172,23 @@ def test_where_a_profile_ab_change_went():
     assert (where["runs"] == 1).all() and where.iloc[0]["ms_b"] == pytest.approx(2.60)
 
 
+def test_where_a_kernel_ab_change_went_kernel_by_kernel():
+    def run(arm, run_, layout, gate_up):
+        parts = {"_gate_up": gate_up, "_layout": layout, TOTAL: gate_up + layout}
+        return {"arm": arm, "run": run_, "tokens": 6, "status": "ok", "ms": 1.0,
+                "samples_ms": [1.0], "kernel_ms": parts}  # fmt: skip
+
+    rows = [run("a", 0, 0.0049, 0.075), run("b", 0, 0.0031, 0.075),
+            run("a", 1, 0.0047, 0.076), run("b", 1, 0.0033, 0.076)]  # fmt: skip
+    where = results.AbResult({"kind": "ab"}, pd.DataFrame(rows)).where()
+    assert "phase" not in where and list(where["part"]) == ["_layout", "_gate_up", TOTAL]
+    assert where.iloc[0]["change_ms"] == pytest.approx(-0.0016)
+    assert where.iloc[1]["change_ms"] == pytest.approx(0.0)
+    # a CPU's kernel A/B records no kernels: nothing to say where
+    cpu = [{**r, "kernel_ms": {}} for r in rows]
+    assert results.AbResult({"kind": "ab"}, pd.DataFrame(cpu)).where().empty
+
+
 def test_profile_ab_arms_with_different_steps_compare_unpaired():
     rows = [{"arm": "a", "phase": "decode", "tokens": 64, "status": "ok", "ms": 1.0,
              "samples_ms": [1.0, 1.1, 0.9, 1.0, 1.05, 0.95]},

@@ -23,6 +23,8 @@ SWEEP_COLUMNS = ["param", "value", "tokens", "status", "ms", "q1", "q3", "ci_low
                  "n", "regs", "spills", "rel_error", "error"]  # fmt: skip
 FAILURE_LABELS = {"timeout": "timeout (deadlock?)"}
 PHASES = ("prefill", "decode")
+# What a run records of its parts: a profile's mean step by part, a kernel call's kernels.
+PARTS = ("step_parts_ms", "kernel_ms")
 
 
 def _phase_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -130,18 +132,23 @@ class AbResult:
                                  else c, ignore_index=True)  # fmt: skip
 
     def where(self) -> pd.DataFrame:
-        """Where a profile A/B's change went, per phase and size: the mean step by part (each
-        category's kernel time, the gaps between kernels, the total; `measure_profile`) in
-        each arm (the median over its runs that recorded them), b - a in ms and in percent of
-        a: the parts by the size of their change, the total last. `runs` counts an arm's runs
-        behind a part. Empty for kernel A/Bs and for runs recorded before the parts were."""
-        columns = ["phase", "tokens", "part", "ms_a", "ms_b", "change_ms", "change_pct", "runs"]
-        if "step_parts_ms" not in self.rows:
+        """Where an A/B's change went, per size (and phase): the parts of what was timed in
+        each arm, the median over its runs that recorded them, b - a in ms and in percent of
+        a, the parts by the size of their change, the total last; `runs` counts an arm's runs
+        behind a part. A profile A/B's parts are its mean step's categories, their total and
+        the gaps between kernels (`measure_profile`); a kernel A/B's, on a GPU, each kernel's
+        time per call (`kernel_times`). Empty where no run recorded parts (a CPU's kernel
+        A/B; runs before they were recorded)."""
+        column = PARTS[0] if PARTS[0] in self.rows else PARTS[1]
+        keys = ["phase", "tokens"] if "phase" in self.rows else ["tokens"]
+        columns = [*keys, "part", "ms_a", "ms_b", "change_ms", "change_pct", "runs"]
+        if column not in self.rows:
             return pd.DataFrame(columns=columns)
         out = []
-        for (phase, tokens), group in self.rows.groupby(["phase", "tokens"], sort=False):
-            arms = {arm: [r["step_parts_ms"] for r in _runs_of(group, arm)
-                          if isinstance(r.get("step_parts_ms"), dict)] for arm in "ab"}  # fmt: skip
+        for key, group in self.rows.groupby(keys, sort=False):
+            where = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+            arms = {arm: [r[column] for r in _runs_of(group, arm) if _has_parts(r, column)]
+                    for arm in "ab"}  # fmt: skip
             if not all(arms.values()):
                 continue  # an arm with no run that recorded its parts: nothing to set against
             lines = []
@@ -149,16 +156,20 @@ class AbResult:
                 a, b = (float(np.median([p.get(part, 0.0) for p in arms[arm]])) for arm in "ab")
                 if a == b == 0:  # a category neither arm launched in this phase
                     continue
-                lines.append({"phase": phase, "tokens": tokens, "part": part, "ms_a": a,
-                              "ms_b": b, "change_ms": b - a,
+                lines.append({**where, "part": part, "ms_a": a, "ms_b": b, "change_ms": b - a,
                               "change_pct": 100 * (b - a) / a if a else np.nan,
                               "runs": min(len(arms["a"]), len(arms["b"]))})  # fmt: skip
             lines.sort(key=lambda line: (line["part"] == TOTAL, -abs(line["change_ms"])))
             out += lines
         table = pd.DataFrame(out, columns=columns)
-        order = table["phase"].map(PHASES.index)
+        order = table["phase"].map(PHASES.index) if "phase" in keys else table["tokens"]
         return (table.assign(order=order).sort_values(["order", "tokens"], kind="stable")
                 .drop(columns="order").reset_index(drop=True))  # fmt: skip
+
+
+def _has_parts(row: dict, column: str) -> bool:
+    """Whether a run recorded parts: a failed run has none, a CPU's kernel A/B an empty set."""
+    return isinstance(row.get(column), dict) and bool(row[column])
 
 
 def _runs_of(group: pd.DataFrame, arm: str) -> list[dict]:

@@ -73,7 +73,8 @@ def _split(fixed: dict, kernel: str = "moe") -> tuple[dict, dict, dict]:
 
 
 def measure_moe(config: dict) -> dict:
-    """Worker entry point: build one MoE problem, check it, time it; return the result row."""
+    """Worker entry point: build one MoE problem, check it, time it; return the result row,
+    with each kernel's time per call on a GPU (`kernel_times`)."""
     use_kernels_from(config.get("code_key"))  # an A/B arm's code: before kernels is imported
     from dataclasses import replace
     from functools import partial
@@ -82,6 +83,7 @@ def measure_moe(config: dict) -> dict:
 
     from kernels.moe import VARIANTS, last_facts, trusted_routing
     from workbench.capture.bench_rows import compile_facts
+    from workbench.capture.kernel_times import kernel_ms
     from workbench.capture.timing import time_launch
     from workbench.capture.worker_memory import moe_bytes, oom_row
     from workbench.presets import get_preset
@@ -107,7 +109,7 @@ def measure_moe(config: dict) -> dict:
     # checked above: the samples skip the ids' readback, as bench moe's do
     timed = trusted_routing()(call)
     timing = time_launch(timed, dev, tokens, repeats=Repeats(**config["repeats"]))
-    return _timed_row(row, timing)
+    return _timed_row(row, timing) | {"kernel_ms": kernel_ms(timed, dev)}
 
 
 def _timed_row(row: dict, timing) -> dict:
@@ -126,7 +128,8 @@ def _timed_row(row: dict, timing) -> dict:
 
 def measure_dense(config: dict) -> dict:
     """Worker entry point of a dense A/B arm: one layer's dense GEMMs by a backend at M rows,
-    built, checked and timed as `bench dense` does its rows (`bench_dense.layer_row_plan`)."""
+    built, checked and timed as `bench dense` does its rows (`bench_dense.layer_row_plan`),
+    with each kernel's time per layer on a GPU (`kernel_times`)."""
     use_kernels_from(config.get("code_key"))  # an A/B arm's code: before kernels is imported
     from dataclasses import replace
 
@@ -134,6 +137,7 @@ def measure_dense(config: dict) -> dict:
 
     import kernels.dense as dense
     from workbench.capture.bench_dense import layer_copies, layer_row_plan
+    from workbench.capture.kernel_times import kernel_ms
     from workbench.capture.timing import time_launch
     from workbench.presets import get_preset
     from workbench.workloads.dense import Layer, activations
@@ -152,7 +156,7 @@ def measure_dense(config: dict) -> dict:
     launch = plan.launch
     timing = time_launch(launch.fn, dev, m, graph=launch.graph, units=launch.units,
                          repeats=Repeats(**config["repeats"]))  # fmt: skip
-    return _timed_row(row, timing)
+    return _timed_row(row, timing) | {"kernel_ms": kernel_ms(launch.fn, dev, launch.units)}
 
 
 def _step_spans_ms(kernels: pd.DataFrame) -> pd.Series:

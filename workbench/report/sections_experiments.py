@@ -30,7 +30,7 @@ AB_COLUMNS = {"phase": "phase", "tokens": "tokens", "ms_a": "a (ms)", "ms_b": "b
               "ratio": "b / a"}  # fmt: skip
 
 
-WHERE_COLUMNS = {"part": "mean step's", "ms_a": "a (ms)", "ms_b": "b (ms)",
+WHERE_COLUMNS = {"ms_a": "a (ms)", "ms_b": "b (ms)",
                  "change_ms": "b - a (ms)", "change_pct": "b - a (%)"}  # fmt: skip
 
 
@@ -114,8 +114,9 @@ def _ab_runs(page: ReportPage, collection: Collection) -> None:
         page.table(shown, caption, sources([item]), index=False)
         where = item.result.where()
         if not where.empty:
-            page.table(where.rename(columns=WHERE_COLUMNS), f"Where the change went: {caption}",
-                       sources([item]), index=False)  # fmt: skip
+            part = {"part": "mean step's" if "phase" in where else "kernel, per call"}
+            shown = where.rename(columns=WHERE_COLUMNS | part)
+            page.table(shown, f"Where the change went: {caption}", sources([item]), index=False)
     if collection.of("ab"):
         page.text(
             "Profile A/Bs: ms is the median prefill chunk or decode step, each a sample paired "
@@ -124,7 +125,7 @@ def _ab_runs(page: ReportPage, collection: Collection) -> None:
             "the change went (runs since it was recorded): the mean step's kernel time by "
             "category, its gaps between kernels, and its total kernel time (the categories' "
             "sum), in each arm (the median over its runs), largest change first, the total "
-            "last."
+            "last. Kernel A/Bs on a GPU likewise give each kernel's time per call."
         )
 
 
