@@ -53,14 +53,17 @@ def _moe_peer(converted: list) -> Peer:
                 prepare_moe=prepare_moe, moe_variant="masked + torch glue")  # fmt: skip
 
 
+def _marked_once_per_size(kernel: str, peer: str, tokens: tuple[int, ...], **params) -> None:
+    """The peer's target on the CPU checks, then marks one launch per size, in order."""
+    marks, names = Marks(), [f"wb:{kernel}:{peer}:T={t}" for t in tokens]
+    args = cpu_args(kernel, peer, tokens, **params)
+    assert run_target(args, marks, log=lambda line: None) == names == marks.names
+
+
 def test_a_dense_peer_is_converted_once_checked_then_marked_once_per_m(monkeypatch):
     converted = []
     monkeypatch.setitem(PEERS, "fakegemm", _dense_peer(converted))
-    marks = Marks()
-    args = cpu_args("dense", "fakegemm", (1, 20), projection="qkv_a")
-    assert run_target(args, marks, log=lambda line: None) == ["wb:dense:fakegemm:T=1",
-                                                              "wb:dense:fakegemm:T=20"]  # fmt: skip
-    assert marks.names == ["wb:dense:fakegemm:T=1", "wb:dense:fakegemm:T=20"]
+    _marked_once_per_size("dense", "fakegemm", (1, 20), projection="qkv_a")
     # one conversion, of the projection's weight as FP8 in DeepSeek's blocks, as bench hands it
     assert len(converted) == 1
     (weight,) = converted
@@ -107,11 +110,7 @@ def test_a_peer_takes_the_weights_bench_gives_it_and_no_other_settings(monkeypat
 def test_a_moe_peer_runs_its_layer_on_fp8_experts(monkeypatch):
     converted = []
     monkeypatch.setitem(PEERS, "fakemoe", _moe_peer(converted))
-    marks = Marks()
-    args = cpu_args("moe", "fakemoe", (3, 5), fmt="fp8")
-    assert run_target(args, marks, log=lambda line: None) == ["wb:moe:fakemoe:T=3",
-                                                              "wb:moe:fakemoe:T=5"]  # fmt: skip
-    assert marks.names == ["wb:moe:fakemoe:T=3", "wb:moe:fakemoe:T=5"]
+    _marked_once_per_size("moe", "fakemoe", (3, 5), fmt="fp8")
     (experts,) = converted
     assert experts.fmt == "fp8" and experts.block == PEER_BLOCK
 
