@@ -336,3 +336,54 @@ def test_a_sweep_row_checks_the_routing_and_times_its_call_without_the_readback(
     assert ex.measure_moe(config)["status"] == "ok"
     timed = seen.index("timed")
     assert timed > 0 and not any(seen[:timed]) and seen[timed + 1 :] == [True]
+
+
+def _kernels(rows: list[tuple]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["rank", "phase", "step", "category", "start_us", "dur_us"])
+
+
+def test_a_tp_run_s_parts_are_each_gpu_s_averaged_and_add_up():
+    """Each rank its own steps; a category one rank lacks counts 0 there, so the categories
+    still add up to the total."""
+    kernels = _kernels([(0, "decode", 0, "Dense GEMM", 0, 10), (0, "decode", 0, "MoE", 20, 10),
+                        (1, "decode", 0, "Dense GEMM", 0, 10)])  # fmt: skip
+    parts = ex._step_parts_ms(kernels, "decode")
+    assert parts["Dense GEMM"] == pytest.approx(0.010) and parts["MoE"] == pytest.approx(0.005)
+    assert parts[TOTAL] == pytest.approx(parts["Dense GEMM"] + parts["MoE"])
+    assert parts[GAPS] == pytest.approx(0.005)  # rank 0's 10 us between its two kernels, halved
+    assert ex._step_parts_ms(kernels.iloc[0:0], "decode") == {}
+
+
+def test_only_an_ab_s_kernel_rows_pay_for_the_profiler_and_a_failure_leaves_the_row(
+    monkeypatch,
+):
+    import torch
+
+    from workbench.capture import kernel_times
+
+    cpu = torch.device("cpu")
+    assert ex._kernel_parts({}, lambda: None, cpu) == {}  # a sweep's row
+    assert ex._kernel_parts({"kernel_times": True}, lambda: None, cpu) == {"kernel_ms": {}}
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    monkeypatch.setattr(kernel_times, "kernel_ms", broken)
+    row = ex._kernel_parts({"kernel_times": True}, lambda: None, cpu)
+    assert row == {"kernel_ms_error": "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"}
+
+
+def test_where_keeps_gaps_and_drops_only_categories_no_run_launched():
+    def run(arm, run_, moe):
+        parts = {"Dense GEMM": 1.0, "MoE": moe, TOTAL: 1.0 + moe, GAPS: 0.0}
+        return {"arm": arm, "run": run_, "phase": "decode", "tokens": 6, "status": "ok",
+                "ms": 1.0, "samples_ms": [1.0], "step_parts_ms": parts}  # fmt: skip
+
+    where = results.AbResult(
+        {"kind": "ab"},
+        pd.DataFrame([run("a", 0, 0.0), run("b", 0, 0.0), run("a", 1, 0.0), run("b", 1, 0.3)]),
+    ).where()
+    assert set(where["part"]) == {"Dense GEMM", "MoE", GAPS, TOTAL}  # one run launched MoE
+    none = [run(arm, r, 0.0) for arm in "ab" for r in (0, 1)]
+    where = results.AbResult({"kind": "ab"}, pd.DataFrame(none)).where()
+    assert set(where["part"]) == {"Dense GEMM", GAPS, TOTAL}

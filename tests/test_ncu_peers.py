@@ -135,10 +135,12 @@ def test_a_peer_capture_writes_the_peer_into_its_metadata(fake_machine, tmp_path
     monkeypatch.setitem(PEERS, "fakegemm", _dense_peer([]))
     data = Path(report).read_bytes()
     data = lzma.decompress(data) if report.endswith(".xz") else data
-    fake_machine(FakeNcu(f"{DONE}: ran\n", report=data))
+    fake = fake_machine(FakeNcu(f"{DONE}: ran\n", report=data))
     path = capture("dense", "fakegemm", [4096], out=tmp_path / "ncu", projection="o_b")
     meta = json.loads(path.with_suffix(".json").read_text())
     assert meta["variant"] == "fakegemm" and meta["params"] == {"projection": "o_b"}
+    # no --code: the working tree's kernels, whatever code this process was told to check
+    assert fake.kwargs["env"][KERNELS_FROM_ENV] == ""
     assert meta["peer"]["why"] == "fakegemm 1.2" and meta["peer"]["available"] is True
 
 

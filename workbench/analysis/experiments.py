@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis.stats import ratio, runs_median_ratio, runs_ratio
-from workbench.analysis.tables import TOTAL
+from workbench.analysis.tables import GAPS, TOTAL
 from workbench.artifacts import read_meta, read_rows
 from workbench.errors import ArtifactError
 
@@ -134,11 +134,13 @@ class AbResult:
     def where(self) -> pd.DataFrame:
         """Where an A/B's change went, per size (and phase): the parts of what was timed in
         each arm, the median over its runs that recorded them, b - a in ms and in percent of
-        a, the parts by the size of their change, the total last; `runs` counts an arm's runs
-        behind a part. A profile A/B's parts are its mean step's categories, their total and
-        the gaps between kernels (`measure_profile`); a kernel A/B's, on a GPU, each kernel's
-        time per call (`kernel_times`). Empty where no run recorded parts (a CPU's kernel
-        A/B; runs before they were recorded)."""
+        a, the parts by the size of their change, the total last; `runs` is the fewer of the
+        two arms' runs that recorded parts. A profile A/B's parts are its mean step's
+        categories, their total and the gaps between kernels (`measure_profile`); a kernel
+        A/B's, on a GPU, each kernel name's time per call, a dense call being one layer
+        (`kernel_times`, which says how to read them). Empty where no run recorded parts (a
+        CPU's kernel A/B; runs before they were recorded). A category no run of either arm
+        launched in the phase is left out."""
         column = PARTS[0] if PARTS[0] in self.rows else PARTS[1]
         keys = ["phase", "tokens"] if "phase" in self.rows else ["tokens"]
         columns = [*keys, "part", "ms_a", "ms_b", "change_ms", "change_pct", "runs"]
@@ -153,9 +155,10 @@ class AbResult:
                 continue  # an arm with no run that recorded its parts: nothing to set against
             lines = []
             for part in dict.fromkeys(k for runs in arms.values() for parts in runs for k in parts):
-                a, b = (float(np.median([p.get(part, 0.0) for p in arms[arm]])) for arm in "ab")
-                if a == b == 0:  # a category neither arm launched in this phase
-                    continue
+                values = {arm: [p.get(part, 0.0) for p in arms[arm]] for arm in "ab"}
+                if part not in (TOTAL, GAPS) and not any(values["a"] + values["b"]):
+                    continue  # a category no run of either arm launched in this phase
+                a, b = (float(np.median(values[arm])) for arm in "ab")
                 lines.append({**where, "part": part, "ms_a": a, "ms_b": b, "change_ms": b - a,
                               "change_pct": 100 * (b - a) / a if a else np.nan,
                               "runs": min(len(arms["a"]), len(arms["b"]))})  # fmt: skip

@@ -1,10 +1,17 @@
-"""Each launch's share of a timed call: the device time of every kernel the call launches, by
+"""Each kernel's share of a timed call: the device time of the kernels the call launches, by
 kernel name, per call, read by the PyTorch profiler after the call was timed.
 
 Why: a kernel A/B's ratio is over the whole call (a MoE layer: routing layout, gate/up, SiLU,
 down, combine); an edit to one of its kernels moves that kernel's microseconds, which the
-call's noise can swallow. Per kernel, the change shows where it is, and a kernel the edit did
-not touch should read the same in both arms. GPU only: on a CPU the call launches no kernel.
+call's noise can swallow. By kernel name, the change shows where it is.
+
+How to read it: the calls run eagerly, back to back, without the L2 flush the timer puts
+before each sample, so the total is not the row's `ms`. Launches of one name add up (a
+layer's projections that one kernel runs are one row). A launch that overlaps another (one
+with programmatic dependent launch waits inside itself for the grid before; a side stream
+runs beside the main one) counts its whole span, so a change to one kernel can show in its
+neighbour too, and the total can exceed the call's time. GPU only: on a CPU the call
+launches no kernel.
 """
 
 from __future__ import annotations

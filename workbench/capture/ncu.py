@@ -36,7 +36,12 @@ import torch
 
 from workbench.analysis.ncu import load_ncu
 from workbench.artifacts import SCHEMA_VERSION, write_json_atomic
-from workbench.capture.code_versions import code_version, export_kernels, package_environment
+from workbench.capture.code_versions import (
+    KERNELS_FROM_ENV,
+    code_version,
+    export_kernels,
+    package_environment,
+)
 from workbench.capture.debris import owned_prefix
 from workbench.capture.environment import REPO, describe
 from workbench.capture.ncu_args import DECODE_STEP, DONE, PREFIX, TargetArgs, nvtx_filter
@@ -308,7 +313,7 @@ def capture(
     tmp = Path(tempfile.mkdtemp(prefix=owned_prefix(f".{name}"), dir=out_dir))
     try:
         command = ncu_command(ncu, tmp / name, target, collect=collect)
-        env = {}
+        env = {KERNELS_FROM_ENV: ""}  # the working tree's, whatever this process inherited
         key = None if version is None else export_kernels(version, tmp)
         if key is not None:  # the target imports that package, and so do its children
             env = package_environment(tmp / key)

@@ -307,8 +307,9 @@ def ab(args) -> int:
     print(result.table().round(4).to_string(index=False))
     where = result.where()
     if not where.empty:
-        print("\nWhere the change went: " + ("the mean step by category, its gaps and its "
-              "total" if "phase" in where else "each kernel's time per call"))  # fmt: skip
+        parts = ("the mean step by category, its gaps and its total" if "phase" in where
+                 else "each kernel's time per call (dense: per layer)")  # fmt: skip
+        print(f"\nWhere the change went: {parts}")
         print(where.round(4).to_string(index=False))
     failed = all_failed(result.rows)
     if failed:

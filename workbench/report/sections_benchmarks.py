@@ -155,7 +155,10 @@ def _floor_figure(page: ReportPage, rows: pd.DataFrame, title: str, keys: tuple[
                   x: str) -> None:  # fmt: skip
     """The rows' time over their roofline floor against size, where they have floors (the
     runs before floors were recorded have none)."""
-    if "ratio_to_floor" in rows and pd.to_numeric(rows["ratio_to_floor"]).notna().any():
+    if (
+        "ratio_to_floor" in rows
+        and pd.to_numeric(rows["ratio_to_floor"], errors="coerce").notna().any()
+    ):
         page.figure("floor", rows, title, keys, x)
 
 
@@ -290,8 +293,7 @@ def write_dense(page: ReportPage, collection: Collection, section: Section) -> N
     rows = bench_rows(item)
     layer, where = rows[rows["kernel"] == DENSE_LAYER], sources([item], run_conditions)
     page.figure("bench", layer, "Dense projections of one layer", ("variant",), "m")
-    named = rows.assign(name=[v if k == DENSE_LAYER else k for k, v in
-                              zip(rows["kernel"], rows["variant"])])  # fmt: skip
+    named = _dense_named(rows)
     _floor_figure(page, named[named["m"].isin(layer["m"])], "Dense projections of one layer, "
                   "the peers beside: time over the roofline floor", ("name",), "m")  # fmt: skip
     page.table(_wide(layer, ["m"], "variant", DENSE_ORDER, {"ms": "(ms)",

@@ -114,7 +114,7 @@ def _ab_runs(page: ReportPage, collection: Collection) -> None:
         page.table(shown, caption, sources([item]), index=False)
         where = item.result.where()
         if not where.empty:
-            part = {"part": "mean step's" if "phase" in where else "kernel, per call"}
+            part = {"part": "mean step's" if "phase" in where else "kernel (per call or layer)"}
             shown = where.rename(columns=WHERE_COLUMNS | part)
             page.table(shown, f"Where the change went: {caption}", sources([item]), index=False)
     if collection.of("ab"):
@@ -125,7 +125,9 @@ def _ab_runs(page: ReportPage, collection: Collection) -> None:
             "the change went (runs since it was recorded): the mean step's kernel time by "
             "category, its gaps between kernels, and its total kernel time (the categories' "
             "sum), in each arm (the median over its runs), largest change first, the total "
-            "last. Kernel A/Bs on a GPU likewise give each kernel's time per call."
+            "last. Kernel A/Bs on a GPU likewise give each kernel's time per call (per layer "
+            "for dense), from eager calls without the L2 flush, so their total is not the "
+            "timed ms, and a launch that overlaps another counts its whole span."
         )
 
 
