@@ -46,7 +46,7 @@ def test_every_variant_and_kernel_gets_a_checked_timed_row(tmp_path, device):
     assert len(table) == 2 * 3 * 5 and set(table["status"]) == {"ok"}
     assert (table["rel_error"] < tolerance("attention", "bf16")).all()
     assert table["ratio_to_floor"].equals(table["ms"] / table["floor_ms"])
-    rows = table.set_index(["scenario", "variant", "kernel"])
+    rows = table.set_index(["scenario", "variant", "kernel"]).sort_index()
     # Decode reads the indexer's keys and scores and the selected rows: bytes, not FLOPs.
     indexer = rows.loc[("decode", "triton", "indexer")]
     element = 2 if device.type == "cuda" else 4  # served in bf16; fp32 for the CPU stand-in
