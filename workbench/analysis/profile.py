@@ -137,10 +137,7 @@ class ProfileResult:
             if rank not in self.ranks:
                 raise ArtifactError(f"no rank {rank}; this run has ranks {self.ranks}")
             return table_of(self.kernels[self.kernels["rank"] == rank])
-        per_rank = [table_of(self.kernels[self.kernels["rank"] == r]) for r in self.ranks]
-        mean = sum(per_rank[1:], per_rank[0]) / len(per_rank)
-        mean.attrs = per_rank[0].attrs
-        return mean
+        return tables.mean_over_ranks(self.kernels, table_of)
 
     def prefill(self, rank: int | None = None) -> pd.DataFrame:
         """Prefill kernel time by category (time_ms, share_pct, kernels) and the total.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import pandas as pd
 
@@ -39,6 +39,23 @@ def graph_start_wait_us(step: pd.DataFrame) -> float:
     if before.empty:
         return 0.0
     return max(0.0, float(first - (before["start_us"] + before["dur_us"]).max()))
+
+
+def mean_over_ranks(
+    kernels: pd.DataFrame, table_of: Callable[[pd.DataFrame], pd.DataFrame]
+) -> pd.DataFrame:
+    """The mean of `table_of`'s table over the ranks of a tensor-parallel run's `kernels`,
+    each GPU's own (its steps, its gaps); a row one rank's table lacks (a category it never
+    launched) counts 0 there, so the categories still add up to the total. Rows in the
+    canonical category order, then the total and the gaps."""
+    ranks = sorted(kernels["rank"].dropna().unique())
+    per_rank = [table_of(kernels[kernels["rank"] == r]) for r in ranks]
+    rows = set().union(*(table.index for table in per_rank))
+    order = category_order(rows - {TOTAL, GAPS}) + [r for r in (TOTAL, GAPS) if r in rows]
+    filled = [table.reindex(order, fill_value=0.0) for table in per_rank]  # missing rows: 0
+    mean = sum(filled[1:], filled[0]) / len(filled)
+    mean.attrs = per_rank[0].attrs
+    return mean
 
 
 def phase_table(kernels: pd.DataFrame, phase: str) -> pd.DataFrame:

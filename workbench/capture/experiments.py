@@ -27,13 +27,14 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
 from workbench.analysis.experiments import PHASES, AbResult, SweepResult, load_ab, load_sweep
 from workbench.analysis.stats import Repeats, summarise
-from workbench.analysis.tables import per_step_table
+from workbench.analysis.tables import mean_over_ranks, per_step_table
 from workbench.artifacts import run_stamp, unique_run_dir
 from workbench.capture.code_versions import WORKTREE, arm_packages, code_version, use_kernels_from
 from workbench.capture.experiment_checks import (
@@ -77,7 +78,6 @@ def measure_moe(config: dict) -> dict:
     with each kernel's time per call on a GPU (`kernel_times`)."""
     use_kernels_from(config.get("code_key"))  # an A/B arm's code: before kernels is imported
     from dataclasses import replace
-    from functools import partial
 
     import torch
 
@@ -181,18 +181,17 @@ def _step_parts_ms(kernels: pd.DataFrame, phase: str) -> dict[str, float]:
     """The mean step of `phase` by part, in ms: each category's kernel time (a step without
     its kernels counts 0), their total, and the gaps between kernels inside the step's span
     (`tables.per_step_table`, which the profile's own decode table is); over the ranks of a
-    tensor-parallel run, the mean of each rank's, every GPU running its own steps.
+    tensor-parallel run, the mean of each rank's (`tables.mean_over_ranks`), as the profile's.
 
     Why: the ratio says a change made a step slower; these say whether its kernels got longer
     or the GPU waited between them; means add up (the categories to the total, the total and
     the gaps to the step's span where no launches overlap), where medians would not."""
-    ranks = kernels["rank"].dropna().unique() if "rank" in kernels else []
-    parts = [kernels[kernels["rank"] == r] for r in ranks] if len(ranks) else [kernels]
     if kernels.empty:
         return {}
-    per_rank = [per_step_table(k, phase)["mean_ms"] for k in parts]
-    means = pd.concat(per_rank, axis=1).fillna(0.0).mean(axis=1)  # a rank without one: 0
-    return {str(part): float(ms) for part, ms in means.items()}
+    table_of = partial(per_step_table, phase=phase)
+    ranked = "rank" in kernels and kernels["rank"].notna().any()
+    table = mean_over_ranks(kernels, table_of) if ranked else table_of(kernels)
+    return {str(part): float(ms) for part, ms in table["mean_ms"].items()}
 
 
 def measure_profile(config: dict) -> dict:
