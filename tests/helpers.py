@@ -7,7 +7,9 @@ tests through this module, has neither."""
 from __future__ import annotations
 
 import glob
+import gzip
 import json
+import lzma
 import os
 import re
 import subprocess
@@ -84,6 +86,14 @@ def relative_error(out: Tensor, ref: Tensor) -> float:
     assert torch.isfinite(ref64).all(), "reference has NaN or inf"
     assert ref64.norm().item() > 0, "reference is all zeros: the comparison would prove nothing"
     return checks.relative_error(out64, ref64)
+
+
+def report_as_written(path: str | Path) -> bytes:
+    """A committed report's bytes as ncu writes them (committed ones are gzipped or xz-packed),
+    for a stand-in ncu to write."""
+    data = Path(path).read_bytes()
+    unpack = {".gz": gzip.decompress, ".xz": lzma.decompress}.get(Path(path).suffix)
+    return unpack(data) if unpack else data
 
 
 def real_reports() -> list[str]:

@@ -1,9 +1,7 @@
 """ncu captures without a GPU or ncu: the command line, the target entry point, and every
 failure of capture() with ncu's subprocess faked."""
 
-import gzip
 import json
-import lzma
 import shutil
 import subprocess
 import sys
@@ -13,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_ncu_analysis import real_reports
+from helpers import real_reports, report_as_written
 
 import kernels.moe
 from workbench.capture import ncu as ncu_capture
@@ -419,10 +417,7 @@ def test_an_earlier_report_survives_a_failed_capture(fake_machine, tmp_path):
 def test_capture_writes_report_metadata_and_summary(fake_machine, tmp_path, report):
     if report is None:
         pytest.skip("needs a real .ncu-rep (none committed under ncu/ yet) to stand for ncu's")
-    data = Path(report).read_bytes()
-    unpack = {".gz": gzip.decompress, ".xz": lzma.decompress}.get(Path(report).suffix)
-    data = unpack(data) if unpack else data  # what ncu writes
-    fake = fake_machine(FakeNcu(f"{DONE}: ran\n", report=data))
+    fake = fake_machine(FakeNcu(f"{DONE}: ran\n", report=report_as_written(report)))
     path = capture("moe", "stock", [6, 4096], out=tmp_path / "ncu", num_warps=8)
     assert path == tmp_path / "ncu" / "moe-stock-T6-4096-num_warps8.ncu-rep"
     assert sorted(p.name for p in path.parent.iterdir()) == [

@@ -2,7 +2,6 @@
 hands them, checked, then marked one launch per token count; every refusal names its fix."""
 
 import json
-import lzma
 import os
 import shutil
 import subprocess
@@ -10,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
-from test_ncu_analysis import real_reports
+from helpers import ROOT, real_reports, report_as_written
 from test_ncu_capture import FakeNcu, Marks, cpu_args, fake_machine  # noqa: F401 (a fixture)
 
 import kernels.dense as dense
@@ -133,9 +131,7 @@ def test_a_peer_capture_writes_the_peer_into_its_metadata(fake_machine, tmp_path
     if report is None:
         pytest.skip("needs a real .ncu-rep (none committed under ncu/ yet) to stand for ncu's")
     monkeypatch.setitem(PEERS, "fakegemm", _dense_peer([]))
-    data = Path(report).read_bytes()
-    data = lzma.decompress(data) if report.endswith(".xz") else data
-    fake = fake_machine(FakeNcu(f"{DONE}: ran\n", report=data))
+    fake = fake_machine(FakeNcu(f"{DONE}: ran\n", report=report_as_written(report)))
     path = capture("dense", "fakegemm", [4096], out=tmp_path / "ncu", projection="o_b")
     meta = json.loads(path.with_suffix(".json").read_text())
     assert meta["variant"] == "fakegemm" and meta["params"] == {"projection": "o_b"}
@@ -162,7 +158,6 @@ def test_a_capture_of_other_code_runs_its_target_on_that_package(fake_machine, t
     folder = tmp_path / "before"
     shutil.copytree(ROOT / "kernels", folder / "kernels", ignore=shutil.ignore_patterns(CACHE))
     (folder / "kernels" / "which.py").write_text("print('the folder arm')\n")
-    data = Path(report).read_bytes()
 
     class Seeing(FakeNcu):  # what ncu would find on the target's path when it starts
         def __call__(self, command, **kwargs):
@@ -170,8 +165,7 @@ def test_a_capture_of_other_code_runs_its_target_on_that_package(fake_machine, t
             self.found = first.is_absolute() and (first / "kernels" / "which.py").is_file()
             return super().__call__(command, **kwargs)
 
-    fake = fake_machine(Seeing(f"{DONE}: ran\n", report=lzma.decompress(data)
-                               if report.endswith(".xz") else data))  # fmt: skip
+    fake = fake_machine(Seeing(f"{DONE}: ran\n", report=report_as_written(report)))
     monkeypatch.chdir(tmp_path)  # a relative out, from outside the repository: ncu runs there
     path = capture("dense", "w8a16", [64], out="ncu", code=str(folder))
     assert fake.found  # the exported package, by a path that holds wherever ncu runs

@@ -23,8 +23,6 @@ SWEEP_COLUMNS = ["param", "value", "tokens", "status", "ms", "q1", "q3", "ci_low
                  "n", "regs", "spills", "rel_error", "error"]  # fmt: skip
 FAILURE_LABELS = {"timeout": "timeout (deadlock?)"}
 PHASES = ("prefill", "decode")
-# What a run records of its parts: a profile's mean step by part, a kernel call's kernels.
-PARTS = ("step_parts_ms", "kernel_ms")
 
 
 def _phase_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -109,7 +107,7 @@ class AbResult:
         Profile A/Bs pair their steps: ratio = total time of b over
         a over every run (`stats.runs_ratio`), and each arm's tokens per second (the median
         over its runs, like its ms)."""
-        keys = ["phase", "tokens"] if "phase" in self.rows else ["tokens"]
+        keys = _size_keys(self.rows)
         extra = [c for c in ("tokens_per_s", "dense_ms") if c in self.rows]
         out = []
         for key, group in self.rows.groupby(keys, sort=False):
@@ -126,10 +124,8 @@ class AbResult:
         columns = [*keys, "status_a", "status_b", "ms_a", "ms_b",
                    *(f"{c}_{arm}" for c in extra for arm in "ab"), "ratio", "ci_low", "ci_high",
                    "significant"]  # fmt: skip
-        table = pd.DataFrame(out).reindex(columns=columns)
-        # rows arrive as workers finish: sort by size, prefill before decode as profiles show
-        return table.sort_values(keys, key=lambda c: c.map(PHASES.index) if c.name == "phase"
-                                 else c, ignore_index=True)  # fmt: skip
+        # rows arrive as workers finish: sorted by size, prefill before decode
+        return _by_size(pd.DataFrame(out).reindex(columns=columns), keys)
 
     def where(self) -> pd.DataFrame:
         """Where an A/B's change went, per size (and phase): the parts of what was timed in
@@ -141,15 +137,17 @@ class AbResult:
         (`kernel_times`, which says how to read them). Empty where no run recorded parts (a
         CPU's kernel A/B; runs before they were recorded). A category no run of either arm
         launched in the phase is left out."""
-        column = PARTS[0] if PARTS[0] in self.rows else PARTS[1]
-        keys = ["phase", "tokens"] if "phase" in self.rows else ["tokens"]
+        keys = _size_keys(self.rows)
+        column = "step_parts_ms" if "phase" in keys else "kernel_ms"  # profile, kernel A/B
         columns = [*keys, "part", "ms_a", "ms_b", "change_ms", "change_pct", "runs"]
         if column not in self.rows:
             return pd.DataFrame(columns=columns)
         out = []
         for key, group in self.rows.groupby(keys, sort=False):
             where = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
-            arms = {arm: [r[column] for r in _runs_of(group, arm) if _has_parts(r, column)]
+            # a failed run has no parts, a CPU's kernel A/B an empty set
+            arms = {arm: [r[column] for r in _runs_of(group, arm)
+                          if isinstance(r.get(column), dict) and r[column]]
                     for arm in "ab"}  # fmt: skip
             if not all(arms.values()):
                 continue  # an arm with no run that recorded its parts: nothing to set against
@@ -164,15 +162,19 @@ class AbResult:
                               "runs": min(len(arms["a"]), len(arms["b"]))})  # fmt: skip
             lines.sort(key=lambda line: (line["part"] == TOTAL, -abs(line["change_ms"])))
             out += lines
-        table = pd.DataFrame(out, columns=columns)
-        order = table["phase"].map(PHASES.index) if "phase" in keys else table["tokens"]
-        return (table.assign(order=order).sort_values(["order", "tokens"], kind="stable")
-                .drop(columns="order").reset_index(drop=True))  # fmt: skip
+        return _by_size(pd.DataFrame(out, columns=columns), keys)  # parts keep their order
 
 
-def _has_parts(row: dict, column: str) -> bool:
-    """Whether a run recorded parts: a failed run has none, a CPU's kernel A/B an empty set."""
-    return isinstance(row.get(column), dict) and bool(row[column])
+def _size_keys(rows: pd.DataFrame) -> list[str]:
+    """What tells an A/B's sizes apart: the phase too for a profile A/B."""
+    return ["phase", "tokens"] if "phase" in rows else ["tokens"]
+
+
+def _by_size(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """`table` by size, prefill before decode as profiles show them; rows of one size keep
+    their order."""
+    return table.sort_values(keys, key=lambda c: c.map(PHASES.index) if c.name == "phase" else c,
+                             kind="stable", ignore_index=True)  # fmt: skip
 
 
 def _runs_of(group: pd.DataFrame, arm: str) -> list[dict]:

@@ -68,7 +68,7 @@ def prepare_peers(
     run = PeerRun()
     for peer in peers:
         ok, why = peer.available()
-        variant = peer.moe_variant if workload == "moe" else peer.variant
+        variant = peer.variant_for(workload)
         run.meta[peer.name] = {"available": ok, "why": why, "variant": variant}
         adapter = peer.adapter(workload)
         if not ok or adapter is None:

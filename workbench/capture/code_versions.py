@@ -144,8 +144,7 @@ def use_kernels_from(key: str | None) -> None:
         raise WorkbenchError(f"{CODE_DIR_ENV} is not set: the arm's kernels cannot be found "
                              "(the A/B run sets it for its workers).")  # fmt: skip
     folder = str(Path(scratch) / key)
-    loaded = sys.modules.get(PACKAGE)
-    if loaded is not None and not Path(str(loaded.__file__)).is_relative_to(folder):
+    if _imported_elsewhere(folder) is not None:
         raise WorkbenchError(
             f"the {PACKAGE} package was imported before the arm's code was set, so this worker "
             f"would time the working tree's {PACKAGE}, not {key}'s. A spawned worker re-runs "
@@ -172,13 +171,22 @@ def check_kernels_from() -> None:
     from anywhere but that folder: a process started with the wrong working directory or path
     would otherwise run, and report, the working tree's kernels as the code asked for."""
     folder = os.environ.get(KERNELS_FROM_ENV)
+    elsewhere = _imported_elsewhere(folder) if folder else None
+    if elsewhere is not None:
+        raise WorkbenchError(f"this process imported {PACKAGE} from {elsewhere}, not from "
+                             f"{folder}, the code it was asked to run; PYTHONPATH and the "
+                             "working directory decide which.")  # fmt: skip
+
+
+def _imported_elsewhere(folder: str) -> Path | None:
+    """Where this process imported `kernels` from, when that is not inside `folder`; None when
+    it did not import it yet or took it from there (paths resolved: links count as their
+    targets)."""
     loaded = sys.modules.get(PACKAGE)
-    if not folder or loaded is None:
-        return
-    if not Path(str(loaded.__file__)).resolve().is_relative_to(Path(folder).resolve()):
-        raise WorkbenchError(f"this process imported {PACKAGE} from {Path(loaded.__file__).parent}"
-                             f", not from {folder}, the code it was asked to run; "
-                             "PYTHONPATH and the working directory decide which.")  # fmt: skip
+    if loaded is None:
+        return None
+    where = Path(str(loaded.__file__)).resolve()
+    return None if where.is_relative_to(Path(folder).resolve()) else where.parent
 
 
 @contextlib.contextmanager

@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterable
 import torch
 from torch.autograd import DeviceType
 
-from workbench.analysis.tables import TOTAL
+from workbench.analysis.tables import TOTAL, short_kernel_name
 
 CALLS = 20  # profiled calls: enough for a stable mean of microsecond kernels, seconds at most
-NAME_CHARS = 80  # a kernel's name kept to this length (cuBLAS's run to hundreds)
+NAME_CHARS = 80  # a kernel's name shown this long at most (cuBLAS's run to hundreds)
 
 
 def kernel_ms(call: Callable[[], object], device: torch.device, units: int = 1,
@@ -48,10 +48,11 @@ def kernel_ms(call: Callable[[], object], device: torch.device, units: int = 1,
 
 def per_call(launches: Iterable[tuple[str, float]], calls: int) -> dict[str, float]:
     """(kernel name, device us) of every launch -> ms per call by name, the longest first, and
-    their total."""
+    their total; names as the profile's tables show them (`tables.short_kernel_name`), so
+    one whose templates or parameters are all that differs counts as one."""
     summed: dict[str, float] = {}
     for name, us in launches:
-        key = name[:NAME_CHARS]
+        key = short_kernel_name(name, NAME_CHARS)
         summed[key] = summed.get(key, 0.0) + us
     out = {k: us / calls / 1e3 for k, us in sorted(summed.items(), key=lambda kv: -kv[1])}
     return {**out, TOTAL: sum(out.values())} if out else {}

@@ -45,8 +45,9 @@ from workbench.capture.code_versions import (
 from workbench.capture.debris import owned_prefix
 from workbench.capture.environment import REPO, describe
 from workbench.capture.ncu_args import DECODE_STEP, DONE, PREFIX, TargetArgs, nvtx_filter
-from workbench.capture.ncu_peers import peer_of, peer_record
+from workbench.capture.ncu_peers import peer_record
 from workbench.errors import ArtifactError, WorkbenchError
+from workbench.peers import peer_of
 
 TARGET_MODULE = "workbench.capture.ncu_target"
 NCU_OPTIONS = ("--import-source", "yes", "--clock-control", "none")

@@ -40,7 +40,8 @@ def _peer_workloads(args: TargetArgs) -> list[Workload] | None:
     The peers are imported here, not with the module: `workbench ncu --code BASE` runs this
     target on an older kernels package, which the peers' adapters may need more of."""
     try:
-        from workbench.capture.ncu_peers import build_dense_peer, build_moe_peer, peer_of
+        from workbench.capture.ncu_peers import build_dense_peer, build_moe_peer
+        from workbench.peers import peer_of
     except ImportError:  # an older kernels package: then no variant of its is a peer
         return None
     peer = peer_of(args.kernel, args.variant)

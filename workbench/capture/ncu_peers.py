@@ -26,7 +26,7 @@ from workbench.capture.ncu_workload_parts import (
     marked,
 )
 from workbench.errors import WorkbenchError
-from workbench.peers import PEER_BLOCK, PEERS, Peer, peer_names
+from workbench.peers import PEER_BLOCK, Peer, peer_of
 from workbench.presets import get_preset
 from workbench.workloads.checks import tolerance
 from workbench.workloads.dense import activations, projection_master
@@ -34,11 +34,6 @@ from workbench.workloads.moe import expert_weights, moe_problem, reference
 from workbench.workloads.seeds import serving_dtype
 
 HINT = "the peer's tests (tests/test_peers*.py, WORKBENCH_GPU_TESTS=1)"
-
-
-def peer_of(kernel: str, variant: str) -> Peer | None:
-    """The registered peer of workload `kernel` ("dense", "moe") called `variant`, else None."""
-    return PEERS[variant] if variant in peer_names(kernel) else None
 
 
 def peer_record(kernel: str, variant: str) -> dict | None:
@@ -49,9 +44,8 @@ def peer_record(kernel: str, variant: str) -> dict | None:
     if peer is None:
         return None
     ok, why = peer.available()
-    what = peer.moe_variant if kernel == "moe" else peer.variant
-    return {"name": peer.name, "variant": what, "scheme": peer.scheme, "available": ok,
-            "why": why}  # fmt: skip
+    return {"name": peer.name, "variant": peer.variant_for(kernel), "scheme": peer.scheme,
+            "available": ok, "why": why}  # fmt: skip
 
 
 def _options(peer: Peer, kernel: str, params: dict, taken: dict[str, object]) -> dict:

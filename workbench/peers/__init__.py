@@ -69,6 +69,10 @@ class Peer:
     holds: Callable[[DenseWeights], DenseWeights | Tensor] | None = None
     weight_bytes: Callable[[DenseWeights], int] | None = None
 
+    def variant_for(self, workload: str) -> str:
+        """What the peer runs for `workload` ("dense" or "moe"), as its rows' `variant` say."""
+        return self.moe_variant if workload == "moe" else self.variant
+
     def adapter(self, workload: str) -> Callable | None:
         """The conversion for `workload` ("dense" or "moe"); None when the peer has none."""
         return self.prepare if workload == "dense" else self.prepare_moe
@@ -103,6 +107,11 @@ PEERS: dict[str, Peer] = {
 def peer_names(workload: str) -> list[str]:
     """The registered peers of `workload` ("dense" or "moe"), in registry order."""
     return [name for name, peer in PEERS.items() if workload in peer.workloads]
+
+
+def peer_of(workload: str, name: str) -> Peer | None:
+    """The registered peer of `workload` called `name`, else None."""
+    return PEERS[name] if name in peer_names(workload) else None
 
 
 def get_peers(names: list[str] | tuple[str, ...], workload: str) -> list[Peer]:
