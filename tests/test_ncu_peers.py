@@ -191,6 +191,9 @@ def test_under_a_package_s_environment_python_m_imports_that_package(tmp_path):
     done = subprocess.run(probe, cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, **moved})  # fmt: skip
     assert done.stdout.strip() == "the folder arm", done.stderr
+    # its kernels compile into a cache of their own, beside the package and gone with it
+    assert Path(moved["TRITON_CACHE_DIR"]).parent == tmp_path
+    assert moved["TRITON_CACHE_DIR"] != os.environ.get("TRITON_CACHE_DIR")
     assert subprocess.run(probe, cwd=ROOT, capture_output=True).returncode != 0
 
 

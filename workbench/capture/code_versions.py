@@ -160,10 +160,17 @@ def package_environment(folder: Path) -> dict[str, str]:
     """The variables under which a Python process, and the `python -m` processes it starts,
     import `kernels` from `folder` (holding the package): PYTHONPATH names the folder, then
     the workbench itself, where it is not installed; PYTHONSAFEPATH keeps `python -m` from
-    putting the working directory, the repository's root, ahead of them."""
+    putting the working directory, the repository's root, ahead of them.
+
+    TRITON_CACHE_DIR is a folder beside `folder`, gone with it. Triton keys its cache by a
+    kernel's source, not its path, and a compiled kernel's line table names the file it was
+    compiled from: with one cache, a kernel the working tree shares with an exported copy was
+    found in the cache under the copy's path, in a folder since removed, so Nsight Compute
+    could not import its source (the 2026-12-05 captures of flat INT4 MoE, both codes)."""
     path = [str(folder), str(REPO), os.environ.get("PYTHONPATH")]
+    cache = folder.parent / f"{folder.name}.triton-cache"
     return {"PYTHONPATH": os.pathsep.join(filter(None, path)), "PYTHONSAFEPATH": "1",
-            KERNELS_FROM_ENV: str(folder)}  # fmt: skip
+            KERNELS_FROM_ENV: str(folder), "TRITON_CACHE_DIR": str(cache)}  # fmt: skip
 
 
 def check_kernels_from() -> None:
