@@ -219,7 +219,9 @@ class Action:
         return {STOCK: SOURCE}
 
     def sass_by_pc(self, pc):
-        return f"  LDG.E R{pc - BASE}, [R2.64]  "
+        sass = {BASE + 0x10: "WARPGROUP.DEPBAR.LE gsb0, 0x0", BASE + 0x20: "@!P0 BRA 0x7f0020",
+                BASE + 0x30: "FFMA R1, R2, R3, R1"}  # fmt: skip
+        return f"  {sass.get(pc, f'LDG.E R{pc - BASE}, [R2.64]')}  "
 
     def rule_results(self):
         return self._rules

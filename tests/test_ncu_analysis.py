@@ -22,7 +22,7 @@ from workbench.analysis.ncu import SUMMARY_METRICS, NcuReport, load_ncu
 from workbench.analysis.ncu_files import MAGIC, PACKINGS, framing_problem, packing, report_stem
 from workbench.analysis.ncu_metrics import CLOCK_MIN_US, clock_shown, first_value, row_unit
 from workbench.analysis.ncu_rules import plain
-from workbench.analysis.ncu_source import readable_path
+from workbench.analysis.ncu_source import instruction_name, readable_path
 from workbench.analysis.ncu_text import diff_tables, diff_text, percent, significant
 from workbench.errors import ArtifactError, WorkbenchError
 from workbench.report.ncu_page import FIGURE_KINDS, ncu_figure, write_ncu_page
@@ -173,6 +173,40 @@ def test_hotspots_group_addresses_by_source_line(report):
     assert (sass["address"], sass["text"]) == ("0x00040", "LDG.E R64, [R2.64]")
     assert hot["share_pct"].sum() == pytest.approx(100.0)
     assert list(report.hotspots(n=1)["launch"]) == report.labels[:2]  # none for the third
+
+
+@pytest.mark.parametrize(
+    ("sass", "name"),
+    [
+        ("@!P0  BRA 0x7fe59f7f37d0", "BRA"),
+        ("QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR24], RZ, !UPT", "QGMMA"),
+        ("WARPGROUP.DEPBAR.LE gsb0, 0x0", "WARPGROUP.DEPBAR"),
+        ("BAR.SYNC.DEFER_BLOCKING 0x0, 0x80", "BAR.SYNC"),
+        ("IMAD.MOV.U32 R2, RZ, RZ, R208", "IMAD.MOV"),
+        ("NOP", "NOP"),
+        ("", "?"),
+    ],
+)
+def test_instruction_name_keeps_the_opcode(sass, name):
+    assert instruction_name(sass) == name
+
+
+def test_instruction_stalls_sum_samples_by_opcode_and_reason(report):
+    table = report.instruction_stalls(launch=0)
+    rows = list(zip(table["instruction"], table["reason"], table["samples"]))
+    assert rows == [
+        ("FFMA", "selected", 40),
+        ("WARPGROUP.DEPBAR", "barrier", 30),
+        ("BRA", "wait", 20),
+        ("FFMA", "barrier", 6),
+        ("LDG", "wait", 4),
+    ]
+    assert table["share_pct"].sum() == pytest.approx(100.0)
+    assert (
+        report.instruction_stalls(n=2)["launch"].tolist()
+        == [report.labels[0]] * 2 + [report.labels[1]] * 2
+    )  # the third launch has no samples
+    assert "Samples by SASS instruction and stall" in report.text()
 
 
 def test_kernel_time_adds_up_each_kernels_launches(report):
@@ -462,6 +496,36 @@ def test_real_hotspots_point_at_real_kernel_lines(path, tmp_path):
             assert not row.text.startswith("#")
     for label in hot["launch"].unique():
         assert report.hotspots(n=10**6, launch=label)["share_pct"].sum() == pytest.approx(100.0)
+
+
+@needs_reports
+@each_report
+def test_real_instruction_stalls_hold_every_sample(path):
+    report = load_ncu(path)
+    for label in report.labels:
+        by_op = report.instruction_stalls(n=10**6, launch=label)
+        by_line = report.hotspots(n=10**6, launch=label)
+        assert by_op["samples"].sum() == pytest.approx(by_line["samples"].sum())
+        if len(by_op):
+            assert by_op["share_pct"].sum() == pytest.approx(100.0)
+            assert "?" not in set(by_op["instruction"])
+
+
+def test_parked_warps_are_a_quarter_of_the_w8a8_gemms_samples():
+    """Triton launches the W8A8 kernel's one-warp load partition as a warpgroup, so 3 of its
+    12 warps idle at a barrier (NOP) the whole launch; DeepGEMM's idle producer threads exit.
+    Read by opcode, not by source line, where they and the wgmma waits both read `barrier`."""
+    pytest.importorskip("ncu_report")
+    shares = {}
+    for peer, kernel in (("w8a8-T4096-block128", "wgmma_kernel"), ("deepgemm-T4096", "gemm")):
+        report = load_ncu(REPO / f"ncu/dense-{peer}-projectionq_up.ncu-rep.xz").select(kernel)
+        table = report.instruction_stalls(n=10**6).set_index(["instruction", "reason"])
+        shares[peer] = table["share_pct"]
+    assert shares["w8a8-T4096-block128"][("NOP", "barrier")] == pytest.approx(25.0, abs=2.0)
+    assert shares["deepgemm-T4096"].get(("NOP", "barrier"), 0.0) < 1.0
+    for share in shares.values():  # waiting for its own wgmma: the top stall of either
+        waits = share.drop(("NOP", "barrier"), errors="ignore")
+        assert waits.idxmax() == ("WARPGROUP.DEPBAR", "barrier")
 
 
 @needs_reports

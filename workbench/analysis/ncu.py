@@ -38,7 +38,13 @@ from workbench.analysis.ncu_metrics import (
 from workbench.analysis.ncu_module import ncu_report
 from workbench.analysis.ncu_pairs import LaunchPairs, pair_launches
 from workbench.analysis.ncu_rules import rule_table
-from workbench.analysis.ncu_source import HOTSPOT_COLUMNS, hot_lines
+from workbench.analysis.ncu_source import (
+    HOTSPOT_COLUMNS,
+    INSTRUCTION_COLUMNS,
+    hot_lines,
+    instruction_stalls,
+    pc_samples,
+)
 from workbench.analysis.ncu_text import MAIN_LAUNCHES, report_text
 from workbench.errors import ArtifactError, WorkbenchError
 
@@ -111,6 +117,7 @@ class NcuReport:
         self.launches = _launch_table(self._actions) if launches is None else launches
         self._names = [frozenset(a.metric_names()) for a in self._actions]
         self._hot: dict[int, pd.DataFrame] = {}  # hot lines per launch, made on first use
+        self._samples: dict[int, dict] = {}  # PC samples per launch, read on first use
 
     @classmethod
     def load(cls, path: str | Path) -> Self:
@@ -230,11 +237,17 @@ class NcuReport:
         return top
 
     # ---- source hot spots ----------------------------------------------------------------
+    def _pc_samples(self, i: int) -> dict[int, dict[str, float]]:
+        """Launch `i`'s samples per instruction address and stall reason, read on first use."""
+        if i not in self._samples:
+            self._samples[i] = pc_samples(self._actions[i], self._names[i])
+        return self._samples[i]
+
     def _hot_lines(self, i: int) -> pd.DataFrame:
         """Every sampled source line (or SASS instruction) of launch `i`, made on first use."""
         if i not in self._hot:
             start = self._first(i, FUNCTION_START)[0]
-            self._hot[i] = hot_lines(self._actions[i], self._names[i], self.labels[i], start)
+            self._hot[i] = hot_lines(self._actions[i], self._pc_samples(i), self.labels[i], start)
         return self._hot[i]
 
     def hotspots(self, n: int = 10, launch: str | int | None = None) -> pd.DataFrame:
@@ -250,6 +263,22 @@ class NcuReport:
         frames = [f for f in frames if not f.empty]
         if not frames:
             return pd.DataFrame(columns=HOTSPOT_COLUMNS)
+        return pd.concat(frames, ignore_index=True)
+
+    def instruction_stalls(self, n: int = 10, launch: str | int | None = None) -> pd.DataFrame:
+        """The `n` largest shares of each launch's (or one launch's) PC samples by SASS opcode
+        and stall reason (ncu_source.instruction_stalls says how to read them).
+
+        Columns: launch, instruction (`WARPGROUP.DEPBAR`, `BRA`, `FFMA`, ...), reason,
+        samples, share_pct of the launch's samples. Empty without PC sampling."""
+        picks = range(len(self)) if launch is None else [self._position(launch)]
+        frames = [
+            instruction_stalls(self._actions[i], self._pc_samples(i), self.labels[i]).head(n)
+            for i in picks
+        ]
+        frames = [f for f in frames if not f.empty]
+        if not frames:
+            return pd.DataFrame(columns=INSTRUCTION_COLUMNS)
         return pd.concat(frames, ignore_index=True)
 
     # ---- occupancy, rules, diff ----------------------------------------------------------
@@ -357,6 +386,12 @@ class NcuReport:
         frames = [self.hotspots(launch=label) for label in self.main_launches()]
         frames = [frame for frame in frames if not frame.empty]
         return pd.concat(frames, ignore_index=True) if frames else self.hotspots(launch=0)
+
+    def main_instruction_stalls(self, n: int = 8) -> pd.DataFrame:
+        """instruction_stalls() of the main launches, the `n` largest shares of each."""
+        frames = [self.instruction_stalls(n, label) for label in self.main_launches()]
+        frames = [frame for frame in frames if not frame.empty]
+        return pd.concat(frames, ignore_index=True) if frames else self.instruction_stalls(0)
 
     def notes(self) -> list[str]:
         """One line on where the report came from, when its capture metadata is there."""

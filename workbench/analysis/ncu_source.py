@@ -35,6 +35,10 @@ TORCH_TREES = (("aten", "src"), ("torch", "csrc"), ("c10", "cuda"), ("c10", "cor
 HOTSPOT_COLUMNS = [
     "launch", "level", "file", "line", "address", "text", "samples", "share_pct", "top_stall",
 ]  # fmt: skip
+INSTRUCTION_COLUMNS = ["launch", "instruction", "reason", "samples", "share_pct"]
+# Opcodes whose second word says what they do: WARPGROUP.DEPBAR waits for a wgmma,
+# WARPGROUP.ARRIVE starts one; BAR.SYNC waits at a block barrier, BAR.ARV only arrives.
+TWO_WORD_OPCODES = ("WARPGROUP", "BAR", "SYNCS", "IMAD", "FENCE", "MEMBAR", "UTMALDG")
 
 
 def _in_cache(parts: tuple[str, ...]) -> str | None:
@@ -102,6 +106,40 @@ def pc_samples(action, names: frozenset[str]) -> dict[int, dict[str, float]]:
     return by_pc
 
 
+def instruction_name(sass: str) -> str:
+    """The opcode of a SASS instruction, without its predicate, operands and modifiers:
+    `@!P0 BRA 0x7f..` is BRA, `QGMMA.64x128x32.F32.E4M3.E4M3 R24, ..` QGMMA; where the first
+    word alone says too little, with the second (`WARPGROUP.DEPBAR`, `BAR.SYNC`, `IMAD.MOV`)."""
+    words = [w for w in sass.split() if not w.startswith("@")]
+    if not words:
+        return "?"
+    parts = words[0].split(".")
+    return ".".join(parts[:2]) if parts[0] in TWO_WORD_OPCODES and len(parts) > 1 else parts[0]
+
+
+def instruction_stalls(action, by_pc: dict[int, dict[str, float]], label: str) -> pd.DataFrame:
+    """A launch's PC samples by (SASS opcode, stall reason), most sampled first, in
+    INSTRUCTION_COLUMNS; `by_pc` is pc_samples() of the launch.
+
+    Why beside the source lines: a Gluon kernel's warp-specialised partitions map many
+    instructions to one line (its `def`, its loop head), so a line's top stall can hide what
+    waits. Two kinds of sample stand out by opcode: WARPGROUP.DEPBAR at `barrier` is a warp
+    waiting for its own wgmma (the tensor cores' work), and NOP at `barrier` is, in Triton's
+    warp-specialised kernels, the warps a one-warp partition leaves idle in its warpgroup,
+    parked for the whole launch: not a cost, but a share of every stall table's samples."""
+    counts: dict[tuple[str, str], float] = {}
+    for pc, by_reason in by_pc.items():
+        name = instruction_name(action.sass_by_pc(pc))
+        for reason, samples in by_reason.items():
+            counts[(name, reason)] = counts.get((name, reason), 0.0) + samples
+    total = sum(counts.values())
+    rows = sorted(counts.items(), key=lambda item: -item[1])
+    return pd.DataFrame(
+        [(label, name, reason, n, 100 * n / total) for (name, reason), n in rows],
+        columns=INSTRUCTION_COLUMNS,
+    )
+
+
 def _source_text(sources: dict[str, list[str]], file: str, line: int) -> str:
     """A source line's text: from the source ncu imported, else from the file if it is here."""
     if not sources.get(file) and Path(file).is_file():
@@ -110,13 +148,13 @@ def _source_text(sources: dict[str, list[str]], file: str, line: int) -> str:
     return lines[line - 1].strip() if 0 < line <= len(lines) else ""
 
 
-def hot_lines(action, names: frozenset[str], label: str, start: float) -> pd.DataFrame:
+def hot_lines(action, by_pc: dict[int, dict[str, float]], label: str, start: float) -> pd.DataFrame:
     """Every sampled source line (or SASS instruction, where no line is known) of one launch,
-    hottest first, in HOTSPOT_COLUMNS, `file` as readable_path() names it. `start` is the
-    kernel's first address (NaN if unknown), so SASS addresses read as offsets into the
-    function."""
+    hottest first, in HOTSPOT_COLUMNS, `file` as readable_path() names it; `by_pc` is
+    pc_samples() of the launch. `start` is the kernel's first address (NaN if unknown), so
+    SASS addresses read as offsets into the function."""
     lines: dict[tuple, dict[str, float]] = {}
-    for pc, by_reason in pc_samples(action, names).items():
+    for pc, by_reason in by_pc.items():
         info = action.source_info(pc)
         known = info is not None and info.file_name() and info.line() > 0
         key = ("source", info.file_name(), info.line()) if known else ("sass", pc)

@@ -122,6 +122,7 @@ def report_text(report: NcuReport) -> str:
         ("Summary", fit(report.summary())),
         ("Warp stalls: cycles per issued instruction, % of PC samples", stalls),
         ("Hot spots (most sampled lines)", hot.drop(columns=["level"])),
+        ("Samples by SASS instruction and stall", report.main_instruction_stalls()),
         ("Occupancy", fit(report.occupancy())),
         ("ncu rules per launch", overview),
         (f"ncu rules{some}, largest estimated speedup first", rules.drop(columns=["message"])),

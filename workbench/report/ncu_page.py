@@ -123,6 +123,16 @@ def _hot_spots(page: HtmlPage, hot: pd.DataFrame) -> None:
         page.table(_blank(table), str(label), 1, "wrap")
 
 
+def _instruction_stalls(page: HtmlPage, table: pd.DataFrame) -> None:
+    """Each main launch's samples by SASS opcode and stall, a table per launch. A wgmma's
+    wait (WARPGROUP.DEPBAR) and a warp-specialised kernel's parked warps (NOP at barrier)
+    share a source line's `barrier` stall; by opcode they come apart."""
+    for label, rows in table.groupby("launch", sort=False):
+        shown = rows.drop(columns="launch").set_index(["instruction", "reason"])
+        shown["samples"] = shown["samples"].round().astype(int)
+        page.table(shown.rename(columns={"share_pct": "share (%)"}), str(label), 1)
+
+
 def _launch_details(
     page: HtmlPage, labels: list[str], main: list[str], write: Callable[[HtmlPage, str], None]
 ) -> None:
@@ -208,6 +218,10 @@ def write_ncu_page(report: NcuReport, path: str | Path, baseline: NcuReport | No
     if not hot.empty:
         page.heading("Hot spots").figure(ncu_figure(report, "hotspots"))
         _hot_spots(page, hot)
+    by_instruction = report.main_instruction_stalls()
+    if not by_instruction.empty:
+        page.heading("Samples by SASS instruction")
+        _instruction_stalls(page, by_instruction)
     page.heading("Occupancy").figure(ncu_figure(report, "occupancy"))
     _per_launch(page, fit(report.occupancy()), main)
     _rules(page, report, main)
