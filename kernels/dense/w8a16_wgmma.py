@@ -52,7 +52,9 @@ time at 48-128 rows and 4% at 256, but a served decode step at 64 rows 1.7% more
 (raw/logs/h200-dense-w8a16-gluon-pdl-early-ab-*.csv, raw/ab-profile-20261204T212709).
 Without PDL its first copies come in the same order (the scales asked for before the ring's
 copies): in that run each GEMM alone, where PDL overlaps nothing, took 2.6-3.5% less time
-summed over a layer at 48-128 rows in that order (docs/design.md; not yet timed as the default).
+summed over a layer at 48-128 rows in that order. Timed as the default against the kernels
+before it, in turns (raw/ab-dense-20261205T020049), a layer's GEMMs took 0.959x, 0.963x and
+0.984x the time at 48, 64 and 128 rows (docs/design.md).
 """
 
 from collections.abc import Sequence
@@ -348,9 +350,10 @@ def _w8a16_wgmma_kernel(
     # kernel, alone (nothing to overlap), took 2.6%, 3.5% and 3.2% less time than this path
     # did then, summed over a layer at 48, 64 and 128 rows, and no less at 256
     # (raw/logs/h200-dense-w8a16-gluon-pdl-early-ab-*, round 0, timed one after the other, not
-    # in turns); this path in this order is not yet timed. With every slot's weights first, a
-    # GEMM alone took 0.1-1.9 us longer (raw/logs/h200-dense-w8a16-gluon-pdl-ab-*): its
-    # activations queued behind them.
+    # in turns); as the default, in turns against that code, a layer's GEMMs took 0.959x,
+    # 0.963x and 0.984x the time at 48, 64 and 128 rows (raw/ab-dense-20261205T020049).
+    # With every slot's weights first, a GEMM alone took 0.1-1.9 us longer
+    # (raw/logs/h200-dense-w8a16-gluon-pdl-ab-*): its activations queued behind them.
     for first in gl.static_range(EARLY):
         _expect_step(x_desc, w_desc, ready, first, steps)
         _load_weights(w_desc, w_ring, ready, first, steps, w_row, k_lo)

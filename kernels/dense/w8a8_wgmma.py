@@ -51,6 +51,16 @@ alone were 1.2x faster (raw/logs/h200-dense-w8a8-gemm-times-*.csv): o_b 0.125 ag
 SMs mostly idle at either tile height (0.070 against 0.114), where DeepGEMM picks a tile
 width of its own.
 
+With the load warp, Nsight Compute of both on the same weights at M=4096 (2026-12-05,
+ncu/dense-{w8a8-T4096-block128,deepgemm-T4096}-projection*) had DeepGEMM's GEMM at a lower
+SM clock than this one (1,521-1,591 against 1,615-1,700 MHz) and still faster (o_b 127
+against 147 us, q_up 207 against 227, shared_gate_up 70 against 111), its tensor pipe
+76-87% busy against 66-71%: not the power cap, nor L2 bytes. By SASS instruction (q_up), a
+quarter of this kernel's samples are the load warpgroup's three parked warps (NOP at a
+barrier; no cost); of the rest, 13% wait on a load's result where DeepGEMM's warps wait on
+none: the per-step scales read from global memory (DeepGEMM brings its activation scales in
+by TMA with each stage) and the fence and barrier of each tile's store (docs/design.md).
+
 Gluon has no interpreter: the CPU tests check the compiled SASS and the host-side checks, and
 the GPU tests (WORKBENCH_GPU_TESTS=1) compare results with `w8a8_reference`."""
 
