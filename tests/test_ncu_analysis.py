@@ -348,6 +348,7 @@ def test_text_figures_and_page(report, tmp_path):
         ncu_figure(report, "roofline")
     page = write_ncu_page(report, tmp_path / "ncu.html").read_text()
     assert page.count('class="plotly-graph-div"') == len(FIGURE_KINDS)
+    assert "Samples by SASS instruction" in page and "WARPGROUP.DEPBAR" in page
 
 
 def test_the_facade_draws_with_the_report_functions(tmp_path):
