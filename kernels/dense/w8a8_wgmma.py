@@ -57,9 +57,11 @@ SM clock than this one (1,521-1,591 against 1,615-1,700 MHz) and still faster (o
 against 147 us, q_up 207 against 227, shared_gate_up 70 against 111), its tensor pipe
 76-87% busy against 66-71%: not the power cap, nor L2 bytes. By SASS instruction (q_up), a
 quarter of this kernel's samples are the load warpgroup's three parked warps (NOP at a
-barrier; no cost); of the rest, 13% wait on a load's result where DeepGEMM's warps wait on
-none: the per-step scales read from global memory (DeepGEMM brings its activation scales in
-by TMA with each stage) and the fence and barrier of each tile's store (docs/design.md).
+barrier; no cost). Of the rest, 7% wait for the next step's scales at register moves ptxas
+puts before the wgmma wait (hidden where the wgmma outlasts the global load; DeepGEMM brings
+its activation scales in by TMA with each stage), and 7% at the tile's store, mostly the
+second wave's `store_wait` for the first wave's TMA store to release the warpgroup's one
+staging buffer (docs/design.md).
 
 Gluon has no interpreter: the CPU tests check the compiled SASS and the host-side checks, and
 the GPU tests (WORKBENCH_GPU_TESTS=1) compare results with `w8a8_reference`."""
