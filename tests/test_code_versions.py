@@ -110,7 +110,8 @@ def imported_kernels(scratch, key, first: str = "",
     profile's `python -m` precompile workers are)."""
     script = (f"{first}from workbench.capture.code_versions import use_kernels_from\n"
               f"use_kernels_from({key!r})\nimport kernels, os\n"
-              "print(kernels.__file__)\nprint(os.environ['PYTHONPATH'])\n")  # fmt: skip
+              "print(kernels.__file__)\nprint(os.environ['PYTHONPATH'])\n"
+              "print(os.environ['TRITON_CACHE_DIR'])\n")  # fmt: skip
     if via_module:  # `-c` puts the working directory first on the path as `-m` does
         script += ("import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', "
                    "'import kernels; print(kernels.__file__)'], capture_output=True, text=True,"
@@ -126,9 +127,11 @@ def test_an_arms_worker_imports_the_arms_kernels_and_passes_them_on(tmp_path):
         scratch = os.environ[CODE_DIR_ENV]
         done = imported_kernels(scratch, head()[:12])
         assert done.returncode == 0, done.stderr
-        where, path = done.stdout.splitlines()
+        where, path, cache = done.stdout.splitlines()
         assert where.startswith(os.path.join(scratch, head()[:12], "kernels"))
         assert path.split(os.pathsep)[0] == os.path.join(scratch, head()[:12])
+        # its kernels compile into a Triton cache in the scratch folder, gone with it
+        assert os.path.dirname(cache) == scratch
         # a process it starts by `python -m` from the repository's root (a profile's
         # precompile workers) takes the arm's kernels too, not the root's own
         grandchild = imported_kernels(scratch, head()[:12], via_module=True)

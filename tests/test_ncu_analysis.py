@@ -183,6 +183,9 @@ def test_hotspots_group_addresses_by_source_line(report):
         ("WARPGROUP.DEPBAR.LE gsb0, 0x0", "WARPGROUP.DEPBAR"),
         ("BAR.SYNC.DEFER_BLOCKING 0x0, 0x80", "BAR.SYNC"),
         ("IMAD.MOV.U32 R2, RZ, RZ, R208", "IMAD.MOV"),
+        ("IMAD.U32 R3, RZ, RZ, UR19", "IMAD"),
+        ("UTMALDG.2D [UR8], [UR6]", "UTMALDG"),
+        ("FENCE.VIEW.ASYNC.S", "FENCE.VIEW"),
         ("NOP", "NOP"),
         ("", "?"),
     ],
@@ -348,7 +351,7 @@ def test_text_figures_and_page(report, tmp_path):
         ncu_figure(report, "roofline")
     page = write_ncu_page(report, tmp_path / "ncu.html").read_text()
     assert page.count('class="plotly-graph-div"') == len(FIGURE_KINDS)
-    assert "Samples by SASS instruction" in page and "WARPGROUP.DEPBAR" in page
+    assert "Samples by SASS instruction and stall" in page and "WARPGROUP.DEPBAR" in page
 
 
 def test_the_facade_draws_with_the_report_functions(tmp_path):
@@ -518,8 +521,9 @@ def test_parked_warps_are_a_quarter_of_the_w8a8_gemms_samples():
     Read by opcode, not by source line, where they and the wgmma waits both read `barrier`."""
     pytest.importorskip("ncu_report")
     shares = {}
-    for peer, kernel in (("w8a8-T4096-block128", "wgmma_kernel"), ("deepgemm-T4096", "gemm")):
+    for peer, kernel in (("w8a8-T4096-block128", "wgmma_kernel"), ("deepgemm-T4096", "fp8_gemm")):
         report = load_ncu(REPO / f"ncu/dense-{peer}-projectionq_up.ncu-rep.xz").select(kernel)
+        assert len(report) == 1  # the GEMM alone, not the activation quantiser
         table = report.instruction_stalls(n=10**6).set_index(["instruction", "reason"])
         shares[peer] = table["share_pct"]
     assert shares["w8a8-T4096-block128"][("NOP", "barrier")] == pytest.approx(25.0, abs=2.0)

@@ -118,6 +118,7 @@ class NcuReport:
         self._names = [frozenset(a.metric_names()) for a in self._actions]
         self._hot: dict[int, pd.DataFrame] = {}  # hot lines per launch, made on first use
         self._samples: dict[int, dict] = {}  # PC samples per launch, read on first use
+        self._by_instruction: dict[int, pd.DataFrame] = {}  # samples by opcode, on first use
 
     @classmethod
     def load(cls, path: str | Path) -> Self:
@@ -250,6 +251,24 @@ class NcuReport:
             self._hot[i] = hot_lines(self._actions[i], self._pc_samples(i), self.labels[i], start)
         return self._hot[i]
 
+    def _instruction_rows(self, i: int) -> pd.DataFrame:
+        """Launch `i`'s samples by SASS opcode and stall reason, made on first use."""
+        if i not in self._by_instruction:
+            self._by_instruction[i] = instruction_stalls(
+                self._actions[i], self._pc_samples(i), self.labels[i]
+            )
+        return self._by_instruction[i]
+
+    def _per_launch(
+        self, rows_of, n: int, launch: str | int | None, columns: list[str]
+    ) -> pd.DataFrame:
+        """The first `n` rows of `rows_of(i)` for each launch (or one), stacked; empty with
+        `columns` where no launch has any."""
+        picks = range(len(self)) if launch is None else [self._position(launch)]
+        frames = [rows_of(i).head(n) for i in picks]
+        frames = [f for f in frames if not f.empty]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
     def hotspots(self, n: int = 10, launch: str | int | None = None) -> pd.DataFrame:
         """The `n` most sampled source lines of each launch (or of one), hottest first.
 
@@ -258,12 +277,7 @@ class NcuReport:
         top_stall (the reason holding most of the line's samples). Triton kernels map to their
         Python lines. Empty when the report has no PC sampling (SourceCounters section).
         """
-        picks = range(len(self)) if launch is None else [self._position(launch)]
-        frames = [self._hot_lines(i).head(n) for i in picks]
-        frames = [f for f in frames if not f.empty]
-        if not frames:
-            return pd.DataFrame(columns=HOTSPOT_COLUMNS)
-        return pd.concat(frames, ignore_index=True)
+        return self._per_launch(self._hot_lines, n, launch, HOTSPOT_COLUMNS)
 
     def instruction_stalls(self, n: int = 10, launch: str | int | None = None) -> pd.DataFrame:
         """The `n` largest shares of each launch's (or one launch's) PC samples by SASS opcode
@@ -271,15 +285,7 @@ class NcuReport:
 
         Columns: launch, instruction (`WARPGROUP.DEPBAR`, `BRA`, `FFMA`, ...), reason,
         samples, share_pct of the launch's samples. Empty without PC sampling."""
-        picks = range(len(self)) if launch is None else [self._position(launch)]
-        frames = [
-            instruction_stalls(self._actions[i], self._pc_samples(i), self.labels[i]).head(n)
-            for i in picks
-        ]
-        frames = [f for f in frames if not f.empty]
-        if not frames:
-            return pd.DataFrame(columns=INSTRUCTION_COLUMNS)
-        return pd.concat(frames, ignore_index=True)
+        return self._per_launch(self._instruction_rows, n, launch, INSTRUCTION_COLUMNS)
 
     # ---- occupancy, rules, diff ----------------------------------------------------------
     def occupancy(self) -> pd.DataFrame:
@@ -391,7 +397,9 @@ class NcuReport:
         """instruction_stalls() of the main launches, the `n` largest shares of each."""
         frames = [self.instruction_stalls(n, label) for label in self.main_launches()]
         frames = [frame for frame in frames if not frame.empty]
-        return pd.concat(frames, ignore_index=True) if frames else self.instruction_stalls(0)
+        if not frames:
+            return pd.DataFrame(columns=INSTRUCTION_COLUMNS)
+        return pd.concat(frames, ignore_index=True)
 
     def notes(self) -> list[str]:
         """One line on where the report came from, when its capture metadata is there."""

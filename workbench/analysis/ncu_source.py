@@ -36,9 +36,14 @@ HOTSPOT_COLUMNS = [
     "launch", "level", "file", "line", "address", "text", "samples", "share_pct", "top_stall",
 ]  # fmt: skip
 INSTRUCTION_COLUMNS = ["launch", "instruction", "reason", "samples", "share_pct"]
-# Opcodes whose second word says what they do: WARPGROUP.DEPBAR waits for a wgmma,
-# WARPGROUP.ARRIVE starts one; BAR.SYNC waits at a block barrier, BAR.ARV only arrives.
-TWO_WORD_OPCODES = ("WARPGROUP", "BAR", "SYNCS", "IMAD", "FENCE", "MEMBAR", "UTMALDG")
+# Second words that say what an instruction does, kept in its name: WARPGROUP.DEPBAR waits for
+# a wgmma and WARPGROUP.ARRIVE starts one; BAR.SYNC waits at a block barrier, BAR.ARV only
+# arrives; IMAD.MOV is a register move. Other second words (types, widths, dimensions:
+# IMAD.U32, UTMALDG.2D) are dropped.
+SECOND_WORDS = frozenset({
+    "DEPBAR", "ARRIVE", "SYNC", "ARV", "RED", "MOV", "WIDE", "SHL", "HI", "PHASECHK", "VIEW",
+    "EXCH", "TRYWAIT",
+})  # fmt: skip
 
 
 def _in_cache(parts: tuple[str, ...]) -> str | None:
@@ -100,7 +105,7 @@ def pc_samples(action, names: frozenset[str]) -> dict[int, dict[str, float]]:
         reason = stall_reason(name[len(STALL_SAMPLES) :])
         for k in range(metric.num_instances()):
             samples = metric.as_double(k)
-            if samples:
+            if samples > 0:  # False for NaN too
                 by_reason = by_pc.setdefault(pcs.as_uint64(k), {})
                 by_reason[reason] = by_reason.get(reason, 0.0) + samples
     return by_pc
@@ -114,7 +119,7 @@ def instruction_name(sass: str) -> str:
     if not words:
         return "?"
     parts = words[0].split(".")
-    return ".".join(parts[:2]) if parts[0] in TWO_WORD_OPCODES and len(parts) > 1 else parts[0]
+    return ".".join(parts[:2]) if len(parts) > 1 and parts[1] in SECOND_WORDS else parts[0]
 
 
 def instruction_stalls(action, by_pc: dict[int, dict[str, float]], label: str) -> pd.DataFrame:
@@ -124,9 +129,10 @@ def instruction_stalls(action, by_pc: dict[int, dict[str, float]], label: str) -
     Why beside the source lines: a Gluon kernel's warp-specialised partitions map many
     instructions to one line (its `def`, its loop head), so a line's top stall can hide what
     waits. Two kinds of sample stand out by opcode: WARPGROUP.DEPBAR at `barrier` is a warp
-    waiting for its own wgmma (the tensor cores' work), and NOP at `barrier` is, in Triton's
-    warp-specialised kernels, the warps a one-warp partition leaves idle in its warpgroup,
-    parked for the whole launch: not a cost, but a share of every stall table's samples."""
+    waiting for its own wgmma (the tensor cores' work). NOP at `barrier` was, in the W8A8
+    Gluon kernel, the three warps its one-warp load partition leaves idle in a warpgroup,
+    parked for the whole launch (a quarter of its 12 warps and of its samples): not a cost,
+    but a share of every stall table's samples; elsewhere, read the SASS around it."""
     counts: dict[tuple[str, str], float] = {}
     for pc, by_reason in by_pc.items():
         name = instruction_name(action.sass_by_pc(pc))

@@ -129,7 +129,10 @@ def report_text(report: NcuReport) -> str:
     ]
     lines = [f"Nsight Compute: {report.title}", *report.notes()]
     if len(main) < len(report):
-        lines.append(f"Stalls, hot spots and rules: the {len(main)} longest launches.")
+        lines.append(
+            f"Stalls, hot spots, samples by instruction and rules: the {len(main)} longest "
+            "launches."
+        )
     with pd.option_context("display.width", 250, "display.max_colwidth", 70):
         for title, frame in sections:
             body = _rounded(frame).to_string() if not frame.empty else "(none in this report)"

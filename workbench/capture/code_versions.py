@@ -134,9 +134,10 @@ def export_kernels(version: CodeVersion, scratch: Path, root: Path = REPO) -> st
 
 def use_kernels_from(key: str | None) -> None:
     """In an arm's worker, before anything imports `kernels`: take it from the arm's folder
-    (`export_kernels`; None: the working tree's), here and in the processes this one starts:
-    PYTHONPATH names the folder, and PYTHONSAFEPATH keeps `python -m` (a profile's precompile
-    workers) from putting the working directory, the repository's root, ahead of it."""
+    (`export_kernels`; None: the working tree's), here and in the processes this one starts,
+    under `package_environment`: PYTHONPATH names the folder, PYTHONSAFEPATH keeps `python -m`
+    (a profile's precompile workers) from putting the working directory, the repository's
+    root, ahead of it, and TRITON_CACHE_DIR gives its kernels a cache of their own."""
     if key is None:
         return
     scratch = os.environ.get(CODE_DIR_ENV)
@@ -166,7 +167,10 @@ def package_environment(folder: Path) -> dict[str, str]:
     kernel's source, not its path, and a compiled kernel's line table names the file it was
     compiled from: with one cache, a kernel the working tree shares with an exported copy was
     found in the cache under the copy's path, in a folder since removed, so Nsight Compute
-    could not import its source (the 2026-12-05 captures of flat INT4 MoE, both codes)."""
+    could not import its source (the 2026-12-05 captures of flat INT4 MoE, both codes). This
+    keeps such entries out of the default cache from now on; one written there before stays
+    until that cache is cleared (~/.triton/cache). The exported code compiles cold once per
+    A/B (its workers share the folder) and once per capture."""
     path = [str(folder), str(REPO), os.environ.get("PYTHONPATH")]
     cache = folder.parent / f"{folder.name}.triton-cache"
     return {"PYTHONPATH": os.pathsep.join(filter(None, path)), "PYTHONSAFEPATH": "1",

@@ -124,9 +124,9 @@ def _hot_spots(page: HtmlPage, hot: pd.DataFrame) -> None:
 
 
 def _instruction_stalls(page: HtmlPage, table: pd.DataFrame) -> None:
-    """Each main launch's samples by SASS opcode and stall, a table per launch. A wgmma's
-    wait (WARPGROUP.DEPBAR) and a warp-specialised kernel's parked warps (NOP at barrier)
-    share a source line's `barrier` stall; by opcode they come apart."""
+    """Each main launch's samples by SASS opcode and stall, a table per launch: where a
+    source line's `barrier` holds both a wgmma's wait (WARPGROUP.DEPBAR) and parked warps
+    (NOP), by opcode they come apart."""
     for label, rows in table.groupby("launch", sort=False):
         shown = rows.drop(columns="launch").set_index(["instruction", "reason"])
         shown["samples"] = shown["samples"].round().astype(int)
@@ -220,7 +220,7 @@ def write_ncu_page(report: NcuReport, path: str | Path, baseline: NcuReport | No
         _hot_spots(page, hot)
     by_instruction = report.main_instruction_stalls()
     if not by_instruction.empty:
-        page.heading("Samples by SASS instruction")
+        page.heading("Samples by SASS instruction and stall")
         _instruction_stalls(page, by_instruction)
     page.heading("Occupancy").figure(ncu_figure(report, "occupancy"))
     _per_launch(page, fit(report.occupancy()), main)
