@@ -55,11 +55,12 @@ With the load warp, Nsight Compute of both on the same weights at M=4096 (2026-1
 ncu/dense-{w8a8-T4096-block128,deepgemm-T4096}-projection*) had DeepGEMM's GEMM at a lower
 SM clock than this one (1,521-1,591 against 1,615-1,700 MHz) and still faster (o_b 127
 against 147 us, q_up 207 against 227, shared_gate_up 70 against 111), its tensor pipe
-76-87% busy against 66-71%: not the power cap, nor L2 bytes. By SASS instruction (q_up), a
+76-87% busy against 66-71%: not the clock; L2 bytes at most in part (DeepGEMM moved 9% and
+19% fewer sectors on o_b and q_up, 29% more on shared_gate_up). By SASS instruction (q_up), a
 quarter of this kernel's samples are the load warpgroup's three parked warps (NOP at a
 barrier; no cost). Of the rest, 7% wait for the next step's scales at register moves ptxas
 puts before the wgmma wait (hidden where the wgmma outlasts the global load; DeepGEMM brings
-its activation scales in by TMA with each stage), and 7% at the tile's store, mostly the
+its activation scales in by TMA with each stage), and 7.5% at the tile's store, mostly the
 second wave's `store_wait` for the first wave's TMA store to release the warpgroup's one
 staging buffer (docs/design.md).
 
