@@ -533,6 +533,21 @@ def test_parked_warps_are_a_quarter_of_the_w8a8_gemms_samples():
         assert waits.idxmax() == ("WARPGROUP.DEPBAR", "barrier")
 
 
+def test_a_peers_gemm_diffs_against_ours_once_the_selection_names_kernels():
+    """'gemm' also matches DeepGEMM's activation quantiser, through its NVTX range
+    (`@ wb:dense:deepgemm`), so nothing pairs and the error says how to anchor the pattern."""
+    pytest.importorskip("ncu_report")
+    ours = load_ncu(REPO / "ncu/dense-w8a8-T4096-block128-projectiono_b.ncu-rep.xz")
+    theirs = load_ncu(REPO / "ncu/dense-deepgemm-T4096-projectiono_b.ncu-rep.xz")
+    with pytest.raises(WorkbenchError, match="anchor the pattern at the kernel's name"):
+        ours.select("wgmma|gemm").diff(theirs.select("wgmma|gemm"))
+    pattern = "^(_w8a8|sm90_fp8)"
+    change = ours.select(pattern).diff(theirs.select(pattern))
+    (label,) = change.columns.get_level_values(0).unique()
+    assert label.startswith("_w8a8_wgmma_kernel")
+    assert change.loc["Duration (us)", (label, "change_pct")] > 0  # ours is the slower
+
+
 @needs_reports
 @each_report
 def test_real_diff_with_itself_is_zero(path):

@@ -342,7 +342,9 @@ class NcuReport:
             raise WorkbenchError(
                 f"no launch of {self.path.name} ({', '.join(self.labels)}) runs a kernel of "
                 f"{baseline.path.name} ({', '.join(baseline.labels)}). Narrow both to the "
-                "launches to compare: `--select REGEX` on the command line, select() in Python."
+                "launches to compare: `--select REGEX` on the command line, select() in Python; "
+                "a label is `kernel @ NVTX range`, so anchor the pattern at the kernel's name "
+                "(`^(_w8a8|sm90_fp8)`): a word of a range matches every launch in it."
             )
         return found
 

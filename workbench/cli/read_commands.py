@@ -79,7 +79,9 @@ def add_ncu_report(sub) -> None:
     p.add_argument("--baseline", help="another report to diff against (launches pair by "
                    "label, else by kernel, token count and position)")  # fmt: skip
     p.add_argument("--select", metavar="REGEX", help="only the launches whose label matches, "
-                   "in the report and the baseline (e.g. gate_up)")  # fmt: skip
+                   "in the report and the baseline (e.g. gate_up). A label is 'kernel @ NVTX "
+                   "range', so a word of the range matches all its launches ('gemm' matches "
+                   "'wb:dense:deepgemm'); anchor at the kernel: '^(_w8a8|sm90_fp8)'")  # fmt: skip
     p.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report "
                    "(with the diff when --baseline is given)")  # fmt: skip
 
