@@ -128,7 +128,7 @@ def _instruction_stalls(page: HtmlPage, table: pd.DataFrame) -> None:
     source line's `barrier` holds both a wgmma's wait (WARPGROUP.DEPBAR) and parked warps
     (NOP), by opcode they come apart."""
     for label, rows in table.groupby("launch", sort=False):
-        shown = rows.drop(columns="launch").set_index(["instruction", "reason"])
+        shown = rows.drop(columns="launch").set_index("instruction")
         shown["samples"] = shown["samples"].round().astype(int)
         page.table(shown.rename(columns={"share_pct": "share (%)"}), str(label), 1)
 
