@@ -260,11 +260,16 @@ class NcuReport:
         return self._by_instruction[i]
 
     def _per_launch(
-        self, rows_of, n: int, launch: str | int | None, columns: list[str]
+        self, rows_of, n: int, launch: str | int | list[str] | None, columns: list[str]
     ) -> pd.DataFrame:
-        """The first `n` rows of `rows_of(i)` for each launch (or one), stacked; empty with
-        `columns` where no launch has any."""
-        picks = range(len(self)) if launch is None else [self._position(launch)]
+        """The first `n` rows of `rows_of(i)` for each launch (or one, or those labelled),
+        stacked; empty with `columns` where none of them has any."""
+        if launch is None:
+            picks = range(len(self))
+        elif isinstance(launch, list):
+            picks = [self._position(label) for label in launch]
+        else:
+            picks = [self._position(launch)]
         frames = [rows_of(i).head(n) for i in picks]
         frames = [f for f in frames if not f.empty]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
@@ -391,17 +396,13 @@ class NcuReport:
 
     def main_hotspots(self) -> pd.DataFrame:
         """The hot spots of the main launches (of the first launch if none of them has any)."""
-        frames = [self.hotspots(launch=label) for label in self.main_launches()]
-        frames = [frame for frame in frames if not frame.empty]
-        return pd.concat(frames, ignore_index=True) if frames else self.hotspots(launch=0)
+        hot = self._per_launch(self._hot_lines, 10, self.main_launches(), HOTSPOT_COLUMNS)
+        return hot if not hot.empty else self.hotspots(launch=0)
 
     def main_instruction_stalls(self, n: int = 8) -> pd.DataFrame:
         """instruction_stalls() of the main launches, the `n` largest shares of each."""
-        frames = [self.instruction_stalls(n, label) for label in self.main_launches()]
-        frames = [frame for frame in frames if not frame.empty]
-        if not frames:
-            return pd.DataFrame(columns=INSTRUCTION_COLUMNS)
-        return pd.concat(frames, ignore_index=True)
+        main = self.main_launches()
+        return self._per_launch(self._instruction_rows, n, main, INSTRUCTION_COLUMNS)
 
     def notes(self) -> list[str]:
         """One line on where the report came from, when its capture metadata is there."""
