@@ -186,17 +186,18 @@ def issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, a_row, w_row,
 
 
 @gluon.jit
-def _step_scales(sa_ptr, sw_ptr, rows, rows_2, weight_block, k_step, k_steps, stride_sak,
-                 stride_swn, stride_swk):  # fmt: skip
-    """(row scales, the second wave's row scales, weight scale) of K step `k_step` (past the
-    last step, the last step's: loads need no mask), loaded, not yet used. `rows` and
-    `rows_2` lie inside the activations; a tile lies in one weight block (its width divides
-    the block's), so one weight scale covers it."""
-    k_step = gl.minimum(k_step, k_steps - 1)
-    sa = gl.load(sa_ptr + k_step * stride_sak + rows)
-    sa_2 = gl.load(sa_ptr + k_step * stride_sak + rows_2)
-    sw = gl.load(sw_ptr + weight_block * stride_swn + k_step * stride_swk)
-    return sa, sa_2, sw
+def _row_scales(sa_ptr, rows, k_step, ok, M, stride_sak):
+    """The row scales of a K step, loaded, not yet used: multiplying them in where they are
+    issued would wait for the load there (16% of the kernel's stall samples in the capture of
+    ncu/dense-w8a8-T4096 at 8607ab0), where the caller means to wait a step."""
+    return gl.load(sa_ptr + k_step * stride_sak + rows, mask=(rows < M) & ok, other=0.0)
+
+
+@gluon.jit
+def _weight_scale(sw_ptr, block_n, k_step, ok, stride_swn, stride_swk):
+    """The weight scale of a K step: a tile lies in one weight block (its width divides the
+    block's), so one scale covers it."""
+    return gl.load(sw_ptr + block_n * stride_swn + k_step * stride_swk, mask=ok, other=0.0)
 
 
 @gluon.jit
@@ -236,55 +237,44 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
     step = 0
     for t in range(my_tiles):
         pid_m, pid_n = _tile_of(gl.program_id(0) + t * gl.num_programs(0), tiles_m, tiles_n)
-        # rows past the activations' end read the last row's scales (the store clips them)
-        rows = gl.minimum(pid_m * BLOCK_M + row_offsets, M - 1)
-        rows_2 = gl.minimum(rows + WAVE, M - 1)  # the second wave's (unused with one)
+        rows = pid_m * BLOCK_M + row_offsets
         weight_block = pid_n * BLOCK_N // BLOCK_K
-        scales = (sa_ptr, sw_ptr, rows, rows_2, weight_block)
-        strides = (k_steps, stride_sak, stride_swn, stride_swk)
-        sa, sa_2, sw = _step_scales(*scales, 0, *strides)
+        sa = _row_scales(sa_ptr, rows, 0, True, M, stride_sak)
+        sa_2 = _row_scales(sa_ptr, rows + WAVE, 0, TWO_WAVES, M, stride_sak)
+        sw = _weight_scale(sw_ptr, weight_block, 0, True, stride_swn, stride_swk)
         acc = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)
         acc_2 = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)  # the second wave's
         for k_step in range(k_steps):
             slot = step % SLOTS
-            # the next step's scales, asked for before anything waits
-            next_sa, next_sa_2, next_sw = _step_scales(*scales, k_step + 1, *strides)
+            more = k_step + 1 < k_steps
             mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
             a_rows = a_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0)
             running = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product,
                                     use_acc=False, is_async=True)  # fmt: skip
+            next_sa = _row_scales(sa_ptr, rows, k_step + 1, more, M, stride_sak)
+            next_sw = _weight_scale(sw_ptr, weight_block, k_step + 1, more, stride_swn,
+                                    stride_swk)  # fmt: skip
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
-            # Row scale and weight scale multiply each element (two instructions, not one
-            # with their product): ptxas computes any factor that does not read `product`
-            # before the wgmma wait, and with it the copy of the next step's scales into
-            # this loop's registers, which waits for their load (7% of the stall samples in
-            # ncu/dense-w8a8-T4096-block128-projectionq_up). Here the copy comes after the
-            # rescale, so the load has the slot's wait, the wgmma and the rescale to land.
             if TWO_WAVES:
-                acc += product * sa[:, None] * sw
+                acc += product * (sa * sw)[:, None]
                 a_rows = a_ring.index(slot).slice(WAVE + WARPGROUP * WG_ROWS, WG_ROWS, dim=0)
                 # `acc` as the (unused) input holds the rescale above before this wgmma;
                 # with `product` there, it sinks below it and reads the wgmma's registers
                 running = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), acc,
                                         use_acc=False, is_async=True)  # fmt: skip
-                if k_step == k_steps - 1:
-                    # the first wave is done: its store leaves while the second's wgmma runs,
-                    # so the second's store finds the staging buffer read
-                    _store_wave(y_desc, y_buf, acc, pid_m * BLOCK_M + WARPGROUP * WG_ROWS,
-                                pid_n * BLOCK_N)  # fmt: skip
+                next_sa_2 = _row_scales(sa_ptr, rows + WAVE, k_step + 1, more, M, stride_sak)
                 product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             mbarrier.arrive(empty.index(slot), count=1)
             if TWO_WAVES:
-                acc_2 += product * sa_2[:, None] * sw
+                acc_2 += product * (sa_2 * sw)[:, None]
+                sa_2 = next_sa_2
             else:
-                acc += product * sa[:, None] * sw
-            sa, sa_2, sw = next_sa, next_sa_2, next_sw
+                acc += product * (sa * sw)[:, None]
+            sa, sw = next_sa, next_sw
             step += 1
+        _store_wave(y_desc, y_buf, acc, pid_m * BLOCK_M + WARPGROUP * WG_ROWS, pid_n * BLOCK_N)
         if TWO_WAVES:
             _store_wave(y_desc, y_buf, acc_2, pid_m * BLOCK_M + WAVE + WARPGROUP * WG_ROWS,
-                        pid_n * BLOCK_N)  # fmt: skip
-        else:
-            _store_wave(y_desc, y_buf, acc, pid_m * BLOCK_M + WARPGROUP * WG_ROWS,
                         pid_n * BLOCK_N)  # fmt: skip
     tma.store_wait(pendings=0)
 
