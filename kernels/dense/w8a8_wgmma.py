@@ -26,6 +26,15 @@ What was tried, compiled for sm_90 and read off the SASS (scripts/dense_wgmma_sa
   1% less time at M=4096 and 0.5% more at 16384, and 3% more with one-wave tiles
   (raw/logs/h200-dense-w8a8-ordered-warpgroups-ab-*.csv). They do not fall into step; it
   was taken out.
+- The next step's scales loaded at the top of the step and multiplied into each element
+  after the wgmma (an FMUL and an FFMA an element, not one FFMA by sa * sw), so that ptxas
+  could not copy the just-loaded scales into the loop's registers before the wgmma wait (the
+  7% of q_up's samples below): on the H200 a layer's W8A8 GEMMs took 10-12% longer at M=4096
+  and 16384, the kernel itself 12-16% (raw/ab-dense-20261205T041544). The rescale's
+  CUDA-core instructions lie on the critical path; a fix for the scales' wait must not add
+  any. Storing a two-wave tile's first wave under the second wave's last wgmma, so the
+  second's store finds the staging buffer read, measured nothing either way
+  (raw/ab-dense-20261205T041918; both in raw/logs/h200-dense-w8a8-scales-store-ab-*.txt).
 
 Loads are TMA copies into a ring of slots, each with a `ready` barrier the copy completes
 and an `empty` barrier both warpgroups arrive at once their wgmma has read it. Programs are
