@@ -36,6 +36,9 @@ SETTINGS = {
     "default": {},
     "m128s5": dict(block_m=128, num_stages=5),
     "m256s4": dict(block_m=256, num_stages=4),
+    # a ring of three two-wave slots (144 of 227 KB): what shared memory it leaves for a second
+    # staging buffer a warpgroup and the scales, if the load warp keeps it fed
+    "m256s3": dict(block_m=256, num_stages=3),
     # 64-wide tiles: twice the tiles, for projections whose 128-wide ones leave a last round
     # mostly idle (shared_gate_up at M=4096: 288 tiles on 132 SMs)
     "m256n64s5": dict(block_m=256, block_n=64, num_stages=5),
