@@ -194,6 +194,23 @@ def _step_parts_ms(kernels: pd.DataFrame, phase: str) -> dict[str, float]:
     return {str(part): float(ms) for part, ms in table["mean_ms"].items()}
 
 
+def _dense_ms(kernels: pd.DataFrame) -> float:
+    """The median step's Dense GEMM kernel time in ms; over the ranks of a tensor-parallel run,
+    the mean of each rank's, as `_step_parts_ms` gives the parts (summed over both GPUs it read
+    twice a rank's time)."""
+    dense = kernels[kernels["category"] == "Dense GEMM"]
+    if dense.empty:
+        return 0.0
+    if "rank" in dense and dense["rank"].notna().any():
+        # a rank without dense GEMMs in a step counts 0 there, as in the parts
+        every = pd.MultiIndex.from_product(
+            [kernels["step"].unique(), kernels["rank"].dropna().unique()], names=["step", "rank"]
+        )
+        by_rank = dense.groupby(["step", "rank"])["dur_us"].sum().reindex(every, fill_value=0)
+        return float(by_rank.groupby(level="step").mean().median() / 1e3)
+    return float(dense.groupby("step")["dur_us"].sum().median() / 1e3)
+
+
 def measure_profile(config: dict) -> dict:
     """Worker entry point of a profile A/B: one `profile()` run of an arm's settings; per phase
     its step spans as samples, with tokens per second, the Dense GEMM kernel time, and the
@@ -219,7 +236,6 @@ def measure_profile(config: dict) -> dict:
         # The prompt is prefilled once however many streams decode after it.
         streams = int(settings.get("streams", 1))
         tokens = config["tokens"] if phase == "prefill" else len(spans) * streams
-        dense = kernels[kernels["category"] == "Dense GEMM"].groupby("step")["dur_us"].sum()
         samples = spans.tolist()
         stats = summarise(samples)
         phases[phase] = {
@@ -227,7 +243,7 @@ def measure_profile(config: dict) -> dict:
             **stats,
             "samples_ms": samples,
             "tokens_per_s": tokens / (spans.sum() / 1e3),
-            "dense_ms": float(dense.median() / 1e3) if len(dense) else 0.0,
+            "dense_ms": _dense_ms(kernels),
             "steps": len(spans),
             "step_parts_ms": _step_parts_ms(kernels, phase),
         }
