@@ -98,12 +98,14 @@ from kernels.moe.routing import planned_sms
 ROWS = 128  # a wave's rows: two warpgroups of wgmma's 64; a tile is one wave or two
 BLOCK_MS = (ROWS, 2 * ROWS)  # a tile's rows: one wave or two
 GROUP = gl.constexpr(8)  # row tiles walked together (grouped order)
-# Ring slots by tile rows: as many as shared memory holds beside the staging buffers (2 x 16
-# KB). On the H200, one-wave tiles ran 1.7x slower at 3 stages than at 6 (raw/logs/
-# h200-tune-dense-wgmma-2678c54-*.csv), and as fast at 5 as at 6 at M=4096 and 4% faster at
-# 16384 (h200-tune-dense-wgmma-a68971d-*.csv): 5 x 32 KB of ring. Two-wave tiles take 48 KB a
-# slot, so 4, which ran 1.5x faster than 3 (h200-tune-dense-wgmma-waves-*.csv).
-DEFAULT_STAGES = {128: 5, 256: 4}
+# Ring slots by tile rows, beside the staging buffers (2 x 16 KB). On the H200, one-wave tiles
+# ran 1.7x slower at 3 stages than at 6 (raw/logs/h200-tune-dense-wgmma-2678c54-*.csv), and as
+# fast at 5 as at 6 at M=4096 and 4% faster at 16384 (h200-tune-dense-wgmma-a68971d-*.csv): 5
+# x 32 KB of ring. Two-wave tiles take 48 KB a slot: 4 ran 1.5x faster than 3 when warpgroup 0
+# refilled the ring (h200-tune-dense-wgmma-waves-*.csv); with the load warp, 3 ran each
+# projection's GEMM 1-5% faster than 4 in 23 of 24 cases, a layer's 2.6% faster at M=4096 and
+# 1.3% at 16384 (h200-dense-w8a8-three-slots-*.csv), and leave 48 KB of shared memory free.
+DEFAULT_STAGES = {128: 5, 256: 3}
 # The ring is refilled by a load warp of its own (`_loads`), each slot as soon as both
 # warpgroups have released it. Before, warpgroup 0 refilled a slot one or two steps after its
 # use, which kept the ring three steps ahead at best and stopped that warpgroup's MMAs for the
