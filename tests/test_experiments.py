@@ -355,18 +355,20 @@ def test_a_tp_run_s_parts_are_each_gpu_s_averaged_and_add_up():
 
 
 def test_a_tp_run_s_dense_time_is_a_gpu_s_not_both_summed():
-    """A step's Dense GEMM time is the ranks' mean (a rank without one in a step counts 0
-    there, as in the parts), then the median over steps; a single-GPU table has no ranks."""
+    """A step's Dense GEMM time is the ranks' mean, a rank or step without one counting 0
+    there (as in the parts), then the median over steps; a single-GPU table has no ranks."""
     dense = "Dense GEMM"
     kernels = _kernels([(0, "decode", 0, dense, 0, 10), (0, "decode", 0, dense, 10, 10),
                         (1, "decode", 0, dense, 0, 30), (0, "decode", 1, dense, 0, 40),
                         (1, "decode", 1, "MoE", 0, 40), (0, "decode", 2, dense, 0, 50),
-                        (1, "decode", 2, dense, 0, 50)])  # fmt: skip
-    # steps: ranks' 20 and 30 us (mean 25), 40 and 0 (20), 50 and 50 (50); median 25
-    assert ex._dense_ms(kernels) == pytest.approx(0.025)
+                        (1, "decode", 2, dense, 0, 50), (0, "decode", 3, "MoE", 0, 10),
+                        (1, "decode", 3, "MoE", 0, 10)])  # fmt: skip
+    # steps: ranks' 20 and 30 us (mean 25), 40 and 0 (20), 50 and 50 (50), none (0)
+    assert ex._dense_ms(kernels) == pytest.approx(0.0225)
     alone = kernels[kernels["rank"] == 0].assign(rank=None)
-    assert ex._dense_ms(alone) == pytest.approx(0.040)  # 20, 40 and 50 us
+    assert ex._dense_ms(alone) == pytest.approx(0.030)  # 20, 40, 50 and 0 us
     assert ex._dense_ms(kernels[kernels["category"] == "MoE"]) == 0.0
+    assert ex._dense_ms(kernels.assign(step=float("nan"))) == 0.0  # no step to take
 
 
 def test_only_an_ab_s_kernel_rows_pay_for_the_profiler_and_a_failure_leaves_the_row(

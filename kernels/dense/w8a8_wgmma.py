@@ -103,8 +103,9 @@ GROUP = gl.constexpr(8)  # row tiles walked together (grouped order)
 # fast at 5 as at 6 at M=4096 and 4% faster at 16384 (h200-tune-dense-wgmma-a68971d-*.csv): 5
 # x 32 KB of ring. Two-wave tiles take 48 KB a slot: 4 ran 1.5x faster than 3 when warpgroup 0
 # refilled the ring (h200-tune-dense-wgmma-waves-*.csv); with the load warp, 3 ran each
-# projection's GEMM 1-5% faster than 4 in 23 of 24 cases, a layer's 2.6% faster at M=4096 and
-# 1.3% at 16384 (h200-dense-w8a8-three-slots-*.csv), and leave 48 KB of shared memory free.
+# projection's GEMM up to 5% faster than 4 in 23 of 24 cases, a layer's 2.6% faster at M=4096
+# and 1.3% at 16384 (h200-dense-w8a8-three-slots-*.csv), and the slot dropped frees 48 KB of
+# shared memory (51 KB of the 227 left).
 DEFAULT_STAGES = {128: 5, 256: 3}
 # The ring is refilled by a load warp of its own (`_loads`), each slot as soon as both
 # warpgroups have released it. Before, warpgroup 0 refilled a slot one or two steps after its

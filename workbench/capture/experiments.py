@@ -195,20 +195,22 @@ def _step_parts_ms(kernels: pd.DataFrame, phase: str) -> dict[str, float]:
 
 
 def _dense_ms(kernels: pd.DataFrame) -> float:
-    """The median step's Dense GEMM kernel time in ms; over the ranks of a tensor-parallel run,
-    the mean of each rank's, as `_step_parts_ms` gives the parts (summed over both GPUs it read
-    twice a rank's time)."""
+    """The median step's Dense GEMM kernel time in ms, a step without one counting 0, as in
+    `_step_parts_ms`; over the ranks of a tensor-parallel run, each step's mean of the ranks'
+    (summed over both GPUs it read twice a rank's time)."""
     dense = kernels[kernels["category"] == "Dense GEMM"]
-    if dense.empty:
+    steps = kernels["step"].dropna().unique()
+    if dense.empty or not len(steps):
         return 0.0
-    if "rank" in dense and dense["rank"].notna().any():
-        # a rank without dense GEMMs in a step counts 0 there, as in the parts
+    if "rank" in kernels and kernels["rank"].notna().any():
         every = pd.MultiIndex.from_product(
-            [kernels["step"].unique(), kernels["rank"].dropna().unique()], names=["step", "rank"]
+            [steps, kernels["rank"].dropna().unique()], names=["step", "rank"]
         )
         by_rank = dense.groupby(["step", "rank"])["dur_us"].sum().reindex(every, fill_value=0)
-        return float(by_rank.groupby(level="step").mean().median() / 1e3)
-    return float(dense.groupby("step")["dur_us"].sum().median() / 1e3)
+        per_step = by_rank.groupby(level="step").mean()
+    else:
+        per_step = dense.groupby("step")["dur_us"].sum().reindex(steps, fill_value=0)
+    return float(per_step.median() / 1e3)
 
 
 def measure_profile(config: dict) -> dict:
