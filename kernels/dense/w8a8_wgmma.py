@@ -102,11 +102,12 @@ GROUP = gl.constexpr(8)  # row tiles walked together (grouped order)
 # ran 1.7x slower at 3 stages than at 6 (raw/logs/h200-tune-dense-wgmma-2678c54-*.csv), and as
 # fast at 5 as at 6 at M=4096 and 4% faster at 16384 (h200-tune-dense-wgmma-a68971d-*.csv): 5
 # x 32 KB of ring. Two-wave tiles take 48 KB a slot: 4 ran 1.5x faster than 3 when warpgroup 0
-# refilled the ring (h200-tune-dense-wgmma-waves-*.csv); with the load warp, 3 ran each
-# projection's GEMM up to 5% faster than 4 in 23 of 24 cases, a layer's 2.6% faster at M=4096
-# and 1.3% at 16384 (h200-dense-w8a8-three-slots-*.csv), and the slot dropped frees 48 KB of
-# shared memory (51 KB of the 227 left).
-DEFAULT_STAGES = {128: 5, 256: 3}
+# refilled the ring (h200-tune-dense-wgmma-waves-*.csv). With the load warp, 3 ran each
+# projection's GEMM alone up to 5% faster than 4 in 23 of 24 cases, a layer's 2.6% faster at
+# M=4096 and 1.3% at 16384 (h200-dense-w8a8-three-slots-*.csv), and would free 48 KB of shared
+# memory (51 KB of the 227 left); it becomes the default once a layer A/B and a bench run
+# with the peers agree.
+DEFAULT_STAGES = {128: 5, 256: 4}
 # The ring is refilled by a load warp of its own (`_loads`), each slot as soon as both
 # warpgroups have released it. Before, warpgroup 0 refilled a slot one or two steps after its
 # use, which kept the ring three steps ahead at best and stopped that warpgroup's MMAs for the
