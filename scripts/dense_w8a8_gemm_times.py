@@ -31,7 +31,7 @@ from workbench.peers import deepgemm
 from workbench.workloads.checks import relative_error
 from workbench.workloads.dense import activations
 
-# name: gemm_w8a8_wgmma options (block_m, block_n, num_stages; none: its defaults)
+# name: gemm_w8a8_wgmma options (block_m, block_n, num_stages, ring_scales; none: its defaults)
 SETTINGS = {
     "default": {},
     "m128s5": dict(block_m=128, num_stages=5),
@@ -39,6 +39,8 @@ SETTINGS = {
     # a ring of three two-wave slots (144 of 227 KB): what shared memory it leaves for a second
     # staging buffer a warpgroup and the scales, if the load warp keeps it fed
     "m256s3": dict(block_m=256, num_stages=3),
+    # and its row scales by TMA with each slot, read from shared memory (`ring_scales`)
+    "m256s3r": dict(block_m=256, num_stages=3, ring_scales=True),
     # 64-wide tiles: twice the tiles, for projections whose 128-wide ones leave a last round
     # mostly idle (shared_gate_up at M=4096: 288 tiles on 132 SMs)
     "m256n64s5": dict(block_m=256, block_n=64, num_stages=5),

@@ -49,8 +49,10 @@ from kernels.moe import w8a8_wgmma as moe_w8a8_wgmma
 SHAPE = (4096, 2048, 7168)  # (M, N, K): any shape whose rows are 16-byte aligned
 
 
-def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int):
-    """The kernel compiled for sm_90 with host TMA descriptors typed as a launch types them."""
+def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int,
+                   ring_scales: bool = False):  # fmt: skip
+    """The kernel compiled for sm_90 with host TMA descriptors typed as a launch types them;
+    with `ring_scales`, the row scales' descriptor too."""
     m, n, k = SHAPE
     descriptors = {
         "a_desc": w8a8_wgmma.descriptor(torch.empty(m, k, dtype=torch.float8_e4m3fn),
@@ -61,6 +63,11 @@ def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int):
                                         [w8a8_wgmma.ROWS // 2, block_n]),
     }  # fmt: skip
     constants = {"STAGES": stages, "CONSUMER_REGS": consumer_regs}
+    if ring_scales:
+        scales = torch.empty(k // w8a8_wgmma.BLOCK, m).t()  # token-fastest, as quantised
+        descriptors["sa_desc"] = w8a8_wgmma.scale_descriptor(scales, block_m)
+    else:
+        constants["sa_desc"] = None
     return compile_gluon(w8a8_wgmma._w8a8_wgmma_kernel, descriptors, constants)
 
 
@@ -208,6 +215,10 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         ),
         "lds128": len(re.findall(r"\bLDS\.128\b", sass)),
         "lds16": len(re.findall(r"\bLDS\.U16\b", sass)),
+        # 32-bit shared and global loads: the W8A8 kernel's row scales, from its scale ring
+        # or from global memory
+        "lds32": len(re.findall(r"\bLDS R", sass)),
+        "ldg32": len(re.findall(r"\bLDG\.E(?:\.CONSTANT)? R", sass)),
         # PDL: the waits for the grid before (griddepcontrol.wait), the TMA loads issued ahead
         # of the first, and the points that let the next grid launch (launch_dependents)
         "grid_waits": len(re.findall(r"\bACQBULK\b", sass)),
@@ -229,6 +240,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block-n", type=int, choices=(32, 64, 128), default=128)
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--consumer-regs", type=int, default=232)
+    parser.add_argument("--ring-scales", action="store_true",
+                        help="W8A8: the row scales by TMA with each ring slot")  # fmt: skip
     parser.add_argument("--kernel", default="w8a8",
                         choices=("w8a8", "w8a16", "moe-down", "moe-w8a8-gate-up",
                                  "moe-bf16-gate-up", "moe-bf16-down", "moe-int4-gate-up",
@@ -247,8 +260,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("TRITON_INTERPRET=1 is set; unset it to compile the kernel.")
     if args.kernel == "w8a8":
         compiled = compile_kernel(args.block_m, args.block_n, args.stages,
-                                  args.consumer_regs)  # fmt: skip
+                                  args.consumer_regs, args.ring_scales)  # fmt: skip
         tile = f"{args.block_m} x {args.block_n} tiles"
+        tile += ", row scales in the ring" if args.ring_scales else ""
     elif args.kernel == "w8a16":
         compiled = compile_w8a16(args.block_t, args.stages, args.split, args.consumer_regs,
                                  args.max_registers, args.pdl)  # fmt: skip
@@ -283,6 +297,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"setmaxnreg: {' '.join(map(str, facts['setmaxnreg'])) or 'none'}")
     print(f"LDS.128: {facts['lds128']}")
     print(f"LDS.U16: {facts['lds16']}")
+    print(f"LDS (32-bit): {facts['lds32']}")
+    print(f"LDG (32-bit): {facts['ldg32']}")
     print(f"grid waits (ACQBULK): {facts['grid_waits']}")
     print(f"TMA loads before the wait: {facts['tma_loads_before_wait']}")
     print(f"next-grid launches (PREEXIT): {facts['next_grid_launches']}")

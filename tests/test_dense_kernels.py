@@ -377,6 +377,12 @@ def test_the_tma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
         # crosses tiles inside its window
         (8192, 2048, 128, {}),
         (8192, 2048, 256, {"block_m": 128, "num_stages": 5}),
+        # the row scales by TMA with each slot: rows past M zero-filled, the K tail's block,
+        # two waves, and the cursor crossing tiles
+        (300, 384, 512, {"ring_scales": True}),
+        (1000, 200, 1040, {"block_m": 256, "num_stages": 3, "ring_scales": True}),
+        (4096, 1024, 4096, {"block_m": 256, "num_stages": 3, "ring_scales": True}),
+        (8192, 2048, 256, {"block_m": 128, "num_stages": 5, "ring_scales": True}),
     ],
 )
 def test_the_wgmma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
@@ -409,6 +415,16 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
     with pytest.raises(ValueError, match="block_m must be 128 or 256"):
         gemm_w8a8_wgmma(*quantize_activations(x, 128, outer_major=True), weights,
                         torch.bfloat16, block_m=64)  # fmt: skip
+    with pytest.raises(ValueError, match="ring_scales=True is an option of the wgmma kernel"):
+        dense.linear_w8a8(x, weights, wgmma=False, ring_scales=True)
+    # the row scales' ring: TMA needs each K block's scales 16-byte aligned (M % 4 == 0), and
+    # a slot's scales take shared memory
+    quantised = quantize_activations(x[:78], 128, outer_major=True)
+    with pytest.raises(ValueError, match="a multiple of 4, got M=78, stride 78"):
+        gemm_w8a8_wgmma(*quantised, weights, torch.bfloat16, ring_scales=True)
+    with pytest.raises(ValueError, match="use num_stages <= 3"):
+        gemm_w8a8_wgmma(*quantize_activations(x, 128, outer_major=True), weights,
+                        torch.bfloat16, block_m=256, num_stages=4, ring_scales=True)  # fmt: skip
 
 
 @pytest.mark.gpu

@@ -33,6 +33,28 @@ def test_each_warpgroup_waits_once_a_wave_and_nothing_is_serialised(block_m, blo
     assert {"40", "232"} <= set(facts["setmaxnreg"].split())
 
 
+@pytest.mark.parametrize(("block_m", "stages"), [(128, 5), (256, 3)])
+def test_ring_scales_come_by_tma_and_are_read_from_shared_memory(block_m, stages):
+    """`ring_scales`: the load warp copies a third box a step, the row scales, and each
+    warpgroup reads a wave's two rows a thread (r and r + 8 of its m64 tile) from shared
+    memory; the only global loads left are the weight scale's (a tile's first step and each
+    next one, in each warpgroup), where without the ring the row scales are loaded too. The
+    wgmmas are grouped and waited for as without."""
+    args = ["--block-m", str(block_m), "--stages", str(stages)]
+    ring = run(*args, "--ring-scales")
+    plain = run(*args)
+    assert ring.returncode == 0 and plain.returncode == 0, ring.stderr + plain.stderr
+    facts = dict(line.split(": ", 1) for line in ring.stdout.splitlines()[1:])
+    without = dict(line.split(": ", 1) for line in plain.stdout.splitlines()[1:])
+    waves = block_m // 128
+    assert (facts["spilled bytes"], facts["ptxas notes"]) == ("0", "none")
+    assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == (str(8 * waves), str(2 * waves))
+    assert facts["TMA loads"] == "3" and without["TMA loads"] == "2"
+    # (Triton 3.7 adds shared loads of its own to either kernel, so the difference is counted)
+    assert int(facts["LDS (32-bit)"]) - int(without["LDS (32-bit)"]) == 2 * 2 * waves
+    assert facts["LDG (32-bit)"] == "4" and int(without["LDG (32-bit)"]) > 4
+
+
 @pytest.mark.parametrize(("block_t", "stages", "split"), [(64, 6, False), (128, 4, True),
                                                          (128, 4, False)])  # fmt: skip
 def test_the_w8a16_kernels_wgmmas_stay_in_flight_and_nothing_is_serialised(block_t, stages,

@@ -106,6 +106,7 @@ def linear_w8a8(
     warp_specialize: bool = False,
     paired_k: bool | None = None,
     wgmma: bool | None = None,
+    ring_scales: bool = False,
     **options: int | None,
 ) -> Tensor:
     """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
@@ -121,7 +122,8 @@ def linear_w8a8(
     and num_stages apply, block_m and num_stages by default the kernel's own). None: on an
     sm_90 GPU where the TMA kernel would run, unless the options ask for what it fixes
     (WGMMA_FIXED) or for the TMA kernel's own, as it ran 4-8% faster there (raw/logs/
-    h200-tune-dense-wgmma-*.csv).
+    h200-tune-dense-wgmma-*.csv). `ring_scales` is the Gluon kernel's (`gemm_w8a8_wgmma`: the
+    row scales by TMA with each ring slot); the other kernels load theirs as they always do.
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -138,6 +140,9 @@ def linear_w8a8(
                if value is not None and WGMMA_FIXED.get(key, value) != value}  # fmt: skip
     if options.get("block_m") not in (None, *WGMMA_BLOCK_MS):
         foreign["block_m"] = options["block_m"]
+    if ring_scales and wgmma is False:
+        raise ValueError("ring_scales=True is an option of the wgmma kernel: leave wgmma unset "
+                         "(or True), or leave ring_scales out.")  # fmt: skip
     if wgmma is None:
         wgmma = prefill and not tma_options and not foreign and supported(x.device)
     if wgmma:
@@ -151,8 +156,8 @@ def linear_w8a8(
         with recording():
             values, scales = quantize_activations(x, weights.block, outer_major=True)
             return gemm_w8a8_wgmma(values, scales, weights, x.dtype, tiles.block_n,
-                                   options.get("num_stages"),
-                                   block_m=options.get("block_m"))  # fmt: skip
+                                   options.get("num_stages"), block_m=options.get("block_m"),
+                                   ring_scales=ring_scales)  # fmt: skip
     if tma is None:
         tma = prefill
     if paired_k is None:

@@ -73,6 +73,16 @@ its activation scales in by TMA with each stage), and 7.5% at the tile's store, 
 second wave's `store_wait` for the first wave's TMA store to release the warpgroup's one
 staging buffer (docs/design.md).
 
+`ring_scales` (off by default, not yet timed) brings a K step's row scales into the ring with
+the step's operands: one more TMA box a step (a row of block_m fp32 scales of the
+token-fastest layout, which needs M a multiple of 4), under the slot's `ready` barrier, read by
+each warpgroup from shared memory while its wgmma runs. That adds no CUDA-core instruction to
+the rescale (the reverted attempt above added 64 an element-wave), and what ptxas copies before
+the wgmma wait is then a shared load's result. It needs 1 KB a two-wave slot, so it fits
+beside 3 slots, not 4 (compiled for sm_90: 168 registers, no spills, the wgmmas grouped as
+without; the weight scale, one a step, is still loaded a step ahead from global memory, where
+a line holds 32 steps' scales). plans/w8a8-ring.toml times it.
+
 Gluon has no interpreter: the CPU tests check the compiled SASS and the host-side checks, and
 the GPU tests (WORKBENCH_GPU_TESTS=1) compare results with `w8a8_reference`."""
 
@@ -149,6 +159,30 @@ def allocate_staging(y_desc):
     return gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape, y_desc.layout)
 
 
+# The row scales' ring (`ring_scales`): a K step's fp32 scales of a tile's rows are one TMA box
+# of one row, stored as it comes (no swizzle) and read back by each warpgroup as a vector.
+SCALE_BOX_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+_SCALE_ROW_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))
+SCALE_BOX_LAYOUT_3D = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
+
+
+@gluon.jit
+def allocate_scale_ring(sa_desc, STAGES: gl.constexpr):
+    """STAGES slots of the row scales' TMA box (1 x a tile's rows), beside `allocate_ring`'s:
+    a slot's scales come with its operands, under its `ready` barrier."""
+    return gl.allocate_shared_memory(gl.float32, [STAGES] + sa_desc.block_type.shape,
+                                     sa_desc.layout)  # fmt: skip
+
+
+@gluon.jit
+def _ring_row_scales(sa_ring, slot, first: gl.constexpr, layout: gl.constexpr):
+    """The row scales of a slot's tile rows first ... first + 64, from the scale ring, in
+    `layout` (the accumulator's rows)."""
+    BLOCK_M: gl.constexpr = sa_ring.type.shape[2]
+    row = sa_ring.index(slot)._reinterpret(gl.float32, [BLOCK_M], _SCALE_ROW_LAYOUT)
+    return row.slice(first, 64).load(layout)
+
+
 @gluon.jit
 def released_slot(empty, step, LAG):
     """Wait until both warpgroups have released the slot used LAG steps before `step`; return
@@ -171,18 +205,25 @@ def _tile_of(tile, tiles_m, tiles_n):
 
 @gluon.jit
 def issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, a_row, w_row, k_step,
-               w_row_2=0):  # fmt: skip
+               w_row_2=0, scales=None):  # fmt: skip
     """Start the TMA copies of this program's `step` (if it has one: step < total), K step
     `k_step` of the tiles whose first rows are a_row (activations) and w_row (weights; with
-    two boxes a slot, `allocate_ring`'s W_BOXES, the second's are w_row_2), into its slot."""
+    two boxes a slot, `allocate_ring`'s W_BOXES, the second's are w_row_2), into its slot;
+    with `scales` (sa_desc, sa_ring: `allocate_scale_ring`), the step's row scales too."""
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     BOX: gl.constexpr = w_desc.block_type.shape[0]
     W_BOXES: gl.constexpr = w_ring.type.shape[1] // BOX
     slot = step % SLOTS
     inside = step < total
     bar = ready.index(slot)
-    mbarrier.expect(bar, a_desc.block_type.nbytes + W_BOXES * w_desc.block_type.nbytes,
-                    pred=inside)  # fmt: skip
+    nbytes: gl.constexpr = a_desc.block_type.nbytes + W_BOXES * w_desc.block_type.nbytes
+    if scales is None:
+        mbarrier.expect(bar, nbytes, pred=inside)
+    else:
+        sa_desc, sa_ring = scales
+        mbarrier.expect(bar, nbytes + sa_desc.block_type.nbytes, pred=inside)
+        tma.async_copy_global_to_shared(sa_desc, [k_step, a_row], bar, sa_ring.index(slot),
+                                        pred=inside)  # fmt: skip
     off_k = k_step * a_desc.block_type.shape[1]
     tma.async_copy_global_to_shared(a_desc, [a_row, off_k], bar, a_ring.index(slot),
                                     pred=inside)  # fmt: skip
@@ -214,9 +255,9 @@ def _weight_scale(sw_ptr, block_n, k_step, ok, stride_swn, stride_swk):
 
 
 @gluon.jit
-def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-              WARPGROUP: gl.constexpr):  # fmt: skip
+def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sa_ptr,
+              sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
+              stride_swk, WARPGROUP: gl.constexpr):  # fmt: skip
     """Rows 64 WARPGROUP + [0, 64) of every 128-row wave of every tile this program owns.
 
     A tile is one wave of 128 rows or two (BLOCK_M 256, as DeepGEMM's 256-row tiles are): the
@@ -227,7 +268,9 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
     Per K step and wave: wait for the slot's copy (first wave), issue the wgmma, load the next
     step's scales while it runs, wait for it, release the slot (last wave), and fold the
     product into the wave's accumulator with the scales loaded a step before (an L2 round
-    trip a step, otherwise exposed). The load warp (`_loads`) refills the ring. The two
+    trip a step, otherwise exposed). With a scale ring (not the kernel's stand-in), the step's row
+    scales came with its slot and are read from shared memory while the wgmma runs; the
+    weight scale is still loaded a step ahead. The load warp (`_loads`) refills the ring. The two
     warpgroups share no barrier besides the ring's, so one rescales while the other's wgmma
     holds the tensor cores: the overlap a single warpgroup cannot get, because ptxas
     serialises its wgmmas when any instruction reads an accumulator while one is in flight
@@ -241,10 +284,12 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
     WAVE: gl.constexpr = 2 * WG_ROWS  # a wave's rows: both warpgroups'
     TWO_WAVES: gl.constexpr = BLOCK_M == 2 * WAVE
     SLOTS: gl.constexpr = a_ring.type.shape[0]
+    RING: gl.constexpr = sa_ring.type.shape[2] > 1  # a scale ring, not the stand-in
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32]
     )
-    row_offsets = WARPGROUP * WG_ROWS + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, layout))
+    row_layout: gl.constexpr = gl.SliceLayout(1, layout)
+    row_offsets = WARPGROUP * WG_ROWS + gl.arange(0, WG_ROWS, layout=row_layout)
     y_buf = y_bufs.index(WARPGROUP)
     product = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)
     step = 0
@@ -252,8 +297,9 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
         pid_m, pid_n = _tile_of(gl.program_id(0) + t * gl.num_programs(0), tiles_m, tiles_n)
         rows = pid_m * BLOCK_M + row_offsets
         weight_block = pid_n * BLOCK_N // BLOCK_K
-        sa = _row_scales(sa_ptr, rows, 0, True, M, stride_sak)
-        sa_2 = _row_scales(sa_ptr, rows + WAVE, 0, TWO_WAVES, M, stride_sak)
+        if not RING:
+            sa = _row_scales(sa_ptr, rows, 0, True, M, stride_sak)
+            sa_2 = _row_scales(sa_ptr, rows + WAVE, 0, TWO_WAVES, M, stride_sak)
         sw = _weight_scale(sw_ptr, weight_block, 0, True, stride_swn, stride_swk)
         acc = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)
         acc_2 = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)  # the second wave's
@@ -264,7 +310,13 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
             a_rows = a_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0)
             running = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product,
                                     use_acc=False, is_async=True)  # fmt: skip
-            next_sa = _row_scales(sa_ptr, rows, k_step + 1, more, M, stride_sak)
+            if RING:
+                sa = _ring_row_scales(sa_ring, slot, WARPGROUP * WG_ROWS, row_layout)
+                if TWO_WAVES:
+                    sa_2 = _ring_row_scales(sa_ring, slot, WAVE + WARPGROUP * WG_ROWS,
+                                            row_layout)  # fmt: skip
+            else:
+                next_sa = _row_scales(sa_ptr, rows, k_step + 1, more, M, stride_sak)
             next_sw = _weight_scale(sw_ptr, weight_block, k_step + 1, more, stride_swn,
                                     stride_swk)  # fmt: skip
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
@@ -275,15 +327,20 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_p
                 # with `product` there, it sinks below it and reads the wgmma's registers
                 running = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), acc,
                                         use_acc=False, is_async=True)  # fmt: skip
-                next_sa_2 = _row_scales(sa_ptr, rows + WAVE, k_step + 1, more, M, stride_sak)
+                if not RING:
+                    next_sa_2 = _row_scales(sa_ptr, rows + WAVE, k_step + 1, more, M,
+                                            stride_sak)  # fmt: skip
                 product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
-            mbarrier.arrive(empty.index(slot), count=1)
+            mbarrier.arrive(empty.index(slot), count=1)  # after the slot's scales were read
             if TWO_WAVES:
                 acc_2 += product * (sa_2 * sw)[:, None]
-                sa_2 = next_sa_2
+                if not RING:
+                    sa_2 = next_sa_2
             else:
                 acc += product * (sa * sw)[:, None]
-            sa, sw = next_sa, next_sw
+            if not RING:
+                sa = next_sa
+            sw = next_sw
             step += 1
         _store_wave(y_desc, y_buf, acc, pid_m * BLOCK_M + WARPGROUP * WG_ROWS, pid_n * BLOCK_N)
         if TWO_WAVES:
@@ -304,8 +361,8 @@ def _store_wave(y_desc, y_buf, acc, row, column):
 
 @gluon.jit
 def _w8a8_wgmma_kernel(
-    a_desc, w_desc, y_desc, sa_ptr, sw_ptr, M, N, K, stride_sak, stride_swn, stride_swk,
-    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    a_desc, w_desc, y_desc, sa_desc, sa_ptr, sw_ptr, M, N, K, stride_sak, stride_swn,
+    stride_swk, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -313,46 +370,58 @@ def _w8a8_wgmma_kernel(
     gl.static_assert((BLOCK_M == 128) | (BLOCK_M == 256), "one or two waves of 128 rows")
     a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES)
     y_bufs = allocate_staging(y_desc)
+    if sa_desc is None:  # the row scales from global memory, a step ahead
+        # Triton 3.6 hands a partition constexprs as runtime values, and no None: a scale ring
+        # of one element tells them there is none, the activations' descriptor stands in for
+        # the scales' one
+        sa_ring = gl.allocate_shared_memory(gl.float32, [1, 1, 1], SCALE_BOX_LAYOUT_3D)
+        sa_box = a_desc
+    else:  # the row scales with each slot (`ring_scales`)
+        sa_ring = allocate_scale_ring(sa_desc, STAGES)
+        sa_box = sa_desc
 
     tiles_m = gl.cdiv(M, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)
     k_steps = gl.cdiv(K, BLOCK_K)
     my_tiles = gl.cdiv(tiles_m * tiles_n - gl.program_id(0), gl.num_programs(0))
-    args = (a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-            k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk)  # fmt: skip
-    loads = (a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, tiles_m, tiles_n)
+    args = (a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sa_ptr,
+            sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
+            stride_swk)  # fmt: skip
+    loads = (a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, tiles_m, tiles_n,
+             sa_box, sa_ring)  # fmt: skip
     gl.warp_specialize([(_top_rows, args), (_bottom_rows, args), (_loads, loads)], [4, 1],
                        [CONSUMER_REGS, TMA_LOAD_REGS])  # fmt: skip
 
 
 @gluon.jit
-def _top_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
+def _top_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sa_ptr,
+              sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
               stride_swk):  # fmt: skip
     """Warpgroup 0 (the default partition): each wave's first 64 rows."""
-    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-              0)  # fmt: skip
+    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sa_ptr,
+              sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
+              stride_swk, 0)  # fmt: skip
 
 
 @gluon.jit
-def _bottom_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr,
-                 M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
-                 stride_swk):  # fmt: skip
+def _bottom_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring,
+                 sa_ptr, sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak,
+                 stride_swn, stride_swk):  # fmt: skip
     """Warpgroup 1 (a worker partition): each wave's last 64 rows."""
-    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ptr, sw_ptr, M,
-              k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn, stride_swk,
-              1)  # fmt: skip
+    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sa_ptr,
+              sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
+              stride_swk, 1)  # fmt: skip
 
 
 @gluon.jit
 def ring_loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_units,
-               place: gl.constexpr, where):  # fmt: skip
+               place: gl.constexpr, where, scales=None):  # fmt: skip
     """The load warp (a partition of its own): every K step of this program's work units
     (tiles, items) in order, each slot refilled as soon as both warpgroups have released it,
     so the ring runs SLOTS steps ahead of the MMAs; the unit and K step advance as a cursor (no
     division a step), and `place(unit, where)` gives a unit's first activation and weight
-    rows. This kernel and the MoE down kernel (`kernels.moe.w8a8_wgmma`) share it."""
+    rows; with `scales` (`issue_load`'s), each step's row scales come too. This kernel and the
+    MoE down kernel (`kernels.moe.w8a8_wgmma`) share it."""
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     total = my_units * k_steps
     unit = gl.program_id(0)
@@ -361,7 +430,8 @@ def ring_loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_units,
     for step in range(total):
         if step >= SLOTS:
             released_slot(empty, step, SLOTS)
-        issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, a_row, w_row, k_step)
+        issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, a_row, w_row, k_step,
+                   scales=scales)  # fmt: skip
         k_step += 1
         if k_step == k_steps:
             k_step = 0
@@ -370,10 +440,17 @@ def ring_loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_units,
 
 
 @gluon.jit
-def _loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, tiles_m, tiles_n):
-    """The load warp over this program's tiles (`ring_loads`)."""
-    ring_loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, _tile_rows,
-               (tiles_m, tiles_n, tiles_m * tiles_n - 1, a_desc, w_desc))  # fmt: skip
+def _loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, tiles_m, tiles_n,
+           sa_desc, sa_ring):  # fmt: skip
+    """The load warp over this program's tiles (`ring_loads`), with the row scales where the
+    kernel has a scale ring."""
+    where = (tiles_m, tiles_n, tiles_m * tiles_n - 1, a_desc, w_desc)
+    if sa_ring.type.shape[2] > 1:  # a scale ring, not the stand-in
+        ring_loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, _tile_rows,
+                   where, (sa_desc, sa_ring))  # fmt: skip
+    else:
+        ring_loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, _tile_rows,
+                   where)  # fmt: skip
 
 
 @gluon.jit
@@ -409,6 +486,22 @@ def descriptor(tensor: Tensor, block_shape: list[int]) -> TensorDescriptor:
     return TensorDescriptor.from_tensor(tensor, block_shape, layout)
 
 
+def scale_descriptor(scales: Tensor, block_m: int) -> TensorDescriptor:
+    """A TMA descriptor of token-fastest row scales (M, K blocks), strides (1, S) as
+    `check_tma_inputs` takes them (S = M from the quantiser), as the (K blocks, M) matrix they
+    are in memory, in boxes of one K block's scales of block_m rows. TMA needs each K block's
+    row of scales to start 16-byte aligned: S a multiple of 4."""
+    m, blocks = scales.shape
+    stride = scales.stride(1) if blocks > 1 else m  # with one block, any stride is moot
+    if stride % 4 or scales.data_ptr() % 16:
+        raise ValueError(f"ring_scales copies each K block's {m} row scales by TMA, which needs "
+                         f"each block's row 16-byte aligned: its stride (M from the quantiser) "
+                         f"a multiple of 4, got M={m}, stride {stride}; pad the rows or leave "
+                         "ring_scales off.")  # fmt: skip
+    in_memory = scales.as_strided((blocks, m), (stride, 1))
+    return TensorDescriptor.from_tensor(in_memory, [1, block_m], SCALE_BOX_LAYOUT)
+
+
 def check_consumer_regs(consumer_regs: int) -> None:
     """Refuse a consumer register budget setmaxnreg cannot give both warpgroups beside the
     load warp's (a multiple of 8, from 24 to MAX_CONSUMER_REGS)."""
@@ -427,6 +520,7 @@ def gemm_w8a8_wgmma(
     num_stages: int | None = None,
     consumer_regs: int = MAX_CONSUMER_REGS,
     block_m: int | None = None,
+    ring_scales: bool = False,
 ) -> Tensor:
     """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
     (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks.
@@ -434,7 +528,10 @@ def gemm_w8a8_wgmma(
     Tiles are `block_m` rows (one wave of two warpgroups' 64 rows, or two waves; None:
     `default_block_m`) by `block_n` columns, inside one weight block, so a K step takes one
     weight scale; `consumer_regs` is the register budget Triton asks for each warpgroup
-    (setmaxnreg); `num_stages` the ring's slots (None: DEFAULT_STAGES by block_m)."""
+    (setmaxnreg); `num_stages` the ring's slots (None: DEFAULT_STAGES by block_m).
+    `ring_scales` brings each K step's row scales into its ring slot by TMA with the operands
+    (`scale_descriptor`: M a multiple of 4), where the warpgroups read them from shared memory,
+    instead of from global memory a step ahead."""
     check_tma_inputs("wgmma", scales, weights)
     if block_n not in (32, 64, 128):
         raise ValueError(f"block_n must be 32, 64 or 128 (a power of two no wider than a "
@@ -449,10 +546,11 @@ def gemm_w8a8_wgmma(
     if block_m not in BLOCK_MS:
         raise ValueError(f"block_m must be {ROWS} or {2 * ROWS} (one or two waves of two "
                          f"warpgroups' 64 rows), got {block_m}.")  # fmt: skip
-    ring = num_stages * (block_m + block_n) * BLOCK  # FP8 operands: a byte an element
+    slot = (block_m + block_n) * BLOCK + (4 * block_m if ring_scales else 0)  # FP8: a byte each
+    ring = num_stages * slot
     staging = 2 * (ROWS // 2) * block_n * torch.finfo(out_dtype).bits // 8
     if ring + staging > SHARED_MEMORY:
-        fits = (SHARED_MEMORY - staging) // ((block_m + block_n) * BLOCK)
+        fits = (SHARED_MEMORY - staging) // slot
         raise ValueError(f"num_stages={num_stages} with {block_m} x {block_n} tiles needs "
                          f"{(ring + staging) // 1024} KB of shared memory, more than sm_90's "
                          f"{SHARED_MEMORY // 1024} KB; use num_stages <= {fits}.")  # fmt: skip
@@ -460,6 +558,7 @@ def gemm_w8a8_wgmma(
     if num_stages < 2:
         raise ValueError(f"num_stages must be at least 2 (a slot loading while one is read), "
                          f"got {num_stages}.")  # fmt: skip
+    sa_desc = scale_descriptor(scales, block_m) if ring_scales else None
     if not supported(values.device):
         found = str(values.device)
         if values.is_cuda:
@@ -472,7 +571,7 @@ def gemm_w8a8_wgmma(
     launch(
         _w8a8_wgmma_kernel, (programs,), descriptor(values, [block_m, BLOCK]),
         descriptor(weights.values, [block_n, BLOCK]), descriptor(y, [ROWS // 2, block_n]),
-        scales, weights.scales, m, n, k, scales.stride(1), *weights.scales.stride(),
+        sa_desc, scales, weights.scales, m, n, k, scales.stride(1), *weights.scales.stride(),
         STAGES=num_stages, CONSUMER_REGS=consumer_regs, num_warps=4,
     )  # fmt: skip
     return y

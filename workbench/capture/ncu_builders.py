@@ -130,7 +130,8 @@ def build_dense(args: TargetArgs) -> list[Workload]:
     block = int(options.pop("block", dense.DEFAULT_BLOCK))
     p = dense_projection(args.preset, chosen)
     tiles = {f.name for f in fields(GemmTiles)}
-    allowed = {"bf16": set(), "w8a16": tiles, "w8a8": tiles - {"swap_ab"}, "hybrid": {"hybrid_m"}}
+    allowed = {"bf16": set(), "w8a16": tiles, "w8a8": (tiles - {"swap_ab"}) | {"ring_scales"},
+               "hybrid": {"hybrid_m"}}  # fmt: skip
     unknown = ", ".join(sorted(set(options) - allowed.get(args.variant, set())))
     if unknown:
         names = "".join(", " + a for a in sorted(allowed.get(args.variant, ())))
@@ -141,7 +142,8 @@ def build_dense(args: TargetArgs) -> list[Workload]:
     try:  # bad values fail here with the kernels' own messages, before ncu starts
         check_block(block)
         if args.variant in ("w8a16", "w8a8"):
-            GemmTiles(16, 64, 64, 4, 3).override(**options).check()
+            tile_options = {k: v for k, v in options.items() if k in tiles}
+            GemmTiles(16, 64, 64, 4, 3).override(**tile_options).check()
     except ValueError as err:
         raise WorkbenchError(f"dense variant '{args.variant}': {err}") from None
     device = device_for(args.device)
