@@ -449,6 +449,10 @@ def test_real_summary_equals_the_metrics_read_directly(path, tmp_path):
     for row in SUMMARY_METRICS:
         for label, action in zip(report.labels, actions):
             name = sources.loc[row, label]
+            short = summary.loc["Duration (us)", label] < CLOCK_MIN_US
+            if row == "SM clock (MHz)" and short:  # not the clock there: shown as none
+                assert pd.isna(name) and pd.isna(summary.loc[row, label])
+                continue
             if pd.isna(name):
                 assert all(action.metric_by_name(n) is None for n in SUMMARY_METRICS[row])
                 continue
@@ -460,9 +464,6 @@ def test_real_summary_equals_the_metrics_read_directly(path, tmp_path):
             if row == "SM clock (MHz)":  # the SOL section's "SM Frequency", in Hz
                 assert metric.unit() == "hz"
                 expected /= 1e6
-                if summary.loc["Duration (us)", label] < CLOCK_MIN_US:  # not the clock there
-                    assert pd.isna(summary.loc[row, label])
-                    continue
                 assert 1000 < summary.loc[row, label] < 2000  # a Hopper clock, in MHz (max 1,980)
             assert summary.loc[row, label] == pytest.approx(expected)
 
@@ -636,3 +637,18 @@ def test_a_summary_value_is_read_in_its_row_s_unit_or_not_at_all():
     assert clock_shown(1644.0, CLOCK_MIN_US) == 1644.0
     assert math.isnan(clock_shown(1644.0, CLOCK_MIN_US - 0.1))
     assert math.isnan(clock_shown(1644.0, math.nan))  # no duration: no clock either
+
+
+def test_a_short_launchs_clock_is_hidden_and_names_no_metric():
+    """Below CLOCK_MIN_US the rate ncu reads is not the clock: the summary shows none, and
+    metric_sources names none there either, as for a metric the report lacks."""
+    clock = {"sm__cycles_elapsed.avg.per_second": Metric(1.644e9, "hz")}
+    long = Action("long", {"gpu__time_duration.sum": Metric(41000.0, "ns")} | clock)
+    short = Action("short", {"gpu__time_duration.sum": Metric(2000.0, "ns")} | clock)
+    report = NcuReport(Path("clock.ncu-rep"), [long, short])
+    summary, sources = report.summary(), report.metric_sources()
+    first, second = report.labels
+    assert summary.loc["SM clock (MHz)", first] == pytest.approx(1644)
+    assert sources.loc["SM clock (MHz)", first] == "sm__cycles_elapsed.avg.per_second"
+    assert pd.isna(summary.loc["SM clock (MHz)", second])
+    assert pd.isna(sources.loc["SM clock (MHz)", second])

@@ -186,6 +186,15 @@ class NcuReport:
             used[row] = [name for _, name in found]
         return values, used
 
+    def _shown_rows(self) -> tuple[dict, dict]:
+        """`_rows` of SUMMARY_METRICS as the summary shows them: a launch's clock only from
+        CLOCK_MIN_US of launch time (`clock_shown`), and no metric named where it is hidden."""
+        values, used = self._rows(SUMMARY_METRICS)
+        values[CLOCK_ROW] = list(map(clock_shown, values[CLOCK_ROW], values["Duration (us)"]))
+        used[CLOCK_ROW] = [None if math.isnan(value) else name
+                           for value, name in zip(values[CLOCK_ROW], used[CLOCK_ROW])]  # fmt: skip
+        return values, used
+
     def summary(self) -> pd.DataFrame:
         """The headline metrics (rows) per launch (columns), like the seed's ncu table.
 
@@ -193,16 +202,16 @@ class NcuReport:
         the top stall reason by cycles per issued instruction (the issuing "selected" state
         excluded; by PC samples where the report has no cycles) and its share of the samples.
         """
-        values, _ = self._rows(SUMMARY_METRICS)
-        values[CLOCK_ROW] = list(map(clock_shown, values[CLOCK_ROW], values["Duration (us)"]))
+        values, _ = self._shown_rows()
         top = [self._top_stalls.get(label, (None, math.nan, math.nan)) for label in self.labels]
         for row, column in zip(TOP_STALL_ROWS, zip(*top)):
             values[row] = list(column)
         return pd.DataFrame(values, index=self.labels).T
 
     def metric_sources(self) -> pd.DataFrame:
-        """The metric name behind each SUMMARY_METRICS value (None where the report has none)."""
-        return pd.DataFrame(self._rows(SUMMARY_METRICS)[1], index=self.labels).T
+        """The metric name behind each SUMMARY_METRICS value (None where the report has none,
+        or where the summary hides it: the clock of a short launch)."""
+        return pd.DataFrame(self._shown_rows()[1], index=self.labels).T
 
     # ---- stalls --------------------------------------------------------------------------
     @cached_property
