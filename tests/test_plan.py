@@ -97,6 +97,20 @@ def test_steps_run_in_order_from_the_root_and_are_logged(tmp_path):
     assert all(s["started"] and s["duration_s"] >= 0 for s in saved["steps"])
 
 
+def test_a_steps_relative_search_paths_are_taken_from_the_root(tmp_path):
+    """`PYTHONPATH = "build/ncu:${PYTHONPATH}"` names the checkout's build/ncu from any folder a
+    step's command moves to; absolute entries stay, empty ones (an unset variable) go."""
+    show = "import os; print('path=' + os.environ['PYTHONPATH'], 'bin=' + os.environ['PATH'])"
+    env = {"PYTHONPATH": "build/ncu:/abs/site:", "PATH": "tools:${PATH}"}
+    result = run(tmp_path, [step("paths", ["bash", "-c", f'cd / && python3 -c "{show}"'],
+                                 env=env)])  # fmt: skip
+    assert result.ok
+    log = (tmp_path / "out" / wp.LOG_FILE).read_text()
+    root = tmp_path / "root"
+    assert f"path={root / 'build/ncu'}:/abs/site " in log
+    assert f"bin={root / 'tools'}:" in log
+
+
 def test_a_step_past_its_timeout_is_stopped_with_its_children(tmp_path):
     pids = tmp_path / "root" / "child.pid"
     steps = [step("hang", "sleep 60 & echo $! > child.pid; sleep 60", timeout_s=1)]

@@ -36,10 +36,16 @@ def command(step: Step, out_dir: Path) -> tuple[list[str], str]:
     return argv, shlex.join(argv)
 
 
+# Search paths whose relative entries a step's variables give from the repository root
+SEARCH_PATHS = ("PYTHONPATH", "PATH")
+
+
 def _environment(step: Step, root: Path, out_dir: Path) -> dict[str, str]:
     """The caller's environment, with the repository importable, Python unbuffered (so output
     lands in the log in order), `python3` meaning this interpreter inside a virtual
-    environment, and the step's own variables ($VAR in them expanded)."""
+    environment, and the step's own variables ($VAR in them expanded). A relative entry a step
+    puts in PYTHONPATH or PATH (`build/ncu`) is made absolute from the root, and an empty one
+    dropped: a command that runs workers from another folder keeps finding what it names."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
@@ -48,7 +54,12 @@ def _environment(step: Step, root: Path, out_dir: Path) -> dict[str, str]:
             filter(None, [str(Path(sys.executable).parent), env.get("PATH")])
         )
     for key, value in step.env.items():
-        env[key] = Template(value.replace(OUT_TOKEN, str(out_dir))).safe_substitute(env)
+        value = Template(value.replace(OUT_TOKEN, str(out_dir))).safe_substitute(env)
+        if key in SEARCH_PATHS:
+            # (an empty entry, left by an unset ${PYTHONPATH}, would mean the current folder)
+            value = os.pathsep.join(str(root / entry) for entry in value.split(os.pathsep)
+                                    if entry)  # fmt: skip
+        env[key] = value
     return env
 
 
