@@ -190,6 +190,21 @@ def compile_gluon(
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
+def _loads_inside_steps(sass: str) -> int:
+    """32-bit shared loads issued after a wait for a ring slot's copy (an mbarrier try-wait)
+    and before the release of a slot (a one-thread arrive): where the W8A8 kernel's row scales
+    must be read, after their copy landed and before the load warp may overwrite them."""
+    inside, count = False, 0
+    for line in sass.splitlines():
+        if "SYNCS.PHASECHK.TRANS64.TRYWAIT" in line:
+            inside = True
+        elif "SYNCS.ARRIVE.TRANS64.A1T0" in line:
+            inside = False
+        elif inside and re.search(r"\bLDS R", line):
+            count += 1
+    return count
+
+
 def sass_facts(compiled) -> dict[str, int | list[str]]:
     """ptxas's registers, spilled bytes and performance notes, and the QGMMA, HGMMA,
     WARPGROUP.DEPBAR, 16-byte LDGSTS, TMA load (UTMALDG) and 16-byte and 2-byte shared load
@@ -218,6 +233,7 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         # 32-bit shared and global loads: the W8A8 kernel's row scales, from its scale ring
         # or from global memory
         "lds32": len(re.findall(r"\bLDS R", sass)),
+        "lds32_in_step": _loads_inside_steps(sass),
         "ldg32": len(re.findall(r"\bLDG\.E(?:\.CONSTANT)? R", sass)),
         # PDL: the waits for the grid before (griddepcontrol.wait), the TMA loads issued ahead
         # of the first, and the points that let the next grid launch (launch_dependents)
@@ -298,6 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"LDS.128: {facts['lds128']}")
     print(f"LDS.U16: {facts['lds16']}")
     print(f"LDS (32-bit): {facts['lds32']}")
+    print(f"LDS (32-bit) between a slot's wait and a release: {facts['lds32_in_step']}")
     print(f"LDG (32-bit): {facts['ldg32']}")
     print(f"grid waits (ACQBULK): {facts['grid_waits']}")
     print(f"TMA loads before the wait: {facts['tma_loads_before_wait']}")

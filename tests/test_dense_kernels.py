@@ -14,7 +14,7 @@ import kernels.dense as dense
 from kernels.dense import DenseWeights, linear_reference, w8a8, w8a8_reference
 from kernels.dense.formats import pow2_scales
 from kernels.dense.reference import quantize_activations_reference
-from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma
+from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma, scale_descriptor
 from kernels.dense.w8a16_wgmma import (
     linear_w8a16_wgmma,
     linear_w8a16_wgmma_group,
@@ -378,11 +378,12 @@ def test_the_tma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
         (8192, 2048, 128, {}),
         (8192, 2048, 256, {"block_m": 128, "num_stages": 5}),
         # the row scales by TMA with each slot: rows past M zero-filled, the K tail's block,
-        # two waves, and the cursor crossing tiles
+        # two waves, and the cursor crossing tiles with one wave and with two
         (300, 384, 512, {"ring_scales": True}),
         (1000, 200, 1040, {"block_m": 256, "num_stages": 3, "ring_scales": True}),
         (4096, 1024, 4096, {"block_m": 256, "num_stages": 3, "ring_scales": True}),
         (8192, 2048, 256, {"block_m": 128, "num_stages": 5, "ring_scales": True}),
+        (8192, 2048, 512, {"block_m": 256, "num_stages": 3, "ring_scales": True}),  # 512 tiles
     ],
 )
 def test_the_wgmma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
@@ -415,16 +416,45 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
     with pytest.raises(ValueError, match="block_m must be 128 or 256"):
         gemm_w8a8_wgmma(*quantize_activations(x, 128, outer_major=True), weights,
                         torch.bfloat16, block_m=64)  # fmt: skip
-    with pytest.raises(ValueError, match="ring_scales=True is an option of the wgmma kernel"):
-        dense.linear_w8a8(x, weights, wgmma=False, ring_scales=True)
-    # the row scales' ring: TMA needs each K block's scales 16-byte aligned (M % 4 == 0), and
-    # a slot's scales take shared memory
-    quantised = quantize_activations(x[:78], 128, outer_major=True)
+    # ring_scales where the wgmma kernel does not run (80 rows, or wgmma=False) is refused,
+    # not ignored
+    for wgmma in (False, None):
+        with pytest.raises(ValueError, match="ring_scales=True is an option of the wgmma kernel, "
+                           "which does not run here"):  # fmt: skip
+            dense.linear_w8a8(x, weights, wgmma=wgmma, ring_scales=True)
+    # the row scales' ring: TMA needs each K block's scales 16-byte aligned (M % 4 == 0 where
+    # K has several blocks), and a slot's scales take shared memory
+    x2, weights2 = make(78, 256, 256, torch.bfloat16, block=128, device=device)
     with pytest.raises(ValueError, match="a multiple of 4, got M=78, stride 78"):
-        gemm_w8a8_wgmma(*quantised, weights, torch.bfloat16, ring_scales=True)
-    with pytest.raises(ValueError, match="use num_stages <= 3"):
-        gemm_w8a8_wgmma(*quantize_activations(x, 128, outer_major=True), weights,
-                        torch.bfloat16, block_m=256, num_stages=4, ring_scales=True)  # fmt: skip
+        gemm_w8a8_wgmma(*quantize_activations(x2, 128, outer_major=True), weights2,
+                        torch.bfloat16, ring_scales=True)  # fmt: skip
+    quantised = quantize_activations(x, 128, outer_major=True)
+    with pytest.raises(ValueError, match="and ring_scales needs 229 KB .* use num_stages <= 3"):
+        gemm_w8a8_wgmma(*quantised, weights, torch.bfloat16, block_m=256, num_stages=4,
+                        ring_scales=True)  # fmt: skip
+    # 6 slots of 128 x 128 with the scales would fill 227 KB to the byte, with no room left
+    # for the barriers
+    with pytest.raises(ValueError, match="use num_stages <= 5"):
+        gemm_w8a8_wgmma(*quantised, weights, torch.bfloat16, block_m=128, num_stages=6,
+                        ring_scales=True)  # fmt: skip
+    if device.type != "cuda":  # the default slots make room for the scales: past every check
+        with pytest.raises(ValueError, match="needs an sm_90"):
+            gemm_w8a8_wgmma(*quantised, weights, torch.bfloat16, block_m=256, ring_scales=True)
+
+
+def test_the_row_scales_descriptor_reads_them_as_they_lie():
+    """`scale_descriptor`: token-fastest scales (M, K blocks), strides (1, M), are the (K
+    blocks, M) matrix TMA reads a K block's row of block_m scales from; with one K block the
+    stride is rounded up to what TMA takes (no second row is read), so any M will do."""
+    x = torch.randn(300, 512)
+    values, scales = quantize_activations(x, 128, outer_major=True)
+    desc = scale_descriptor(scales, 256)
+    assert (list(desc.shape), list(desc.strides)) == ([4, 300], [300, 1])
+    assert list(desc.block_shape) == [1, 256]
+    assert desc.base.data_ptr() == scales.data_ptr()
+    one_block = quantize_activations(torch.randn(78, 128), 128, outer_major=True)[1]
+    desc = scale_descriptor(one_block, 128)
+    assert (list(desc.shape), list(desc.strides)) == ([1, 78], [80, 1])
 
 
 @pytest.mark.gpu

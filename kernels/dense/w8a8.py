@@ -123,7 +123,8 @@ def linear_w8a8(
     sm_90 GPU where the TMA kernel would run, unless the options ask for what it fixes
     (WGMMA_FIXED) or for the TMA kernel's own, as it ran 4-8% faster there (raw/logs/
     h200-tune-dense-wgmma-*.csv). `ring_scales` is the Gluon kernel's (`gemm_w8a8_wgmma`: the
-    row scales by TMA with each ring slot); the other kernels load theirs as they always do.
+    row scales by TMA with each ring slot): asked for where that kernel does not run, it is
+    refused, not ignored.
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -140,11 +141,15 @@ def linear_w8a8(
                if value is not None and WGMMA_FIXED.get(key, value) != value}  # fmt: skip
     if options.get("block_m") not in (None, *WGMMA_BLOCK_MS):
         foreign["block_m"] = options["block_m"]
-    if ring_scales and wgmma is False:
-        raise ValueError("ring_scales=True is an option of the wgmma kernel: leave wgmma unset "
-                         "(or True), or leave ring_scales out.")  # fmt: skip
     if wgmma is None:
         wgmma = prefill and not tma_options and not foreign and supported(x.device)
+    if ring_scales and not wgmma:  # asked for, it would be ignored: say so
+        raise ValueError(
+            f"ring_scales=True is an option of the wgmma kernel, which does not run here: it "
+            f"takes {TMA_BLOCK}-wide blocks (got {weights.block}) from {TMA_MIN_M} rows (got "
+            f"{m}) on an sm_90 GPU (got {x.device}), without split_k, the TMA kernel's options "
+            f"or {sorted(WGMMA_FIXED)} changed; leave ring_scales out there."
+        )
     if wgmma:
         if tma_options or foreign:
             raise ValueError(

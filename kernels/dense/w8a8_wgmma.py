@@ -79,9 +79,10 @@ token-fastest layout, which needs M a multiple of 4), under the slot's `ready` b
 each warpgroup from shared memory while its wgmma runs. That adds no CUDA-core instruction to
 the rescale (the reverted attempt above added 64 an element-wave), and what ptxas copies before
 the wgmma wait is then a shared load's result. It needs 1 KB a two-wave slot, so it fits
-beside 3 slots, not 4 (compiled for sm_90: 168 registers, no spills, the wgmmas grouped as
-without; the weight scale, one a step, is still loaded a step ahead from global memory, where
-a line holds 32 steps' scales). plans/w8a8-ring.toml times it.
+beside 3 slots, not 4, and without num_stages it takes as many as fit (compiled for sm_90:
+168 registers, no spills, the wgmmas grouped as without, every scale read between the slot's
+wait and its release; the weight scale, one a step, is still loaded a step ahead from global
+memory, where a line holds 32 steps' scales). plans/w8a8-ring.toml times it.
 
 Gluon has no interpreter: the CPU tests check the compiled SASS and the host-side checks, and
 the GPU tests (WORKBENCH_GPU_TESTS=1) compare results with `w8a8_reference`."""
@@ -129,6 +130,10 @@ TMA_LOAD_REGS = gl.constexpr(40)  # the load warp's registers: TMA copies and a 
 # shares both.
 MAX_CONSUMER_REGS = 232
 SHARED_MEMORY = 232448  # bytes a block may take on sm_90 (227 KB, opted in)
+# What the ring and staging buffers leave for the rest: the mbarriers and the partitions' own
+# state (280 bytes more than ring and staging at 6 slots of 128 x 128 with the row scales,
+# compiled for sm_90, which the estimate without this let through at exactly 227 KB)
+RESERVED_SHARED = 1024
 
 
 @gluon.jit
@@ -490,14 +495,19 @@ def scale_descriptor(scales: Tensor, block_m: int) -> TensorDescriptor:
     """A TMA descriptor of token-fastest row scales (M, K blocks), strides (1, S) as
     `check_tma_inputs` takes them (S = M from the quantiser), as the (K blocks, M) matrix they
     are in memory, in boxes of one K block's scales of block_m rows. TMA needs each K block's
-    row of scales to start 16-byte aligned: S a multiple of 4."""
+    row of scales to start 16-byte aligned: S a multiple of 4 where K has several blocks."""
     m, blocks = scales.shape
-    stride = scales.stride(1) if blocks > 1 else m  # with one block, any stride is moot
-    if stride % 4 or scales.data_ptr() % 16:
+    # with one block no second row is read: any stride TMA takes will do
+    stride = scales.stride(1) if blocks > 1 else triton.cdiv(m, 4) * 4
+    if stride % 4:
         raise ValueError(f"ring_scales copies each K block's {m} row scales by TMA, which needs "
                          f"each block's row 16-byte aligned: its stride (M from the quantiser) "
                          f"a multiple of 4, got M={m}, stride {stride}; pad the rows or leave "
                          "ring_scales off.")  # fmt: skip
+    if scales.data_ptr() % 16:
+        raise ValueError("ring_scales copies the row scales by TMA, which needs their storage "
+                         "16-byte aligned; quantise into a fresh tensor or leave ring_scales "
+                         "off.")  # fmt: skip
     in_memory = scales.as_strided((blocks, m), (stride, 1))
     return TensorDescriptor.from_tensor(in_memory, [1, block_m], SCALE_BOX_LAYOUT)
 
@@ -541,19 +551,20 @@ def gemm_w8a8_wgmma(
     sms = planned_sms(values.device)
     if block_m is None:
         block_m = default_block_m(m, n, block_n, sms)
-    if num_stages is None:
-        num_stages = DEFAULT_STAGES.get(block_m, 3)
     if block_m not in BLOCK_MS:
         raise ValueError(f"block_m must be {ROWS} or {2 * ROWS} (one or two waves of two "
                          f"warpgroups' 64 rows), got {block_m}.")  # fmt: skip
     slot = (block_m + block_n) * BLOCK + (4 * block_m if ring_scales else 0)  # FP8: a byte each
-    ring = num_stages * slot
     staging = 2 * (ROWS // 2) * block_n * torch.finfo(out_dtype).bits // 8
-    if ring + staging > SHARED_MEMORY:
-        fits = (SHARED_MEMORY - staging) // slot
-        raise ValueError(f"num_stages={num_stages} with {block_m} x {block_n} tiles needs "
-                         f"{(ring + staging) // 1024} KB of shared memory, more than sm_90's "
-                         f"{SHARED_MEMORY // 1024} KB; use num_stages <= {fits}.")  # fmt: skip
+    fits = (SHARED_MEMORY - RESERVED_SHARED - staging) // slot
+    if num_stages is None:  # the default, or as many slots as fit beside the row scales
+        num_stages = min(DEFAULT_STAGES.get(block_m, 3), fits)
+    if num_stages > fits:
+        needs = num_stages * slot + staging + RESERVED_SHARED
+        raise ValueError(f"num_stages={num_stages} with {block_m} x {block_n} tiles"
+                         f"{' and ring_scales' if ring_scales else ''} needs {needs // 1024} KB "
+                         f"of shared memory, more than sm_90's {SHARED_MEMORY // 1024} KB; use "
+                         f"num_stages <= {fits}.")  # fmt: skip
     check_consumer_regs(consumer_regs)
     if num_stages < 2:
         raise ValueError(f"num_stages must be at least 2 (a slot loading while one is read), "
