@@ -442,6 +442,21 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
             gemm_w8a8_wgmma(*quantised, weights, torch.bfloat16, block_m=256, ring_scales=True)
 
 
+def test_the_gemm_times_settings_clear_the_kernels_host_checks(monkeypatch):
+    """scripts/dense_w8a8_gemm_times.py's settings (plans/w8a8-ring.toml times three of them on
+    the GPU) are ones gemm_w8a8_wgmma takes: on the CPU each stops only at the missing sm_90
+    GPU, past the shared-memory, stage and row-scale checks."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "scripts"))
+    import dense_w8a8_gemm_times as times
+
+    x, weights = make(512, 256, 256, torch.bfloat16, block=128)
+    quantised = quantize_activations(x, 128, outer_major=True)
+    assert "m256s3r" in times.SETTINGS
+    for options in times.SETTINGS.values():
+        with pytest.raises(ValueError, match="needs an sm_90"):
+            gemm_w8a8_wgmma(*quantised, weights, torch.bfloat16, **options)
+
+
 def test_the_row_scales_descriptor_reads_them_as_they_lie():
     """`scale_descriptor`: token-fastest scales (M, K blocks), strides (1, M), are the (K
     blocks, M) matrix TMA reads a K block's row of block_m scales from; with one K block the
