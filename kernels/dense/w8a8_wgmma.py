@@ -168,7 +168,7 @@ def allocate_staging(y_desc):
 # of one row, stored as it comes (no swizzle) and read back by each warpgroup as a vector.
 SCALE_BOX_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
 _SCALE_ROW_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))
-SCALE_BOX_LAYOUT_3D = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
+_STAND_IN_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))  # no scale ring
 
 
 @gluon.jit
@@ -273,14 +273,14 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_r
     Per K step and wave: wait for the slot's copy (first wave), issue the wgmma, load the next
     step's scales while it runs, wait for it, release the slot (last wave), and fold the
     product into the wave's accumulator with the scales loaded a step before (an L2 round
-    trip a step, otherwise exposed). With a scale ring (not the kernel's stand-in), the step's row
-    scales came with its slot and are read from shared memory while the wgmma runs; the
-    weight scale is still loaded a step ahead. The load warp (`_loads`) refills the ring. The two
-    warpgroups share no barrier besides the ring's, so one rescales while the other's wgmma
-    holds the tensor cores: the overlap a single warpgroup cannot get, because ptxas
-    serialises its wgmmas when any instruction reads an accumulator while one is in flight
-    (ptxas info C7514). A finished wave leaves through this warpgroup's staging buffer by a
-    TMA store, which clips rows and columns past the output's edge.
+    trip a step, otherwise exposed). With a scale ring (not the kernel's stand-in), the
+    step's row scales came with its slot and are read from shared memory while the wgmma
+    runs; the weight scale is still loaded a step ahead. The load warp (`_loads`) refills the
+    ring. The two warpgroups share no barrier besides the ring's, so one rescales while the
+    other's wgmma holds the tensor cores: the overlap a single warpgroup cannot get, because
+    ptxas serialises its wgmmas when any instruction reads an accumulator while one is in
+    flight (ptxas info C7514). A finished wave leaves through this warpgroup's staging buffer
+    by a TMA store, which clips rows and columns past the output's edge.
     """
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -379,7 +379,7 @@ def _w8a8_wgmma_kernel(
         # Triton 3.6 hands a partition constexprs as runtime values, and no None: a scale ring
         # of one element tells them there is none, the activations' descriptor stands in for
         # the scales' one
-        sa_ring = gl.allocate_shared_memory(gl.float32, [1, 1, 1], SCALE_BOX_LAYOUT_3D)
+        sa_ring = gl.allocate_shared_memory(gl.float32, [1, 1, 1], _STAND_IN_LAYOUT)
         sa_box = a_desc
     else:  # the row scales with each slot (`ring_scales`)
         sa_ring = allocate_scale_ring(sa_desc, STAGES)
@@ -538,10 +538,11 @@ def gemm_w8a8_wgmma(
     Tiles are `block_m` rows (one wave of two warpgroups' 64 rows, or two waves; None:
     `default_block_m`) by `block_n` columns, inside one weight block, so a K step takes one
     weight scale; `consumer_regs` is the register budget Triton asks for each warpgroup
-    (setmaxnreg); `num_stages` the ring's slots (None: DEFAULT_STAGES by block_m).
-    `ring_scales` brings each K step's row scales into its ring slot by TMA with the operands
-    (`scale_descriptor`: M a multiple of 4), where the warpgroups read them from shared memory,
-    instead of from global memory a step ahead."""
+    (setmaxnreg); `num_stages` the ring's slots (None: DEFAULT_STAGES by block_m, or as many
+    as fit beside the row scales). `ring_scales` brings each K step's row scales into its ring
+    slot by TMA with the operands (`scale_descriptor`: M a multiple of 4 where K has several
+    blocks), where the warpgroups read them from shared memory, instead of from global memory
+    a step ahead."""
     check_tma_inputs("wgmma", scales, weights)
     if block_n not in (32, 64, 128):
         raise ValueError(f"block_n must be 32, 64 or 128 (a power of two no wider than a "
