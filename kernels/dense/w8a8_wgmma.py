@@ -449,13 +449,9 @@ def _loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, tile
            sa_desc, sa_ring):  # fmt: skip
     """The load warp over this program's tiles (`ring_loads`), with the row scales where the
     kernel has a scale ring."""
-    where = (tiles_m, tiles_n, tiles_m * tiles_n - 1, a_desc, w_desc)
-    if sa_ring.type.shape[2] > 1:  # a scale ring, not the stand-in
-        ring_loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, _tile_rows,
-                   where, (sa_desc, sa_ring))  # fmt: skip
-    else:
-        ring_loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, _tile_rows,
-                   where)  # fmt: skip
+    scales = (sa_desc, sa_ring) if sa_ring.type.shape[2] > 1 else None  # not the stand-in
+    ring_loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, _tile_rows,
+               (tiles_m, tiles_n, tiles_m * tiles_n - 1, a_desc, w_desc), scales)  # fmt: skip
 
 
 @gluon.jit
