@@ -420,28 +420,30 @@ def _bottom_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, s
 
 @gluon.jit
 def ring_loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_units,
-               place: gl.constexpr, where, scales=None):  # fmt: skip
+               place: gl.constexpr, where, issue: gl.constexpr, scales=None):  # fmt: skip
     """The load warp (a partition of its own): every K step of this program's work units
     (tiles, items) in order, each slot refilled as soon as both warpgroups have released it,
     so the ring runs SLOTS steps ahead of the MMAs; the unit and K step advance as a cursor (no
-    division a step), and `place(unit, where)` gives a unit's first activation and weight
-    rows; with `scales` (`issue_load`'s), each step's row scales come too. This kernel and the
-    MoE down kernel (`kernels.moe.w8a8_wgmma`) share it."""
+    division a step), `place(unit, where)` gives a unit's first activation row and two weight
+    rows, and `issue` starts a step's copies (`issue_load`, whose w_row_2 is the second weight
+    box's, unused with one box a slot); with `scales` (`issue_load`'s), each step's row scales
+    come too. This kernel, the 192-wide one (`kernels.dense.w8a8_wide`: its own slots and
+    `issue`) and the MoE down kernel (`kernels.moe.w8a8_wgmma`) share it."""
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     total = my_units * k_steps
     unit = gl.program_id(0)
     k_step = 0
-    a_row, w_row = place(unit, where)
+    a_row, w_row, w_row_2 = place(unit, where)
     for step in range(total):
         if step >= SLOTS:
             released_slot(empty, step, SLOTS)
-        issue_load(a_desc, w_desc, a_ring, w_ring, ready, step, total, a_row, w_row, k_step,
-                   scales=scales)  # fmt: skip
+        issue(a_desc, w_desc, a_ring, w_ring, ready, step, total, a_row, w_row, k_step, w_row_2,
+              scales)  # fmt: skip
         k_step += 1
         if k_step == k_steps:
             k_step = 0
             unit += gl.num_programs(0)
-            a_row, w_row = place(unit, where)
+            a_row, w_row, w_row_2 = place(unit, where)
 
 
 @gluon.jit
@@ -451,16 +453,17 @@ def _loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, tile
     kernel has a scale ring."""
     scales = (sa_desc, sa_ring) if sa_ring.type.shape[2] > 1 else None  # not the stand-in
     ring_loads(a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, _tile_rows,
-               (tiles_m, tiles_n, tiles_m * tiles_n - 1, a_desc, w_desc), scales)  # fmt: skip
+               (tiles_m, tiles_n, tiles_m * tiles_n - 1, a_desc, w_desc), issue_load,
+               scales)  # fmt: skip
 
 
 @gluon.jit
 def _tile_rows(tile, where):
-    """(first activation row, first weight row) of tile `tile`; past the last tile (after a
-    program's last step) the cursor stays in bounds."""
+    """(first activation row, first weight row, and 0: one weight box a slot) of tile `tile`;
+    past the last tile (after a program's last step) the cursor stays in bounds."""
     tiles_m, tiles_n, last_tile, a_desc, w_desc = where
     pid_m, pid_n = _tile_of(gl.minimum(tile, last_tile), tiles_m, tiles_n)
-    return pid_m * a_desc.block_type.shape[0], pid_n * w_desc.block_type.shape[0]
+    return pid_m * a_desc.block_type.shape[0], pid_n * w_desc.block_type.shape[0], 0
 
 
 def supported(device: torch.device) -> bool:
@@ -508,6 +511,39 @@ def scale_descriptor(scales: Tensor, block_m: int) -> TensorDescriptor:
     return TensorDescriptor.from_tensor(in_memory, [1, block_m], SCALE_BOX_LAYOUT)
 
 
+def staging_bytes(block_n: int, out_dtype: torch.dtype) -> int:
+    """Shared memory the two warpgroups' staging buffers take: 64 x block_n outputs each."""
+    return 2 * (ROWS // 2) * block_n * torch.finfo(out_dtype).bits // 8
+
+
+def ring_stages(num_stages: int | None, default: int, slot: int, staging: int, tile: str) -> int:
+    """The ring's slots of `slot` bytes beside `staging` bytes of staging buffers: `num_stages`,
+    checked to fit in sm_90's shared memory, or `default` (None), or fewer where fewer fit (the
+    row scales' slots); `tile` names the tiles in the error."""
+    fits = (SHARED_MEMORY - RESERVED_SHARED - staging) // slot
+    if num_stages is None:
+        num_stages = min(default, fits)
+    if num_stages > fits:
+        needs = num_stages * slot + staging + RESERVED_SHARED
+        raise ValueError(f"num_stages={num_stages} with {tile} needs {needs // 1024} KB of shared "
+                         f"memory, more than sm_90's {SHARED_MEMORY // 1024} KB; use num_stages "
+                         f"<= {fits}.")  # fmt: skip
+    if num_stages < 2:
+        raise ValueError(f"num_stages must be at least 2 (a slot loading while one is read), "
+                         f"got {num_stages}.")  # fmt: skip
+    return num_stages
+
+
+def check_device(device: torch.device) -> None:
+    """Refuse a device the Gluon W8A8 kernels do not run on (`supported`), saying what it is."""
+    if not supported(device):
+        found = str(device)
+        if device.type == "cuda":
+            found += f" of compute capability {torch.cuda.get_device_capability(device)}"
+        raise ValueError(f"the wgmma W8A8 kernel needs an sm_90 (Hopper) GPU, got {found}; "
+                         "leave wgmma unset to take the Triton kernels.")  # fmt: skip
+
+
 def check_consumer_regs(consumer_regs: int) -> None:
     """Refuse a consumer register budget setmaxnreg cannot give both warpgroups beside the
     load warp's (a multiple of 8, from 24 to MAX_CONSUMER_REGS)."""
@@ -543,7 +579,8 @@ def gemm_w8a8_wgmma(
     if block_n not in (32, 64, 128):
         raise ValueError(f"block_n must be 32, 64 or 128 (a power of two no wider than a "
                          f"weight block; wider, a warpgroup's two fp32 tiles overflow its "
-                         f"registers), got {block_n}.")  # fmt: skip
+                         f"registers; 128 x 192 tiles are kernels.dense.w8a8_wide's), got "
+                         f"{block_n}.")  # fmt: skip
     (m, k), n = values.shape, weights.out_features
     sms = planned_sms(values.device)
     if block_m is None:
@@ -552,27 +589,12 @@ def gemm_w8a8_wgmma(
         raise ValueError(f"block_m must be {ROWS} or {2 * ROWS} (one or two waves of two "
                          f"warpgroups' 64 rows), got {block_m}.")  # fmt: skip
     slot = (block_m + block_n) * BLOCK + (4 * block_m if ring_scales else 0)  # FP8: a byte each
-    staging = 2 * (ROWS // 2) * block_n * torch.finfo(out_dtype).bits // 8
-    fits = (SHARED_MEMORY - RESERVED_SHARED - staging) // slot
-    if num_stages is None:  # the default, or as many slots as fit beside the row scales
-        num_stages = min(DEFAULT_STAGES.get(block_m, 3), fits)
-    if num_stages > fits:
-        needs = num_stages * slot + staging + RESERVED_SHARED
-        raise ValueError(f"num_stages={num_stages} with {block_m} x {block_n} tiles"
-                         f"{' and ring_scales' if ring_scales else ''} needs {needs // 1024} KB "
-                         f"of shared memory, more than sm_90's {SHARED_MEMORY // 1024} KB; use "
-                         f"num_stages <= {fits}.")  # fmt: skip
+    staging = staging_bytes(block_n, out_dtype)
+    tile = f"{block_m} x {block_n} tiles{' and ring_scales' if ring_scales else ''}"
+    num_stages = ring_stages(num_stages, DEFAULT_STAGES.get(block_m, 3), slot, staging, tile)
     check_consumer_regs(consumer_regs)
-    if num_stages < 2:
-        raise ValueError(f"num_stages must be at least 2 (a slot loading while one is read), "
-                         f"got {num_stages}.")  # fmt: skip
     sa_desc = scale_descriptor(scales, block_m) if ring_scales else None
-    if not supported(values.device):
-        found = str(values.device)
-        if values.is_cuda:
-            found += f" of compute capability {torch.cuda.get_device_capability(values.device)}"
-        raise ValueError(f"the wgmma W8A8 kernel needs an sm_90 (Hopper) GPU, got {found}; "
-                         "leave wgmma unset to take the Triton kernels.")  # fmt: skip
+    check_device(values.device)
     y = torch.empty(m, n, dtype=out_dtype, device=values.device)
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
     programs = min(tiles, sms)

@@ -78,6 +78,7 @@ from kernels.dense.w8a8_wgmma import (
     allocate_ring,
     check_consumer_regs,
     descriptor,
+    issue_load,
     released_slot,
     ring_loads,
 )
@@ -342,15 +343,16 @@ def _down_loads(h_desc, w_desc, a_ring, w_ring, ready, empty, tile_info_ptr, ite
                 hidden, k_steps, my_items):  # fmt: skip
     """The load warp over this program's items (`ring_loads`, the dense kernel's)."""
     ring_loads(h_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_items, _item_rows,
-               (items, col_tiles, hidden, tile_info_ptr))  # fmt: skip
+               (items, col_tiles, hidden, tile_info_ptr), issue_load)  # fmt: skip
 
 
 @gluon.jit
 def _item_rows(item, where):
-    """(first sorted row of h, first weight row) of work item `item` (`item_place`)."""
+    """(first sorted row of h, first weight row, and 0: one weight box a slot) of work item
+    `item` (`item_place`)."""
     items, col_tiles, hidden, tile_info_ptr = where
     _, first_row, _, w_row, _ = item_place(item, items, col_tiles, hidden, _WIDE, tile_info_ptr)
-    return first_row, w_row
+    return first_row, w_row, 0
 
 
 def runs_on(hidden: int, inter: int) -> bool:
