@@ -25,6 +25,7 @@ from dense_w8a16_gemm_times import gpu_layer, saved_table  # scripts/: on the pa
 
 import kernels.dense as dense
 from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma
+from kernels.dense.w8a8_wide import gemm_w8a8_wide
 from kernels.fp8_quant import quantize_activations
 from workbench.capture.timing import time_launch
 from workbench.peers import deepgemm
@@ -46,6 +47,12 @@ SETTINGS = {
     "m256n64s5": dict(block_m=256, block_n=64, num_stages=5),
     "m128n64s6": dict(block_m=128, block_n=64, num_stages=6),
 }
+# name: gemm_w8a8_wide options: 128 x 192 tiles (kernels/dense/w8a8_wide.py), for the GEMMs
+# whose 128-wide tiles leave a last round of SMs mostly idle (shared_gate_up at M=4096)
+WIDE_SETTINGS = {
+    "w192s4": dict(num_stages=4),
+    "w192s3": dict(num_stages=3),
+}
 
 
 def deepgemm_gemm(values: torch.Tensor, scales: torch.Tensor, weights) -> torch.Tensor:
@@ -63,15 +70,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
     parser.add_argument("m", type=int, nargs="*", default=[4096, 16384])
-    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS),
+    parser.add_argument("--settings", nargs="+", choices=[*SETTINGS, *WIDE_SETTINGS],
+                        default=[*SETTINGS, *WIDE_SETTINGS],
                         help="the settings to time (default: all)")  # fmt: skip
     parser.add_argument("--proj", nargs="+", help="the projections to time (default: all)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="time the settings this many times, alternated")  # fmt: skip
     args = parser.parse_args()
     device, layer = gpu_layer()
-    kernels = {name: partial(gemm_w8a8_wgmma, out_dtype=torch.bfloat16, **options)
-               for name, options in SETTINGS.items() if name in args.settings}  # fmt: skip
+    kernels = {name: partial(gemm, out_dtype=torch.bfloat16, **options)
+               for gemm, settings in ((gemm_w8a8_wgmma, SETTINGS),
+                                      (gemm_w8a8_wide, WIDE_SETTINGS))
+               for name, options in settings.items() if name in args.settings}  # fmt: skip
     if deepgemm.available()[0]:
         kernels["deepgemm"] = deepgemm_gemm
     rows = []

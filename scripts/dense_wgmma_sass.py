@@ -3,6 +3,7 @@ MoE kernels (kernels/moe/w8a8_wgmma.py, bf16_wgmma.py, int4_mma.py) compile to f
 without a GPU.
 
     python scripts/dense_wgmma_sass.py [--block-m 128] [--block-n 128] [--stages 4]
+    python scripts/dense_wgmma_sass.py --kernel w8a8-wide [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel w8a16 [--block-t 64] [--stages 8] [--split]
                                        [--max-registers 128] [--pdl]
     python scripts/dense_wgmma_sass.py --kernel moe-down [--stages 4]
@@ -12,7 +13,8 @@ without a GPU.
 Prints the registers and spilled bytes ptxas reports, any "Potential Performance Loss" note
 it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
 C7512: too few registers), and, from the SASS, how many FP8 wgmma instructions (QGMMA) the
-kernel holds and how many waits for them (WARPGROUP.DEPBAR); for W8A16 and the MoE bf16
+kernel holds, how many waits for them (WARPGROUP.DEPBAR) and how many fp32 FMAs (FFMA: the
+W8A8 rescale's, one an accumulator element); for W8A16 and the MoE bf16
 kernels, their bf16 wgmmas (HGMMA), the 16-byte cp.async copies (LDGSTS.128) of the gate/up
 kernel's load warps, and the W8A16 kernel's shared loads of its weights (16 bytes each, from
 the K order of kernels/dense/k_order.py); for the INT4 decode kernels, their mma.sync
@@ -40,7 +42,7 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
 
-from kernels.dense import w8a8_wgmma, w8a16_wgmma
+from kernels.dense import w8a8_wgmma, w8a8_wide, w8a16_wgmma
 from kernels.moe import bf16_wgmma as moe_bf16_wgmma
 from kernels.moe import int4_mma as moe_int4_mma
 from kernels.moe import w8a8_gate_up_wgmma as moe_w8a8_gate_up_wgmma
@@ -69,6 +71,25 @@ def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int,
     else:
         constants["sa_desc"] = None
     return compile_gluon(w8a8_wgmma._w8a8_wgmma_kernel, descriptors, constants)
+
+
+def compile_wide(stages: int, consumer_regs: int):
+    """The 128 x 192 tile kernel (kernels/dense/w8a8_wide.py) compiled for sm_90, its five TMA
+    descriptors typed as `gemm_w8a8_wide` makes them."""
+    m, n, k = SHAPE
+    values = torch.empty(m, k, dtype=torch.float8_e4m3fn)
+    weights = torch.empty(n, k, dtype=torch.float8_e4m3fn)
+    y = torch.empty(m, n, dtype=torch.bfloat16)
+    block, half = w8a8_wide.BLOCK, w8a8_wide.HALF
+    descriptors = {
+        "a_desc": w8a8_wgmma.descriptor(values, [w8a8_wgmma.ROWS, block]),
+        "w_desc": w8a8_wgmma.descriptor(weights, [block, block]),
+        "half_desc": w8a8_wgmma.descriptor(weights, [half, block]),
+        "y_desc": w8a8_wgmma.descriptor(y, [w8a8_wgmma.ROWS // 2, block]),
+        "y_half_desc": w8a8_wgmma.descriptor(y, [w8a8_wgmma.ROWS // 2, half]),
+    }
+    constants = {"STAGES": stages, "CONSUMER_REGS": consumer_regs}
+    return compile_gluon(w8a8_wide._w8a8_wide_kernel, descriptors, constants)
 
 
 def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int,
@@ -217,6 +238,8 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         "spills": spills,
         "notes": re.findall(r"\((C75\d\d)\) Potential Performance Loss", report),
         "qgmma": len(re.findall(r"\bQGMMA\.", sass)),
+        # fp32 FMAs: the W8A8 kernels' rescale, one an accumulator element a K step
+        "ffma": len(re.findall(r"\bFFMA\b", sass)),
         "hgmma": len(re.findall(r"\bHGMMA\.", sass)),
         "depbar": len(re.findall(r"WARPGROUP\.DEPBAR", sass)),
         "ldgsts": len(re.findall(r"\bLDGSTS\.E\.BYPASS\.128\b", sass)),
@@ -259,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ring-scales", action="store_true",
                         help="W8A8: the row scales by TMA with each ring slot")  # fmt: skip
     parser.add_argument("--kernel", default="w8a8",
-                        choices=("w8a8", "w8a16", "moe-down", "moe-w8a8-gate-up",
+                        choices=("w8a8", "w8a8-wide", "w8a16", "moe-down", "moe-w8a8-gate-up",
                                  "moe-bf16-gate-up", "moe-bf16-down", "moe-int4-gate-up",
                                  "moe-int4-down"))  # fmt: skip
     parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.BLOCK_TS, default=64,
@@ -279,6 +302,9 @@ def main(argv: list[str] | None = None) -> None:
                                   args.consumer_regs, args.ring_scales)  # fmt: skip
         tile = f"{args.block_m} x {args.block_n} tiles"
         tile += ", row scales in the ring" if args.ring_scales else ""
+    elif args.kernel == "w8a8-wide":
+        compiled = compile_wide(args.stages, args.consumer_regs)
+        tile = f"{w8a8_wgmma.ROWS} x {w8a8_wide.WIDTH} tiles"
     elif args.kernel == "w8a16":
         compiled = compile_w8a16(args.block_t, args.stages, args.split, args.consumer_regs,
                                  args.max_registers, args.pdl)  # fmt: skip
@@ -303,6 +329,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"spilled bytes: {spills}")
     print(f"ptxas notes: {' '.join(facts['notes']) or 'none'}")
     print(f"QGMMA: {facts['qgmma']}")
+    print(f"FFMA: {facts['ffma']}")
     print(f"HGMMA: {facts['hgmma']}")
     print(f"WARPGROUP.DEPBAR: {facts['depbar']}")
     print(f"LDGSTS.128: {facts['ldgsts']}")

@@ -455,6 +455,9 @@ def test_the_gemm_times_settings_clear_the_kernels_host_checks(monkeypatch):
     for options in times.SETTINGS.values():
         with pytest.raises(ValueError, match="needs an sm_90"):
             gemm_w8a8_wgmma(*quantised, weights, torch.bfloat16, **options)
+    for options in times.WIDE_SETTINGS.values():
+        with pytest.raises(ValueError, match="needs an sm_90"):
+            times.gemm_w8a8_wide(*quantised, weights, torch.bfloat16, **options)
 
 
 def test_the_row_scales_descriptor_reads_them_as_they_lie():
@@ -671,6 +674,87 @@ def test_the_wgmma_kernel_takes_two_waves_where_one_wave_tiles_overflow_the_sms(
     assert default_block_m(4096, 1024, 128, sms=132) == 256  # o_a: 256 one-wave tiles
     assert default_block_m(2048, 1024, 128, sms=132) == 128  # 128 one-wave tiles fit
     assert default_block_m(512, 1984, 128, sms=132) == 128  # qkv_a at 512 rows: 64
+
+
+def test_the_wide_tiles_go_where_they_fill_the_last_round_better():
+    """`prefers_wide`, by rounds of tiles times a tile's area: of the dsv4-flash-tp2 layer's
+    GEMMs at 4,096 rows only shared_gate_up (288 two-wave tiles, its third round 18% full)
+    takes 128 x 192 tiles; q_up's rounds tie, and at 16,384 rows every GEMM fills its rounds
+    with the kernel's own tiles."""
+    from kernels.dense.w8a8_wide import prefers_wide
+    from workbench.presets import get_preset
+    from workbench.workloads.dense import layer_projections
+
+    projections = layer_projections(get_preset("dsv4-flash-tp2").rank_shapes())
+    wide = {m: [p.name for p in projections if prefers_wide(m, p.n, sms=132)]
+            for m in (4096, 16384)}  # fmt: skip
+    assert wide == {4096: ["shared_gate_up"], 16384: []}
+
+
+def test_the_wide_tiles_are_refused_where_they_cannot_run(device):
+    """`wide_tiles` where the Gluon kernel does not run, or beside the options it sets or
+    lacks, is refused with the reason; the wide kernel's ring fits 4 slots of 40 KB."""
+    from kernels.dense.w8a8_wide import gemm_w8a8_wide
+
+    x, weights = make(80, 256, 128, torch.bfloat16, block=128, device=device)
+    for wgmma in (False, None):  # 80 rows: below the Gluon kernel's
+        with pytest.raises(ValueError, match="wide_tiles=True is an option of the wgmma kernel, "
+                           "which does not run here"):  # fmt: skip
+            dense.linear_w8a8(x, weights, wgmma=wgmma, wide_tiles=True)
+    for options in ({"ring_scales": True}, {"block_n": 64}, {"block_m": 256}):
+        with pytest.raises(ValueError, match="wide_tiles=True picks the tiles"):
+            dense.linear_w8a8(x, weights, wgmma=True, wide_tiles=True, **options)
+    quantised = quantize_activations(x, 128, outer_major=True)
+    with pytest.raises(ValueError, match=r"128 x 192 tiles needs 249 KB .* num_stages <= 4"):
+        gemm_w8a8_wide(*quantised, weights, torch.bfloat16, num_stages=5)
+    with pytest.raises(ValueError, match="num_stages must be at least 2"):
+        gemm_w8a8_wide(*quantised, weights, torch.bfloat16, num_stages=1)
+    with pytest.raises(ValueError, match="takes 128-wide blocks, got 32"):
+        gemm_w8a8_wide(*quantised, make(80, 256, 128, block=32)[1], torch.bfloat16)
+    if device.type != "cuda":
+        with pytest.raises(ValueError, match="needs an sm_90 \\(Hopper\\) GPU, got cpu"):
+            gemm_w8a8_wide(*quantised, weights, torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("m", "n", "k", "num_stages"),
+    [
+        (300, 2304, 512, 4),  # M tail; 12 tiles, even and odd
+        (1000, 1984, 1040, 3),  # N tail: the last tile's whole block partial, its half past N
+        (4096, 5120, 1024, 4),  # several tiles a program; the last tile's half past N
+        (7, 384, 256, 4),  # fewer rows than a warpgroup
+        (8192, 2304, 128, 4),  # one K step a tile: the load warp's cursor crosses tiles
+        (4096, 2304, 5120, 4),  # shared_gate_up at 4,096 rows
+    ],
+)
+def test_the_wide_tiles_compute_w8a8(m, n, k, num_stages, device):
+    """The 128 x 192 tile kernel against the exact W8A8 product, and against the kernel's own
+    tiles on the same quantised operands (the same FP8 products, summed in the same order)."""
+    from kernels.dense.w8a8_wide import gemm_w8a8_wide
+
+    if device.type != "cuda":
+        pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
+    x, weights = make(m, n, k, torch.bfloat16, block=128, seed=m, device=device)
+    quantised = quantize_activations(x, 128, outer_major=True)
+    out = gemm_w8a8_wide(*quantised, weights, torch.bfloat16, num_stages=num_stages)
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    assert relative_error(out, dense.w8a8_reference(x, weights)) < 1e-2
+    own = gemm_w8a8_wgmma(*quantised, weights, torch.bfloat16)
+    assert relative_error(out, own) < 1e-3
+
+
+@pytest.mark.gpu
+def test_linear_w8a8_takes_the_wide_tiles_where_asked_and_preferred(device):
+    """`wide_tiles=True` at shared_gate_up's shape and 4,096 rows runs the wide kernel (its
+    launch recorded), and where the kernel's own tiles fill the rounds (o_b's shape) not."""
+    if device.type != "cuda":
+        pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
+    for n, k, kernel in ((2304, 5120, "w8a8_wide_kernel"), (5120, 1024, "w8a8_wgmma_kernel")):
+        x, weights = make(4096, n, k, torch.bfloat16, block=128, device=device)
+        out = dense.linear_w8a8(x, weights, wide_tiles=True)
+        assert kernel in list(dense.last_facts())
+        assert relative_error(out, dense.w8a8_reference(x, weights)) < 1e-2
 
 
 def test_the_wgmma_kernels_ring_must_load_ahead(device):

@@ -25,6 +25,9 @@ def test_each_warpgroup_waits_once_a_wave_and_nothing_is_serialised(block_m, blo
     # below the second's wgmmas, which would read registers in flight)
     waves = block_m // 128
     assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == (str(8 * waves), str(2 * waves))
+    # the rescale: one FFMA an accumulator element (64 x block_n a warpgroup's wave over its
+    # 128 threads), the product of row and weight scale computed once a row
+    assert facts["FFMA"] == str(2 * waves * 64 * block_n // 128)
     # only the load warp copies: its one activation box and one weight box a step (with the
     # warpgroups refilling, a prologue of STAGES steps and warpgroup 0's refill made
     # 2 + 2 x STAGES), and setmaxnreg takes the consumers from the launch's 168 registers a
@@ -57,6 +60,23 @@ def test_ring_scales_come_by_tma_and_are_read_from_shared_memory(block_m, stages
     assert (facts[inside], without[inside]) == (str(2 * 2 * waves), "0")
     assert int(facts["LDS (32-bit)"]) - int(without["LDS (32-bit)"]) == 2 * 2 * waves
     assert facts["LDG (32-bit)"] == "4" and int(without["LDG (32-bit)"]) > 4
+
+
+@pytest.mark.parametrize("stages", [4, 3])
+def test_the_wide_tiles_rescale_each_block_once_and_serialise_nothing(stages):
+    """128 x 192 tiles (kernels/dense/w8a8_wide.py): each warpgroup's K step is a 128-wide
+    and a 64-wide wgmma (4 m64nNk32 each) in one group with one wait, each product folded in
+    with its own weight scale, one FFMA an accumulator element (96 a thread, two warpgroups),
+    and the load warp copies three boxes a step (activations, the whole weight block, the half
+    one); 168 registers a thread, no spills, nothing serialised."""
+    done = run("--kernel", "w8a8-wide", "--stages", str(stages))
+    assert done.returncode == 0, done.stderr
+    facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+    assert (facts["spilled bytes"], facts["ptxas notes"]) == ("0", "none")
+    assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == ("16", "2")
+    assert facts["FFMA"] == str(2 * (64 + 32))
+    assert facts["TMA loads"] == "3" and facts["registers"] == "168"
+    assert {"40", "232"} <= set(facts["setmaxnreg"].split())
 
 
 @pytest.mark.parametrize(("block_t", "stages", "split"), [(64, 6, False), (128, 4, True),

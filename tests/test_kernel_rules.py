@@ -56,6 +56,7 @@ KERNELS = [
     ("_w8a8_kernel", "Dense GEMM", "workbench dense GEMM"),
     ("_w8a8_tma_kernel", "Dense GEMM", "workbench dense GEMM"),
     ("_w8a8_wgmma_kernel", "Dense GEMM", "workbench dense GEMM"),
+    ("_w8a8_wide_kernel", "Dense GEMM", "workbench dense GEMM"),
     ("_rms_norm_kernel", "Other", "workbench glue"),
     ("_silu_mul_kernel", "Other", "workbench glue"),
     ("_rope_kernel", "Other", "workbench glue"),

@@ -205,12 +205,14 @@ def test_dense_target_checks_then_marks_one_gemm_per_m():
     with pytest.raises(WorkbenchError, match="'hybrid' has no parameter block_m; its parameters: "
                        "projection, block, hybrid_m"):  # fmt: skip
         run_target(cpu_args("dense", "hybrid", block_m=32))
-    with pytest.raises(WorkbenchError, match="'w8a8' has no parameter swap_ab; .*ring_scales"):
+    with pytest.raises(WorkbenchError, match="'w8a8' has no parameter swap_ab; .*ring_scales, .*"
+                       "wide_tiles"):  # fmt: skip
         run_target(cpu_args("dense", "w8a8", swap_ab=True))
-    # ring_scales is the wgmma kernel's: accepted and handed on, it is refused where that
-    # kernel does not run (on the CPU, at 20 rows), with the kernel's own message
-    with pytest.raises(ValueError, match="ring_scales=True is an option of the wgmma kernel"):
-        run_target(cpu_args("dense", "w8a8", (20,), ring_scales=True), log=lambda line: None)
+    # ring_scales and wide_tiles are the wgmma kernel's: accepted and handed on, each is refused
+    # where that kernel does not run (on the CPU, at 20 rows), with the kernel's own message
+    for option in ("ring_scales", "wide_tiles"):
+        with pytest.raises(ValueError, match=f"{option}=True is an option of the wgmma kernel"):
+            run_target(cpu_args("dense", "w8a8", (20,), **{option: True}), log=lambda line: None)
     with pytest.raises(WorkbenchError, match="'w8a16': block_k=16 must be at least 32"):
         run_target(cpu_args("dense", "w8a16", block_k=16))
     with pytest.raises(WorkbenchError, match="block=48 must be a power of two"):

@@ -31,7 +31,9 @@ from kernels.dense.w8a8_tma import BLOCK as TMA_BLOCK
 from kernels.dense.w8a8_tma import gemm_w8a8_tma
 from kernels.dense.w8a8_wgmma import BLOCK_MS as WGMMA_BLOCK_MS
 from kernels.dense.w8a8_wgmma import gemm_w8a8_wgmma, supported
+from kernels.dense.w8a8_wide import gemm_w8a8_wide, prefers_wide
 from kernels.fp8_quant import quantize_activations
+from kernels.moe.routing import planned_sms
 
 default_tiles = TilesByM(
     decode=GemmTiles(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4),
@@ -107,6 +109,7 @@ def linear_w8a8(
     paired_k: bool | None = None,
     wgmma: bool | None = None,
     ring_scales: bool = False,
+    wide_tiles: bool = False,
     **options: int | None,
 ) -> Tensor:
     """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
@@ -124,7 +127,9 @@ def linear_w8a8(
     (WGMMA_FIXED) or for the TMA kernel's own, as it ran 4-8% faster there (raw/logs/
     h200-tune-dense-wgmma-*.csv). `ring_scales` is the Gluon kernel's (`gemm_w8a8_wgmma`: the
     row scales by TMA with each ring slot): asked for where that kernel does not run, it is
-    refused, not ignored.
+    refused, not ignored. `wide_tiles` lets it take 128 x 192 tiles (`w8a8_wide`) where they
+    fill the SMs' rounds better than its own (`prefers_wide`); not with ring_scales, block_m or
+    block_n, and refused where the Gluon kernel does not run.
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -143,13 +148,17 @@ def linear_w8a8(
         foreign["block_m"] = options["block_m"]
     if wgmma is None:
         wgmma = prefill and not tma_options and not foreign and supported(x.device)
-    if ring_scales and not wgmma:  # asked for, it would be ignored: say so
-        raise ValueError(
-            f"ring_scales=True is an option of the wgmma kernel, which does not run here: it "
-            f"takes {TMA_BLOCK}-wide blocks (got {weights.block}) from {TMA_MIN_M} rows (got "
-            f"{m}) on an sm_90 GPU (got {x.device}), without split_k, the TMA kernel's options "
-            f"or {sorted(WGMMA_FIXED)} changed; leave ring_scales out there."
-        )
+    for name, asked in (("ring_scales", ring_scales), ("wide_tiles", wide_tiles)):
+        if asked and not wgmma:  # asked for, it would be ignored: say so
+            raise ValueError(
+                f"{name}=True is an option of the wgmma kernel, which does not run here: it "
+                f"takes {TMA_BLOCK}-wide blocks (got {weights.block}) from {TMA_MIN_M} rows (got "
+                f"{m}) on an sm_90 GPU (got {x.device}), without split_k, the TMA kernel's "
+                f"options or {sorted(WGMMA_FIXED)} changed; leave {name} out there."
+            )
+    if wide_tiles and (ring_scales or options.get("block_m") or options.get("block_n")):
+        raise ValueError("wide_tiles=True picks the tiles and has no row-scale ring: leave "
+                         "ring_scales, block_m and block_n out with it.")  # fmt: skip
     if wgmma:
         if tma_options or foreign:
             raise ValueError(
@@ -160,6 +169,9 @@ def linear_w8a8(
             )
         with recording():
             values, scales = quantize_activations(x, weights.block, outer_major=True)
+            if wide_tiles and prefers_wide(m, n, planned_sms(x.device)):
+                return gemm_w8a8_wide(values, scales, weights, x.dtype,
+                                      options.get("num_stages"))  # fmt: skip
             return gemm_w8a8_wgmma(values, scales, weights, x.dtype, tiles.block_n,
                                    options.get("num_stages"), block_m=options.get("block_m"),
                                    ring_scales=ring_scales)  # fmt: skip

@@ -103,7 +103,7 @@ KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
      "permutation (all three in one launch at decode sizes), the Gluon kernels' table of row "
      "tiles and the weighted combine; the router's fused top-k and softmax (kernels/glue)"),
     ("workbench dense GEMM",
-     r"^_(w8a16|w8a16_wgmma|w8a8|w8a8_tma|w8a8_wgmma|quantize_rows)_kernel$",
+     r"^_(w8a16|w8a16_wgmma|w8a8|w8a8_tma|w8a8_wgmma|w8a8_wide|quantize_rows)_kernel$",
      DENSE, "kernels/dense: W8A16 and W8A8 GEMMs (Triton and Gluon) and the W8A8 activation "
      "quantizer"),
     ("workbench sparse attention",
