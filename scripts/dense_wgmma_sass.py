@@ -13,8 +13,9 @@ without a GPU.
 Prints the registers and spilled bytes ptxas reports, any "Potential Performance Loss" note
 it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
 C7512: too few registers), and, from the SASS, how many FP8 wgmma instructions (QGMMA) the
-kernel holds, how many waits for them (WARPGROUP.DEPBAR) and how many fp32 FMAs (FFMA: the
-W8A8 rescale's, one an accumulator element); for W8A16 and the MoE bf16
+kernel holds and their shapes, how many waits for them (WARPGROUP.DEPBAR) and how many fp32
+FMAs (FFMA: the W8A8 rescale's, one an accumulator element; none may come between a wgmma and
+its wait); for W8A16 and the MoE bf16
 kernels, their bf16 wgmmas (HGMMA), the 16-byte cp.async copies (LDGSTS.128) of the gate/up
 kernel's load warps, and the W8A16 kernel's shared loads of its weights (16 bytes each, from
 the K order of kernels/dense/k_order.py); for the INT4 decode kernels, their mma.sync
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from collections import Counter
 
 import torch
 import triton
@@ -226,6 +228,20 @@ def _loads_inside_steps(sass: str) -> int:
     return count
 
 
+def _ffmas_in_flight(sass: str) -> int:
+    """fp32 FMAs issued after a wgmma and before a wait for it (WARPGROUP.DEPBAR): a rescale
+    that read an accumulator while a wgmma was in flight (none, where the kernel waits first)."""
+    in_flight, count = False, 0
+    for line in sass.splitlines():
+        if re.search(r"\bQGMMA\.", line):
+            in_flight = True
+        elif "WARPGROUP.DEPBAR" in line:
+            in_flight = False
+        elif in_flight and re.search(r"\bFFMA\b", line):
+            count += 1
+    return count
+
+
 def sass_facts(compiled) -> dict[str, int | list[str]]:
     """ptxas's registers, spilled bytes and performance notes, and the QGMMA, HGMMA,
     WARPGROUP.DEPBAR, 16-byte LDGSTS, TMA load (UTMALDG) and 16-byte and 2-byte shared load
@@ -233,6 +249,7 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
     instructions give the partitions."""
     report, sass = assembled(compiled)
     registers, spills = report_facts(report)
+    qgmma_shapes = Counter(re.findall(r"\bQGMMA\.(\d+x\d+x\d+)", sass))
     return {
         "registers": registers,
         "spills": spills,
@@ -240,6 +257,9 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         "qgmma": len(re.findall(r"\bQGMMA\.", sass)),
         # fp32 FMAs: the W8A8 kernels' rescale, one an accumulator element a K step
         "ffma": len(re.findall(r"\bFFMA\b", sass)),
+        "ffma_in_flight": _ffmas_in_flight(sass),
+        # the FP8 wgmmas' shapes (MxNxK) and how many of each
+        "qgmma_shapes": [f"{shape} x{count}" for shape, count in sorted(qgmma_shapes.items())],
         "hgmma": len(re.findall(r"\bHGMMA\.", sass)),
         "depbar": len(re.findall(r"WARPGROUP\.DEPBAR", sass)),
         "ldgsts": len(re.findall(r"\bLDGSTS\.E\.BYPASS\.128\b", sass)),
@@ -330,6 +350,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"ptxas notes: {' '.join(facts['notes']) or 'none'}")
     print(f"QGMMA: {facts['qgmma']}")
     print(f"FFMA: {facts['ffma']}")
+    print(f"FFMA between a wgmma and its wait: {facts['ffma_in_flight']}")
+    print(f"QGMMA shapes: {', '.join(facts['qgmma_shapes']) or 'none'}")
     print(f"HGMMA: {facts['hgmma']}")
     print(f"WARPGROUP.DEPBAR: {facts['depbar']}")
     print(f"LDGSTS.128: {facts['ldgsts']}")

@@ -716,31 +716,49 @@ def test_the_wide_tiles_are_refused_where_they_cannot_run(device):
             gemm_w8a8_wide(*quantised, weights, torch.bfloat16)
 
 
+def with_distinct_block_scales(weights: DenseWeights) -> DenseWeights:
+    """`weights` with every 128 x 128 block's scale a different power of two (2**-2 to 2**2,
+    by block row and column), so a kernel reading a neighbouring block's scale is caught; the
+    test weights' own scales are nearly all alike."""
+    rows, cols = weights.scales.shape
+    steps = (torch.arange(rows)[:, None] * 3 + torch.arange(cols)[None, :]) % 5 - 2
+    spread = torch.exp2(steps.to(weights.scales.dtype)).to(weights.scales.device)
+    return DenseWeights("fp8", weights.values, weights.scales * spread, weights.block)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("m", "n", "k", "num_stages"),
+    ("m", "n", "k", "num_stages", "dtype"),
     [
-        (300, 2304, 512, 4),  # M tail; 12 tiles, even and odd
-        (1000, 1984, 1040, 3),  # N tail: the last tile's whole block partial, its half past N
-        (4096, 5120, 1024, 4),  # several tiles a program; the last tile's half past N
-        (7, 384, 256, 4),  # fewer rows than a warpgroup
-        (8192, 2304, 128, 4),  # one K step a tile: the load warp's cursor crosses tiles
-        (4096, 2304, 5120, 4),  # shared_gate_up at 4,096 rows
+        (300, 2304, 512, 4, torch.bfloat16),  # M tail; 12 tiles, even and odd
+        (1000, 1984, 1040, 3, torch.bfloat16),  # K tail; last tile even: whole partial, half out
+        (4096, 5120, 1024, 4, torch.bfloat16),  # several tiles a program; last half past N
+        (7, 384, 256, 4, torch.bfloat16),  # fewer rows than a warpgroup
+        (8192, 2304, 128, 4, torch.bfloat16),  # one K step a tile: the cursor crosses tiles
+        (4096, 2304, 5120, 4, torch.bfloat16),  # shared_gate_up at 4,096 rows
+        # an odd last tile: its half block partial and its whole block past N (200), its half
+        # whole and its whole block past N (2176), its whole block partial (2240)
+        (300, 200, 256, 4, torch.bfloat16),
+        (300, 2176, 384, 4, torch.bfloat16),
+        (300, 2240, 384, 2, torch.bfloat16),
+        (520, 2304, 640, 3, torch.float32),  # fp32 out: 96 KB of staging, 3 slots fit
     ],
 )
-def test_the_wide_tiles_compute_w8a8(m, n, k, num_stages, device):
-    """The 128 x 192 tile kernel against the exact W8A8 product, and against the kernel's own
-    tiles on the same quantised operands (the same FP8 products, summed in the same order)."""
+def test_the_wide_tiles_compute_w8a8(m, n, k, num_stages, dtype, device):
+    """The 128 x 192 tile kernel against the exact W8A8 product, every weight block with its
+    own scale, and against the kernel's own tiles on the same quantised operands (the same FP8
+    products, rescaled and summed in the same order)."""
     from kernels.dense.w8a8_wide import gemm_w8a8_wide
 
     if device.type != "cuda":
         pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
-    x, weights = make(m, n, k, torch.bfloat16, block=128, seed=m, device=device)
+    x, weights = make(m, n, k, dtype, block=128, seed=m, device=device)
+    weights = with_distinct_block_scales(weights)
     quantised = quantize_activations(x, 128, outer_major=True)
-    out = gemm_w8a8_wide(*quantised, weights, torch.bfloat16, num_stages=num_stages)
-    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    out = gemm_w8a8_wide(*quantised, weights, dtype, num_stages=num_stages)
+    assert out.shape == (m, n) and out.dtype == dtype
     assert relative_error(out, dense.w8a8_reference(x, weights)) < 1e-2
-    own = gemm_w8a8_wgmma(*quantised, weights, torch.bfloat16)
+    own = gemm_w8a8_wgmma(*quantised, weights, dtype)
     assert relative_error(out, own) < 1e-3
 
 

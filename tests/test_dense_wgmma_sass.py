@@ -28,6 +28,7 @@ def test_each_warpgroup_waits_once_a_wave_and_nothing_is_serialised(block_m, blo
     # the rescale: one FFMA an accumulator element (64 x block_n a warpgroup's wave over its
     # 128 threads), the product of row and weight scale computed once a row
     assert facts["FFMA"] == str(2 * waves * 64 * block_n // 128)
+    assert facts["FFMA between a wgmma and its wait"] == "0"
     # only the load warp copies: its one activation box and one weight box a step (with the
     # warpgroups refilling, a prologue of STAGES steps and warpgroup 0's refill made
     # 2 + 2 x STAGES), and setmaxnreg takes the consumers from the launch's 168 registers a
@@ -74,7 +75,10 @@ def test_the_wide_tiles_rescale_each_block_once_and_serialise_nothing(stages):
     facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
     assert (facts["spilled bytes"], facts["ptxas notes"]) == ("0", "none")
     assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == ("16", "2")
+    assert facts["QGMMA shapes"] == "64x128x32 x8, 64x64x32 x8"
+    # every rescale after its wgmmas' wait: none reads an accumulator in flight
     assert facts["FFMA"] == str(2 * (64 + 32))
+    assert facts["FFMA between a wgmma and its wait"] == "0"
     assert facts["TMA loads"] == "3" and facts["registers"] == "168"
     assert {"40", "232"} <= set(facts["setmaxnreg"].split())
 

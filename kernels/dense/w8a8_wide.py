@@ -38,6 +38,7 @@ from torch import Tensor
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
     mbarrier,
     tma,
     warpgroup_mma,
@@ -52,11 +53,9 @@ from kernels.dense.w8a8_wgmma import (
     ROWS,
     TMA_LOAD_REGS,
     _row_scales,
-    _store_wave,
     _tile_of,
     allocate_ring,
     allocate_staging,
-    check_consumer_regs,
     check_device,
     default_block_m,
     descriptor,
@@ -141,8 +140,8 @@ def _wide_consumer(a_ring, w_ring, half_ring, y_desc, y_half_desc, y_bufs, y_hal
     # a wgmma's rows lie in the same threads and registers whatever its width, so the row
     # scales loaded for one product serve the other as they are
     half_rows: gl.constexpr = gl.SliceLayout(1, half_layout)
-    row_offsets = WARPGROUP * WG_ROWS + gl.arange(0, WG_ROWS,
-                                                  layout=gl.SliceLayout(1, whole_layout))  # fmt: skip
+    whole_rows: gl.constexpr = gl.SliceLayout(1, whole_layout)
+    row_offsets = WARPGROUP * WG_ROWS + gl.arange(0, WG_ROWS, layout=whole_rows)
     y_buf = y_bufs.index(WARPGROUP)
     y_half_buf = y_half_bufs.index(WARPGROUP)
     product = gl.zeros((WG_ROWS, _BLOCK), gl.float32, whole_layout)
@@ -179,16 +178,35 @@ def _wide_consumer(a_ring, w_ring, half_ring, y_desc, y_half_desc, y_bufs, y_hal
             sa, sw, h_sw = next_sa, next_sw, next_h_sw
             step += 1
         first_row = pid_m * _ROWS + WARPGROUP * WG_ROWS
-        _store_wave(y_desc, y_buf, acc, first_row, whole)
-        _store_wave(y_half_desc, y_half_buf, h_acc, first_row, half)
+        _store_parts(y_desc, y_half_desc, y_buf, y_half_buf, acc, h_acc, first_row, whole,
+                     half)  # fmt: skip
     tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _store_parts(y_desc, y_half_desc, y_buf, y_half_buf, acc, h_acc, row, whole, half):
+    """Store a warpgroup's rows of a tile, the whole block's columns at `whole` and the half
+    block's at `half`, by TMA through its two staging buffers, once their previous stores have
+    read them: one wait for both (a wait a part would hold the half block's part until the
+    whole block's store, just issued, had read its own buffer)."""
+    tma.store_wait(pendings=0)
+    y_buf.store(acc.to(y_desc.dtype))
+    y_half_buf.store(h_acc.to(y_half_desc.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(y_desc, [row, whole], y_buf)
+    tma.async_copy_shared_to_global(y_half_desc, [row, half], y_half_buf)
 
 
 @gluon.jit
 def _w8a8_wide_kernel(a_desc, w_desc, half_desc, y_desc, y_half_desc, sa_ptr, sw_ptr, M, N, K,
                       stride_sak, stride_swn, stride_swk, STAGES: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr):  # fmt: skip
-    gl.static_assert(a_desc.block_type.shape[0] == _ROWS, "one wave of 128 rows a tile")
+    gl.static_assert(a_desc.block_type.shape == [_ROWS, _BLOCK], "a K step of 128 rows a tile")
+    gl.static_assert(w_desc.block_type.shape == [_BLOCK, _BLOCK], "the whole block's box")
+    gl.static_assert(half_desc.block_type.shape == [_HALF, _BLOCK], "the half block's box")
+    gl.static_assert(y_desc.block_type.shape == [_ROWS // 2, _BLOCK], "a warpgroup's whole part")
+    gl.static_assert(y_half_desc.block_type.shape == [_ROWS // 2, _HALF],
+                     "a warpgroup's half part")  # fmt: skip
     a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES)
     half_ring = gl.allocate_shared_memory(half_desc.dtype, [STAGES] + half_desc.block_type.shape,
                                           half_desc.layout)  # fmt: skip
@@ -265,18 +283,17 @@ def gemm_w8a8_wide(
     weights: DenseWeights,
     out_dtype: torch.dtype,
     num_stages: int | None = None,
-    consumer_regs: int = MAX_CONSUMER_REGS,
 ) -> Tensor:
     """y = (values * scales) @ W.T as `gemm_w8a8_wgmma` computes it (quantised activations
     (M, K) with token-fastest scales, FP8 `weights` in 128x128 blocks), in 128 x 192 tiles;
-    `num_stages` the ring's slots (None: DEFAULT_STAGES), `consumer_regs` each warpgroup's
-    register budget (setmaxnreg)."""
+    `num_stages` the ring's slots (None: DEFAULT_STAGES). Each consumer warpgroup takes the
+    most registers setmaxnreg gives beside the load warp (MAX_CONSUMER_REGS): compiled for
+    sm_90, 208 spill."""
     check_tma_inputs("wgmma", scales, weights)
     (m, k), n = values.shape, weights.out_features
     slot = (ROWS + WIDTH) * BLOCK  # FP8: a byte each
     num_stages = ring_stages(num_stages, DEFAULT_STAGES, slot, staging_bytes(WIDTH, out_dtype),
                              f"{ROWS} x {WIDTH} tiles")  # fmt: skip
-    check_consumer_regs(consumer_regs)
     check_device(values.device)
     y = torch.empty(m, n, dtype=out_dtype, device=values.device)
     tiles = triton.cdiv(m, ROWS) * triton.cdiv(n, WIDTH)
@@ -285,6 +302,7 @@ def gemm_w8a8_wide(
         descriptor(values, [ROWS, BLOCK]), descriptor(weights.values, [BLOCK, BLOCK]),
         descriptor(weights.values, [HALF, BLOCK]), descriptor(y, [ROWS // 2, BLOCK]),
         descriptor(y, [ROWS // 2, HALF]), scales, weights.scales, m, n, k, scales.stride(1),
-        *weights.scales.stride(), STAGES=num_stages, CONSUMER_REGS=consumer_regs, num_warps=4,
+        *weights.scales.stride(), STAGES=num_stages, CONSUMER_REGS=MAX_CONSUMER_REGS,
+        num_warps=4,
     )  # fmt: skip
     return y
