@@ -36,6 +36,16 @@ def make(m, n, k, dtype=torch.float32, block=32, seed=0, device="cpu"):
     return x.to(dtype).to(device), DenseWeights.quantize(w, "fp8", block)
 
 
+def with_distinct_block_scales(weights: DenseWeights) -> DenseWeights:
+    """`weights` with every 128 x 128 block's scale a different power of two (2**-2 to 2**2,
+    by block row and column), so a kernel reading a neighbouring block's scale is caught; the
+    test weights' own scales are nearly all alike."""
+    rows, cols = weights.scales.shape
+    steps = (torch.arange(rows)[:, None] * 3 + torch.arange(cols)[None, :]) % 5 - 2
+    spread = torch.exp2(steps.to(weights.scales.dtype)).to(weights.scales.device)
+    return DenseWeights("fp8", weights.values, weights.scales * spread, weights.block)
+
+
 def test_kernels_dense_imports_first_in_a_fresh_interpreter():
     """The scripts import kernels.dense before anything else: kernels.dense.tiles imports
     kernels.moe, whose kernels import kernels.dense modules, so a name imported back from
@@ -388,11 +398,13 @@ def test_the_tma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
 )
 def test_the_wgmma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
     """The Gluon kernel (two warpgroups over one TMA ring that runs across tiles) against the
-    exact W8A8 product. Gluon has no interpreter: this runs under WORKBENCH_GPU_TESTS=1 only;
-    on the CPU, tests/test_dense_wgmma_sass.py checks what it compiles to."""
+    exact W8A8 product, every weight block with its own scale. Gluon has no interpreter: this
+    runs under WORKBENCH_GPU_TESTS=1 only; on the CPU, tests/test_dense_wgmma_sass.py checks
+    what it compiles to."""
     if device.type != "cuda":
         pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
     x, weights = make(m, n, k, torch.bfloat16, block=128, seed=m, device=device)
+    weights = with_distinct_block_scales(weights)
     out = dense.linear_w8a8(x, weights, wgmma=True, **options)
     assert out.shape == (m, n) and out.dtype == torch.bfloat16
     assert relative_error(out, dense.w8a8_reference(x, weights)) < 1e-2
@@ -714,16 +726,6 @@ def test_the_wide_tiles_are_refused_where_they_cannot_run(device):
     if device.type != "cuda":
         with pytest.raises(ValueError, match="needs an sm_90 \\(Hopper\\) GPU, got cpu"):
             gemm_w8a8_wide(*quantised, weights, torch.bfloat16)
-
-
-def with_distinct_block_scales(weights: DenseWeights) -> DenseWeights:
-    """`weights` with every 128 x 128 block's scale a different power of two (2**-2 to 2**2,
-    by block row and column), so a kernel reading a neighbouring block's scale is caught; the
-    test weights' own scales are nearly all alike."""
-    rows, cols = weights.scales.shape
-    steps = (torch.arange(rows)[:, None] * 3 + torch.arange(cols)[None, :]) % 5 - 2
-    spread = torch.exp2(steps.to(weights.scales.dtype)).to(weights.scales.device)
-    return DenseWeights("fp8", weights.values, weights.scales * spread, weights.block)
 
 
 @pytest.mark.gpu
