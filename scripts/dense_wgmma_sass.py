@@ -213,31 +213,16 @@ def compile_gluon(
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
-def _loads_inside_steps(sass: str) -> int:
-    """32-bit shared loads issued after a wait for a ring slot's copy (an mbarrier try-wait)
-    and before the release of a slot (a one-thread arrive): where the W8A8 kernel's row scales
-    must be read, after their copy landed and before the load warp may overwrite them."""
+def _count_between(sass: str, opens: str, closes: str, counted: str) -> int:
+    """SASS lines matching `counted` after a line matching `opens` and before the next one
+    matching `closes` (regular expressions)."""
     inside, count = False, 0
     for line in sass.splitlines():
-        if "SYNCS.PHASECHK.TRANS64.TRYWAIT" in line:
+        if re.search(opens, line):
             inside = True
-        elif "SYNCS.ARRIVE.TRANS64.A1T0" in line:
+        elif re.search(closes, line):
             inside = False
-        elif inside and re.search(r"\bLDS R", line):
-            count += 1
-    return count
-
-
-def _ffmas_in_flight(sass: str) -> int:
-    """fp32 FMAs issued after a wgmma and before a wait for it (WARPGROUP.DEPBAR): a rescale
-    that read an accumulator while a wgmma was in flight (none, where the kernel waits first)."""
-    in_flight, count = False, 0
-    for line in sass.splitlines():
-        if re.search(r"\bQGMMA\.", line):
-            in_flight = True
-        elif "WARPGROUP.DEPBAR" in line:
-            in_flight = False
-        elif in_flight and re.search(r"\bFFMA\b", line):
+        elif inside and re.search(counted, line):
             count += 1
     return count
 
@@ -257,7 +242,9 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         "qgmma": len(re.findall(r"\bQGMMA\.", sass)),
         # fp32 FMAs: the W8A8 kernels' rescale, one an accumulator element a K step
         "ffma": len(re.findall(r"\bFFMA\b", sass)),
-        "ffma_in_flight": _ffmas_in_flight(sass),
+        # ... those issued after a wgmma and before a wait for it (WARPGROUP.DEPBAR): a rescale
+        # reading an accumulator in flight (none, where the kernel waits first)
+        "ffma_in_flight": _count_between(sass, r"\bQGMMA\.", r"WARPGROUP\.DEPBAR", r"\bFFMA\b"),
         # the FP8 wgmmas' shapes (MxNxK) and how many of each
         "qgmma_shapes": [f"{shape} x{count}" for shape, count in sorted(qgmma_shapes.items())],
         "hgmma": len(re.findall(r"\bHGMMA\.", sass)),
@@ -276,7 +263,12 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         # 32-bit shared and global loads: the W8A8 kernel's row scales, from its scale ring
         # or from global memory
         "lds32": len(re.findall(r"\bLDS R", sass)),
-        "lds32_in_step": _loads_inside_steps(sass),
+        # ... those after a wait for a ring slot's copy (an mbarrier try-wait) and before the
+        # release of a slot (a one-thread arrive): where the W8A8 kernel's row scales must be
+        # read, after their copy landed and before the load warp may overwrite them
+        "lds32_in_step": _count_between(
+            sass, r"SYNCS\.PHASECHK\.TRANS64\.TRYWAIT", r"SYNCS\.ARRIVE\.TRANS64\.A1T0", r"\bLDS R"
+        ),
         "ldg32": len(re.findall(r"\bLDG\.E(?:\.CONSTANT)? R", sass)),
         # PDL: the waits for the grid before (griddepcontrol.wait), the TMA loads issued ahead
         # of the first, and the points that let the next grid launch (launch_dependents)

@@ -260,6 +260,18 @@ def _weight_scale(sw_ptr, block_n, k_step, ok, stride_swn, stride_swk):
 
 
 @gluon.jit
+def multiply_slot(a_ring, w_ring, ready, slot, step, product, WARPGROUP: gl.constexpr):
+    """The wgmma in flight: wait for the copy of this program's ring step `step` into `slot`,
+    then start the product of the warpgroup's 64 rows of the slot's activations and its
+    weights, into `product`'s registers (not added to them). The Gluon W8A8 kernels share it."""
+    SLOTS: gl.constexpr = a_ring.type.shape[0]
+    mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
+    a_rows = a_ring.index(slot).slice(WARPGROUP * 64, 64, dim=0)
+    return warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product, use_acc=False,
+                         is_async=True)  # fmt: skip
+
+
+@gluon.jit
 def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sa_ptr,
               sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
               stride_swk, WARPGROUP: gl.constexpr):  # fmt: skip
@@ -311,10 +323,7 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_r
         for k_step in range(k_steps):
             slot = step % SLOTS
             more = k_step + 1 < k_steps
-            mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
-            a_rows = a_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0)
-            running = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product,
-                                    use_acc=False, is_async=True)  # fmt: skip
+            running = multiply_slot(a_ring, w_ring, ready, slot, step, product, WARPGROUP)
             if RING:
                 sa = _ring_row_scales(sa_ring, slot, WARPGROUP * WG_ROWS, row_layout)
                 if TWO_WAVES:

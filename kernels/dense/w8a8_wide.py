@@ -59,6 +59,7 @@ from kernels.dense.w8a8_wgmma import (
     check_device,
     default_block_m,
     descriptor,
+    multiply_slot,
     ring_loads,
     ring_stages,
     staging_bytes,
@@ -159,10 +160,8 @@ def _wide_consumer(a_ring, w_ring, half_ring, y_desc, y_half_desc, y_bufs, y_hal
         for k_step in range(k_steps):
             slot = step % SLOTS
             more = k_step + 1 < k_steps
-            mbarrier.wait(ready.index(slot), (step // SLOTS) & 1)
+            running = multiply_slot(a_ring, w_ring, ready, slot, step, product, WARPGROUP)
             a_rows = a_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0)
-            running = warpgroup_mma(a_rows, w_ring.index(slot).permute((1, 0)), product,
-                                    use_acc=False, is_async=True)  # fmt: skip
             h_running = warpgroup_mma(a_rows, half_ring.index(slot).permute((1, 0)),
                                       half_product, use_acc=False, is_async=True)  # fmt: skip
             next_sa = _row_scales(sa_ptr, rows, k_step + 1, more, M, stride_sak)
