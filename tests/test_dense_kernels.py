@@ -675,6 +675,14 @@ def test_the_tma_kernel_takes_only_128_blocks_and_is_picked_for_them(monkeypatch
     assert list(dense.last_facts()) == ["quantize_rows_kernel", "w8a8_tma_kernel"]
     dense.linear_w8a8(*make(79, 64, 128, torch.bfloat16, block=128, device=device))
     assert list(dense.last_facts()) == ["quantize_rows_kernel", "w8a8_kernel"]
+    # rows TMA cannot address (N=82: 164-byte output rows, as the tiny preset's) take the
+    # split-K kernel at prefill sizes too, unless the TMA kernel is asked for by name
+    x, weights = make(80, 82, 128, torch.bfloat16, block=128, device=device)
+    out = dense.linear_w8a8(x, weights)
+    assert list(dense.last_facts()) == ["quantize_rows_kernel", "w8a8_kernel"]
+    assert relative_error(out, dense.w8a8_reference(x, weights)) < 1e-2
+    with pytest.raises(ValueError, match="TMA needs K % 16 == 0 and N % 8 == 0"):
+        dense.linear_w8a8(x, weights, tma=True)
 
 
 def test_the_wgmma_kernel_takes_two_waves_where_one_wave_tiles_overflow_the_sms():

@@ -139,8 +139,11 @@ def linear_w8a8(
         raise ValueError("pdl=True is a W8A16 option: the W8A8 kernels launch without PDL.")
     if tiles.swap_ab:
         raise ValueError("swap_ab is a W8A16 option; W8A8 multiplies x @ W.T as it is.")
-    # a prefill size the persistent kernels take: 128-wide blocks, enough rows, K not split
-    prefill = weights.block == TMA_BLOCK and m >= TMA_MIN_M and options.get("split_k") is None
+    # a prefill size the persistent kernels take: 128-wide blocks, enough rows, K not split,
+    # rows TMA can address (16-byte rows of values and of outputs: the tiny preset's N=82
+    # takes the split-K kernel)
+    prefill = (weights.block == TMA_BLOCK and m >= TMA_MIN_M and options.get("split_k") is None
+               and k % 16 == 0 and n % 8 == 0)  # fmt: skip
     tma_options = tma is not None or warp_specialize or paired_k is not None
     foreign = {key: value for key, value in options.items()
                if value is not None and WGMMA_FIXED.get(key, value) != value}  # fmt: skip
