@@ -3,6 +3,9 @@
 import subprocess
 import sys
 
+import pytest
+import torch
+
 from workbench.cli import main
 from workbench.cli.values import kernel_setting
 
@@ -43,6 +46,18 @@ def test_user_errors_exit_2_with_one_clear_line(tmp_path, capsys):
     assert err.startswith("workbench: error: trace") and "Traceback" not in err
     assert main(["profile", "--prompt-tokens", "0", "--out", str(tmp_path)]) == 2
     assert "prompt_tokens=0 is below 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kernel", ["dense", "moe", "attention"])
+def test_bench_without_a_gpu_says_where_it_runs(kernel, monkeypatch, tmp_path, capsys):
+    """A bench times kernels against the GPU's own ceilings: without one it says so in one
+    line, names what runs here instead, and writes nothing."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["bench", kernel, "--no-peers", "--no-progress", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("workbench: error: no CUDA GPU is visible") and "Traceback" not in err
+    assert "runs on the GPU machine" in err and "workbench report raw" in err
+    assert not list(tmp_path.iterdir())
 
 
 def test_ncu_without_ncu_report_says_how_to_install_it(monkeypatch, tmp_path, capsys):

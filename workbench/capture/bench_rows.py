@@ -27,6 +27,7 @@ from workbench.capture.environment import describe
 from workbench.capture.gpu_state import COLUMNS as STATE_COLUMNS
 from workbench.capture.gpu_state import GpuStateLog, max_sm_mhz
 from workbench.capture.timing import CONTENDER_ORDER, Launch, method_for, time_launches
+from workbench.errors import WorkbenchError
 from workbench.presets import Preset, RankShapes, get_preset
 from workbench.workloads.seeds import serving_dtype
 
@@ -211,6 +212,13 @@ def bench_setup(
     """The setup of a bench run; the ceilings are measured here, NVML read meanwhile (a GEMM
     ceiling is a rate at whatever clock the power cap leaves), unless `ceilings` are given."""
     dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise WorkbenchError(
+            "no CUDA GPU is visible (torch.cuda.is_available() is False): a bench times kernels "
+            "against this GPU's own copy bandwidth and cuBLAS rates, so it runs on the GPU "
+            "machine. Here, `workbench report raw` reads the committed benches, and `workbench "
+            "profile` and `workbench ab` run the tiny preset under the Triton interpreter."
+        )
     chosen = get_preset(preset)
     state = None
     if not ceilings:
