@@ -81,6 +81,15 @@ def test_broken_files_are_rejected_clearly(tmp_path, content, message):
         load_ncu(path)
 
 
+def test_a_report_named_without_its_packing_loads_the_packed_one():
+    """The committed reports are `.ncu-rep.xz`; asked for as `.ncu-rep` (the name ncu gave
+    it), the report loads from its packed form, and its path says which file was read."""
+    pytest.importorskip("ncu_report")
+    report = load_ncu(REPO / "ncu/moe-flat-T6-fmtint4.ncu-rep")
+    assert report.path.name == "moe-flat-T6-fmtint4.ncu-rep.xz"
+    assert len(report.launches) == 5 and report.meta["kernel"] == "moe"
+
+
 def test_rule_messages_lose_their_link_markup():
     message = (
         "See the @url:Best Practices Guide:https://docs.nvidia.com/x#y@ and "

@@ -20,7 +20,7 @@ from typing import Self
 
 import pandas as pd
 
-from workbench.analysis.ncu_files import openable, read_report, read_sidecar
+from workbench.analysis.ncu_files import existing_form, openable, read_report, read_sidecar
 from workbench.analysis.ncu_metrics import (
     CLOCK_ROW,
     FUNCTION_START,
@@ -126,7 +126,7 @@ class NcuReport:
 
         A classmethod so that a subclass (workbench.views.ncu.NcuResult) loads as itself.
         """
-        path = Path(path)
+        path = existing_form(Path(path))
         data = read_report(path)
         opened, unpacked = openable(path, data)
         context = ncu_report.load_report(str(opened))

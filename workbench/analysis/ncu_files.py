@@ -137,6 +137,16 @@ def framing_problem(data: bytes) -> str | None:
 
 
 # ---- reading it --------------------------------------------------------------------------------
+def existing_form(path: Path) -> Path:
+    """`path`, or where it does not exist, the same report in a form that does (the committed
+    reports are `.ncu-rep.xz`, and a name without `.xz` means the same report)."""
+    if path.exists():
+        return path
+    stem = report_stem(path)
+    forms = (path.with_name(stem + suffix) for suffix in SUFFIXES)
+    return next((form for form in forms if form.is_file()), path)
+
+
 def _read_bytes(path: Path) -> bytes:
     """The report's bytes as ncu wrote them: a packed report unpacked."""
     if not path.exists():
