@@ -46,6 +46,9 @@ def test_user_errors_exit_2_with_one_clear_line(tmp_path, capsys):
     assert err.startswith("workbench: error: trace") and "Traceback" not in err
     assert main(["profile", "--prompt-tokens", "0", "--out", str(tmp_path)]) == 2
     assert "prompt_tokens=0 is below 1" in capsys.readouterr().err
+    assert main(["show", str(tmp_path / "profile-gone")]) == 2
+    err = capsys.readouterr().err
+    assert "profile-gone does not exist; give a profile run's folder" in err
 
 
 @pytest.mark.parametrize("kernel", ["dense", "moe", "attention"])

@@ -23,6 +23,10 @@ def add_show(sub) -> None:
 def show(args) -> None:
     import workbench
 
+    missing = [path for path in args.runs if not Path(path).exists()]
+    if missing:
+        raise WorkbenchError(f"{', '.join(missing)} does not exist; give a profile run's folder "
+                             "(raw/profile-*), as `workbench profile` wrote it.")  # fmt: skip
     runs, skipped = [], {}
     for path in args.runs:
         kind = run_kind(path)
