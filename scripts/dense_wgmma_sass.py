@@ -227,6 +227,38 @@ def _count_between(sass: str, opens: str, closes: str, counted: str) -> int:
     return count
 
 
+def innermost_mma_loops(sass: str) -> list[int]:
+    """Instructions in each innermost loop of the SASS (a backward branch and its target,
+    holding no other such loop) that holds a tensor-core instruction (QGMMA, HGMMA or HMMA),
+    in address order: a K step of each partition's main loop (each warpgroup of the Gluon
+    kernels has its own copy), by which their per-step cost is compared. Branches past the
+    last EXIT are left out: ptxas puts the retries of mbarrier waits there, and their jumps
+    back into the body are no loops."""
+    lines = sass.splitlines()
+    exits = [i for i, line in enumerate(lines) if re.search(r"\bEXIT\b", line)]
+    lines = lines[: exits[-1] + 1] if exits else lines
+    address = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
+    ops = [(int(m.group(1), 16), m.group(2)) for m in map(address.search, lines) if m]
+    labels = {}
+    for i, line in enumerate(lines):
+        if re.match(r"\s*\.L_x_\d+:", line):
+            following = (address.search(later) for later in lines[i + 1 : i + 8])
+            first = next((int(m.group(1), 16) for m in following if m), None)
+            if first is not None:
+                labels[line.strip().rstrip(":")] = first
+    loops = []
+    for line in lines:
+        branch, target = address.search(line), re.search(r"BRA `?\(?(\.L_x_\d+)", line)
+        if branch and target and branch.group(2) == "BRA" and target.group(1) in labels:
+            start, end = labels[target.group(1)], int(branch.group(1), 16)
+            body = [op for at, op in ops if start <= at <= end]
+            if start < end and any(op.startswith(("QGMMA", "HGMMA", "HMMA")) for op in body):
+                loops.append((start, end, len(body)))
+    return [size for start, end, size in sorted(loops)
+            if not any(start <= s2 and e2 <= end and (s2, e2) != (start, end)
+                       for s2, e2, _ in loops)]  # fmt: skip
+
+
 def sass_facts(compiled) -> dict[str, int | list[str]]:
     """ptxas's registers, spilled bytes and performance notes, and the QGMMA, HGMMA,
     WARPGROUP.DEPBAR, 16-byte LDGSTS, TMA load (UTMALDG) and 16-byte and 2-byte shared load
@@ -240,6 +272,7 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         "spills": spills,
         "notes": re.findall(r"\((C75\d\d)\) Potential Performance Loss", report),
         "qgmma": len(re.findall(r"\bQGMMA\.", sass)),
+        "mma_loops": innermost_mma_loops(sass),
         # fp32 FMAs: the W8A8 kernels' rescale, one an accumulator element a K step
         "ffma": len(re.findall(r"\bFFMA\b", sass)),
         # ... those issued after a wgmma and before a wait for it (WARPGROUP.DEPBAR): a rescale
@@ -340,6 +373,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"registers: {registers}")
     print(f"spilled bytes: {spills}")
     print(f"ptxas notes: {' '.join(facts['notes']) or 'none'}")
+    print(
+        f"instructions in each innermost MMA loop: "
+        f"{' '.join(map(str, facts['mma_loops'])) or 'none'}"
+    )
     print(f"QGMMA: {facts['qgmma']}")
     print(f"FFMA: {facts['ffma']}")
     print(f"FFMA between a wgmma and its wait: {facts['ffma_in_flight']}")

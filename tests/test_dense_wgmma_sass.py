@@ -79,6 +79,10 @@ def test_the_wide_tiles_rescale_each_block_once_and_serialise_nothing(stages):
     # every rescale after its wgmmas' wait: none reads an accumulator in flight
     assert facts["FFMA"] == str(2 * (64 + 32))
     assert facts["FFMA between a wgmma and its wait"] == "0"
+    # each warpgroup's K step one loop with nothing looping inside it (about 195 instructions
+    # under Triton 3.6 and 3.7)
+    loops = facts["instructions in each innermost MMA loop"].split()
+    assert len(loops) == 2 and all(150 < int(size) < 250 for size in loops)
     assert facts["TMA loads"] == "3" and facts["registers"] == "168"
     assert {"40", "232"} <= set(facts["setmaxnreg"].split())
 
