@@ -21,6 +21,7 @@ from typing import TextIO
 from workbench.analysis.git_state import REPO, git_state
 from workbench.errors import WorkbenchError
 from workbench.plan.archive import archive, snapshot
+from workbench.plan.commands import check_commands
 from workbench.plan.plan_file import Plan, load_plan
 from workbench.plan.records import (
     JSON_FILE,
@@ -93,6 +94,7 @@ def run_plan(
                 + ", ".join(step.name for step in plan.steps)
             )
         plan = replace(plan, steps=tuple(step for step in plan.steps if step.name in only))
+    check_commands(plan)  # before any step: a command that cannot parse costs no device time
     out_dir = Path(out_dir).resolve()
     root = Path(root).resolve() if root is not None else REPO  # steps start in the checkout
     if budget_s is not None and not budget_s > 0:
@@ -163,6 +165,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         if args.command == "check":
             for path in args.plans:
                 plan = load_plan(path)
+                check_commands(plan)
                 print(
                     f"{path}: ok: {plan.name}, {len(plan.steps)} steps, budget {plan.budget_s:g} s"
                 )
