@@ -82,14 +82,8 @@ def compile_wide(stages: int, consumer_regs: int):
     values = torch.empty(m, k, dtype=torch.float8_e4m3fn)
     weights = torch.empty(n, k, dtype=torch.float8_e4m3fn)
     y = torch.empty(m, n, dtype=torch.bfloat16)
-    block, half = w8a8_wide.BLOCK, w8a8_wide.HALF
-    descriptors = {
-        "a_desc": w8a8_wgmma.descriptor(values, [w8a8_wgmma.ROWS, block]),
-        "w_desc": w8a8_wgmma.descriptor(weights, [block, block]),
-        "half_desc": w8a8_wgmma.descriptor(weights, [half, block]),
-        "y_desc": w8a8_wgmma.descriptor(y, [w8a8_wgmma.ROWS // 2, block]),
-        "y_half_desc": w8a8_wgmma.descriptor(y, [w8a8_wgmma.ROWS // 2, half]),
-    }
+    names = ("a_desc", "w_desc", "half_desc", "y_desc", "y_half_desc")
+    descriptors = dict(zip(names, w8a8_wide.wide_descriptors(values, weights, y), strict=True))
     constants = {"STAGES": stages, "CONSUMER_REGS": consumer_regs}
     return compile_gluon(w8a8_wide._w8a8_wide_kernel, descriptors, constants)
 

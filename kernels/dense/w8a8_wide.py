@@ -44,6 +44,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from kernels.compiled import launch
 from kernels.dense.formats import DenseWeights
@@ -276,6 +277,15 @@ def prefers_wide(m: int, n: int, sms: int) -> bool:
     return wide <= WIDE_GAIN * own
 
 
+def wide_descriptors(values: Tensor, weights: Tensor, y: Tensor) -> tuple[TensorDescriptor, ...]:
+    """The kernel's five TMA descriptors, in its arguments' order: the activations (M, K) in
+    128-row K steps, the FP8 weights (N, K) in whole-block and half-block boxes, and y (M, N)
+    in a warpgroup's whole and half parts."""
+    return (descriptor(values, [ROWS, BLOCK]), descriptor(weights, [BLOCK, BLOCK]),
+            descriptor(weights, [HALF, BLOCK]), descriptor(y, [ROWS // 2, BLOCK]),
+            descriptor(y, [ROWS // 2, HALF]))  # fmt: skip
+
+
 def gemm_w8a8_wide(
     values: Tensor,
     scales: Tensor,
@@ -298,9 +308,8 @@ def gemm_w8a8_wide(
     tiles = triton.cdiv(m, ROWS) * triton.cdiv(n, WIDTH)
     launch(
         _w8a8_wide_kernel, (min(tiles, planned_sms(values.device)),),
-        descriptor(values, [ROWS, BLOCK]), descriptor(weights.values, [BLOCK, BLOCK]),
-        descriptor(weights.values, [HALF, BLOCK]), descriptor(y, [ROWS // 2, BLOCK]),
-        descriptor(y, [ROWS // 2, HALF]), scales, weights.scales, m, n, k, scales.stride(1),
+        *wide_descriptors(values, weights.values, y), scales, weights.scales, m, n, k,
+        scales.stride(1),
         *weights.scales.stride(), STAGES=num_stages, CONSUMER_REGS=MAX_CONSUMER_REGS,
         num_warps=4,
     )  # fmt: skip
