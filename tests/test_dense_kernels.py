@@ -721,7 +721,7 @@ def test_the_wide_tiles_are_refused_where_they_cannot_run(device):
         with pytest.raises(ValueError, match="wide_tiles=True is an option of the wgmma kernel, "
                            "which does not run here"):  # fmt: skip
             dense.linear_w8a8(x, weights, wgmma=wgmma, wide_tiles=True)
-    for options in ({"ring_scales": True}, {"block_n": 64}, {"block_m": 256}):
+    for options in ({"block_n": 64}, {"block_m": 256}):
         with pytest.raises(ValueError, match="wide_tiles=True picks the tiles"):
             dense.linear_w8a8(x, weights, wgmma=True, wide_tiles=True, **options)
     quantised = quantize_activations(x, 128, outer_major=True)
@@ -775,14 +775,16 @@ def test_the_wide_tiles_compute_w8a8(m, n, k, num_stages, dtype, device):
 @pytest.mark.gpu
 def test_linear_w8a8_takes_the_wide_tiles_where_asked_and_preferred(device):
     """`wide_tiles=True` at shared_gate_up's shape and 4,096 rows runs the wide kernel (its
-    launch recorded), and where the kernel's own tiles fill the rounds (o_b's shape) not."""
+    launch recorded), and where the kernel's own tiles fill the rounds (o_b's shape) not;
+    with ring_scales too, which the GEMMs left on the kernel's own tiles take."""
     if device.type != "cuda":
         pytest.skip("the Gluon kernel runs on a GPU only (WORKBENCH_GPU_TESTS=1)")
-    for n, k, kernel in ((2304, 5120, "w8a8_wide_kernel"), (5120, 1024, "w8a8_wgmma_kernel")):
-        x, weights = make(4096, n, k, torch.bfloat16, block=128, device=device)
-        out = dense.linear_w8a8(x, weights, wide_tiles=True)
-        assert kernel in list(dense.last_facts())
-        assert relative_error(out, dense.w8a8_reference(x, weights)) < 1e-2
+    for ring_scales in (False, True):
+        for n, k, kernel in ((2304, 5120, "w8a8_wide_kernel"), (5120, 1024, "w8a8_wgmma_kernel")):
+            x, weights = make(4096, n, k, torch.bfloat16, block=128, device=device)
+            out = dense.linear_w8a8(x, weights, wide_tiles=True, ring_scales=ring_scales)
+            assert kernel in list(dense.last_facts())
+            assert relative_error(out, dense.w8a8_reference(x, weights)) < 1e-2
 
 
 def test_the_wgmma_kernels_ring_must_load_ahead(device):

@@ -128,8 +128,9 @@ def linear_w8a8(
     h200-tune-dense-wgmma-*.csv). `ring_scales` is the Gluon kernel's (`gemm_w8a8_wgmma`: the
     row scales by TMA with each ring slot): asked for where that kernel does not run, it is
     refused, not ignored. `wide_tiles` lets it take 128 x 192 tiles (`w8a8_wide`) where they
-    fill the SMs' rounds better than its own (`prefers_wide`); not with ring_scales, block_m or
-    block_n, and refused where the Gluon kernel does not run.
+    fill the SMs' rounds better than its own (`prefers_wide`), ring_scales then applying to the
+    GEMMs left on the kernel's own tiles; not with block_m or block_n, and refused where the
+    Gluon kernel does not run.
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -159,9 +160,9 @@ def linear_w8a8(
                 f"{m}) on an sm_90 GPU (got {x.device}), without split_k, the TMA kernel's "
                 f"options or {sorted(WGMMA_FIXED)} changed; leave {name} out there."
             )
-    if wide_tiles and (ring_scales or options.get("block_m") or options.get("block_n")):
-        raise ValueError("wide_tiles=True picks the tiles and has no row-scale ring: leave "
-                         "ring_scales, block_m and block_n out with it.")  # fmt: skip
+    if wide_tiles and (options.get("block_m") or options.get("block_n")):
+        raise ValueError("wide_tiles=True picks the tiles: leave block_m and block_n out with "
+                         "it.")  # fmt: skip
     if wgmma:
         if tma_options or foreign:
             raise ValueError(

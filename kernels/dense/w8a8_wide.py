@@ -71,9 +71,11 @@ WIDTH = 192  # a tile's columns: one weight block and half of another
 HALF = BLOCK // 2  # the half block's columns
 DEFAULT_STAGES = 4  # as many 40 KB slots as fit beside the 48 KB of staging
 # How much less rounds-times-area the wide tiles must take to be chosen (`prefers_wide`): a
-# one-wave tile does less work a byte of ring than the two-wave tile it replaces, by an amount
-# not yet measured; plans/w8a8-ring.toml times each GEMM both ways to set it.
-WIDE_GAIN = 0.9
+# one-wave tile does less work a byte of ring than the two-wave tile it replaces. Timed alone
+# on an H100 (raw/logs/h100-dense-w8a8-ring-gemm-times-*.csv), each of the layer's GEMMs took
+# 1.05 to 1.2 times longer in wide tiles than this area ratio says (shared_gate_up at 4,096
+# rows: ratio 0.75, time 0.90; o_b: 1.05 and 1.12), so they pay below about 0.83.
+WIDE_GAIN = 0.8
 _WIDTH = gl.constexpr(WIDTH)
 _BLOCK = gl.constexpr(BLOCK)
 _HALF = gl.constexpr(HALF)
