@@ -108,8 +108,8 @@ def linear_w8a8(
     warp_specialize: bool = False,
     paired_k: bool | None = None,
     wgmma: bool | None = None,
-    ring_scales: bool = False,
-    wide_tiles: bool = False,
+    ring_scales: bool | None = None,
+    wide_tiles: bool | None = None,
     **options: int | None,
 ) -> Tensor:
     """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
@@ -130,7 +130,10 @@ def linear_w8a8(
     refused, not ignored. `wide_tiles` lets it take 128 x 192 tiles (`w8a8_wide`) where they
     fill the SMs' rounds better than its own (`prefers_wide`), ring_scales then applying to the
     GEMMs left on the kernel's own tiles; not with block_m or block_n, and refused where the
-    Gluon kernel does not run.
+    Gluon kernel does not run. None (the default) turns each on wherever the Gluon kernel runs
+    and it can: the row scales where TMA can copy them (M a multiple of 4, or one K block), the
+    wide tiles unless block_m or block_n is set. Both together took the layer 4-6% less time at
+    1,024, 4,096 and 16,384 rows in one A/B run (raw/ab-dense-20261205T102702, an H100).
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -152,6 +155,10 @@ def linear_w8a8(
         foreign["block_m"] = options["block_m"]
     if wgmma is None:
         wgmma = prefill and not tma_options and not foreign and supported(x.device)
+    if ring_scales is None:
+        ring_scales = wgmma and (m % 4 == 0 or k <= weights.block)
+    if wide_tiles is None:
+        wide_tiles = wgmma and not (options.get("block_m") or options.get("block_n"))
     for name, asked in (("ring_scales", ring_scales), ("wide_tiles", wide_tiles)):
         if asked and not wgmma:  # asked for, it would be ignored: say so
             raise ValueError(
