@@ -25,9 +25,11 @@ Compiled for sm_90 (`scripts/dense_wgmma_sass.py --kernel w8a8-wide`): 168 regis
 spills, no ptxas notes; a warpgroup's K step is 197 instructions: its 8 wgmmas, one wait, 96
 FFMAs and 4 FMULs a thread, 4 scale loads (the kernel's own tiles: 140 for a one-wave 128-wide
 tile's 64 x 128, 228 for a two-wave tile's two; 1.6, 1.7 and 1.4 per 100 elements of the
-product; the script's "instructions in each innermost MMA loop"). Not yet timed: it was
-built in a session without a GPU, and plans/w8a8-ring.toml times it (each GEMM alone beside
-DeepGEMM's and the kernel's own tiles, then a layer A/B of `linear_w8a8`'s `wide_tiles`).
+product; the script's "instructions in each innermost MMA loop"). Timed on an H100 (no H200
+was lent; raw/logs/h100-dense-w8a8-ring-gemm-times-*.csv): shared_gate_up at 4,096 rows took
+0.104 ms against 0.116 in the kernel's own tiles (DeepGEMM 0.086), every other GEMM of the
+layer 5-32% longer, which set WIDE_GAIN; `linear_w8a8` takes it by default where
+`prefers_wide` says so.
 Gluon has no interpreter: the CPU tests check the compiled SASS and the host's checks, the GPU
 tests compare results with `w8a8_reference` and with the kernel's own tiles.
 """
