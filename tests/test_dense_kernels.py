@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import GPU_TESTS
 from helpers import relative_error
 
 import kernels.dense as dense
@@ -454,6 +455,7 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
             gemm_w8a8_wgmma(*quantised, weights, torch.bfloat16, block_m=256, ring_scales=True)
 
 
+@pytest.mark.skipif(GPU_TESTS, reason="on the GPU the settings run: the plan times them")
 def test_the_gemm_times_settings_clear_the_kernels_host_checks(monkeypatch):
     """scripts/dense_w8a8_gemm_times.py's settings (plans/w8a8-ring.toml times three of them on
     the GPU) are ones gemm_w8a8_wgmma takes: on the CPU each stops only at the missing sm_90
@@ -472,18 +474,18 @@ def test_the_gemm_times_settings_clear_the_kernels_host_checks(monkeypatch):
             times.gemm_w8a8_wide(*quantised, weights, torch.bfloat16, **options)
 
 
-def test_the_row_scales_descriptor_reads_them_as_they_lie():
+def test_the_row_scales_descriptor_reads_them_as_they_lie(device):
     """`scale_descriptor`: token-fastest scales (M, K blocks), strides (1, M), are the (K
     blocks, M) matrix TMA reads a K block's row of block_m scales from; with one K block the
     stride is rounded up to what TMA takes (no second row is read), so any M will do."""
     seeded = torch.Generator().manual_seed(0)
-    x = torch.randn(300, 512, generator=seeded)
+    x = torch.randn(300, 512, generator=seeded).to(device)
     values, scales = quantize_activations(x, 128, outer_major=True)
     desc = scale_descriptor(scales, 256)
     assert (list(desc.shape), list(desc.strides)) == ([4, 300], [300, 1])
     assert list(desc.block_shape) == [1, 256]
     assert desc.base.data_ptr() == scales.data_ptr()
-    one_block = quantize_activations(torch.randn(78, 128, generator=seeded), 128,
+    one_block = quantize_activations(torch.randn(78, 128, generator=seeded).to(device), 128,
                                      outer_major=True)[1]  # fmt: skip
     desc = scale_descriptor(one_block, 128)
     assert (list(desc.shape), list(desc.strides)) == ([1, 78], [80, 1])

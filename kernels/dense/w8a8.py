@@ -131,9 +131,10 @@ def linear_w8a8(
     fill the SMs' rounds better than its own (`prefers_wide`), ring_scales then applying to the
     GEMMs left on the kernel's own tiles; not with block_m or block_n, and refused where the
     Gluon kernel does not run. None (the default) turns each on wherever the Gluon kernel runs
-    and it can: the row scales where TMA can copy them (M a multiple of 4, or one K block), the
-    wide tiles unless block_m or block_n is set. Both together took the layer 4-6% less time at
-    1,024, 4,096 and 16,384 rows in one A/B run (raw/ab-dense-20261205T102702, an H100).
+    and it can: the row scales where TMA can copy them (M a multiple of 4, or one K block) and
+    num_stages is left to the kernel, the wide tiles unless block_m or block_n is set. Both
+    together took the layer 4-6% less time at 1,024, 4,096 and 16,384 rows in one A/B run
+    (raw/ab-dense-20261205T102702, an H100).
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -155,8 +156,9 @@ def linear_w8a8(
         foreign["block_m"] = options["block_m"]
     if wgmma is None:
         wgmma = prefill and not tma_options and not foreign and supported(x.device)
-    if ring_scales is None:
-        ring_scales = wgmma and (m % 4 == 0 or k <= weights.block)
+    if ring_scales is None:  # a ring of the stages asked for may leave no room for the scales
+        ring_scales = (wgmma and (m % 4 == 0 or k <= weights.block)
+                       and options.get("num_stages") is None)  # fmt: skip
     if wide_tiles is None:
         wide_tiles = wgmma and not (options.get("block_m") or options.get("block_n"))
     for name, asked in (("ring_scales", ring_scales), ("wide_tiles", wide_tiles)):
