@@ -159,8 +159,9 @@ def linear_w8a8(
     if ring_scales is None:  # a ring of the stages asked for may leave no room for the scales
         ring_scales = (wgmma and (m % 4 == 0 or k <= weights.block)
                        and options.get("num_stages") is None)  # fmt: skip
+    tiles_chosen = bool(options.get("block_m") or options.get("block_n"))  # not for wide_tiles
     if wide_tiles is None:
-        wide_tiles = wgmma and not (options.get("block_m") or options.get("block_n"))
+        wide_tiles = wgmma and not tiles_chosen
     for name, asked in (("ring_scales", ring_scales), ("wide_tiles", wide_tiles)):
         if asked and not wgmma:  # asked for, it would be ignored: say so
             raise ValueError(
@@ -169,7 +170,7 @@ def linear_w8a8(
                 f"{m}) on an sm_90 GPU (got {x.device}), without split_k, the TMA kernel's "
                 f"options or {sorted(WGMMA_FIXED)} changed; leave {name} out there."
             )
-    if wide_tiles and (options.get("block_m") or options.get("block_n")):
+    if wide_tiles and tiles_chosen:
         raise ValueError("wide_tiles=True picks the tiles: leave block_m and block_n out with "
                          "it.")  # fmt: skip
     if wgmma:

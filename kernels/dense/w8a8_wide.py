@@ -313,8 +313,7 @@ def gemm_w8a8_wide(
     launch(
         _w8a8_wide_kernel, (min(tiles, planned_sms(values.device)),),
         *wide_descriptors(values, weights.values, y), scales, weights.scales, m, n, k,
-        scales.stride(1),
-        *weights.scales.stride(), STAGES=num_stages, CONSUMER_REGS=MAX_CONSUMER_REGS,
-        num_warps=4,
+        scales.stride(1), *weights.scales.stride(), STAGES=num_stages,
+        CONSUMER_REGS=MAX_CONSUMER_REGS, num_warps=4,
     )  # fmt: skip
     return y
