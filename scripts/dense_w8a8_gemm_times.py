@@ -42,6 +42,8 @@ SETTINGS = {
     "m256s3": dict(block_m=256, num_stages=3),
     # and its row scales by TMA with each slot, read from shared memory (`ring_scales`)
     "m256s3r": dict(block_m=256, num_stages=3, ring_scales=True),
+    # and a tile's weight scales staged in shared memory, loaded a tile ahead
+    "m256s3rw": dict(block_m=256, num_stages=3, ring_scales=True, staged_weight_scales=True),
     # 64-wide tiles: twice the tiles, for projections whose 128-wide ones leave a last round
     # mostly idle (shared_gate_up at M=4096: 288 tiles on 132 SMs)
     "m256n64s5": dict(block_m=256, block_n=64, num_stages=5),

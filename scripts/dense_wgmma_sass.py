@@ -54,9 +54,10 @@ SHAPE = (4096, 2048, 7168)  # (M, N, K): any shape whose rows are 16-byte aligne
 
 
 def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int,
-                   ring_scales: bool = False):  # fmt: skip
+                   ring_scales: bool = False, staged_weight_scales: bool = False):  # fmt: skip
     """The kernel compiled for sm_90 with host TMA descriptors typed as a launch types them;
-    with `ring_scales`, the row scales' descriptor too."""
+    with `ring_scales`, the row scales' descriptor too; with `staged_weight_scales`, a tile's
+    weight scales staged in shared memory for SHAPE's K."""
     m, n, k = SHAPE
     descriptors = {
         "a_desc": w8a8_wgmma.descriptor(torch.empty(m, k, dtype=torch.float8_e4m3fn),
@@ -66,7 +67,11 @@ def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int,
         "y_desc": w8a8_wgmma.descriptor(torch.empty(m, n, dtype=torch.bfloat16),
                                         [w8a8_wgmma.ROWS // 2, block_n]),
     }  # fmt: skip
-    constants = {"STAGES": stages, "CONSUMER_REGS": consumer_regs}
+    constants = {
+        "STAGES": stages,
+        "CONSUMER_REGS": consumer_regs,
+        "SCALE_STEPS": w8a8_wgmma.weight_scale_steps(k) if staged_weight_scales else 0,
+    }
     if ring_scales:
         scales = torch.empty(k // w8a8_wgmma.BLOCK, m).t()  # token-fastest, as quantised
         descriptors["sa_desc"] = w8a8_wgmma.scale_descriptor(scales, block_m)
@@ -221,13 +226,13 @@ def _count_between(sass: str, opens: str, closes: str, counted: str) -> int:
     return count
 
 
-def innermost_mma_loops(sass: str) -> list[int]:
-    """Instructions in each innermost loop of the SASS (a backward branch and its target,
+def innermost_mma_loops(sass: str) -> list[list[str]]:
+    """The opcodes of each innermost loop of the SASS (a backward branch and its target,
     holding no other such loop) that holds a tensor-core instruction (QGMMA, HGMMA or HMMA),
     in address order: a K step of each partition's main loop (each warpgroup of the Gluon
-    kernels has its own copy), by which their per-step cost is compared. Branches past the
-    last EXIT are left out: ptxas puts the retries of mbarrier waits there, and their jumps
-    back into the body are no loops."""
+    kernels has its own copy), by whose size their per-step cost is compared. Branches past
+    the last EXIT are left out: ptxas puts the retries of mbarrier waits there, and their
+    jumps back into the body are no loops."""
     lines = sass.splitlines()
     exits = [i for i, line in enumerate(lines) if re.search(r"\bEXIT\b", line)]
     lines = lines[: exits[-1] + 1] if exits else lines
@@ -247,8 +252,8 @@ def innermost_mma_loops(sass: str) -> list[int]:
             start, end = labels[target.group(1)], int(branch.group(1), 16)
             body = [op for at, op in ops if start <= at <= end]
             if start < end and any(op.startswith(("QGMMA", "HGMMA", "HMMA")) for op in body):
-                loops.append((start, end, len(body)))
-    return [size for start, end, size in sorted(loops)
+                loops.append((start, end, body))
+    return [body for start, end, body in sorted(loops)
             if not any(start <= s2 and e2 <= end and (s2, e2) != (start, end)
                        for s2, e2, _ in loops)]  # fmt: skip
 
@@ -261,12 +266,15 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
     report, sass = assembled(compiled)
     registers, spills = report_facts(report)
     qgmma_shapes = Counter(re.findall(r"\bQGMMA\.(\d+x\d+x\d+)", sass))
+    loops = innermost_mma_loops(sass)
     return {
         "registers": registers,
         "spills": spills,
         "notes": re.findall(r"\((C75\d\d)\) Potential Performance Loss", report),
         "qgmma": len(re.findall(r"\bQGMMA\.", sass)),
-        "mma_loops": innermost_mma_loops(sass),
+        "mma_loops": [len(body) for body in loops],
+        # global loads inside those loops: the W8A8 kernel's weight scale a step, unless staged
+        "ldg_in_mma_loops": [sum(op.startswith("LDG") for op in body) for body in loops],
         # fp32 FMAs: the W8A8 kernels' rescale, one an accumulator element a K step
         "ffma": len(re.findall(r"\bFFMA\b", sass)),
         # ... those issued after a wgmma and before a wait for it (WARPGROUP.DEPBAR): a rescale
@@ -320,6 +328,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--consumer-regs", type=int, default=232)
     parser.add_argument("--ring-scales", action="store_true",
                         help="W8A8: the row scales by TMA with each ring slot")  # fmt: skip
+    parser.add_argument("--staged-weight-scales", action="store_true",
+                        help="W8A8: a tile's weight scales in shared memory")  # fmt: skip
     parser.add_argument("--kernel", default="w8a8",
                         choices=("w8a8", "w8a8-wide", "w8a16", "moe-down", "moe-w8a8-gate-up",
                                  "moe-bf16-gate-up", "moe-bf16-down", "moe-int4-gate-up",
@@ -338,9 +348,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("TRITON_INTERPRET=1 is set; unset it to compile the kernel.")
     if args.kernel == "w8a8":
         compiled = compile_kernel(args.block_m, args.block_n, args.stages,
-                                  args.consumer_regs, args.ring_scales)  # fmt: skip
+                                  args.consumer_regs, args.ring_scales,
+                                  args.staged_weight_scales)  # fmt: skip
         tile = f"{args.block_m} x {args.block_n} tiles"
         tile += ", row scales in the ring" if args.ring_scales else ""
+        tile += ", weight scales staged" if args.staged_weight_scales else ""
     elif args.kernel == "w8a8-wide":
         compiled = compile_wide(args.stages, args.consumer_regs)
         tile = f"{w8a8_wgmma.ROWS} x {w8a8_wide.WIDTH} tiles"
@@ -388,6 +400,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"LDS (32-bit): {facts['lds32']}")
     print(f"LDS (32-bit) between a slot's wait and a release: {facts['lds32_in_step']}")
     print(f"LDG (32-bit): {facts['ldg32']}")
+    print(f"LDG in each innermost MMA loop: {' '.join(map(str, facts['ldg_in_mma_loops']))}")
     print(f"grid waits (ACQBULK): {facts['grid_waits']}")
     print(f"TMA loads before the wait: {facts['tma_loads_before_wait']}")
     print(f"next-grid launches (PREEXIT): {facts['next_grid_launches']}")

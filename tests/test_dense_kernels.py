@@ -2,6 +2,7 @@
 format (power-of-two block scales), W8A16, W8A8 with its activation quantiser, the hybrid
 switch, and the errors bad input gets."""
 
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -373,6 +374,10 @@ def test_the_tma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
     assert relative_error(out, dense.w8a8_reference(x, weights)) < 1e-2
 
 
+# two-wave tiles in a 3-slot ring with the row scales in it and the weight scales staged
+TWO_WAVES_BOTH_SCALES = dict(block_m=256, num_stages=3, ring_scales=True, staged_weight_scales=True)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     ("m", "n", "k", "options"),
@@ -395,6 +400,15 @@ def test_the_tma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
         (4096, 1024, 4096, {"block_m": 256, "num_stages": 3, "ring_scales": True}),
         (8192, 2048, 256, {"block_m": 128, "num_stages": 5, "ring_scales": True}),
         (8192, 2048, 512, {"block_m": 256, "num_stages": 3, "ring_scales": True}),  # 512 tiles
+        # a tile's weight scales staged in shared memory, the next tile's loaded a tile ahead:
+        # one tile a program, fewer rows than a warpgroup, the K tail (9 of 16 slots), and
+        # programs walking tiles of several weight blocks, with one wave and with two
+        (300, 384, 512, {"staged_weight_scales": True}),
+        (7, 128, 256, {"staged_weight_scales": True}),
+        (1000, 200, 1040, TWO_WAVES_BOTH_SCALES),
+        (8192, 2048, 256, {"block_m": 128, "num_stages": 5, "staged_weight_scales": True}),
+        (8192, 2048, 512, TWO_WAVES_BOTH_SCALES),
+        (4096, 1024, 4096, TWO_WAVES_BOTH_SCALES),
     ],
 )
 def test_the_wgmma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
@@ -429,12 +443,12 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
     with pytest.raises(ValueError, match="block_m must be 128 or 256"):
         gemm_w8a8_wgmma(*quantize_activations(x, 128, outer_major=True), weights,
                         torch.bfloat16, block_m=64)  # fmt: skip
-    # ring_scales where the wgmma kernel does not run (80 rows, or wgmma=False) is refused,
-    # not ignored
-    for wgmma in (False, None):
-        with pytest.raises(ValueError, match="ring_scales=True is an option of the wgmma kernel, "
+    # ring_scales or staged_weight_scales where the wgmma kernel does not run (80 rows, or
+    # wgmma=False) is refused, not ignored
+    for wgmma, option in itertools.product((False, None), ("ring_scales", "staged_weight_scales")):
+        with pytest.raises(ValueError, match=f"{option}=True is an option of the wgmma kernel, "
                            "which does not run here"):  # fmt: skip
-            dense.linear_w8a8(x, weights, wgmma=wgmma, ring_scales=True)
+            dense.linear_w8a8(x, weights, wgmma=wgmma, **{option: True})
     # the row scales' ring: TMA needs each K block's scales 16-byte aligned (M % 4 == 0 where
     # K has several blocks), and a slot's scales take shared memory
     x2, weights2 = make(78, 256, 256, torch.bfloat16, block=128, device=device)

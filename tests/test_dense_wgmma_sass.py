@@ -63,6 +63,34 @@ def test_ring_scales_come_by_tma_and_are_read_from_shared_memory(block_m, stages
     assert facts["LDG (32-bit)"] == "4" and int(without["LDG (32-bit)"]) > 4
 
 
+@pytest.mark.parametrize(("block_m", "stages", "ring"), [(128, 5, False), (256, 3, True)])
+def test_staged_weight_scales_leave_no_global_load_in_the_k_loop(block_m, stages, ring):
+    """`staged_weight_scales`: each warpgroup's K step reads its weight scale from the tile's
+    staged buffer (one 32-bit shared load a step, between the slot's wait and its release, as
+    the ring's row scales are), not the next step's from global memory, so with the row scales
+    in the ring no global load is left in either warpgroup's K loop; the wgmmas are grouped
+    and waited for as without, nothing spills, and the step is shorter."""
+    args = ["--block-m", str(block_m), "--stages", str(stages), *(["--ring-scales"] * ring)]
+    staged, plain = run(*args, "--staged-weight-scales"), run(*args)
+    assert staged.returncode == 0 and plain.returncode == 0, staged.stderr + plain.stderr
+    facts = dict(line.split(": ", 1) for line in staged.stdout.splitlines()[1:])
+    without = dict(line.split(": ", 1) for line in plain.stdout.splitlines()[1:])
+    waves = block_m // 128
+    assert (facts["spilled bytes"], facts["ptxas notes"]) == ("0", "none")
+    assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == (str(8 * waves), str(2 * waves))
+    # the weight scale's load gone from each warpgroup's loop; without the ring, the next
+    # step's row scales are still loaded there
+    loads = [int(n) for n in facts["LDG in each innermost MMA loop"].split()]
+    loads_without = [int(n) for n in without["LDG in each innermost MMA loop"].split()]
+    assert [n + 1 for n in loads] == loads_without
+    assert not ring or loads == [0, 0]
+    inside = "LDS (32-bit) between a slot's wait and a release"
+    assert int(facts[inside]) - int(without[inside]) == 2  # one a warpgroup's step
+    loops = [int(size) for size in facts["instructions in each innermost MMA loop"].split()]
+    loops_without = without["instructions in each innermost MMA loop"].split()
+    assert len(loops) == 2 and all(a < int(b) for a, b in zip(loops, loops_without, strict=True))
+
+
 @pytest.mark.parametrize("stages", [4, 3])
 def test_the_wide_tiles_rescale_each_block_once_and_serialise_nothing(stages):
     """128 x 192 tiles (kernels/dense/w8a8_wide.py): each warpgroup's K step is a 128-wide

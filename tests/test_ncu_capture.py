@@ -208,9 +208,10 @@ def test_dense_target_checks_then_marks_one_gemm_per_m():
     with pytest.raises(WorkbenchError, match="'w8a8' has no parameter swap_ab; .*ring_scales, .*"
                        "wide_tiles"):  # fmt: skip
         run_target(cpu_args("dense", "w8a8", swap_ab=True))
-    # ring_scales and wide_tiles are the wgmma kernel's: accepted and handed on, each is refused
-    # where that kernel does not run (on the CPU, at 20 rows), with the kernel's own message
-    for option in ("ring_scales", "wide_tiles"):
+    # ring_scales, wide_tiles and staged_weight_scales are the wgmma kernel's: accepted and
+    # handed on, each is refused where that kernel does not run (on the CPU, at 20 rows), with
+    # the kernel's own message
+    for option in ("ring_scales", "wide_tiles", "staged_weight_scales"):
         with pytest.raises(ValueError, match=f"{option}=True is an option of the wgmma kernel"):
             run_target(cpu_args("dense", "w8a8", (20,), **{option: True}), log=lambda line: None)
     with pytest.raises(WorkbenchError, match="'w8a16': block_k=16 must be at least 32"):

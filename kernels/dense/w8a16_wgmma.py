@@ -83,6 +83,7 @@ from kernels.dense.w8a8_wgmma import (
     descriptor,
     released_slot,
     supported,
+    threads_barrier,
 )
 from kernels.dequant import E4M3_BITS_SCALE, E4M3_TO_BF16_PTX
 from kernels.moe.routing import planned_sms
@@ -115,8 +116,6 @@ _STORED = gl.constexpr(gl.DistributedLinearLayout(
     reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [8, 0], [0, 64]],
     lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
     warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[WG_ROWS, BLOCK_K]))  # fmt: skip
-# The threads' barrier: Triton 3.6's Gluon calls it thread_barrier, 3.7's barrier.
-_threads_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
 
 
 @gluon.jit
@@ -304,7 +303,7 @@ def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scal
         inside = (n < N)[:, None] & (t < M)[None, :]
         sums = sums_ptr + group.to(gl.int64) * N * M + n.to(gl.int64)[:, None] * M + t[None, :]
         gl.atomic_add(sums, acc, mask=inside, sem="relaxed")  # added in L2; no value comes back
-        _threads_barrier()  # every thread's sums before the count (acq_rel releases them)
+        threads_barrier()  # every thread's sums before the count (acq_rel releases them)
         tile = (group * gl.num_programs(0) + gl.program_id(0)) * gl.num_programs(1)
         lock = locks_ptr + (tile + gl.program_id(1)) * 2 + WARPGROUP
         if gl.atomic_add(lock, 1, sem="acq_rel") == splits - 1:
@@ -369,7 +368,7 @@ def _w8a16_wgmma_kernel(
     if PDL:
         let_next_grid_launch()  # all programs resident: the next grid may take the SMs left
     scale_buf = _staged_scales(scales)
-    _threads_barrier()  # the scales in shared memory before either warpgroup reads them
+    threads_barrier()  # the scales in shared memory before either warpgroup reads them
     args = (
         x_desc,
         w_desc,

@@ -110,6 +110,7 @@ def linear_w8a8(
     wgmma: bool | None = None,
     ring_scales: bool | None = None,
     wide_tiles: bool | None = None,
+    staged_weight_scales: bool = False,
     **options: int | None,
 ) -> Tensor:
     """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
@@ -134,7 +135,9 @@ def linear_w8a8(
     and it can: the row scales where TMA can copy them (M a multiple of 4, or one K block) and
     num_stages is left to the kernel, the wide tiles unless block_m or block_n is set. Both
     together took the layer 4-6% less time at 1,024, 4,096 and 16,384 rows in one A/B run
-    (raw/ab-dense-20261205T102702, an H100).
+    (raw/ab-dense-20261205T102702, an H100). `staged_weight_scales` is the Gluon kernel's too
+    (`gemm_w8a8_wgmma`: a tile's weight scales in shared memory, loaded a tile ahead), refused
+    where it does not run.
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -162,7 +165,9 @@ def linear_w8a8(
     tiles_chosen = bool(options.get("block_m") or options.get("block_n"))  # not for wide_tiles
     if wide_tiles is None:
         wide_tiles = wgmma and not tiles_chosen
-    for name, asked in (("ring_scales", ring_scales), ("wide_tiles", wide_tiles)):
+    gluon_options = (("ring_scales", ring_scales), ("wide_tiles", wide_tiles),
+                     ("staged_weight_scales", staged_weight_scales))  # fmt: skip
+    for name, asked in gluon_options:
         if asked and not wgmma:  # asked for, it would be ignored: say so
             raise ValueError(
                 f"{name}=True is an option of the wgmma kernel, which does not run here: it "
@@ -188,7 +193,8 @@ def linear_w8a8(
                                       options.get("num_stages"))  # fmt: skip
             return gemm_w8a8_wgmma(values, scales, weights, x.dtype, tiles.block_n,
                                    options.get("num_stages"), block_m=options.get("block_m"),
-                                   ring_scales=ring_scales)  # fmt: skip
+                                   ring_scales=ring_scales,
+                                   staged_weight_scales=staged_weight_scales)  # fmt: skip
     if tma is None:
         tma = prefill
     if paired_k is None:

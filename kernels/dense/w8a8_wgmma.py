@@ -262,6 +262,44 @@ def _weight_scale(sw_ptr, block_n, k_step, ok, stride_swn, stride_swk):
     return gl.load(sw_ptr + block_n * stride_swn + k_step * stride_swk, mask=ok, other=0.0)
 
 
+# The threads' barrier (a partition's own inside one): Triton 3.6's Gluon (the H200 image's)
+# calls it thread_barrier, 3.7's barrier. The Gluon W8A16 and MoE INT4 kernels share it.
+threads_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+_ONE: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])  # a vector over a warpgroup
+_FLAT: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+
+
+@gluon.jit
+def _tile_weight_scales(sw_ptr, tile, tiles_m, tiles_n, k_steps, ok, stride_swn, stride_swk,
+                        SCALE_STEPS: gl.constexpr, BLOCK_N: gl.constexpr,
+                        BLOCK_K: gl.constexpr):  # fmt: skip
+    """The loads of tile `tile`'s weight scales, one a K step (a tile lies in one weight block),
+    a register a thread: issued a tile ahead, they arrive while the tile before runs."""
+    _, pid_n = _tile_of(tile, tiles_m, tiles_n)
+    step = gl.arange(0, SCALE_STEPS, layout=_ONE)
+    block = pid_n * BLOCK_N // BLOCK_K
+    return gl.load(sw_ptr + block * stride_swn + step * stride_swk, mask=(step < k_steps) & ok,
+                   other=0.0)  # fmt: skip
+
+
+@gluon.jit
+def _staged_weight_scales(sw_buf, values):
+    """A tile's weight scales (`_tile_weight_scales`) in the warpgroup's shared buffer, once
+    its reads of the tile before are done: each K step then reads its own with one broadcast
+    shared load (`_step_weight_scale`), not a global load a step ahead."""
+    threads_barrier()  # the warpgroup's reads of the tile before
+    sw_buf.store(values)
+    threads_barrier()
+
+
+@gluon.jit
+def _step_weight_scale(sw_buf, k_step):
+    """K step `k_step`'s weight scale from the warpgroup's staged buffer."""
+    SCALE_STEPS: gl.constexpr = sw_buf.type.shape[0]
+    steps = sw_buf._reinterpret(gl.float32, [SCALE_STEPS, 1], _FLAT)
+    return gl.sum(steps.index(k_step).load(_ONE), axis=0)
+
+
 @gluon.jit
 def multiply_slot(a_ring, w_ring, ready, slot, step, product, WARPGROUP: gl.constexpr):
     """The wgmma in flight: wait for the copy of this program's ring step `step` into `slot`,
@@ -275,8 +313,8 @@ def multiply_slot(a_ring, w_ring, ready, slot, step, product, WARPGROUP: gl.cons
 
 
 @gluon.jit
-def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sa_ptr,
-              sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
+def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sw_bufs,
+              sa_ptr, sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
               stride_swk, WARPGROUP: gl.constexpr):  # fmt: skip
     """Rows 64 WARPGROUP + [0, 64) of every 128-row wave of every tile this program owns.
 
@@ -290,12 +328,15 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_r
     product into the wave's accumulator with the scales loaded a step before (an L2 round
     trip a step, otherwise exposed). With a scale ring (not the kernel's stand-in), the
     step's row scales came with its slot and are read from shared memory while the wgmma
-    runs; the weight scale is still loaded a step ahead. The load warp (`_loads`) refills the
-    ring. The two warpgroups share no barrier besides the ring's, so one rescales while the
-    other's wgmma holds the tensor cores: the overlap a single warpgroup cannot get, because
-    ptxas serialises its wgmmas when any instruction reads an accumulator while one is in
-    flight (ptxas info C7514). A finished wave leaves through this warpgroup's staging buffer
-    by a TMA store, which clips rows and columns past the output's edge.
+    runs. With staged weight scales (`sw_bufs` two buffers, not a stand-in of one), a tile's
+    weight scales are loaded a tile ahead into registers and stored in the warpgroup's shared
+    buffer as the tile starts, as DeepGEMM's math warps do; else each is loaded a step ahead from
+    global memory. The load warp (`_loads`) refills the ring. The two warpgroups share no
+    barrier besides the ring's, so one rescales while the other's wgmma holds the tensor
+    cores: the overlap a single warpgroup cannot get, because ptxas serialises its wgmmas when
+    any instruction reads an accumulator while one is in flight (ptxas info C7514). A finished
+    wave leaves through this warpgroup's staging buffer by a TMA store, which clips rows and
+    columns past the output's edge.
     """
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -305,6 +346,8 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_r
     TWO_WAVES: gl.constexpr = BLOCK_M == 2 * WAVE
     SLOTS: gl.constexpr = a_ring.type.shape[0]
     RING: gl.constexpr = sa_ring.type.shape[2] > 1  # a scale ring, not the stand-in
+    STAGED: gl.constexpr = sw_bufs.type.shape[0] > 1  # staged weight scales, not the stand-in
+    SCALE_STEPS: gl.constexpr = sw_bufs.type.shape[0] // 2
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32]
     )
@@ -312,15 +355,27 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_r
     row_offsets = WARPGROUP * WG_ROWS + gl.arange(0, WG_ROWS, layout=row_layout)
     y_buf = y_bufs.index(WARPGROUP)
     product = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)
+    if STAGED:
+        sw_buf = sw_bufs.slice(WARPGROUP * SCALE_STEPS, SCALE_STEPS)
+        tile_sw = _tile_weight_scales(sw_ptr, gl.program_id(0), tiles_m, tiles_n, k_steps, True,
+                                      stride_swn, stride_swk, SCALE_STEPS, BLOCK_N,
+                                      BLOCK_K)  # fmt: skip
     step = 0
     for t in range(my_tiles):
-        pid_m, pid_n = _tile_of(gl.program_id(0) + t * gl.num_programs(0), tiles_m, tiles_n)
+        tile = gl.program_id(0) + t * gl.num_programs(0)
+        pid_m, pid_n = _tile_of(tile, tiles_m, tiles_n)
         rows = pid_m * BLOCK_M + row_offsets
         weight_block = pid_n * BLOCK_N // BLOCK_K
         if not RING:
             sa = _row_scales(sa_ptr, rows, 0, True, M, stride_sak)
             sa_2 = _row_scales(sa_ptr, rows + WAVE, 0, TWO_WAVES, M, stride_sak)
-        sw = _weight_scale(sw_ptr, weight_block, 0, True, stride_swn, stride_swk)
+        if STAGED:
+            _staged_weight_scales(sw_buf, tile_sw)
+            tile_sw = _tile_weight_scales(sw_ptr, tile + gl.num_programs(0), tiles_m, tiles_n,
+                                          k_steps, t + 1 < my_tiles, stride_swn, stride_swk,
+                                          SCALE_STEPS, BLOCK_N, BLOCK_K)  # fmt: skip
+        else:
+            sw = _weight_scale(sw_ptr, weight_block, 0, True, stride_swn, stride_swk)
         acc = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)
         acc_2 = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)  # the second wave's
         for k_step in range(k_steps):
@@ -334,8 +389,11 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_r
                                             row_layout)  # fmt: skip
             else:
                 next_sa = _row_scales(sa_ptr, rows, k_step + 1, more, M, stride_sak)
-            next_sw = _weight_scale(sw_ptr, weight_block, k_step + 1, more, stride_swn,
-                                    stride_swk)  # fmt: skip
+            if STAGED:
+                sw = _step_weight_scale(sw_buf, k_step)
+            else:
+                next_sw = _weight_scale(sw_ptr, weight_block, k_step + 1, more, stride_swn,
+                                        stride_swk)  # fmt: skip
             product = warpgroup_mma_wait(num_outstanding=0, deps=(running,))
             if TWO_WAVES:
                 acc += product * (sa * sw)[:, None]
@@ -357,7 +415,8 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_r
                 acc += product * (sa * sw)[:, None]
             if not RING:
                 sa = next_sa
-            sw = next_sw
+            if not STAGED:
+                sw = next_sw
             step += 1
         _store_wave(y_desc, y_buf, acc, pid_m * BLOCK_M + WARPGROUP * WG_ROWS, pid_n * BLOCK_N)
         if TWO_WAVES:
@@ -379,7 +438,7 @@ def _store_wave(y_desc, y_buf, acc, row, column):
 @gluon.jit
 def _w8a8_wgmma_kernel(
     a_desc, w_desc, y_desc, sa_desc, sa_ptr, sw_ptr, M, N, K, stride_sak, stride_swn,
-    stride_swk, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    stride_swk, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, SCALE_STEPS: gl.constexpr = 0,
 ):  # fmt: skip
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -396,13 +455,17 @@ def _w8a8_wgmma_kernel(
     else:  # the row scales with each slot (`ring_scales`)
         sa_ring = allocate_scale_ring(sa_desc, STAGES)
         sa_box = sa_desc
+    if SCALE_STEPS == 0:  # the weight scales from global memory, a step ahead (the stand-in)
+        sw_bufs = gl.allocate_shared_memory(gl.float32, [1], _FLAT)
+    else:  # a buffer of a tile's weight scales a warpgroup (`staged_weight_scales`)
+        sw_bufs = gl.allocate_shared_memory(gl.float32, [2 * SCALE_STEPS], _FLAT)
 
     tiles_m = gl.cdiv(M, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)
     k_steps = gl.cdiv(K, BLOCK_K)
     my_tiles = gl.cdiv(tiles_m * tiles_n - gl.program_id(0), gl.num_programs(0))
-    args = (a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sa_ptr,
-            sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
+    args = (a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sw_bufs,
+            sa_ptr, sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
             stride_swk)  # fmt: skip
     loads = (a_desc, w_desc, a_ring, w_ring, ready, empty, k_steps, my_tiles, tiles_m, tiles_n,
              sa_box, sa_ring)  # fmt: skip
@@ -411,22 +474,22 @@ def _w8a8_wgmma_kernel(
 
 
 @gluon.jit
-def _top_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sa_ptr,
-              sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
+def _top_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sw_bufs,
+              sa_ptr, sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
               stride_swk):  # fmt: skip
     """Warpgroup 0 (the default partition): each wave's first 64 rows."""
-    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sa_ptr,
-              sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
+    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sw_bufs,
+              sa_ptr, sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
               stride_swk, 0)  # fmt: skip
 
 
 @gluon.jit
 def _bottom_rows(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring,
-                 sa_ptr, sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak,
+                 sw_bufs, sa_ptr, sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak,
                  stride_swn, stride_swk):  # fmt: skip
     """Warpgroup 1 (a worker partition): each wave's last 64 rows."""
-    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sa_ptr,
-              sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
+    _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_ring, sw_bufs,
+              sa_ptr, sw_ptr, M, k_steps, my_tiles, tiles_m, tiles_n, stride_sak, stride_swn,
               stride_swk, 1)  # fmt: skip
 
 
@@ -523,6 +586,12 @@ def scale_descriptor(scales: Tensor, block_m: int) -> TensorDescriptor:
     return TensorDescriptor.from_tensor(in_memory, [1, block_m], SCALE_BOX_LAYOUT)
 
 
+def weight_scale_steps(k: int) -> int:
+    """The slots of a warpgroup's buffer of a tile's weight scales (`staged_weight_scales`),
+    one a K step: a power of two (Gluon's shared allocations take no other sides)."""
+    return triton.next_power_of_2(triton.cdiv(k, BLOCK))
+
+
 def staging_bytes(block_n: int, out_dtype: torch.dtype) -> int:
     """Shared memory the two warpgroups' staging buffers take: 64 x block_n outputs each."""
     return 2 * (ROWS // 2) * block_n * torch.finfo(out_dtype).bits // 8
@@ -575,6 +644,7 @@ def gemm_w8a8_wgmma(
     consumer_regs: int = MAX_CONSUMER_REGS,
     block_m: int | None = None,
     ring_scales: bool = False,
+    staged_weight_scales: bool = False,
 ) -> Tensor:
     """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
     (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks.
@@ -586,7 +656,9 @@ def gemm_w8a8_wgmma(
     as fit beside the row scales). `ring_scales` brings each K step's row scales into its ring
     slot by TMA with the operands (`scale_descriptor`: M a multiple of 4 where K has several
     blocks), where the warpgroups read them from shared memory, instead of from global memory
-    a step ahead."""
+    a step ahead. `staged_weight_scales` keeps a tile's weight scales in shared memory, a
+    buffer a warpgroup (`weight_scale_steps`), loaded a tile ahead, instead of loading each a
+    step ahead from global memory."""
     check_tma_inputs("wgmma", scales, weights)
     if block_n not in (32, 64, 128):
         raise ValueError(f"block_n must be 32, 64 or 128 (a power of two no wider than a "
@@ -601,7 +673,8 @@ def gemm_w8a8_wgmma(
         raise ValueError(f"block_m must be {ROWS} or {2 * ROWS} (one or two waves of two "
                          f"warpgroups' 64 rows), got {block_m}.")  # fmt: skip
     slot = (block_m + block_n) * BLOCK + (4 * block_m if ring_scales else 0)  # FP8: a byte each
-    staging = staging_bytes(block_n, out_dtype)
+    scale_steps = weight_scale_steps(k) if staged_weight_scales else 0
+    staging = staging_bytes(block_n, out_dtype) + 2 * 4 * scale_steps
     tile = f"{block_m} x {block_n} tiles{' and ring_scales' if ring_scales else ''}"
     num_stages = ring_stages(num_stages, DEFAULT_STAGES.get(block_m, 3), slot, staging, tile)
     check_consumer_regs(consumer_regs)
@@ -614,6 +687,6 @@ def gemm_w8a8_wgmma(
         _w8a8_wgmma_kernel, (programs,), descriptor(values, [block_m, BLOCK]),
         descriptor(weights.values, [block_n, BLOCK]), descriptor(y, [ROWS // 2, block_n]),
         sa_desc, scales, weights.scales, m, n, k, scales.stride(1), *weights.scales.stride(),
-        STAGES=num_stages, CONSUMER_REGS=consumer_regs, num_warps=4,
+        STAGES=num_stages, CONSUMER_REGS=consumer_regs, SCALE_STEPS=scale_steps, num_warps=4,
     )  # fmt: skip
     return y

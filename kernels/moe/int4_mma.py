@@ -104,7 +104,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from kernels.compiled import launch
-from kernels.dense.w8a8_wgmma import supported
+from kernels.dense.w8a8_wgmma import supported, threads_barrier
 from kernels.dequant import INT4_TO_BIASED_BF16_PTX
 from kernels.moe.formats import MoeWeights
 from kernels.moe.launch import Tiles, run_pipeline
@@ -114,8 +114,6 @@ from kernels.moe.w8a8_wgmma import row_table
 if TYPE_CHECKING:  # flat imports this module
     from kernels.moe.flat import FlatLayout
 
-# The CTA barrier: Triton 3.6 (the H200 image's) names it thread_barrier, 3.7 barrier.
-_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
 ROWS = 8  # token rows a tile: the MMA's N
 BLOCK_K = 128  # K values a step: one INT4 group, 64 packed bytes a weight row
@@ -348,7 +346,7 @@ def _int4_mma_kernel(
             # Every warp has read the slot: one thread refills it with the step STAGES on. One
             # program owns the ring, so a CTA barrier does what a barrier of empty slots
             # would, and Gluon puts fewer CTA barriers around it (5 a step before, with one).
-            _cta_barrier()
+            threads_barrier()
             fence_async_shared()  # the slot's reads before the TMA writes it again
             cursor = _refill(cursor, refills)
             bias = _bias(x_lo, x_hi, BLOCK_N, w_layout, mma)
