@@ -12,12 +12,17 @@ def run(*args: str, interpret: bool = False):
     return run_compile_script("dense_wgmma_sass.py", *args, interpret=interpret)
 
 
+def facts_of(done) -> dict[str, str]:
+    """The script's "name: value" lines (after its heading) of a finished run."""
+    return dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+
+
 @pytest.mark.parametrize(("block_m", "block_n", "stages"), [(128, 128, 4), (128, 64, 6),
                                                               (256, 128, 4)])  # fmt: skip
 def test_each_warpgroup_waits_once_a_wave_and_nothing_is_serialised(block_m, block_n, stages):
     done = run("--block-m", str(block_m), "--block-n", str(block_n), "--stages", str(stages))
     assert done.returncode == 0, done.stderr
-    facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+    facts = facts_of(done)
     assert facts["spilled bytes"] == "0"
     assert facts["ptxas notes"] == "none"  # no C7514 / C7512: ptxas kept the wgmmas async
     # two warpgroups, each a K step's four m64nNk32 FP8 wgmmas a wave as one group with one
@@ -48,8 +53,8 @@ def test_ring_scales_come_by_tma_and_are_read_from_shared_memory(block_m, stages
     ring = run(*args, "--ring-scales")
     plain = run(*args)
     assert ring.returncode == 0 and plain.returncode == 0, ring.stderr + plain.stderr
-    facts = dict(line.split(": ", 1) for line in ring.stdout.splitlines()[1:])
-    without = dict(line.split(": ", 1) for line in plain.stdout.splitlines()[1:])
+    facts = facts_of(ring)
+    without = facts_of(plain)
     waves = block_m // 128
     assert (facts["spilled bytes"], facts["ptxas notes"]) == ("0", "none")
     assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == (str(8 * waves), str(2 * waves))
@@ -73,8 +78,8 @@ def test_staged_weight_scales_leave_no_global_load_in_the_k_loop(block_m, stages
     args = ["--block-m", str(block_m), "--stages", str(stages), *(["--ring-scales"] * ring)]
     staged, plain = run(*args, "--staged-weight-scales"), run(*args)
     assert staged.returncode == 0 and plain.returncode == 0, staged.stderr + plain.stderr
-    facts = dict(line.split(": ", 1) for line in staged.stdout.splitlines()[1:])
-    without = dict(line.split(": ", 1) for line in plain.stdout.splitlines()[1:])
+    facts = facts_of(staged)
+    without = facts_of(plain)
     waves = block_m // 128
     assert (facts["spilled bytes"], facts["ptxas notes"]) == ("0", "none")
     assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == (str(8 * waves), str(2 * waves))
@@ -100,7 +105,7 @@ def test_the_wide_tiles_rescale_each_block_once_and_serialise_nothing(stages):
     one); 168 registers a thread, no spills, nothing serialised."""
     done = run("--kernel", "w8a8-wide", "--stages", str(stages))
     assert done.returncode == 0, done.stderr
-    facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+    facts = facts_of(done)
     assert (facts["spilled bytes"], facts["ptxas notes"]) == ("0", "none")
     assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == ("16", "2")
     assert facts["QGMMA shapes"] == "64x128x32 x8, 64x64x32 x8"
@@ -127,7 +132,7 @@ def test_the_w8a16_kernels_wgmmas_stay_in_flight_and_nothing_is_serialised(block
     args = ["--kernel", "w8a16", "--block-t", str(block_t), "--stages", str(stages)]
     done = run(*args, *(["--split"] if split else []))
     assert done.returncode == 0, done.stderr
-    facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+    facts = facts_of(done)
     assert facts["spilled bytes"] == "0"
     assert facts["ptxas notes"] == "none"
     assert facts["HGMMA"] == str(2 * 8 * (1 + 2 + 1))  # two warpgroups; peeled, loop, tail
@@ -142,7 +147,7 @@ def test_the_w8a16_kernel_with_pdl_waits_after_its_first_weight_copy(pdl):
     neither waits nor lets the next grid launch early."""
     done = run("--kernel", "w8a16", "--split", "--stages", "6", *(["--pdl"] if pdl else []))
     assert done.returncode == 0, done.stderr
-    facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+    facts = facts_of(done)
     assert (facts["spilled bytes"], facts["ptxas notes"]) == ("0", "none")
     assert facts["HGMMA"] == str(2 * 8 * (1 + 2 + 1)) and facts["LDS.128"] == str(2 * 4 * 4)
     waits = ("1", "1", "1") if pdl else ("0", "0", "0")
@@ -160,7 +165,7 @@ def test_the_w8a16_kernel_capped_for_two_blocks_an_sm_serialises_its_wgmmas():
     done = run("--kernel", "w8a16", "--split", "--stages", "3", "--consumer-regs", "128",
                "--max-registers", "128")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+    facts = facts_of(done)
     assert (facts["registers"], facts["spilled bytes"]) == ("128", "0")
     assert "C7511" in facts["ptxas notes"].split()
 
@@ -179,7 +184,7 @@ def test_the_moe_down_kernels_wgmmas_are_one_group_a_step_and_nothing_is_seriali
     box of h and one of the weights a step."""
     done = run("--kernel", "moe-down", "--stages", "4")
     assert done.returncode == 0, done.stderr
-    facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+    facts = facts_of(done)
     assert facts["spilled bytes"] == "0"
     assert facts["ptxas notes"] == "none"
     assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == ("16", "4")
@@ -195,7 +200,7 @@ def test_the_moe_bf16_kernels_keep_a_step_of_wgmmas_in_flight(kernel, copies):
     a thread; no spills and nothing serialised."""
     done = run("--kernel", kernel, "--stages", "4")
     assert done.returncode == 0, done.stderr
-    facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+    facts = facts_of(done)
     assert facts["spilled bytes"] == "0"
     assert facts["ptxas notes"] == "none"
     assert (facts["HGMMA"], facts["WARPGROUP.DEPBAR"]) == ("32", "6")
@@ -209,7 +214,7 @@ def test_the_moe_w8a8_gate_up_kernel_rescales_each_box_and_gathers_its_rows():
     spills and nothing serialised."""
     done = run("--kernel", "moe-w8a8-gate-up", "--stages", "4")
     assert done.returncode == 0, done.stderr
-    facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+    facts = facts_of(done)
     assert facts["spilled bytes"] == "0"
     assert facts["ptxas notes"] == "none"
     assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"], facts["LDGSTS.128"]) == ("16", "4", "8")
@@ -226,7 +231,7 @@ def test_the_moe_int4_decode_kernels_convert_each_word_as_loaded(kernel, mmas):
     # for the four programs an SM the host launches (4 x 128 threads x 128)
     done = run("--kernel", kernel, "--stages", "4")
     assert done.returncode == 0, done.stderr
-    facts = dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
+    facts = facts_of(done)
     assert facts["HMMA"] == mmas
     assert facts["byte PRMT"] == "0"
     assert facts["bf16 FMA"] == "0"
