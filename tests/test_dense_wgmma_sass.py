@@ -17,6 +17,13 @@ def facts_of(done) -> dict[str, str]:
     return dict(line.split(": ", 1) for line in done.stdout.splitlines()[1:])
 
 
+def with_and_without(args: list[str], flag: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The facts of the kernel compiled with `flag` and without it, both compiled."""
+    given, plain = run(*args, flag), run(*args)
+    assert given.returncode == 0 and plain.returncode == 0, given.stderr + plain.stderr
+    return facts_of(given), facts_of(plain)
+
+
 @pytest.mark.parametrize(("block_m", "block_n", "stages"), [(128, 128, 4), (128, 64, 6),
                                                               (256, 128, 4)])  # fmt: skip
 def test_each_warpgroup_waits_once_a_wave_and_nothing_is_serialised(block_m, block_n, stages):
@@ -50,11 +57,7 @@ def test_ring_scales_come_by_tma_and_are_read_from_shared_memory(block_m, stages
     scale's (a tile's first step and each next one, in each warpgroup), where without the
     ring the row scales are loaded too. The wgmmas are grouped and waited for as without."""
     args = ["--block-m", str(block_m), "--stages", str(stages)]
-    ring = run(*args, "--ring-scales")
-    plain = run(*args)
-    assert ring.returncode == 0 and plain.returncode == 0, ring.stderr + plain.stderr
-    facts = facts_of(ring)
-    without = facts_of(plain)
+    facts, without = with_and_without(args, "--ring-scales")
     waves = block_m // 128
     assert (facts["spilled bytes"], facts["ptxas notes"]) == ("0", "none")
     assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == (str(8 * waves), str(2 * waves))
@@ -76,10 +79,7 @@ def test_staged_weight_scales_leave_no_global_load_in_the_k_loop(block_m, stages
     in the ring no global load is left in either warpgroup's K loop; the wgmmas are grouped
     and waited for as without, nothing spills, and the step is shorter."""
     args = ["--block-m", str(block_m), "--stages", str(stages), *(["--ring-scales"] * ring)]
-    staged, plain = run(*args, "--staged-weight-scales"), run(*args)
-    assert staged.returncode == 0 and plain.returncode == 0, staged.stderr + plain.stderr
-    facts = facts_of(staged)
-    without = facts_of(plain)
+    facts, without = with_and_without(args, "--staged-weight-scales")
     waves = block_m // 128
     assert (facts["spilled bytes"], facts["ptxas notes"]) == ("0", "none")
     assert (facts["QGMMA"], facts["WARPGROUP.DEPBAR"]) == (str(8 * waves), str(2 * waves))
