@@ -77,11 +77,14 @@ from kernels.dense.formats import DenseWeights, check_group_inputs, check_linear
 from kernels.dense.k_order import SLICE, has_reordered, reordered
 from kernels.dense.tiles import arrival_counters, kept_sums
 from kernels.dense.w8a8_wgmma import (
+    FLAT_SHARED,
     SHARED_MEMORY,
+    WARPGROUP_VECTOR,
     allocate_ring,
     allocate_staging,
     descriptor,
     released_slot,
+    staged_scale,
     supported,
     threads_barrier,
 )
@@ -106,9 +109,6 @@ MIN_SPLIT_STEPS = 8  # K steps a split takes at least, by default
 EARLY_SLOTS = 1
 MAX_SCALE_STEPS = 256  # K steps a split may have: its scales are kept in shared memory
 _SCALE_BLOCK = gl.constexpr(BLOCK)  # the kernel's view of BLOCK
-# A split's scales spread over a warpgroup's threads (the staging load), and a step's scale
-# read by every thread (one broadcast shared load)
-_ONE: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
 # A warpgroup's 64 x 128 weights of a K step as they lie in the slot (`k_order`): a thread's
 # first 16 registers are one row's 16 contiguous bytes (one 16-byte load), lanes c = 0-3 take
 # the row's four 16-byte pieces of each 64-wide slice, lanes 4-31 and the warps the rows.
@@ -215,7 +215,7 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, i, ready, empty, scale_
     slot = i % SLOTS
     mbarrier.wait(ready.index(slot), (i // SLOTS) & 1)
     w8 = w_ring.index(slot).slice(WARPGROUP * WG_ROWS, WG_ROWS, dim=0).load(_STORED)
-    sw = gl.sum(scale_buf.index(i).load(_ONE), axis=0)
+    sw = staged_scale(scale_buf, i)
     w = _in_k_order(_e4m3_as_bf16(w8) * (sw * E4M3_BITS_SCALE).to(gl.bfloat16), a_layout)
     acc = warpgroup_mma(w, x_ring.index(slot).permute((1, 0)), acc, use_acc=not FIRST,
                         is_async=True)  # fmt: skip
@@ -237,7 +237,7 @@ def _program_scales(s_ptr, group, k_lo, steps, stride_sn, stride_sk, stride_sg,
     """The loads of this program's weight scales, one a K step of its split (a K step is one
     scale block wide, a tile's rows one block high), for `_staged_scales`."""
     scales = s_ptr + group * stride_sg + gl.program_id(0) * stride_sn  # a tile's rows: one block
-    step = gl.arange(0, SCALE_STEPS, layout=_ONE)
+    step = gl.arange(0, SCALE_STEPS, layout=WARPGROUP_VECTOR)
     return gl.load(scales + (k_lo + step) * stride_sk, mask=step < steps, other=0.0)
 
 
@@ -251,10 +251,9 @@ def _staged_scales(values):
     of the warps' samples (Nsight Compute on q_up and o_b at 64 rows,
     `ncu/dense-w8a16-T64-projection*`): the loop's queue of scales moved each load's register
     two steps after it was issued, which waited for the load."""
-    flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
-    buf = gl.allocate_shared_memory(gl.float32, values.shape, flat)
+    buf = gl.allocate_shared_memory(gl.float32, values.shape, FLAT_SHARED)
     buf.store(values)
-    return buf._reinterpret(gl.float32, [values.shape[0], 1], flat)  # a step's scale: .index(i)
+    return buf  # a step's scale: `staged_scale`
 
 
 @gluon.jit

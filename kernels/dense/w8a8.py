@@ -136,9 +136,10 @@ def linear_w8a8(
     num_stages is left to the kernel, the wide tiles unless block_m or block_n is set. Both
     together took the layer 4-6% less time at 1,024, 4,096 and 16,384 rows in one A/B run
     (raw/ab-dense-20261205T102702, an H100). `staged_weight_scales` is the Gluon kernel's too
-    (`gemm_w8a8_wgmma`: a tile's weight scales in shared memory, loaded a tile ahead), refused
-    where it does not run: 0.98x the layer's time at 4,096 rows and 0.93x at 16,384 in one A/B
-    run on the H200 (raw/ab-dense-20261205T125636); off until a bench with the peers has it.
+    (`gemm_w8a8_wgmma`: a tile's weight scales in shared memory, loaded a tile ahead; the wide
+    tiles' GEMMs load theirs a step ahead still), refused where it does not run: 0.98x the
+    layer's time at 4,096 rows and 0.93x at 16,384 in one A/B run on the H200
+    (raw/ab-dense-20261205T125636); off until a bench with the peers has it.
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features

@@ -275,8 +275,9 @@ def _weight_scale(sw_ptr, block_n, k_step, ok, stride_swn, stride_swk):
 # The threads' barrier (a partition's own inside one): Triton 3.6's Gluon (the H200 image's)
 # calls it thread_barrier, 3.7's barrier. The Gluon W8A16 and MoE INT4 kernels share it.
 threads_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
-_ONE: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])  # a vector over a warpgroup
-_FLAT: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+# A vector over a warpgroup's 128 threads, and a plain 1-D shared buffer: the staged scales'
+WARPGROUP_VECTOR: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+FLAT_SHARED: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
 
 
 @gluon.jit
@@ -286,7 +287,7 @@ def _tile_weight_scales(sw_ptr, tile, tiles_m, tiles_n, k_steps, ok, stride_swn,
     """The loads of tile `tile`'s weight scales, one a K step (a tile lies in one weight block),
     a register a thread: issued a tile ahead, they arrive while the tile before runs."""
     _, pid_n = _tile_of(tile, tiles_m, tiles_n)
-    step = gl.arange(0, SCALE_STEPS, layout=_ONE)
+    step = gl.arange(0, SCALE_STEPS, layout=WARPGROUP_VECTOR)
     block = pid_n * BLOCK_N // BLOCK_K
     return gl.load(sw_ptr + block * stride_swn + step * stride_swk, mask=(step < k_steps) & ok,
                    other=0.0)  # fmt: skip
@@ -296,18 +297,19 @@ def _tile_weight_scales(sw_ptr, tile, tiles_m, tiles_n, k_steps, ok, stride_swn,
 def _staged_weight_scales(sw_buf, values):
     """A tile's weight scales (`_tile_weight_scales`) in the warpgroup's shared buffer, once
     its reads of the tile before are done: each K step then reads its own with one broadcast
-    shared load (`_step_weight_scale`), not a global load a step ahead."""
+    shared load (`staged_scale`), not a global load a step ahead."""
     threads_barrier()  # the warpgroup's reads of the tile before
     sw_buf.store(values)
     threads_barrier()
 
 
 @gluon.jit
-def _step_weight_scale(sw_buf, k_step):
-    """K step `k_step`'s weight scale from the warpgroup's staged buffer."""
-    SCALE_STEPS: gl.constexpr = sw_buf.type.shape[0]
-    steps = sw_buf._reinterpret(gl.float32, [SCALE_STEPS, 1], _FLAT)
-    return gl.sum(steps.index(k_step).load(_ONE), axis=0)
+def staged_scale(buf, step):
+    """Step `step`'s scale from a shared buffer of one fp32 scale a K step, with one broadcast
+    shared load. This kernel's staged weight scales and the W8A16 kernel's share it."""
+    STEPS: gl.constexpr = buf.type.shape[0]
+    steps = buf._reinterpret(gl.float32, [STEPS, 1], FLAT_SHARED)
+    return gl.sum(steps.index(step).load(WARPGROUP_VECTOR), axis=0)
 
 
 @gluon.jit
@@ -400,7 +402,7 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_r
             else:
                 next_sa = _row_scales(sa_ptr, rows, k_step + 1, more, M, stride_sak)
             if STAGED:
-                sw = _step_weight_scale(sw_buf, k_step)
+                sw = staged_scale(sw_buf, k_step)
             else:
                 next_sw = _weight_scale(sw_ptr, weight_block, k_step + 1, more, stride_swn,
                                         stride_swk)  # fmt: skip
@@ -466,9 +468,9 @@ def _w8a8_wgmma_kernel(
         sa_ring = allocate_scale_ring(sa_desc, STAGES)
         sa_box = sa_desc
     if SCALE_STEPS == 0:  # the weight scales from global memory, a step ahead (the stand-in)
-        sw_bufs = gl.allocate_shared_memory(gl.float32, [1], _FLAT)
+        sw_bufs = gl.allocate_shared_memory(gl.float32, [1], FLAT_SHARED)
     else:  # a buffer of a tile's weight scales a warpgroup (`staged_weight_scales`)
-        sw_bufs = gl.allocate_shared_memory(gl.float32, [2 * SCALE_STEPS], _FLAT)
+        sw_bufs = gl.allocate_shared_memory(gl.float32, [2 * SCALE_STEPS], FLAT_SHARED)
 
     tiles_m = gl.cdiv(M, BLOCK_M)
     tiles_n = gl.cdiv(N, BLOCK_N)
