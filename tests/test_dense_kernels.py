@@ -376,6 +376,8 @@ def test_the_tma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
 
 # two-wave tiles in a 3-slot ring with the row scales in it and the weight scales staged
 TWO_WAVES_BOTH_SCALES = dict(block_m=256, num_stages=3, ring_scales=True, staged_weight_scales=True)
+# ... with a staging buffer a warpgroup and wave
+PER_WAVE = dict(TWO_WAVES_BOTH_SCALES, staging_per_wave=True)
 
 
 @pytest.mark.gpu
@@ -409,6 +411,13 @@ TWO_WAVES_BOTH_SCALES = dict(block_m=256, num_stages=3, ring_scales=True, staged
         (8192, 2048, 256, {"block_m": 128, "num_stages": 5, "staged_weight_scales": True}),
         (8192, 2048, 512, TWO_WAVES_BOTH_SCALES),
         (4096, 1024, 4096, TWO_WAVES_BOTH_SCALES),
+        # a staging buffer a wave: one tile a program with the second wave's tail, the N and
+        # K tails, and programs storing many tiles in turns through the two buffers
+        (300, 384, 512, PER_WAVE),
+        (1000, 200, 1040, PER_WAVE),
+        (8192, 2048, 512, PER_WAVE),
+        (4096, 1024, 4096, PER_WAVE),
+        (300, 384, 512, {"block_m": 128, "staging_per_wave": True}),  # one wave: as without
     ],
 )
 def test_the_wgmma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
@@ -443,9 +452,10 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
     with pytest.raises(ValueError, match="block_m must be 128 or 256"):
         gemm_w8a8_wgmma(*quantize_activations(x, 128, outer_major=True), weights,
                         torch.bfloat16, block_m=64)  # fmt: skip
-    # ring_scales or staged_weight_scales where the wgmma kernel does not run (80 rows, or
-    # wgmma=False) is refused, not ignored
-    for wgmma, option in itertools.product((False, None), ("ring_scales", "staged_weight_scales")):
+    # the Gluon kernel's own options where it does not run (80 rows, or wgmma=False) are
+    # refused, not ignored
+    gluon_options = ("ring_scales", "staged_weight_scales", "staging_per_wave")
+    for wgmma, option in itertools.product((False, None), gluon_options):
         with pytest.raises(ValueError, match=f"{option}=True is an option of the wgmma kernel, "
                            "which does not run here"):  # fmt: skip
             dense.linear_w8a8(x, weights, wgmma=wgmma, **{option: True})
@@ -459,6 +469,10 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
     with pytest.raises(ValueError, match="and ring_scales needs 229 KB .* use num_stages <= 3"):
         gemm_w8a8_wgmma(*quantised, weights, torch.bfloat16, block_m=256, num_stages=4,
                         ring_scales=True)  # fmt: skip
+    # a staging buffer a wave takes 32 KB more: two-wave tiles then have room for 3 slots, not 4
+    with pytest.raises(ValueError, match="and staging_per_wave needs 257 KB .* num_stages <= 3"):
+        gemm_w8a8_wgmma(*quantised, weights, torch.bfloat16, block_m=256, num_stages=4,
+                        staging_per_wave=True)  # fmt: skip
     # 6 slots of 128 x 128 with the scales would fill 227 KB to the byte, with no room left
     # for the barriers
     with pytest.raises(ValueError, match="use num_stages <= 5"):

@@ -111,6 +111,7 @@ def linear_w8a8(
     ring_scales: bool | None = None,
     wide_tiles: bool | None = None,
     staged_weight_scales: bool | None = None,
+    staging_per_wave: bool = False,
     **options: int | None,
 ) -> Tensor:
     """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
@@ -139,7 +140,10 @@ def linear_w8a8(
     (`gemm_w8a8_wgmma`: a tile's weight scales in shared memory, loaded a tile ahead; the wide
     tiles' GEMMs load theirs a step ahead still), refused where it does not run, and on
     (None) wherever it runs: 0.98x the layer's time at 4,096 rows and 0.93x at 16,384 in one
-    A/B run on the H200 (raw/ab-dense-20261205T125636).
+    A/B run on the H200 (raw/ab-dense-20261205T125636). `staging_per_wave` (the Gluon
+    kernel's, off by default until timed, refused where it does not run) gives each wave of a
+    two-wave tile its own staging buffers, so the second wave's store need not wait for the
+    first's to read them.
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -170,7 +174,8 @@ def linear_w8a8(
     if wide_tiles is None:
         wide_tiles = wgmma and not tiles_chosen
     gluon_options = (("ring_scales", ring_scales), ("wide_tiles", wide_tiles),
-                     ("staged_weight_scales", staged_weight_scales))  # fmt: skip
+                     ("staged_weight_scales", staged_weight_scales),
+                     ("staging_per_wave", staging_per_wave))  # fmt: skip
     for name, asked in gluon_options:
         if asked and not wgmma:  # asked for, it would be ignored: say so
             raise ValueError(
@@ -198,7 +203,8 @@ def linear_w8a8(
             return gemm_w8a8_wgmma(values, scales, weights, x.dtype, tiles.block_n,
                                    options.get("num_stages"), block_m=options.get("block_m"),
                                    ring_scales=ring_scales,
-                                   staged_weight_scales=staged_weight_scales)  # fmt: skip
+                                   staged_weight_scales=staged_weight_scales,
+                                   staging_per_wave=staging_per_wave)  # fmt: skip
     if tma is None:
         tma = prefill
     if paired_k is None:

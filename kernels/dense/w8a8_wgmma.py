@@ -172,9 +172,11 @@ def allocate_ring(a_desc, w_desc, STAGES: gl.constexpr, W_BOXES: gl.constexpr = 
 
 
 @gluon.jit
-def allocate_staging(y_desc):
-    """A staging buffer of y's TMA tile for each of the two warpgroups' stores."""
-    return gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape, y_desc.layout)
+def allocate_staging(y_desc, BUFFERS: gl.constexpr = 2):
+    """Staging buffers of y's TMA tile for the two warpgroups' stores: one each (BUFFERS 2), or
+    one each a wave of a two-wave tile (4: `staging_per_wave`)."""
+    return gl.allocate_shared_memory(y_desc.dtype, [BUFFERS] + y_desc.block_type.shape,
+                                     y_desc.layout)  # fmt: skip
 
 
 # The row scales' ring (`ring_scales`): a K step's fp32 scales of a tile's rows are one TMA box
@@ -348,7 +350,9 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_r
     cores: the overlap a single warpgroup cannot get, because ptxas serialises its wgmmas when
     any instruction reads an accumulator while one is in flight (ptxas info C7514). A finished
     wave leaves through this warpgroup's staging buffer by a TMA store, which clips rows and
-    columns past the output's edge.
+    columns past the output's edge. With a buffer a wave (`staging_per_wave`: four, not two),
+    a two-wave tile's second wave is stored without waiting for the first's store to read its
+    buffer.
     """
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -365,7 +369,10 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_r
     )
     row_layout: gl.constexpr = gl.SliceLayout(1, layout)
     row_offsets = WARPGROUP * WG_ROWS + gl.arange(0, WG_ROWS, layout=row_layout)
+    # stores left in flight before a buffer's reuse: 1 where the waves have a buffer each
+    PENDING: gl.constexpr = y_bufs.type.shape[0] // 2 - 1
     y_buf = y_bufs.index(WARPGROUP)
+    y_buf_2 = y_bufs.index(PENDING * 2 + WARPGROUP)  # the second wave's
     product = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)
     if STAGED:
         sw_buf = sw_bufs.slice(WARPGROUP * SCALE_STEPS, SCALE_STEPS)
@@ -430,18 +437,20 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_r
             if not STAGED:
                 sw = next_sw
             step += 1
-        _store_wave(y_desc, y_buf, acc, pid_m * BLOCK_M + WARPGROUP * WG_ROWS, pid_n * BLOCK_N)
+        _store_wave(y_desc, y_buf, acc, pid_m * BLOCK_M + WARPGROUP * WG_ROWS, pid_n * BLOCK_N,
+                    PENDING)  # fmt: skip
         if TWO_WAVES:
-            _store_wave(y_desc, y_buf, acc_2, pid_m * BLOCK_M + WAVE + WARPGROUP * WG_ROWS,
-                        pid_n * BLOCK_N)  # fmt: skip
+            _store_wave(y_desc, y_buf_2, acc_2, pid_m * BLOCK_M + WAVE + WARPGROUP * WG_ROWS,
+                        pid_n * BLOCK_N, PENDING)  # fmt: skip
     tma.store_wait(pendings=0)
 
 
 @gluon.jit
-def _store_wave(y_desc, y_buf, acc, row, column):
+def _store_wave(y_desc, y_buf, acc, row, column, PENDING: gl.constexpr = 0):
     """Store a warpgroup's finished rows of a wave at (row, column) by TMA, once the buffer's
-    previous store has read it (`store_wait` waits for the reads, not the writes)."""
-    tma.store_wait(pendings=0)
+    previous store has read it (`store_wait` waits for the reads, not the writes): the last
+    store (PENDING 0), or the one before it where the waves alternate two buffers (1)."""
+    tma.store_wait(pendings=PENDING)
     y_buf.store(acc.to(y_desc.dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(y_desc, [row, column], y_buf)
@@ -451,13 +460,14 @@ def _store_wave(y_desc, y_buf, acc, row, column):
 def _w8a8_wgmma_kernel(
     a_desc, w_desc, y_desc, sa_desc, sa_ptr, sw_ptr, M, N, K, stride_sak, stride_swn,
     stride_swk, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, SCALE_STEPS: gl.constexpr = 0,
+    STAGING: gl.constexpr = 2,
 ):  # fmt: skip
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     gl.static_assert((BLOCK_M == 128) | (BLOCK_M == 256), "one or two waves of 128 rows")
     a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES)
-    y_bufs = allocate_staging(y_desc)
+    y_bufs = allocate_staging(y_desc, STAGING)
     if sa_desc is None:  # the row scales from global memory, a step ahead
         # Triton 3.6 hands a partition constexprs as runtime values, and no None: a scale ring
         # of one element tells them there is none, the activations' descriptor stands in for
@@ -604,9 +614,10 @@ def weight_scale_steps(k: int) -> int:
     return triton.next_power_of_2(triton.cdiv(k, BLOCK))
 
 
-def staging_bytes(block_n: int, out_dtype: torch.dtype) -> int:
-    """Shared memory the two warpgroups' staging buffers take: 64 x block_n outputs each."""
-    return 2 * (ROWS // 2) * block_n * torch.finfo(out_dtype).bits // 8
+def staging_bytes(block_n: int, out_dtype: torch.dtype, buffers: int = 2) -> int:
+    """Shared memory the warpgroups' staging buffers take: 64 x block_n outputs each, one a
+    warpgroup (`buffers` 2) or one a warpgroup and wave (4)."""
+    return buffers * (ROWS // 2) * block_n * torch.finfo(out_dtype).bits // 8
 
 
 def ring_stages(num_stages: int | None, default: int, slot: int, staging: int, tile: str) -> int:
@@ -657,6 +668,7 @@ def gemm_w8a8_wgmma(
     block_m: int | None = None,
     ring_scales: bool = False,
     staged_weight_scales: bool = False,
+    staging_per_wave: bool = False,
 ) -> Tensor:
     """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
     (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks.
@@ -670,7 +682,9 @@ def gemm_w8a8_wgmma(
     blocks), where the warpgroups read them from shared memory, instead of from global memory
     a step ahead. `staged_weight_scales` keeps a tile's weight scales in shared memory, a
     buffer a warpgroup (`weight_scale_steps`), loaded a tile ahead, instead of loading each a
-    step ahead from global memory."""
+    step ahead from global memory. `staging_per_wave` gives each wave of a two-wave tile its
+    own staging buffers, so the second wave's store does not wait for the first's to read
+    them (a one-wave tile has one wave and buffers for it alone either way)."""
     check_tma_inputs("wgmma", scales, weights)
     if block_n not in (32, 64, 128):
         raise ValueError(f"block_n must be 32, 64 or 128 (a power of two no wider than a "
@@ -686,9 +700,12 @@ def gemm_w8a8_wgmma(
                          f"warpgroups' 64 rows), got {block_m}.")  # fmt: skip
     slot = (block_m + block_n) * BLOCK + (4 * block_m if ring_scales else 0)  # FP8: a byte each
     scale_steps = weight_scale_steps(k) if staged_weight_scales else 0
-    staging = staging_bytes(block_n, out_dtype) + 2 * 4 * scale_steps
-    tile = (f"{block_m} x {block_n} tiles{' and ring_scales' if ring_scales else ''}"
-            f"{' and staged_weight_scales' if staged_weight_scales else ''}")  # fmt: skip
+    buffers = 4 if staging_per_wave and block_m == 2 * ROWS else 2
+    staging = staging_bytes(block_n, out_dtype, buffers) + 2 * 4 * scale_steps
+    asked = [name for name, on in (("ring_scales", ring_scales),
+                                   ("staged_weight_scales", staged_weight_scales),
+                                   ("staging_per_wave", buffers == 4)) if on]  # fmt: skip
+    tile = " and ".join([f"{block_m} x {block_n} tiles", *asked])
     num_stages = ring_stages(num_stages, DEFAULT_STAGES.get(block_m, 3), slot, staging, tile)
     check_consumer_regs(consumer_regs)
     sa_desc = scale_descriptor(scales, block_m) if ring_scales else None
@@ -700,6 +717,7 @@ def gemm_w8a8_wgmma(
         _w8a8_wgmma_kernel, (programs,), descriptor(values, [block_m, BLOCK]),
         descriptor(weights.values, [block_n, BLOCK]), descriptor(y, [ROWS // 2, block_n]),
         sa_desc, scales, weights.scales, m, n, k, scales.stride(1), *weights.scales.stride(),
-        STAGES=num_stages, CONSUMER_REGS=consumer_regs, SCALE_STEPS=scale_steps, num_warps=4,
+        STAGES=num_stages, CONSUMER_REGS=consumer_regs, SCALE_STEPS=scale_steps, STAGING=buffers,
+        num_warps=4,
     )  # fmt: skip
     return y
