@@ -32,7 +32,7 @@ from workbench.peers import deepgemm
 from workbench.workloads.checks import relative_error
 from workbench.workloads.dense import activations
 
-# name: gemm_w8a8_wgmma options (none: its defaults)
+# name: gemm_w8a8_wgmma options (block_m, block_n, num_stages, ring_scales; none: its defaults)
 SETTINGS = {
     "default": {},
     "m128s5": dict(block_m=128, num_stages=5),
@@ -44,14 +44,6 @@ SETTINGS = {
     "m256s3r": dict(block_m=256, num_stages=3, ring_scales=True),
     # and a tile's weight scales staged in shared memory, loaded a tile ahead
     "m256s3rw": dict(block_m=256, num_stages=3, ring_scales=True, staged_weight_scales=True),
-    # and a staging buffer a warpgroup and wave, so the second wave's store need not wait
-    "m256s3rwp": dict(
-        block_m=256,
-        num_stages=3,
-        ring_scales=True,
-        staged_weight_scales=True,
-        staging_per_wave=True,
-    ),
     # 64-wide tiles: twice the tiles, for projections whose 128-wide ones leave a last round
     # mostly idle (shared_gate_up at M=4096: 288 tiles on 132 SMs)
     "m256n64s5": dict(block_m=256, block_n=64, num_stages=5),

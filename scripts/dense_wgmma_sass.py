@@ -54,12 +54,10 @@ SHAPE = (4096, 2048, 7168)  # (M, N, K): any shape whose rows are 16-byte aligne
 
 
 def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int,
-                   ring_scales: bool = False, staged_weight_scales: bool = False,
-                   staging_per_wave: bool = False):  # fmt: skip
+                   ring_scales: bool = False, staged_weight_scales: bool = False):  # fmt: skip
     """The kernel compiled for sm_90 with host TMA descriptors typed as a launch types them;
     with `ring_scales`, the row scales' descriptor too; with `staged_weight_scales`, a tile's
-    weight scales staged in shared memory for SHAPE's K; with `staging_per_wave`, a staging
-    buffer a warpgroup and wave."""
+    weight scales staged in shared memory for SHAPE's K."""
     m, n, k = SHAPE
     descriptors = {
         "a_desc": w8a8_wgmma.descriptor(torch.empty(m, k, dtype=torch.float8_e4m3fn),
@@ -73,7 +71,6 @@ def compile_kernel(block_m: int, block_n: int, stages: int, consumer_regs: int,
         "STAGES": stages,
         "CONSUMER_REGS": consumer_regs,
         "SCALE_STEPS": w8a8_wgmma.weight_scale_steps(k) if staged_weight_scales else 0,
-        "STAGING": 4 if staging_per_wave else 2,
     }
     if ring_scales:
         scales = torch.empty(k // w8a8_wgmma.BLOCK, m).t()  # token-fastest, as quantised
@@ -308,9 +305,6 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
             sass, r"SYNCS\.PHASECHK\.TRANS64\.TRYWAIT", r"SYNCS\.ARRIVE\.TRANS64\.A1T0", r"\bLDS R"
         ),
         "ldg32": len(re.findall(r"\bLDG\.E(?:\.CONSTANT)? R", sass)),
-        # the waits for TMA stores to read their staging buffers (cp.async.bulk.wait_group.read
-        # N): how many stores each leaves in flight, in program order
-        "store_waits": [int(n, 16) for n in re.findall(r"\bDEPBAR\.LE SB0, (0x[0-9a-f]+)", sass)],
         # PDL: the waits for the grid before (griddepcontrol.wait), the TMA loads issued ahead
         # of the first, and the points that let the next grid launch (launch_dependents)
         "grid_waits": len(re.findall(r"\bACQBULK\b", sass)),
@@ -336,8 +330,6 @@ def main(argv: list[str] | None = None) -> None:
                         help="W8A8: the row scales by TMA with each ring slot")  # fmt: skip
     parser.add_argument("--staged-weight-scales", action="store_true",
                         help="W8A8: a tile's weight scales in shared memory")  # fmt: skip
-    parser.add_argument("--staging-per-wave", action="store_true",
-                        help="W8A8: a staging buffer a warpgroup and wave")  # fmt: skip
     parser.add_argument("--kernel", default="w8a8",
                         choices=("w8a8", "w8a8-wide", "w8a16", "moe-down", "moe-w8a8-gate-up",
                                  "moe-bf16-gate-up", "moe-bf16-down", "moe-int4-gate-up",
@@ -357,11 +349,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.kernel == "w8a8":
         compiled = compile_kernel(args.block_m, args.block_n, args.stages,
                                   args.consumer_regs, args.ring_scales,
-                                  args.staged_weight_scales, args.staging_per_wave)  # fmt: skip
+                                  args.staged_weight_scales)  # fmt: skip
         tile = f"{args.block_m} x {args.block_n} tiles"
         tile += ", row scales in the ring" if args.ring_scales else ""
         tile += ", weight scales staged" if args.staged_weight_scales else ""
-        tile += ", a staging buffer a wave" if args.staging_per_wave else ""
     elif args.kernel == "w8a8-wide":
         compiled = compile_wide(args.stages, args.consumer_regs)
         tile = f"{w8a8_wgmma.ROWS} x {w8a8_wide.WIDTH} tiles"
@@ -410,7 +401,6 @@ def main(argv: list[str] | None = None) -> None:
     print(f"LDS (32-bit) between a slot's wait and a release: {facts['lds32_in_step']}")
     print(f"LDG (32-bit): {facts['ldg32']}")
     print(f"LDG in each innermost MMA loop: {' '.join(map(str, facts['ldg_in_mma_loops']))}")
-    print(f"stores left in flight at each store wait: {' '.join(map(str, facts['store_waits']))}")
     print(f"grid waits (ACQBULK): {facts['grid_waits']}")
     print(f"TMA loads before the wait: {facts['tma_loads_before_wait']}")
     print(f"next-grid launches (PREEXIT): {facts['next_grid_launches']}")

@@ -376,8 +376,6 @@ def test_the_tma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
 
 # two-wave tiles in a 3-slot ring with the row scales in it and the weight scales staged
 TWO_WAVES_BOTH_SCALES = dict(block_m=256, num_stages=3, ring_scales=True, staged_weight_scales=True)
-# ... with a staging buffer a warpgroup and wave
-PER_WAVE = dict(TWO_WAVES_BOTH_SCALES, staging_per_wave=True)
 
 
 @pytest.mark.gpu
@@ -411,13 +409,6 @@ PER_WAVE = dict(TWO_WAVES_BOTH_SCALES, staging_per_wave=True)
         (8192, 2048, 256, {"block_m": 128, "num_stages": 5, "staged_weight_scales": True}),
         (8192, 2048, 512, TWO_WAVES_BOTH_SCALES),
         (4096, 1024, 4096, TWO_WAVES_BOTH_SCALES),
-        # a staging buffer a wave: one tile a program with the second wave's tail, the N and
-        # K tails, and programs storing many tiles in turns through the two buffers
-        (300, 384, 512, PER_WAVE),
-        (1000, 200, 1040, PER_WAVE),
-        (8192, 2048, 512, PER_WAVE),
-        (4096, 1024, 4096, PER_WAVE),
-        (300, 384, 512, {"block_m": 128, "staging_per_wave": True}),  # one wave: as without
     ],
 )
 def test_the_wgmma_w8a8_kernel_computes_w8a8(m, n, k, options, device):
@@ -452,10 +443,9 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
     with pytest.raises(ValueError, match="block_m must be 128 or 256"):
         gemm_w8a8_wgmma(*quantize_activations(x, 128, outer_major=True), weights,
                         torch.bfloat16, block_m=64)  # fmt: skip
-    # the Gluon kernel's own options where it does not run (80 rows, or wgmma=False) are
-    # refused, not ignored
-    gluon_options = ("ring_scales", "staged_weight_scales", "staging_per_wave")
-    for wgmma, option in itertools.product((False, None), gluon_options):
+    # ring_scales or staged_weight_scales where the wgmma kernel does not run (80 rows, or
+    # wgmma=False) is refused, not ignored
+    for wgmma, option in itertools.product((False, None), ("ring_scales", "staged_weight_scales")):
         with pytest.raises(ValueError, match=f"{option}=True is an option of the wgmma kernel, "
                            "which does not run here"):  # fmt: skip
             dense.linear_w8a8(x, weights, wgmma=wgmma, **{option: True})
@@ -469,10 +459,6 @@ def test_the_wgmma_kernel_refuses_what_it_cannot_take(device):
     with pytest.raises(ValueError, match="and ring_scales needs 229 KB .* use num_stages <= 3"):
         gemm_w8a8_wgmma(*quantised, weights, torch.bfloat16, block_m=256, num_stages=4,
                         ring_scales=True)  # fmt: skip
-    # a staging buffer a wave takes 32 KB more: two-wave tiles then have room for 3 slots, not 4
-    with pytest.raises(ValueError, match="and staging_per_wave needs 257 KB .* num_stages <= 3"):
-        gemm_w8a8_wgmma(*quantised, weights, torch.bfloat16, block_m=256, num_stages=4,
-                        staging_per_wave=True)  # fmt: skip
     # 6 slots of 128 x 128 with the scales would fill 227 KB to the byte, with no room left
     # for the barriers
     with pytest.raises(ValueError, match="use num_stages <= 5"):
@@ -741,14 +727,15 @@ def test_the_wide_tiles_go_where_they_fill_the_last_round_better():
     assert wide == {4096: ["shared_gate_up"], 16384: []}
 
 
-def test_linear_w8a8_turns_the_gluon_kernels_options_on_where_they_can_go(monkeypatch, device):
-    """The defaults (ring_scales, wide_tiles and staged_weight_scales None), as the Gluon
-    kernels would be called on an sm_90 GPU (the launches replaced by a record of their
-    arguments): the wide tiles where `prefers_wide` picks them, the row scales in the ring
-    where TMA can copy them and the ring's slots are the kernel's to choose, the weight scales
-    staged wherever the kernel's own tiles run; the ring and the wide tiles not where block_m
-    or num_stages is set (the wide tiles set the one, and a 4-slot two-wave ring has no room
-    for the scales), and none of them where the Gluon kernel does not run."""
+def test_linear_w8a8_turns_the_row_scale_ring_and_wide_tiles_on_where_they_can_go(
+    monkeypatch, device
+):
+    """The defaults (ring_scales and wide_tiles None), as the Gluon kernels would be called
+    on an sm_90 GPU (the launches replaced by a record of their arguments): the wide tiles
+    where `prefers_wide` picks them, the row scales in the ring where TMA can copy them and
+    the ring's slots are the kernel's to choose; neither where block_m or num_stages is set
+    (the wide tiles set the one, and a 4-slot two-wave ring has no room for the scales), nor
+    where the Gluon kernel does not run."""
     calls = []
     monkeypatch.setattr(w8a8, "supported", lambda device: True)
     monkeypatch.setattr(w8a8, "planned_sms", lambda device: 132)
@@ -758,21 +745,20 @@ def test_linear_w8a8_turns_the_gluon_kernels_options_on_where_they_can_go(monkey
                         lambda *args, **options: calls.append(("wide", options)))  # fmt: skip
     monkeypatch.setattr(w8a8, "prefers_wide", lambda m, n, sms: n == 384)
 
-    def called(m: int, n: int, k: int, **options: object) -> tuple[str, object, object]:
+    def called(m: int, n: int, k: int, **options: object) -> tuple[str, bool | None]:
         dense.linear_w8a8(*make(m, n, k, torch.bfloat16, block=128, device=device), **options)
         kernel, kwargs = calls.pop()
-        return kernel, kwargs.get("ring_scales"), kwargs.get("staged_weight_scales")
+        return kernel, kwargs.get("ring_scales")
 
-    assert called(300, 384, 256) == ("wide", None, None)
-    assert called(300, 256, 256) == ("own", True, True)
-    assert called(302, 256, 256) == ("own", False, True)  # 302 rows: TMA cannot copy their scales
-    assert called(302, 256, 128) == ("own", True, True)  # one K block: no second row to align
-    assert called(300, 256, 256, num_stages=4) == ("own", False, True)
-    assert called(300, 384, 256, block_m=256) == ("own", True, True)  # block_m: its own tiles
-    assert called(300, 384, 256, ring_scales=False, wide_tiles=False,
-                  staged_weight_scales=False) == ("own", False, False)  # fmt: skip
+    assert called(300, 384, 256) == ("wide", None)
+    assert called(300, 256, 256) == ("own", True)
+    assert called(302, 256, 256) == ("own", False)  # 302 rows: TMA cannot copy their scales
+    assert called(302, 256, 128) == ("own", True)  # one K block: no second row to align
+    assert called(300, 256, 256, num_stages=4) == ("own", False)
+    assert called(300, 384, 256, block_m=256) == ("own", True)  # block_m: the kernel's tiles
+    assert called(300, 384, 256, ring_scales=False, wide_tiles=False) == ("own", False)
     dense.linear_w8a8(*make(300, 384, 256, torch.bfloat16, block=128, device=device), wgmma=False)
-    assert not calls  # the TMA kernel ran, taking none of them
+    assert not calls  # the TMA kernel ran, taking neither
 
 
 def test_the_wide_tiles_are_refused_where_they_cannot_run(device):

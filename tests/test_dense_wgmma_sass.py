@@ -96,21 +96,6 @@ def test_staged_weight_scales_leave_no_global_load_in_the_k_loop(block_m, stages
     assert len(loops) == 2 and all(a < int(b) for a, b in zip(loops, loops_without, strict=True))
 
 
-def test_staging_per_wave_lets_the_second_wave_store_while_the_first_is_read():
-    """`staging_per_wave`: a two-wave tile's waves alternate two staging buffers a warpgroup,
-    so the wait before each wave's store (for its buffer's last store to have read it) leaves
-    the other wave's store in flight; only the waits at the end drain every store. Nothing
-    else changes: the same K loops, registers and wgmma groups."""
-    args = ["--block-m", "256", "--stages", "3", "--ring-scales", "--staged-weight-scales"]
-    facts, without = with_and_without(args, "--staging-per-wave")
-    waits = "stores left in flight at each store wait"
-    assert without[waits].split() == ["0"] * 6  # two waves' stores and the end, a warpgroup
-    assert sorted(facts[waits].split()) == ["0", "0", "1", "1", "1", "1"]
-    for fact in ("registers", "spilled bytes", "ptxas notes", "QGMMA", "WARPGROUP.DEPBAR",
-                 "instructions in each innermost MMA loop"):  # fmt: skip
-        assert facts[fact] == without[fact], fact
-
-
 @pytest.mark.parametrize("stages", [4, 3])
 def test_the_wide_tiles_rescale_each_block_once_and_serialise_nothing(stages):
     """128 x 192 tiles (kernels/dense/w8a8_wide.py): each warpgroup's K step is a 128-wide

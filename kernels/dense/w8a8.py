@@ -110,8 +110,7 @@ def linear_w8a8(
     wgmma: bool | None = None,
     ring_scales: bool | None = None,
     wide_tiles: bool | None = None,
-    staged_weight_scales: bool | None = None,
-    staging_per_wave: bool = False,
+    staged_weight_scales: bool = False,
     **options: int | None,
 ) -> Tensor:
     """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
@@ -138,12 +137,9 @@ def linear_w8a8(
     together took the layer 4-6% less time at 1,024, 4,096 and 16,384 rows in one A/B run
     (raw/ab-dense-20261205T102702, an H100). `staged_weight_scales` is the Gluon kernel's too
     (`gemm_w8a8_wgmma`: a tile's weight scales in shared memory, loaded a tile ahead; the wide
-    tiles' GEMMs load theirs a step ahead still), refused where it does not run, and on
-    (None) wherever it runs: 0.98x the layer's time at 4,096 rows and 0.93x at 16,384 in one
-    A/B run on the H200 (raw/ab-dense-20261205T125636). `staging_per_wave` (the Gluon
-    kernel's, off by default until timed, refused where it does not run) gives each wave of a
-    two-wave tile its own staging buffers, so the second wave's store need not wait for the
-    first's to read them.
+    tiles' GEMMs load theirs a step ahead still), refused where it does not run: 0.98x the
+    layer's time at 4,096 rows and 0.93x at 16,384 in one A/B run on the H200
+    (raw/ab-dense-20261205T125636); off until a bench with the peers has it.
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -168,14 +164,11 @@ def linear_w8a8(
     if ring_scales is None:  # a ring of the stages asked for may leave no room for the scales
         ring_scales = (wgmma and (m % 4 == 0 or k <= weights.block)
                        and options.get("num_stages") is None)  # fmt: skip
-    if staged_weight_scales is None:
-        staged_weight_scales = wgmma
     tiles_chosen = bool(options.get("block_m") or options.get("block_n"))  # not for wide_tiles
     if wide_tiles is None:
         wide_tiles = wgmma and not tiles_chosen
     gluon_options = (("ring_scales", ring_scales), ("wide_tiles", wide_tiles),
-                     ("staged_weight_scales", staged_weight_scales),
-                     ("staging_per_wave", staging_per_wave))  # fmt: skip
+                     ("staged_weight_scales", staged_weight_scales))  # fmt: skip
     for name, asked in gluon_options:
         if asked and not wgmma:  # asked for, it would be ignored: say so
             raise ValueError(
@@ -203,8 +196,7 @@ def linear_w8a8(
             return gemm_w8a8_wgmma(values, scales, weights, x.dtype, tiles.block_n,
                                    options.get("num_stages"), block_m=options.get("block_m"),
                                    ring_scales=ring_scales,
-                                   staged_weight_scales=staged_weight_scales,
-                                   staging_per_wave=staging_per_wave)  # fmt: skip
+                                   staged_weight_scales=staged_weight_scales)  # fmt: skip
     if tma is None:
         tma = prefill
     if paired_k is None:

@@ -87,13 +87,13 @@ the layer's GEMMs alone: 3 slots with the row scales beat the 4 without in 16 of
 GEMMs summed 2.2% less at 4,096 rows and 0.7% at 16,384 (raw/logs/h100-dense-w8a8-ring-gemm-
 times-*.csv); with the wide tiles, the layer 4-6% less (raw/ab-dense-20261205T102702).
 
-`staged_weight_scales` (on by default in `linear_w8a8`) takes the last global load out of the K
-loop: the weight scale, one a step, which ptxas copies into the rescale's register before the
-wgmma wait (5.7% of q_up's samples waited there, ncu/dense-w8a8-T4096-q_up-ring-scales, an
-H100). Each warpgroup loads the next tile's scales a tile ahead, a register a thread, and
-stores them in a buffer of its own in shared memory as that tile starts, between two barriers
-of its warps, as DeepGEMM's math warps stage theirs; a step reads its scale with one shared
-load. On the H200 the layer took 0.98x the time at 4,096 rows and 0.93x at 16,384 with it, both
+`staged_weight_scales` (off by default) takes the last global load out of the K loop: the
+weight scale, one a step, which ptxas copies into the rescale's register before the wgmma
+wait (5.7% of q_up's samples waited there, ncu/dense-w8a8-T4096-q_up-ring-scales, an H100).
+Each warpgroup loads the next tile's scales a tile ahead, a register a thread, and stores them
+in a buffer of its own in shared memory as that tile starts, between two barriers of its
+warps, as DeepGEMM's math warps stage theirs; a step reads its scale with one shared load. On
+the H200 the layer took 0.98x the time at 4,096 rows and 0.93x at 16,384 with it, both
 significant (raw/ab-dense-20261205T125636), each GEMM alone 2-3% less at 16,384
 (raw/logs/h200-dense-w8a8-staged-gemm-times-*.csv).
 
@@ -172,11 +172,9 @@ def allocate_ring(a_desc, w_desc, STAGES: gl.constexpr, W_BOXES: gl.constexpr = 
 
 
 @gluon.jit
-def allocate_staging(y_desc, BUFFERS: gl.constexpr = 2):
-    """Staging buffers of y's TMA tile for the two warpgroups' stores: one each (BUFFERS 2), or
-    one each a wave of a two-wave tile (4: `staging_per_wave`)."""
-    return gl.allocate_shared_memory(y_desc.dtype, [BUFFERS] + y_desc.block_type.shape,
-                                     y_desc.layout)  # fmt: skip
+def allocate_staging(y_desc):
+    """A staging buffer of y's TMA tile for each of the two warpgroups' stores."""
+    return gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape, y_desc.layout)
 
 
 # The row scales' ring (`ring_scales`): a K step's fp32 scales of a tile's rows are one TMA box
@@ -350,9 +348,7 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_r
     cores: the overlap a single warpgroup cannot get, because ptxas serialises its wgmmas when
     any instruction reads an accumulator while one is in flight (ptxas info C7514). A finished
     wave leaves through this warpgroup's staging buffer by a TMA store, which clips rows and
-    columns past the output's edge. With a buffer a wave (`staging_per_wave`: four, not two),
-    a two-wave tile's second wave is stored without waiting for the first's store to read its
-    buffer.
+    columns past the output's edge.
     """
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -369,10 +365,7 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_r
     )
     row_layout: gl.constexpr = gl.SliceLayout(1, layout)
     row_offsets = WARPGROUP * WG_ROWS + gl.arange(0, WG_ROWS, layout=row_layout)
-    # stores left in flight before a buffer's reuse: 1 where the waves have a buffer each
-    PENDING: gl.constexpr = y_bufs.type.shape[0] // 2 - 1
     y_buf = y_bufs.index(WARPGROUP)
-    y_buf_2 = y_bufs.index(PENDING * 2 + WARPGROUP)  # the second wave's
     product = gl.zeros((WG_ROWS, BLOCK_N), gl.float32, layout)
     if STAGED:
         sw_buf = sw_bufs.slice(WARPGROUP * SCALE_STEPS, SCALE_STEPS)
@@ -437,20 +430,18 @@ def _consumer(a_desc, w_desc, y_desc, a_ring, w_ring, y_bufs, ready, empty, sa_r
             if not STAGED:
                 sw = next_sw
             step += 1
-        _store_wave(y_desc, y_buf, acc, pid_m * BLOCK_M + WARPGROUP * WG_ROWS, pid_n * BLOCK_N,
-                    PENDING)  # fmt: skip
+        _store_wave(y_desc, y_buf, acc, pid_m * BLOCK_M + WARPGROUP * WG_ROWS, pid_n * BLOCK_N)
         if TWO_WAVES:
-            _store_wave(y_desc, y_buf_2, acc_2, pid_m * BLOCK_M + WAVE + WARPGROUP * WG_ROWS,
-                        pid_n * BLOCK_N, PENDING)  # fmt: skip
+            _store_wave(y_desc, y_buf, acc_2, pid_m * BLOCK_M + WAVE + WARPGROUP * WG_ROWS,
+                        pid_n * BLOCK_N)  # fmt: skip
     tma.store_wait(pendings=0)
 
 
 @gluon.jit
-def _store_wave(y_desc, y_buf, acc, row, column, PENDING: gl.constexpr = 0):
+def _store_wave(y_desc, y_buf, acc, row, column):
     """Store a warpgroup's finished rows of a wave at (row, column) by TMA, once the buffer's
-    previous store has read it (`store_wait` waits for the reads, not the writes): the last
-    store (PENDING 0), or the one before it where the waves alternate two buffers (1)."""
-    tma.store_wait(pendings=PENDING)
+    previous store has read it (`store_wait` waits for the reads, not the writes)."""
+    tma.store_wait(pendings=0)
     y_buf.store(acc.to(y_desc.dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(y_desc, [row, column], y_buf)
@@ -460,14 +451,13 @@ def _store_wave(y_desc, y_buf, acc, row, column, PENDING: gl.constexpr = 0):
 def _w8a8_wgmma_kernel(
     a_desc, w_desc, y_desc, sa_desc, sa_ptr, sw_ptr, M, N, K, stride_sak, stride_swn,
     stride_swk, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, SCALE_STEPS: gl.constexpr = 0,
-    STAGING: gl.constexpr = 2,
 ):  # fmt: skip
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     gl.static_assert((BLOCK_M == 128) | (BLOCK_M == 256), "one or two waves of 128 rows")
     a_ring, w_ring, ready, empty = allocate_ring(a_desc, w_desc, STAGES)
-    y_bufs = allocate_staging(y_desc, STAGING)
+    y_bufs = allocate_staging(y_desc)
     if sa_desc is None:  # the row scales from global memory, a step ahead
         # Triton 3.6 hands a partition constexprs as runtime values, and no None: a scale ring
         # of one element tells them there is none, the activations' descriptor stands in for
@@ -614,10 +604,9 @@ def weight_scale_steps(k: int) -> int:
     return triton.next_power_of_2(triton.cdiv(k, BLOCK))
 
 
-def staging_bytes(block_n: int, out_dtype: torch.dtype, buffers: int = 2) -> int:
-    """Shared memory the warpgroups' staging buffers take: 64 x block_n outputs each, one a
-    warpgroup (`buffers` 2) or one a warpgroup and wave (4)."""
-    return buffers * (ROWS // 2) * block_n * torch.finfo(out_dtype).bits // 8
+def staging_bytes(block_n: int, out_dtype: torch.dtype) -> int:
+    """Shared memory the two warpgroups' staging buffers take: 64 x block_n outputs each."""
+    return 2 * (ROWS // 2) * block_n * torch.finfo(out_dtype).bits // 8
 
 
 def ring_stages(num_stages: int | None, default: int, slot: int, staging: int, tile: str) -> int:
@@ -668,7 +657,6 @@ def gemm_w8a8_wgmma(
     block_m: int | None = None,
     ring_scales: bool = False,
     staged_weight_scales: bool = False,
-    staging_per_wave: bool = False,
 ) -> Tensor:
     """y = (values * scales) @ W.T for quantised activations (M, K) with token-fastest scales
     (the quantiser's `outer_major` layout) and FP8 `weights` in 128x128 blocks.
@@ -682,9 +670,7 @@ def gemm_w8a8_wgmma(
     blocks), where the warpgroups read them from shared memory, instead of from global memory
     a step ahead. `staged_weight_scales` keeps a tile's weight scales in shared memory, a
     buffer a warpgroup (`weight_scale_steps`), loaded a tile ahead, instead of loading each a
-    step ahead from global memory. `staging_per_wave` gives each wave of a two-wave tile its
-    own staging buffers, so the second wave's store does not wait for the first's to read
-    them (a one-wave tile has one wave and buffers for it alone either way)."""
+    step ahead from global memory."""
     check_tma_inputs("wgmma", scales, weights)
     if block_n not in (32, 64, 128):
         raise ValueError(f"block_n must be 32, 64 or 128 (a power of two no wider than a "
@@ -700,12 +686,8 @@ def gemm_w8a8_wgmma(
                          f"warpgroups' 64 rows), got {block_m}.")  # fmt: skip
     slot = (block_m + block_n) * BLOCK + (4 * block_m if ring_scales else 0)  # FP8: a byte each
     scale_steps = weight_scale_steps(k) if staged_weight_scales else 0
-    buffers = 4 if staging_per_wave and block_m == 2 * ROWS else 2
-    staging = staging_bytes(block_n, out_dtype, buffers) + 2 * 4 * scale_steps
-    asked = [name for name, on in (("ring_scales", ring_scales),
-                                   ("staged_weight_scales", staged_weight_scales),
-                                   ("staging_per_wave", buffers == 4)) if on]  # fmt: skip
-    tile = " and ".join([f"{block_m} x {block_n} tiles", *asked])
+    staging = staging_bytes(block_n, out_dtype) + 2 * 4 * scale_steps
+    tile = f"{block_m} x {block_n} tiles{' and ring_scales' if ring_scales else ''}"
     num_stages = ring_stages(num_stages, DEFAULT_STAGES.get(block_m, 3), slot, staging, tile)
     check_consumer_regs(consumer_regs)
     sa_desc = scale_descriptor(scales, block_m) if ring_scales else None
@@ -717,7 +699,6 @@ def gemm_w8a8_wgmma(
         _w8a8_wgmma_kernel, (programs,), descriptor(values, [block_m, BLOCK]),
         descriptor(weights.values, [block_n, BLOCK]), descriptor(y, [ROWS // 2, block_n]),
         sa_desc, scales, weights.scales, m, n, k, scales.stride(1), *weights.scales.stride(),
-        STAGES=num_stages, CONSUMER_REGS=consumer_regs, SCALE_STEPS=scale_steps, STAGING=buffers,
-        num_warps=4,
+        STAGES=num_stages, CONSUMER_REGS=consumer_regs, SCALE_STEPS=scale_steps, num_warps=4,
     )  # fmt: skip
     return y

@@ -130,8 +130,7 @@ def build_dense(args: TargetArgs) -> list[Workload]:
     block = int(options.pop("block", dense.DEFAULT_BLOCK))
     p = dense_projection(args.preset, chosen)
     tiles = {f.name for f in fields(GemmTiles)}
-    # the wgmma kernel's
-    gluon_w8a8 = {"ring_scales", "wide_tiles", "staged_weight_scales", "staging_per_wave"}
+    gluon_w8a8 = {"ring_scales", "wide_tiles", "staged_weight_scales"}  # the wgmma kernel's
     allowed = {"bf16": set(), "w8a16": tiles, "w8a8": (tiles - {"swap_ab"}) | gluon_w8a8,
                "hybrid": {"hybrid_m"}}  # fmt: skip
     unknown = ", ".join(sorted(set(options) - allowed.get(args.variant, set())))
