@@ -727,15 +727,14 @@ def test_the_wide_tiles_go_where_they_fill_the_last_round_better():
     assert wide == {4096: ["shared_gate_up"], 16384: []}
 
 
-def test_linear_w8a8_turns_the_row_scale_ring_and_wide_tiles_on_where_they_can_go(
-    monkeypatch, device
-):
-    """The defaults (ring_scales and wide_tiles None), as the Gluon kernels would be called
-    on an sm_90 GPU (the launches replaced by a record of their arguments): the wide tiles
-    where `prefers_wide` picks them, the row scales in the ring where TMA can copy them and
-    the ring's slots are the kernel's to choose; neither where block_m or num_stages is set
-    (the wide tiles set the one, and a 4-slot two-wave ring has no room for the scales), nor
-    where the Gluon kernel does not run."""
+def test_linear_w8a8_turns_the_gluon_kernels_options_on_where_they_can_go(monkeypatch, device):
+    """The defaults (ring_scales, wide_tiles and staged_weight_scales None), as the Gluon
+    kernels would be called on an sm_90 GPU (the launches replaced by a record of their
+    arguments): the wide tiles where `prefers_wide` picks them, the row scales in the ring
+    where TMA can copy them and the ring's slots are the kernel's to choose, the weight scales
+    staged wherever the kernel's own tiles run; the ring and the wide tiles not where block_m
+    or num_stages is set (the wide tiles set the one, and a 4-slot two-wave ring has no room
+    for the scales), and none of them where the Gluon kernel does not run."""
     calls = []
     monkeypatch.setattr(w8a8, "supported", lambda device: True)
     monkeypatch.setattr(w8a8, "planned_sms", lambda device: 132)
@@ -745,20 +744,21 @@ def test_linear_w8a8_turns_the_row_scale_ring_and_wide_tiles_on_where_they_can_g
                         lambda *args, **options: calls.append(("wide", options)))  # fmt: skip
     monkeypatch.setattr(w8a8, "prefers_wide", lambda m, n, sms: n == 384)
 
-    def called(m: int, n: int, k: int, **options: object) -> tuple[str, bool | None]:
+    def called(m: int, n: int, k: int, **options: object) -> tuple[str, object, object]:
         dense.linear_w8a8(*make(m, n, k, torch.bfloat16, block=128, device=device), **options)
         kernel, kwargs = calls.pop()
-        return kernel, kwargs.get("ring_scales")
+        return kernel, kwargs.get("ring_scales"), kwargs.get("staged_weight_scales")
 
-    assert called(300, 384, 256) == ("wide", None)
-    assert called(300, 256, 256) == ("own", True)
-    assert called(302, 256, 256) == ("own", False)  # 302 rows: TMA cannot copy their scales
-    assert called(302, 256, 128) == ("own", True)  # one K block: no second row to align
-    assert called(300, 256, 256, num_stages=4) == ("own", False)
-    assert called(300, 384, 256, block_m=256) == ("own", True)  # block_m: the kernel's tiles
-    assert called(300, 384, 256, ring_scales=False, wide_tiles=False) == ("own", False)
+    assert called(300, 384, 256) == ("wide", None, None)
+    assert called(300, 256, 256) == ("own", True, True)
+    assert called(302, 256, 256) == ("own", False, True)  # 302 rows: TMA cannot copy their scales
+    assert called(302, 256, 128) == ("own", True, True)  # one K block: no second row to align
+    assert called(300, 256, 256, num_stages=4) == ("own", False, True)
+    assert called(300, 384, 256, block_m=256) == ("own", True, True)  # block_m: its own tiles
+    assert called(300, 384, 256, ring_scales=False, wide_tiles=False,
+                  staged_weight_scales=False) == ("own", False, False)  # fmt: skip
     dense.linear_w8a8(*make(300, 384, 256, torch.bfloat16, block=128, device=device), wgmma=False)
-    assert not calls  # the TMA kernel ran, taking neither
+    assert not calls  # the TMA kernel ran, taking none of them
 
 
 def test_the_wide_tiles_are_refused_where_they_cannot_run(device):

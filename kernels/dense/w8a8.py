@@ -110,7 +110,7 @@ def linear_w8a8(
     wgmma: bool | None = None,
     ring_scales: bool | None = None,
     wide_tiles: bool | None = None,
-    staged_weight_scales: bool = False,
+    staged_weight_scales: bool | None = None,
     **options: int | None,
 ) -> Tensor:
     """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
@@ -137,9 +137,9 @@ def linear_w8a8(
     together took the layer 4-6% less time at 1,024, 4,096 and 16,384 rows in one A/B run
     (raw/ab-dense-20261205T102702, an H100). `staged_weight_scales` is the Gluon kernel's too
     (`gemm_w8a8_wgmma`: a tile's weight scales in shared memory, loaded a tile ahead; the wide
-    tiles' GEMMs load theirs a step ahead still), refused where it does not run: 0.98x the
-    layer's time at 4,096 rows and 0.93x at 16,384 in one A/B run on the H200
-    (raw/ab-dense-20261205T125636); off until a bench with the peers has it.
+    tiles' GEMMs load theirs a step ahead still), refused where it does not run, and on
+    (None) wherever it runs: 0.98x the layer's time at 4,096 rows and 0.93x at 16,384 in one
+    A/B run on the H200 (raw/ab-dense-20261205T125636).
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
@@ -164,6 +164,8 @@ def linear_w8a8(
     if ring_scales is None:  # a ring of the stages asked for may leave no room for the scales
         ring_scales = (wgmma and (m % 4 == 0 or k <= weights.block)
                        and options.get("num_stages") is None)  # fmt: skip
+    if staged_weight_scales is None:
+        staged_weight_scales = wgmma
     tiles_chosen = bool(options.get("block_m") or options.get("block_n"))  # not for wide_tiles
     if wide_tiles is None:
         wide_tiles = wgmma and not tiles_chosen

@@ -87,13 +87,13 @@ the layer's GEMMs alone: 3 slots with the row scales beat the 4 without in 16 of
 GEMMs summed 2.2% less at 4,096 rows and 0.7% at 16,384 (raw/logs/h100-dense-w8a8-ring-gemm-
 times-*.csv); with the wide tiles, the layer 4-6% less (raw/ab-dense-20261205T102702).
 
-`staged_weight_scales` (off by default) takes the last global load out of the K loop: the
-weight scale, one a step, which ptxas copies into the rescale's register before the wgmma
-wait (5.7% of q_up's samples waited there, ncu/dense-w8a8-T4096-q_up-ring-scales, an H100).
-Each warpgroup loads the next tile's scales a tile ahead, a register a thread, and stores them
-in a buffer of its own in shared memory as that tile starts, between two barriers of its
-warps, as DeepGEMM's math warps stage theirs; a step reads its scale with one shared load. On
-the H200 the layer took 0.98x the time at 4,096 rows and 0.93x at 16,384 with it, both
+`staged_weight_scales` (on by default in `linear_w8a8`) takes the last global load out of the K
+loop: the weight scale, one a step, which ptxas copies into the rescale's register before the
+wgmma wait (5.7% of q_up's samples waited there, ncu/dense-w8a8-T4096-q_up-ring-scales, an
+H100). Each warpgroup loads the next tile's scales a tile ahead, a register a thread, and
+stores them in a buffer of its own in shared memory as that tile starts, between two barriers
+of its warps, as DeepGEMM's math warps stage theirs; a step reads its scale with one shared
+load. On the H200 the layer took 0.98x the time at 4,096 rows and 0.93x at 16,384 with it, both
 significant (raw/ab-dense-20261205T125636), each GEMM alone 2-3% less at 16,384
 (raw/logs/h200-dense-w8a8-staged-gemm-times-*.csv).
 
@@ -687,7 +687,8 @@ def gemm_w8a8_wgmma(
     slot = (block_m + block_n) * BLOCK + (4 * block_m if ring_scales else 0)  # FP8: a byte each
     scale_steps = weight_scale_steps(k) if staged_weight_scales else 0
     staging = staging_bytes(block_n, out_dtype) + 2 * 4 * scale_steps
-    tile = f"{block_m} x {block_n} tiles{' and ring_scales' if ring_scales else ''}"
+    tile = (f"{block_m} x {block_n} tiles{' and ring_scales' if ring_scales else ''}"
+            f"{' and staged_weight_scales' if staged_weight_scales else ''}")  # fmt: skip
     num_stages = ring_stages(num_stages, DEFAULT_STAGES.get(block_m, 3), slot, staging, tile)
     check_consumer_regs(consumer_regs)
     sa_desc = scale_descriptor(scales, block_m) if ring_scales else None
