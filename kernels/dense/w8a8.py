@@ -139,7 +139,9 @@ def linear_w8a8(
     (`gemm_w8a8_wgmma`: a tile's weight scales in shared memory, loaded a tile ahead; the wide
     tiles' GEMMs load theirs a step ahead still), refused where it does not run, and on
     (None) wherever it runs: 0.98x the layer's time at 4,096 rows and 0.93x at 16,384 in one
-    A/B run on the H200 (raw/ab-dense-20261205T125636).
+    A/B run on the H200 (raw/ab-dense-20261205T125636); the bench with the peers at that
+    default has the layer at 0.90x DeepGEMM's speed at both
+    (raw/bench-dense-dsv4-flash-tp2-20261205T161823).
     """
     check_linear_inputs(x, weights, "fp8")
     (m, k), n = x.shape, weights.out_features
