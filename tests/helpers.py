@@ -368,12 +368,12 @@ def moe_call(variant: str, tokens: int, scale: float = 1.0) -> list[Action]:
     ]
 
 
-def stand_in_reports():
+def stand_in_reports(gpu: str = "NVIDIA H200"):
     """A capture set as the GPU machine writes it: stock at 6 and 4096 tokens in one report,
     flat at 6 tokens (20% faster, same counters otherwise) in another, with their metadata."""
     from workbench.analysis.ncu import NcuReport
 
-    env = {"gpu": {"name": "NVIDIA H200"}, "date": "2026-11-29", "git": {"commit": "0123456789ab"}}
+    env = {"gpu": {"name": gpu}, "date": "2026-11-29", "git": {"commit": "0123456789ab"}}
 
     def meta(variant, tokens):
         return {"kind": "ncu", "kernel": "moe", "variant": variant, "tokens": tokens,

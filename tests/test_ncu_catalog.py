@@ -103,6 +103,20 @@ def test_repeated_launches_get_numbered_columns():
     assert "6 tokens, gate_up #2" in columns
 
 
+def test_one_variant_captured_on_two_gpus_gets_a_table_for_each():
+    """The same GEMM captured on an H100 and an H200: two variants naming their card, never one
+    table numbering the second card's launches `#2` beside the first's."""
+    stock = stand_in_reports()[0]
+    catalog = NcuCatalog([stock, stand_in_reports("NVIDIA H100 80GB HBM3")[0]])
+    assert catalog.variants == ["stock, NVIDIA H200", "stock, NVIDIA H100 80GB HBM3"]
+    assert list(catalog.entries()["variant"]) == catalog.variants
+    for variant in catalog.variants:
+        columns = list(catalog.seed_table(variant).columns)
+        assert len(columns) == 4 and not any("#" in column for column in columns)
+    same_card = NcuCatalog([stock, stand_in_reports()[1]])
+    assert same_card.variants == ["stock", "flat"]  # one card: the labels stay as they were
+
+
 @pytest.mark.skipif(not real_reports(), reason="no real Nsight Compute report under ncu/ yet")
 def test_real_reports_give_the_seed_table():
     catalog = NcuCatalog.load(real_reports())

@@ -90,6 +90,25 @@ def variant_label(meta: dict, path: Path) -> str:
     return " ".join(words)
 
 
+def _gpu(report: NcuReport) -> str:
+    return str(report.meta.get("environment", {}).get("gpu", {}).get("name", ""))
+
+
+def variants_of(reports: list[NcuReport]) -> list[str]:
+    """Each report's variant (`variant_label`); where reports of one variant ran on different
+    GPUs (the same GEMM captured on an H100 and an H200), each names its GPU
+    (`dense deepgemm projection=o_b, NVIDIA H100 80GB HBM3`), so no table sets one card's
+    launch beside another's as if they came from one capture."""
+    labels = [variant_label(report.meta, report.path) for report in reports]
+    gpus: dict[str, set[str]] = {}
+    for label, report in zip(labels, reports, strict=True):
+        gpus.setdefault(label, set()).add(_gpu(report))
+    return [
+        f"{label}, {_gpu(report) or 'GPU unknown'}" if len(gpus[label]) > 1 else label
+        for label, report in zip(labels, reports, strict=True)
+    ]
+
+
 def _tokens(nvtx: str, meta: dict) -> int | None:
     found = TOKENS_IN_RANGE.findall(nvtx)
     if found:
@@ -116,12 +135,11 @@ class Launch:
         return self.share_pct >= 100 * MAIN_SHARE
 
 
-def _launches_of(report: NcuReport) -> list[Launch]:
+def _launches_of(report: NcuReport, variant: str) -> list[Launch]:
     """A report's launches; a launch's call is its NVTX range (or the whole report)."""
     durations = pd.to_numeric(report.summary().loc["Duration (us)"], errors="coerce").fillna(0)
     calls = report.launches["nvtx"].where(report.launches["nvtx"] != "", "(no range)")
     per_call = durations.groupby(calls).transform("sum")
-    variant = variant_label(report.meta, report.path)
     launches = []
     for label, row in report.launches.iterrows():
         tokens, kind = _tokens(row["nvtx"], report.meta), role(row["kernel"])
@@ -158,7 +176,9 @@ class NcuCatalog:
         self.reports = list(reports)
         if not self.reports:
             raise ArtifactError(NO_REPORTS.format(where="the given paths"))
-        self.all = _unique_columns([x for report in self.reports for x in _launches_of(report)])
+        self._variants = variants_of(self.reports)
+        pairs = zip(self.reports, self._variants, strict=True)
+        self.all = _unique_columns([x for r, v in pairs for x in _launches_of(r, v)])
 
     @classmethod
     def load(cls, where: str | Path | Iterable[str | Path]) -> Self:
@@ -173,12 +193,12 @@ class NcuCatalog:
         """One row per report: file, variant, kernel, tokens, format, launches, GPU, ncu, date,
         commit (from the capture's `<name>.json`; empty for a foreign report)."""
         rows = []
-        for report in self.reports:
+        for report, variant in zip(self.reports, self._variants, strict=True):
             m, env = report.meta, report.meta.get("environment", {})
             rows.append(
                 {
                     "file": report.path.name,
-                    "variant": variant_label(m, report.path),
+                    "variant": variant,
                     "kernel": m.get("kernel", ""),
                     "tokens": ", ".join(map(str, m.get("tokens", []))),
                     "format": (m.get("params") or {}).get("fmt", ""),
