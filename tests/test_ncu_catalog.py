@@ -15,6 +15,7 @@ from workbench.analysis.ncu_catalog import (
 from workbench.capture.profile_settings import SERVED_ON_GPU
 from workbench.errors import ArtifactError, WorkbenchError
 from workbench.report.ncu_page import CATALOG_FIGURE_KINDS, catalog_figure
+from workbench.report.seed_tables import kernel_variants
 from workbench.views.ncu import NcuCatalogResult
 
 
@@ -108,13 +109,15 @@ def test_one_variant_captured_on_two_gpus_gets_a_table_for_each():
     table numbering the second card's launches `#2` beside the first's."""
     stock = stand_in_reports()[0]
     catalog = NcuCatalog([stock, stand_in_reports("NVIDIA H100 80GB HBM3")[0]])
-    assert catalog.variants == ["stock, NVIDIA H200", "stock, NVIDIA H100 80GB HBM3"]
+    assert catalog.variants == ["stock on NVIDIA H200", "stock on NVIDIA H100 80GB HBM3"]
     assert list(catalog.entries()["variant"]) == catalog.variants
     for variant in catalog.variants:
         columns = list(catalog.seed_table(variant).columns)
         assert len(columns) == 4 and not any("#" in column for column in columns)
     same_card = NcuCatalog([stock, stand_in_reports()[1]])
     assert same_card.variants == ["stock", "flat"]  # one card: the labels stay as they were
+    flat_first = NcuCatalog([stand_in_reports()[1], *catalog.reports])
+    assert kernel_variants(flat_first) == [*catalog.variants, "flat"]  # the seed's order kept
 
 
 @pytest.mark.skipif(not real_reports(), reason="no real Nsight Compute report under ncu/ yet")

@@ -97,14 +97,15 @@ def _gpu(report: NcuReport) -> str:
 def variants_of(reports: list[NcuReport]) -> list[str]:
     """Each report's variant (`variant_label`); where reports of one variant ran on different
     GPUs (the same GEMM captured on an H100 and an H200), each names its GPU
-    (`dense deepgemm projection=o_b, NVIDIA H100 80GB HBM3`), so no table sets one card's
-    launch beside another's as if they came from one capture."""
+    (`dense deepgemm projection=o_b on NVIDIA H100 80GB HBM3`), so no table sets one card's
+    launch beside another's as if they came from one capture. The label keeps its first word
+    (the scheduler, which orders the seed's tables)."""
     labels = [variant_label(report.meta, report.path) for report in reports]
     gpus: dict[str, set[str]] = {}
     for label, report in zip(labels, reports, strict=True):
         gpus.setdefault(label, set()).add(_gpu(report))
     return [
-        f"{label}, {_gpu(report) or 'GPU unknown'}" if len(gpus[label]) > 1 else label
+        f"{label} on {_gpu(report) or 'an unnamed GPU'}" if len(gpus[label]) > 1 else label
         for label, report in zip(labels, reports, strict=True)
     ]
 
