@@ -275,6 +275,10 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         "mma_loops": [len(body) for body in loops],
         # global loads inside those loops: the W8A8 kernel's weight scale a step, unless staged
         "ldg_in_mma_loops": [sum(op.startswith("LDG") for op in body) for body in loops],
+        # block barriers inside them: Triton's shared-memory barrier analysis puts one of a
+        # partition's warps before each mbarrier wait and one-thread arrive (DeepGEMM's K loop,
+        # its warps arriving each for itself, has none)
+        "bar_in_mma_loops": [sum(op.startswith("BAR.SYNC") for op in body) for body in loops],
         # fp32 FMAs: the W8A8 kernels' rescale, one an accumulator element a K step
         "ffma": len(re.findall(r"\bFFMA\b", sass)),
         # ... those issued after a wgmma and before a wait for it (WARPGROUP.DEPBAR): a rescale
@@ -401,6 +405,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"LDS (32-bit) between a slot's wait and a release: {facts['lds32_in_step']}")
     print(f"LDG (32-bit): {facts['ldg32']}")
     print(f"LDG in each innermost MMA loop: {' '.join(map(str, facts['ldg_in_mma_loops']))}")
+    print(f"BAR.SYNC in each innermost MMA loop: {' '.join(map(str, facts['bar_in_mma_loops']))}")
     print(f"grid waits (ACQBULK): {facts['grid_waits']}")
     print(f"TMA loads before the wait: {facts['tma_loads_before_wait']}")
     print(f"next-grid launches (PREEXIT): {facts['next_grid_launches']}")
