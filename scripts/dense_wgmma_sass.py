@@ -275,9 +275,9 @@ def sass_facts(compiled) -> dict[str, int | list[str]]:
         "mma_loops": [len(body) for body in loops],
         # global loads inside those loops: the W8A8 kernel's weight scale a step, unless staged
         "ldg_in_mma_loops": [sum(op.startswith("LDG") for op in body) for body in loops],
-        # block barriers inside them: Triton's shared-memory barrier analysis puts one of a
-        # partition's warps before each mbarrier wait and one-thread arrive (DeepGEMM's K loop,
-        # its warps arriving each for itself, has none)
+        # block barriers inside them: Gluon puts one of a partition's warps before each mbarrier
+        # wait and arrive in a partition of several warps (DeepGEMM's K loop, its warps arriving
+        # each for itself, has none)
         "bar_in_mma_loops": [sum(op.startswith("BAR.SYNC") for op in body) for body in loops],
         # fp32 FMAs: the W8A8 kernels' rescale, one an accumulator element a K step
         "ffma": len(re.findall(r"\bFFMA\b", sass)),

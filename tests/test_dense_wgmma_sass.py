@@ -94,7 +94,7 @@ def test_staged_weight_scales_leave_no_global_load_in_the_k_loop(block_m, stages
     loops = [int(size) for size in facts["instructions in each innermost MMA loop"].split()]
     loops_without = without["instructions in each innermost MMA loop"].split()
     assert len(loops) == 2 and all(a < int(b) for a, b in zip(loops, loops_without, strict=True))
-    # the block barriers Triton puts before a step's slot wait and its one-thread release, with
+    # the block barriers Gluon puts before a step's slot wait and its one-thread release, with
     # or without the staging (docs/design.md: what DeepGEMM's K loop does not have)
     assert facts["BAR.SYNC in each innermost MMA loop"] == "2 2"
     assert without["BAR.SYNC in each innermost MMA loop"] == "2 2"

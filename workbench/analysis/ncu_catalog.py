@@ -204,7 +204,7 @@ class NcuCatalog:
                     "tokens": ", ".join(map(str, m.get("tokens", []))),
                     "format": (m.get("params") or {}).get("fmt", ""),
                     "launches": len(report),
-                    "gpu": env.get("gpu", {}).get("name", ""),
+                    "gpu": _gpu(report),
                     "ncu": m.get("ncu_version", ""),
                     "date": env.get("date", ""),
                     "commit": str(env.get("git", {}).get("commit") or "")[:10],
