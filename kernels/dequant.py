@@ -53,6 +53,25 @@ and.b32 $1, t, 0x87f087f0;
 }
 """)
 
+# The same fields one value a 32-bit word, as fp32: bytes 0 and 1 spread as above, shifted into
+# the word's high half (lo) or masked there (hi). Converting E4M3_TO_BF16_PTX's halves to fp32
+# took ptxas a permute and a shift for each high half, where a mask is enough.
+E4M3_TO_F32_PTX = tl.constexpr("""
+{
+.reg .b32 t;
+prmt.b32 t, $4, 0, 0x9180;
+shl.b32 t, t, 4;
+and.b32 $1, t, 0x87f00000;
+shl.b32 t, t, 16;
+and.b32 $0, t, 0x87f00000;
+prmt.b32 t, $4, 0, 0xb3a2;
+shl.b32 t, t, 4;
+and.b32 $3, t, 0x87f00000;
+shl.b32 t, t, 16;
+and.b32 $2, t, 0x87f00000;
+}
+""")
+
 # Bytes 0 and 1 (then 2 and 3) spread to the two 16-bit halves of a word; the low nibble of
 # each half, or'ed into 0x4300, is the bf16 of 128 + q; the high nibble likewise after a
 # shift by 4. $0, $1: the low nibbles of bytes 0-3; $2, $3: the high nibbles.
@@ -86,6 +105,20 @@ def e4m3_as_bf16(w8):
         "=r,=r,r",
         [w8.to(tl.uint8, bitcast=True)],
         dtype=tl.bfloat16,
+        is_pure=True,
+        pack=4,
+    )
+
+
+@triton.jit
+def e4m3_as_f32(w8):
+    """`e4m3_as_bf16` widened to fp32 (exactly; the same value times 2**-120), four values
+    from a word in ten integer instructions."""
+    return tl.inline_asm_elementwise(
+        E4M3_TO_F32_PTX,
+        "=r,=r,=r,=r,r",
+        [w8.to(tl.uint8, bitcast=True)],
+        dtype=tl.float32,
         is_pure=True,
         pack=4,
     )

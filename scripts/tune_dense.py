@@ -3,7 +3,7 @@ dense projections of one `dsv4-flash-tp2` layer, in one process (each setting ch
 its fp32 reference first), to choose their defaults per M class.
 
     python scripts/tune_dense.py OUT_DIR [--budget-s 240] [--m 4096 16384]
-                                 [--grid pdl|middle-splits|wgmma-waves]
+                                 [--grid pdl|middle-splits|wgmma-waves|small|gemv]
 
 Writes OUT_DIR/tune-dense.csv and prints one line per setting as it finishes; cuBLAS bf16 on
 the same layer is timed at every M for scale. A developer's tool for picking defaults, like
@@ -87,11 +87,16 @@ MIDDLE_SPLITS = [{}, *(tiles(32, 64, 128, 4, 3) | DIRECT | {"split_k": s} for s 
 # everywhere; the first H200 run of this grid also had two waves at 3 stages, 1.5x slower.
 WGMMA_WAVES = [{}, WGMMA | {"block_m": 128, "num_stages": 5},
                WGMMA | {"block_m": 256, "num_stages": 4}]  # fmt: skip
+# The CUDA-core kernel (kernels/dense/w8a16_gemv.py) against the tensor-core decode tiles, over
+# a program's bytes and warps.
+GEMV = [{"gemv": False}, *({"gemv": True, "tile_bytes": b * 1024, "num_warps": w}
+                           for b in (8, 16, 32, 64) for w in (4, 8))]  # fmt: skip
 GRIDS = {  # --grid NAME: this grid alone, at every --m
     "pdl": ("w8a16", 128, PDL_AB),
     "middle-splits": ("w8a16", 128, MIDDLE_SPLITS),
     "wgmma-waves": ("w8a8", 128, WGMMA_WAVES),
     "small": ("w8a16", 128, W8A16_SMALL),
+    "gemv": ("w8a16", 128, GEMV),
 }
 # (variant, weight block, M, grid)
 CASES = [

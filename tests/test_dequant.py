@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 from conftest import GPU_TESTS
 
-from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_bf16, int4_nibbles_as_bf16
+from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_bf16, e4m3_as_f32, int4_nibbles_as_bf16
 
 pytestmark = [
     pytest.mark.gpu,
@@ -20,6 +20,12 @@ pytestmark = [
 def _e4m3_kernel(codes_ptr, out_ptr, N: tl.constexpr):
     offsets = tl.arange(0, N)
     tl.store(out_ptr + offsets, e4m3_as_bf16(tl.load(codes_ptr + offsets)))
+
+
+@triton.jit
+def _e4m3_f32_kernel(codes_ptr, out_ptr, N: tl.constexpr):
+    offsets = tl.arange(0, N)
+    tl.store(out_ptr + offsets, e4m3_as_f32(tl.load(codes_ptr + offsets)))
 
 
 @triton.jit
@@ -44,6 +50,16 @@ def test_every_finite_e4m3_code_becomes_its_value_times_two_to_the_minus_120():
     expected = codes.float().cpu()
     assert torch.equal(values[finite.cpu()], expected[finite.cpu()])
     assert torch.equal(out[finite].signbit(), codes.float()[finite].signbit())  # -0 stays -0
+
+
+def test_every_e4m3_code_widens_to_fp32_as_its_bf16_bits_do():
+    codes = every_byte().view(torch.float8_e4m3fn)
+    as_bf16 = torch.empty(256, dtype=torch.bfloat16, device="cuda")
+    as_f32 = torch.empty(256, dtype=torch.float32, device="cuda")
+    _e4m3_kernel[(1,)](codes, as_bf16, N=256)
+    _e4m3_f32_kernel[(1,)](codes, as_f32, N=256)
+    # bit for bit, NaN codes and the subnormals' fp32 subnormals included
+    assert torch.equal(as_f32.view(torch.int32), as_bf16.float().view(torch.int32))
 
 
 def test_every_byte_splits_into_its_two_nibbles_minus_eight():

@@ -98,6 +98,7 @@ from kernels.dense.tiles import (
     split_plan,
     store_tile,
 )
+from kernels.dense.w8a16_gemv import GEMV_MAX_M, check_gemv, gemm_w8a16_gemv
 from kernels.dense.w8a16_wgmma import check_wgmma_inputs, gemm_w8a16_wgmma
 from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_bf16
 from kernels.moe.routing import dot_options
@@ -262,7 +263,11 @@ def _w8a16_kernel(
 
 
 def linear_w8a16(
-    x: Tensor, weights: DenseWeights, wgmma: bool | None = None, **options: int | None
+    x: Tensor,
+    weights: DenseWeights,
+    wgmma: bool | None = None,
+    gemv: bool | None = None,
+    **options: int | None,
 ) -> Tensor:
     """x @ W.T for x (M, K) in bf16 or fp32 and FP8 `weights` (N, K); (M, N) in x's dtype.
 
@@ -270,26 +275,79 @@ def linear_w8a16(
     num_stages, split_k, swap_ab); by default they follow M (see `default_tiles`) and split_k
     fills the GPU. `wgmma` picks the Gluon kernel (`w8a16_wgmma`; sm_90, bf16 activations,
     128-wide blocks); None: from WGMMA_MIN_M rows where it can run and no Triton option is
-    given. `pdl` (off by default; None: where the GPU has it) applies to both kernels.
+    given. `gemv` picks the CUDA-core kernel (`w8a16_gemv`, which takes block_n and num_warps);
+    None: up to GEMV_MAX_M rows where no other option is given and K is whole scale blocks.
+    `pdl` (off by default; None: where the GPU has it) applies to the Triton and Gluon kernels.
     """
     check_linear_inputs(x, weights, "fp8")
-    if _takes_wgmma(x[:, None], weights, wgmma, options):
-        with recording():
-            return gemm_w8a16_wgmma(x[:, None], weights, pdl=options.get("pdl", False))
-    return _launch(x[:, None], weights, (0, 0), options)
+    return _dispatch(x[:, None], weights, (0, 0), wgmma, gemv, options)
 
 
 def linear_w8a16_group(
-    x: Tensor, group: Sequence[DenseWeights], wgmma: bool | None = None, **options: int | None
+    x: Tensor,
+    group: Sequence[DenseWeights],
+    wgmma: bool | None = None,
+    gemv: bool | None = None,
+    **options: int | None,
 ) -> Tensor:
     """cat_g(x[:, g] @ W_g.T) in one launch, for x (M, G, K) and G FP8 weights of one shape
-    laid out at one stride (`formats.stacked_stride`); (M, G * N) in x's dtype. `wgmma` and
-    `options` as `linear_w8a16` takes them."""
+    laid out at one stride (`formats.stacked_stride`); (M, G * N) in x's dtype. `wgmma`, `gemv`
+    and `options` as `linear_w8a16` takes them."""
     strides = check_group_inputs(x, group, "fp8")
-    if _takes_wgmma(x, group[0], wgmma, options):
+    return _dispatch(x, group[0], strides, wgmma, gemv, options)
+
+
+def _dispatch(
+    x: Tensor,
+    weights: DenseWeights,
+    strides: tuple[int, int],
+    wgmma: bool | None,
+    gemv: bool | None,
+    options: dict,
+) -> Tensor:
+    """x (M, G, K) through the kernel `wgmma`, `gemv` and `options` pick."""
+    if wgmma and gemv:
+        raise ValueError("wgmma=True and gemv=True pick two kernels: pass one of them.")
+    if not gemv and options.get("tile_bytes") is not None:
+        raise ValueError("tile_bytes is an option of the gemv kernel: pass gemv=True with it.")
+    if not wgmma and _takes_gemv(x, weights, gemv, options):
+        return _launch_gemv(x, weights, strides, options)
+    if _takes_wgmma(x, weights, wgmma, options):
         with recording():
-            return gemm_w8a16_wgmma(x, group[0], strides, pdl=options.get("pdl", False))
-    return _launch(x, group[0], strides, options)
+            return gemm_w8a16_wgmma(x, weights, strides, pdl=options.get("pdl", False))
+    return _launch(x, weights, strides, options)
+
+
+def _takes_gemv(x: Tensor, weights: DenseWeights, gemv: bool | None, options: dict) -> bool:
+    """Whether x (M, G, K) goes to the CUDA-core kernel: `gemv`, or (None) up to GEMV_MAX_M rows
+    where no option is given and K is a whole number of scale blocks."""
+    # pdl=None asks for PDL where the GPU has it, which this kernel does not launch with.
+    given = sorted(key for key, value in options.items()
+                   if (value is not False if key == "pdl" else value is not None))  # fmt: skip
+    if gemv is None:
+        return not given and x.shape[0] <= GEMV_MAX_M and x.shape[2] % weights.block == 0
+    if gemv:
+        others = sorted(set(given) - {"block_n", "num_warps", "tile_bytes"})
+        if others:
+            raise ValueError(f"the gemv W8A16 kernel takes block_n, num_warps and tile_bytes "
+                             f"only, and launches without PDL; leave out {others} or pass "
+                             f"gemv=False.")  # fmt: skip
+        check_gemv(x.shape[0], x.shape[2], weights.block, options.get("block_n"),
+                   options.get("num_warps"), options.get("tile_bytes"))  # fmt: skip
+    return gemv
+
+
+def _launch_gemv(
+    x: Tensor, weights: DenseWeights, group_strides: tuple[int, int], options: dict
+) -> Tensor:
+    """The CUDA-core kernel over x (M, G, K) (`w8a16_gemv`)."""
+    (m, groups, _), n = x.shape, weights.out_features
+    y = x.new_empty(m, groups * n)
+    with recording():
+        gemm_w8a16_gemv(x, weights.values, weights.scales, weights.block, y, group_strides,
+                        options.get("block_n"), options.get("num_warps"),
+                        options.get("tile_bytes"))  # fmt: skip
+    return y
 
 
 def _takes_wgmma(x: Tensor, weights: DenseWeights, wgmma: bool | None, options: dict) -> bool:
