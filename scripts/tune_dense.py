@@ -90,7 +90,7 @@ WGMMA_WAVES = [{}, WGMMA | {"block_m": 128, "num_stages": 5},
 # The CUDA-core kernel (kernels/dense/w8a16_gemv.py) against the tensor-core decode tiles, over
 # a program's bytes and warps.
 GEMV = [{"gemv": False}, *({"gemv": True, "tile_bytes": b * 1024, "num_warps": w}
-                           for b in (8, 16, 32, 64) for w in (4, 8))]  # fmt: skip
+                           for b in (4, 8, 16, 32) for w in (2, 4, 8))]  # fmt: skip
 GRIDS = {  # --grid NAME: this grid alone, at every --m
     "pdl": ("w8a16", 128, PDL_AB),
     "middle-splits": ("w8a16", 128, MIDDLE_SPLITS),

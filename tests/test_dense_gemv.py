@@ -9,7 +9,7 @@ from test_dense_kernels import make, master, with_distinct_block_scales
 
 import kernels.dense as dense
 from kernels.dense import DenseWeights, linear_reference
-from kernels.dense.w8a16_gemv import GEMV_MAX_M, gemv_block_n, k_pieces
+from kernels.dense.w8a16_gemv import GEMV_MAX_M, MAX_ROWS, gemv_block_n, k_pieces
 
 
 @pytest.mark.parametrize(
@@ -65,12 +65,12 @@ def test_w8a16_takes_the_gemv_kernel_up_to_its_rows_where_no_option_says_otherwi
 
 
 def test_a_program_takes_the_most_rows_whose_k_fits_its_bytes():
-    assert gemv_block_n(5120, 128) == 4  # 20 KB: 8 rows would be 40
-    assert gemv_block_n(1280, 128) == 16
-    assert gemv_block_n(1152, 32) == 16
-    assert gemv_block_n(256, 32) == 32  # never past one scale block
+    assert gemv_block_n(5120, 128, tile_bytes=32 * 1024) == 4  # 20 KB: 8 rows would be 40
+    assert gemv_block_n(1280, 128, tile_bytes=32 * 1024) == 16
+    assert gemv_block_n(1152, 32, tile_bytes=32 * 1024) == 16
+    assert gemv_block_n(256, 32, tile_bytes=32 * 1024) == 32  # never past one scale block
     assert gemv_block_n(65536, 128) == 1  # at least one row, whatever K
-    assert gemv_block_n(1280, 128, tile_bytes=64 * 1024) == 32
+    assert gemv_block_n(1280, 128) == 4  # the default: 8 KB
 
 
 def test_k_is_loaded_as_a_power_of_two_piece_and_the_rest():
@@ -84,7 +84,7 @@ def test_k_is_loaded_as_a_power_of_two_piece_and_the_rest():
 @pytest.mark.parametrize(
     ("m", "k", "options", "message"),
     [
-        (GEMV_MAX_M + 1, 256, {"gemv": True}, f"takes up to {GEMV_MAX_M} token rows"),
+        (MAX_ROWS + 1, 256, {"gemv": True}, f"takes up to {MAX_ROWS} token rows"),
         (1, 200, {"gemv": True}, r"K \(200\) to be a whole number of 32-wide scale blocks"),
         (1, 256, {"gemv": True, "block_n": 12}, "block_n=12 must be a power of two"),
         (1, 256, {"gemv": True, "block_n": 64}, "block_n=64 must be a power of two"),

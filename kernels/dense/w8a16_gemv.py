@@ -13,10 +13,19 @@ in one row of scale blocks) across the whole of K, which it loads in at most two
 power-of-two number of K blocks (K = 5120 is 32 + 8 blocks of 128), both issued before the
 first multiply: there is no K loop, no split of K and no partial sums. Each FP8 value becomes
 bf16 by bit moves (`kernels.dequant`, 2**120 folded into the scale) and fp32 by a shift, and
-takes one fp32 FMA a token row against x already multiplied by its K block's scale; the sums
-over K end in one reduction a row. At M token rows that is about 2.5 + M integer and FMA
-instructions a weight byte, so the kernel is for the few rows where bytes, not FMAs, set the
-pace (`GEMV_MAX_M`).
+takes one fp32 FMA a token row against x; each K block's sum is scaled, and the blocks' sums
+end in one reduction a row. At M token rows that is about 2.5 + M integer and FMA
+instructions a weight byte (ten for four values' conversion: `kernels.dequant.e4m3_as_f32`),
+so the kernel is for the row where bytes, not FMAs, set the pace.
+
+On an H100 (raw/logs/h100-dense-w8a16-gemv-tune-*.csv, one dsv4-flash-tp2 layer's six GEMMs
+in a CUDA graph) it took 0.050 ms a layer at one row against 0.061 for the tensor-core decode
+tiles (1.70x cuBLAS bf16 against 1.39x), with 8 KB of weights and four warps a program; 16
+and 32 KB took 0.053-0.055, 64 KB 0.057-0.059. Traced, its six kernels (32 KB a program)
+took 52.6 us against 39.5 for plain reads of their bytes
+(raw/logs/h100-dense-w8a16-gemv-read-floor-*.csv). At two to four rows it lost, 0.073 to
+0.113 ms at best against 0.063-0.064, so it is the default at one row (`GEMV_MAX_M`) and
+takes up to MAX_ROWS when asked (`gemv=True`).
 
 An earlier CUDA-core kernel (commit 1a4167c, reverted) had a K loop of 128 to 512-wide steps
 with K split over the SMs and its partial sums: 16 bytes in flight a thread a step. It took
@@ -31,8 +40,9 @@ from torch import Tensor
 from kernels.compiled import interpreting, launch
 from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_f32
 
-GEMV_MAX_M = 4  # most token rows the kernel takes (one FMA pass a row)
-TILE_BYTES = 32 * 1024  # FP8 bytes a program loads at most, when block_n is not given
+GEMV_MAX_M = 1  # token rows up to which linear_w8a16 takes this kernel by default
+MAX_ROWS = 4  # most token rows the kernel takes (one FMA pass a row)
+TILE_BYTES = 8 * 1024  # FP8 bytes a program loads at most, when block_n is not given
 NUM_WARPS = 4
 
 
@@ -58,8 +68,8 @@ def check_gemv(
     tile_bytes: int | None,
 ) -> None:  # fmt: skip
     """Refuse shapes and options the kernel cannot run, naming the fix."""
-    if m > GEMV_MAX_M:
-        raise ValueError(f"gemv=True takes up to {GEMV_MAX_M} token rows; x has {m}. Pass "
+    if m > MAX_ROWS:
+        raise ValueError(f"gemv=True takes up to {MAX_ROWS} token rows; x has {m}. Pass "
                          f"gemv=None to pick the kernel by rows.")  # fmt: skip
     if k % qblock:
         raise ValueError(f"gemv=True needs K ({k}) to be a whole number of {qblock}-wide scale "
