@@ -22,7 +22,9 @@ layer at 1.27x cuBLAS bf16 at 1 row and 1.30-1.31x at 4-16 (raw/bench-dense-*T19
 32 token rows a tile, the weights
 become bf16 by bit manipulation (`kernels.dequant`), with 2**120 folded into the scale: on the
 H200 that took a layer at M=1-16 from 0.072-0.080 ms to 0.059-0.064, 1.21-1.23x cuBLAS bf16
-(raw/bench-dense-*T043838).
+(raw/bench-dense-*T043838). At one token row `linear_w8a16` takes the CUDA-core kernel
+(`w8a16_gemv`, whose programs load their whole K before the first multiply) instead: on the
+H200 a layer took 0.0449 against 0.0550 ms with this kernel (raw/ab-dense-20261205T182555).
 
 Five ways past this decode kernel did not pay on the H200:
 - More programs an SM: split plans for 3 and 4 made a layer 6-10% slower at M=1-16 (commit
@@ -30,7 +32,9 @@ Five ways past this decode kernel did not pay on the H200:
 - A CUDA-core kernel for up to 8 rows (fp32 FMAs a token row, x read in the weight tile's
   shape for 16-byte loads, no padding of M): 0.061 ms a layer at M=1 at best against 0.058
   for this kernel in the same run, and 1.7-3x slower at M=4-8, where its FMAs and reductions,
-  not bytes, set the pace (raw/logs/h200-tune-dense-cores-*.csv, commit 1a4167c).
+  not bytes, set the pace (raw/logs/h200-tune-dense-cores-*.csv, commit 1a4167c). Its K loop
+  kept 16 bytes a thread in flight; `w8a16_gemv`, which asks for a program's whole K at once,
+  beats this kernel at one row and still loses from two.
 - No split-K, narrow tiles instead (16 or 32 weight rows, 128- or 256-deep K tiles, 1-4
   warps, up to 8 stages), so that no GEMM pays the partial sums' round trips: a layer took
   0.072-0.111 ms at M=1 against 0.058 for the defaults, and every projection but

@@ -11,21 +11,29 @@ near the copy bandwidth.
 This kernel is that read with the arithmetic added. A program owns BLOCK_N weight rows (lying
 in one row of scale blocks) across the whole of K, which it loads in at most two pieces of a
 power-of-two number of K blocks (K = 5120 is 32 + 8 blocks of 128), both issued before the
-first multiply: there is no K loop, no split of K and no partial sums. Each FP8 value becomes
-bf16 by bit moves (`kernels.dequant`, 2**120 folded into the scale) and fp32 by a shift, and
-takes one fp32 FMA a token row against x; each K block's sum is scaled, and the blocks' sums
-end in one reduction a row. At M token rows that is about 2.5 + M integer and FMA
-instructions a weight byte (ten for four values' conversion: `kernels.dequant.e4m3_as_f32`),
-so the kernel is for the row where bytes, not FMAs, set the pace.
+first multiply (compiled by Triton 3.6 for sm_90, at most one 16-byte load a program comes
+after the first FFMA: scripts/dense_gemv_sass.py): there is no K loop, no split of K and no
+partial sums. Each FP8 value becomes fp32 by bit moves (`kernels.dequant.e4m3_as_f32`: ten
+integer instructions for four values, 2**120 folded into the scale) and takes one fp32 FMA a
+token row against x; each K block's sum is scaled, and the blocks' sums end in one reduction
+a row. At M token rows that is about 2.5 + M instructions a weight byte, so the kernel is for
+the row where bytes, not FMAs, set the pace.
 
-On an H100 (raw/logs/h100-dense-w8a16-gemv-tune-*.csv, one dsv4-flash-tp2 layer's six GEMMs
-in a CUDA graph) it took 0.050 ms a layer at one row against 0.061 for the tensor-core decode
-tiles (1.70x cuBLAS bf16 against 1.39x), with 8 KB of weights and four warps a program; 16
-and 32 KB took 0.053-0.055, 64 KB 0.057-0.059. Traced, its six kernels (32 KB a program)
-took 52.6 us against 39.5 for plain reads of their bytes
-(raw/logs/h100-dense-w8a16-gemv-read-floor-*.csv). At two to four rows it lost, 0.073 to
-0.113 ms at best against 0.063-0.064, so it is the default at one row (`GEMV_MAX_M`) and
-takes up to MAX_ROWS when asked (`gemv=True`).
+On the H200, in one A/B run of the code before it against this (`workbench ab dense
+--tokens 1`, raw/ab-dense-20261205T182555), a dsv4-flash-tp2 layer's W8A16 GEMMs took 0.0449
+ms at one row against 0.0550 (ratio 0.816, 95% interval 0.811-0.823); in the bench at that
+commit, with every peer (raw/logs/h200-bench-dense-gemv-*.csv, what is left of a run folder
+the GPU machine did not return), 0.0466 ms against 0.0725 for cuBLAS bf16 (1.55x, from
+1.27x) and 0.0967 for humming's W8A16. Its defaults, 8 KB of weights and four warps a
+program, came from a grid on an H100 (raw/logs/h100-dense-w8a16-gemv-tune-*.csv: 0.050 ms a
+layer at one row against 0.061 for the tensor-core decode tiles; 16 and 32 KB 0.053-0.055, 64
+KB 0.057-0.059). At K = 5120 that is one weight row a program, each reading x's 10 KB from L2
+for 5 KB of weights: traced on the H100 (raw/logs/h100-dense-w8a16-gemv-read-floor-*.csv),
+those two projections took 1.44-1.50x as long as plain reads of their bytes where the four
+others took 1.11-1.36x (49.7 against 39.5 us a layer), which a tile plan per projection could
+take further. At two to four rows it lost on the H100 (0.073 to 0.113 ms at
+best against 0.063-0.064: the FMAs and reductions grow with the rows), so it is the default at
+one row (`GEMV_MAX_M`) and takes up to MAX_ROWS when asked (`gemv=True`).
 
 An earlier CUDA-core kernel (commit 1a4167c, reverted) had a K loop of 128 to 512-wide steps
 with K split over the SMs and its partial sums: 16 bytes in flight a thread a step. It took
