@@ -279,7 +279,7 @@ def linear_w8a16(
     num_stages, split_k, swap_ab); by default they follow M (see `default_tiles`) and split_k
     fills the GPU. `wgmma` picks the Gluon kernel (`w8a16_wgmma`; sm_90, bf16 activations,
     128-wide blocks); None: from WGMMA_MIN_M rows where it can run and no Triton option is
-    given. `gemv` picks the CUDA-core kernel (`w8a16_gemv`, which takes block_n and num_warps);
+    given. `gemv` picks the CUDA-core kernel (`w8a16_gemv`: block_n, num_warps, tile_bytes);
     None: up to GEMV_MAX_M rows where no other option is given and K is whole scale blocks.
     `pdl` (off by default; None: where the GPU has it) applies to the Triton and Gluon kernels.
     """
