@@ -5,7 +5,8 @@ each takes. `bf16` takes a plain bf16 (N, K) tensor (torch.matmul, i.e. cuBLAS);
 `w8a8` and `hybrid` take FP8 `DenseWeights` (quantise once, with `DenseWeights.quantize(w,
 "fp8", block)`), and `hybrid` also a `hybrid_m` keyword. On sm_90 W8A16 from 48 rows runs a
 Gluon kernel that reads a K-reordered copy of the FP8 values, made on a weight's first call
-there and kept while the weight lives (`k_order`). `group_linear` runs a group of
+there and kept while the weight lives (`k_order`), and at one row a CUDA-core kernel
+(`w8a16_gemv`). `group_linear` runs a group of
 projections of one shape (kernels.dense.grouped). After a Triton call, last_facts() gives
 registers, spills and shared memory of the kernels it launched (None under the interpreter).
 """
