@@ -25,10 +25,11 @@ OPCODE = re.compile(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
 
 def load_order(sass: str) -> dict[str, int]:
     """16-byte global loads, those before the first FFMA, FFMAs and instructions of `sass`."""
-    opcodes = [m.group(1) for m in map(OPCODE.search, sass.splitlines()) if m]
-    lines = [line for line in sass.splitlines() if OPCODE.search(line)]
-    first_ffma = next((i for i, op in enumerate(opcodes) if op == "FFMA"), len(opcodes))
-    wide = [i for i, line in enumerate(lines) if WIDE_LOAD.search(line)]
+    instructions = [(m.group(1), line) for line in sass.splitlines()
+                    if (m := OPCODE.search(line))]  # fmt: skip
+    opcodes = [op for op, _ in instructions]
+    first_ffma = opcodes.index("FFMA") if "FFMA" in opcodes else len(opcodes)
+    wide = [i for i, (_, line) in enumerate(instructions) if WIDE_LOAD.search(line)]
     return {
         "loads_16B": len(wide),
         "before_first_ffma": sum(i < first_ffma for i in wide),

@@ -46,6 +46,7 @@ import triton.language as tl
 from torch import Tensor
 
 from kernels.compiled import interpreting, launch
+from kernels.dense.tiles import WARPS
 from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_f32
 
 GEMV_MAX_M = 1  # token rows up to which linear_w8a16 takes this kernel by default
@@ -85,8 +86,8 @@ def check_gemv(
     if block_n is not None and (block_n < 1 or block_n > qblock or block_n & (block_n - 1)):
         raise ValueError(f"block_n={block_n} must be a power of two of at most the weight's "
                          f"block ({qblock}): a program's rows share their scales.")  # fmt: skip
-    if num_warps is not None and num_warps not in (1, 2, 4, 8, 16):
-        raise ValueError(f"num_warps={num_warps!r} must be one of 1, 2, 4, 8, 16.")
+    if num_warps is not None and num_warps not in WARPS:
+        raise ValueError(f"num_warps={num_warps!r} must be one of {WARPS}.")
     if tile_bytes is not None and (block_n is not None or tile_bytes < 1):
         raise ValueError(f"tile_bytes={tile_bytes!r} sets block_n by K: pass one of the two, "
                          f"tile_bytes a positive number of bytes.")  # fmt: skip
