@@ -1,6 +1,8 @@
 """Time the Gluon W8A16 GEMM (kernels/dense/w8a16_wgmma.py) on each dense projection of one
 `dsv4-flash-tp2` layer under several settings, beside the Triton W8A16 kernel and cuBLAS bf16,
 and the layer's six calls in one CUDA graph for each, to choose its defaults and its range.
+The `gemv-*` settings are the CUDA-core kernel (kernels/dense/w8a16_gemv.py) at a fixed number
+of weight rows and warps a program, for the one- to four-row sizes it takes.
 
     python scripts/dense_w8a16_gemm_times.py OUT.csv [M ...] [--settings gluon ...]
                                                               (default M: 32 64 128 256)
@@ -44,6 +46,13 @@ SETTINGS = {
     "gluon-fill1-min2": dict(split_fill=1.0, min_split_steps=2),
     "gluon-t64-fill1-min4": dict(block_t=64, split_fill=1.0, min_split_steps=4),
 }
+# name: linear_w8a16 options of the CUDA-core kernel: weight rows (b) and warps (w) a program
+GEMV_SETTINGS = {
+    f"gemv-b{rows}w{warps}": dict(gemv=True, block_n=rows, num_warps=warps)
+    for rows in (1, 2, 4, 8, 16)
+    for warps in (2, 4, 8)
+}
+GEMV_MOST_BYTES = 32 * 1024  # a program's weights beyond this are left untimed: they spill
 # timed as the layer's six calls in one graph too
 WHOLE_LAYER = ("bf16", "triton", "gluon", "gluon-fill1", "gluon-fill1-min4", "gluon-fill1-min2",
                "gluon-t64-fill1-min4")  # fmt: skip
@@ -61,6 +70,10 @@ def variants(settings: list[str] | None = None) -> dict[str, tuple[Callable, Cal
             continue
         out[name] = (partial(linear_w8a16_wgmma, **options),
                      partial(linear_w8a16_wgmma_group, **options))  # fmt: skip
+    for name, options in GEMV_SETTINGS.items():
+        if settings is not None and name in settings:
+            out[name] = (partial(dense.linear_w8a16, **options),
+                         partial(dense.linear_w8a16_group, **options))  # fmt: skip
     return out
 
 
@@ -108,9 +121,10 @@ def saved_table(rows: list[dict], out: str) -> pd.DataFrame:
 
 def main() -> None:
     parser = sizes_parser(__doc__, [32, 64, 128, 256])
-    parser.add_argument("--settings", nargs="*", choices=list(SETTINGS),
-                        help="Gluon settings to time beside bf16 and triton (default: all; "
-                        "the flag alone: none)")  # fmt: skip
+    parser.add_argument("--settings", nargs="*", choices=[*SETTINGS, *GEMV_SETTINGS],
+                        help="Gluon settings to time beside bf16 and triton (default: all "
+                        "of them; the flag alone: none), and gemv settings to time when "
+                        "named")  # fmt: skip
     args = parser.parse_args()
     device, layer = gpu_layer()
     rows = []
@@ -122,6 +136,9 @@ def main() -> None:
             calls = layer.calls(linear, linear_group, xs, weights)
             for p, call, want in zip(layer.projections, calls, wants, strict=True):
                 row = {"m": m, "proj": p.name, "n": p.n, "k": p.k * p.count, "setting": name}
+                rows_a_program = GEMV_SETTINGS.get(name, {}).get("block_n", 0)
+                if rows_a_program * p.k > GEMV_MOST_BYTES:
+                    continue
                 try:
                     row["rel_error"] = relative_error(call(), want)
                     row["ms"] = time_launch(call, device, m, graph=True).median_ms
