@@ -30,8 +30,10 @@ layer at one row against 0.061 for the tensor-core decode tiles; 16 and 32 KB 0.
 KB 0.057-0.059). At K = 5120 that is one weight row a program, each reading x's 10 KB from L2
 for 5 KB of weights: traced on the H100 (raw/logs/h100-dense-w8a16-gemv-read-floor-*.csv),
 those two projections took 1.44-1.50x as long as plain reads of their bytes where the four
-others took 1.11-1.36x (49.7 against 39.5 us a layer), which a tile plan per projection could
-take further. At two to four rows it lost on the H100 (0.073 to 0.113 ms at
+others took 1.11-1.36x (49.7 against 39.5 us a layer). A grid of fixed rows and warps a program
+per projection (raw/logs/h100-dense-w8a16-gemv-rows-*.csv) found each projection's best within
+4-5% of these defaults (qkv_a 0.0092 ms at four rows and eight warps against 0.0096), so one
+plan serves all six. At two to four rows it lost on the H100 (0.073 to 0.113 ms at
 best against 0.063-0.064: the FMAs and reductions grow with the rows), so it is the default at
 one row (`GEMV_MAX_M`) and takes up to MAX_ROWS when asked (`gemv=True`).
 
