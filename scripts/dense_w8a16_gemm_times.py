@@ -45,6 +45,10 @@ SETTINGS = {
     "gluon-fill1-min4": dict(split_fill=1.0, min_split_steps=4),
     "gluon-fill1-min2": dict(split_fill=1.0, min_split_steps=2),
     "gluon-t64-fill1-min4": dict(block_t=64, split_fill=1.0, min_split_steps=4),
+    # the ring refilled two or three K steps after a slot's use, not one (128-token tiles have
+    # four slots), so warpgroup 0 refills a slot the other released a step or two before
+    "gluon-lag2": dict(refill_lag=2),
+    "gluon-lag3": dict(refill_lag=3),
 }
 # name: linear_w8a16 options of the CUDA-core kernel: weight rows (b) and warps (w) a program
 GEMV_SETTINGS = {
@@ -55,7 +59,7 @@ GEMV_SETTINGS = {
 GEMV_MOST_BYTES = 32 * 1024  # a program's weights beyond this are left untimed: they spill
 # timed as the layer's six calls in one graph too
 WHOLE_LAYER = ("bf16", "triton", "gluon", "gluon-fill1", "gluon-fill1-min4", "gluon-fill1-min2",
-               "gluon-t64-fill1-min4")  # fmt: skip
+               "gluon-t64-fill1-min4", "gluon-lag2", "gluon-lag3")  # fmt: skip
 
 
 def variants(settings: list[str] | None = None) -> dict[str, tuple[Callable, Callable]]:
