@@ -21,10 +21,10 @@ the row where bytes, not FMAs, set the pace.
 
 On the H200, in one A/B run of the code before it against this (`workbench ab dense
 --tokens 1`, raw/ab-dense-20261205T182555), a dsv4-flash-tp2 layer's W8A16 GEMMs took 0.0449
-ms at one row against 0.0550 (ratio 0.816, 95% interval 0.811-0.823); in the bench at that
-commit, with every peer (raw/logs/h200-bench-dense-gemv-*.csv, what is left of a run folder
-the GPU machine did not return), 0.0466 ms against 0.0725 for cuBLAS bf16 (1.55x, from
-1.27x) and 0.0967 for humming's W8A16. Its defaults, 8 KB of weights and four warps a
+ms at one row against 0.0550 (ratio 0.816, 95% interval 0.811-0.823); in the dense bench of
+record, with every peer (raw/bench-dense-dsv4-flash-tp2-20261205T195201), 0.0466 ms against
+0.0723 for cuBLAS bf16 (1.55x, 95% interval 1.54-1.56, from 1.27x) and 0.0966 for humming's
+W8A16. Its defaults, 8 KB of weights and four warps a
 program, came from a grid on an H100 (raw/logs/h100-dense-w8a16-gemv-tune-*.csv: 0.050 ms a
 layer at one row against 0.061 for the tensor-core decode tiles; 16 and 32 KB 0.053-0.055, 64
 KB 0.057-0.059). At K = 5120 that is one weight row a program, each reading x's 10 KB from L2
