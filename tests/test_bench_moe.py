@@ -3,6 +3,7 @@ checked before it is timed, floors and ratios from the ceilings, failures as sta
 H200 numbers come from running it there; no timing is asserted here.)"""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch
 import kernels.moe.launch as moe_launch
 import kernels.moe.routing as moe_routing
 from kernels.moe import VARIANTS, moe_reference
+from kernels.moe.formats import MoeWeights
 from workbench.artifacts import read_meta, read_table
 from workbench.capture import bench_moe as bench
 from workbench.capture import bench_rows
@@ -129,8 +131,21 @@ def test_floor_counts_the_bytes_of_the_touched_experts():
     one = 3 * 5120 * 1152
     assert moe_workload.weight_bytes("bf16", 1, s) == 2 * one
     assert moe_workload.weight_bytes("fp8", 1, s) == pytest.approx(one + 4 * one / 128**2)
-    assert moe_workload.weight_bytes("int4", 2, s) == pytest.approx(one + 4 * 2 * one / 128)
+    assert moe_workload.weight_bytes("int4", 2, s) == pytest.approx(one + 2 * 2 * one / 128)
     assert moe_workload.flops(6, s) == 2 * 6 * 6 * one
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8", "int4"])
+def test_floor_bytes_are_the_stored_tensors_bytes(fmt):
+    """The floor counts what the quantised weights occupy: values and scales at the dtypes
+    `MoeWeights.quantize` stores them in (INT4's scales are bf16, FP8's fp32)."""
+    shapes = SimpleNamespace(hidden=512, expert_intermediate=256)
+    gate_up = torch.randn(1, 2 * shapes.expert_intermediate, shapes.hidden)
+    down = torch.randn(1, shapes.hidden, shapes.expert_intermediate)
+    weights = MoeWeights.quantize(gate_up.bfloat16(), down.bfloat16(), fmt)
+    tensors = [weights.gate_up, weights.down, weights.gate_up_scale, weights.down_scale]
+    stored = sum(t.numel() * t.element_size() for t in tensors if t is not None)
+    assert moe_workload.weight_bytes(fmt, 1, shapes) == stored
 
 
 def _small_problem(dtype=torch.float32):

@@ -71,12 +71,16 @@ def reference(problem: MoeProblem, weights: MoeWeights) -> torch.Tensor:
 
 
 def weight_bytes(fmt: str, experts_touched: int, s: RankShapes, block: int = 128) -> float:
-    """Bytes of the weights a launch must read: the touched experts' values and scales."""
+    """Bytes of the weights a launch must read: the touched experts' values and scales, as
+    `kernels.moe.formats` stores them (FP8: an fp32 scale a block x block tile; INT4: a bf16
+    scale a `block` values of a row)."""
     elements = experts_touched * 3 * s.hidden * s.expert_intermediate
     per_element = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}[fmt]
-    scale_bytes = (
-        0.0 if fmt == "bf16" else 4.0 * elements / (block * (block if fmt == "fp8" else 1))
-    )
+    scale_bytes = {
+        "bf16": 0.0,
+        "fp8": 4.0 * elements / block**2,
+        "int4": 2.0 * elements / block,
+    }[fmt]
     return elements * per_element + scale_bytes
 
 
