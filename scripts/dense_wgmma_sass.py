@@ -8,7 +8,7 @@ without a GPU.
                                        [--max-registers 128] [--pdl]
     python scripts/dense_wgmma_sass.py --kernel moe-down [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel moe-w8a8-gate-up|moe-bf16-gate-up|moe-bf16-down
-    python scripts/dense_wgmma_sass.py --kernel moe-int4-gate-up|moe-int4-down
+    python scripts/dense_wgmma_sass.py --kernel moe-int4-gate-up|moe-int4-down [--groups 2]
 
 Prints the registers and spilled bytes ptxas reports, any "Potential Performance Loss" note
 it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
@@ -162,16 +162,17 @@ def compile_moe_bf16(swiglu: bool, stages: int):
     return compile_gluon(moe_bf16_wgmma._bf16_wgmma_kernel, descriptors, constants, pointers)
 
 
-def compile_moe_int4(gate_up: bool, stages: int):
+def compile_moe_int4(gate_up: bool, stages: int, groups: int):
     """The MoE INT4 decode gate/up or down kernel (split K) compiled for sm_90 at the TP2 rank's
-    shape, as `int4_mma.moe_int4_mma` launches it."""
+    shape, as `int4_mma.moe_int4_mma` launches it, `groups` K steps a ring slot."""
     experts, hidden, inter = 384, 5120, 1152
     rows, depth = (2 * inter, hidden) if gate_up else (hidden, inter)
     w_desc = moe_int4_mma.weight_descriptor(
-        torch.empty(experts, rows, depth // 2, dtype=torch.uint8), 2 if gate_up else 1
+        torch.empty(experts, rows, depth // 2, dtype=torch.uint8), 2 if gate_up else 1, groups
     )
     constants = {"GATE_UP": gate_up, "TOP_K": 6, "SPLIT": True, "BLOCK_N": moe_int4_mma.BLOCK_N,
-                 "NUM_WARPS": moe_int4_mma.NUM_WARPS, "STAGES": stages,
+                 "NUM_WARPS": moe_int4_mma.NUM_WARPS, "STAGES": stages, "GROUPS": groups,
+                 "ODD_STEPS": groups == 2 and depth % (2 * moe_int4_mma.BLOCK_K) != 0,
                  "WORD_LAYOUT": moe_int4_mma.word_layout(moe_int4_mma.BLOCK_N,
                                                          moe_int4_mma.NUM_WARPS)}  # fmt: skip
     pointers = {"x_ptr": "*bf16", "s_ptr": "*bf16", "sorted_slots_ptr": "*i32",
@@ -341,6 +342,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.BLOCK_TS, default=64,
                         help="W8A16: token columns a tile")  # fmt: skip
     parser.add_argument("--split", action="store_true", help="W8A16: with split K")
+    parser.add_argument("--groups", type=int, choices=(1, 2), default=1,
+                        help="MoE INT4: K steps (INT4 groups) a ring slot")  # fmt: skip
     parser.add_argument(
         "--pdl", action="store_true", help="W8A16: as launched with programmatic dependent launch"
     )
@@ -372,8 +375,9 @@ def main(argv: list[str] | None = None) -> None:
         compiled = compile_moe_w8a8_gate_up(args.stages)
         tile = f"{moe_w8a8_wgmma.ROWS} x 2 x {moe_w8a8_wgmma.BLOCK} items"
     elif args.kernel.startswith("moe-int4"):
-        compiled = compile_moe_int4(args.kernel == "moe-int4-gate-up", args.stages)
-        tile = f"{moe_int4_mma.BLOCK_N} x {moe_int4_mma.ROWS} tiles, split K"
+        compiled = compile_moe_int4(args.kernel == "moe-int4-gate-up", args.stages, args.groups)
+        tile = f"{moe_int4_mma.BLOCK_N} x {moe_int4_mma.ROWS} tiles, split K, {args.groups} K "
+        tile += "step a ring slot" if args.groups == 1 else "steps a ring slot"
     else:
         compiled = compile_moe_bf16(args.kernel == "moe-bf16-gate-up", args.stages)
         tile = f"{moe_bf16_wgmma.ROWS} x {2 * moe_bf16_wgmma.BOX} items"

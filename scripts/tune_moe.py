@@ -2,7 +2,8 @@
 process (each setting checked against the reference first), to choose its defaults.
 
     python scripts/tune_moe.py OUT_DIR [--variant flat] [--budget-s 120] [--case fp8:6 ...]
-                                       [--grid decode-fine|down-decode|int4-prefill]
+                                       [--grid decode-fine|down-decode|int4-prefill|
+                                               int4-decode-rings]
 
 `--variant w8a8` takes its own grid (FP8 experts at T = 4,096 and 33,863); its rel_error is
 then against the bf16-activation reference, FP8 activations' rounding included.
@@ -23,7 +24,15 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from kernels.moe import VARIANTS, W8A8_VARIANTS, MoeWeights, flat, last_facts, trusted_routing
+from kernels.moe import (
+    VARIANTS,
+    W8A8_VARIANTS,
+    MoeWeights,
+    flat,
+    int4_mma,
+    last_facts,
+    trusted_routing,
+)
 from kernels.moe.routing import sm_count
 from workbench.capture.bench_rows import compile_facts
 from workbench.capture.timing import time_launch
@@ -124,7 +133,20 @@ INT4_PREFILL = [
     dict(block_m=64, block_n=128, block_k=128, num_warps=8, num_stages=4, swap_ab=True),
     dict(block_m=64, block_n=128, block_k=64, num_warps=8, num_stages=4, swap_ab=True),
 ]
-GRIDS = {"decode-fine": DECODE_FINE, "down-decode": DOWN_DECODE, "int4-prefill": INT4_PREFILL}
+# --grid int4-decode-rings: the Gluon INT4 decode kernels' rings (int4_mma.GATE_UP_RING and
+# DOWN_RING: K steps a slot, slots), two-step slots against the defaults' one-step ones; the
+# defaults first and last, to show the drift of the run
+INT4_DECODE_RINGS = [
+    {},
+    dict(int4_down=(2, 4)),
+    dict(int4_down=(2, 6)),
+    dict(int4_gate_up=(2, 3)),
+    dict(int4_gate_up=(2, 3), int4_down=(2, 4)),
+    dict(int4_gate_up=(2, 2), int4_down=(2, 2)),
+    {},
+]
+GRIDS = {"decode-fine": DECODE_FINE, "down-decode": DOWN_DECODE, "int4-prefill": INT4_PREFILL,
+         "int4-decode-rings": INT4_DECODE_RINGS}  # fmt: skip
 CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),
          ("bf16", 6, DECODE[:4] + PROGRAMS), ("int4", 6, DECODE),
          ("int4", 33863, PREFILL)]  # fmt: skip
@@ -161,6 +183,22 @@ def down_settings(params: dict, fmt: str) -> Iterator[dict]:
         flat.DECODE_DOWN_OPTIONS[fmt], flat.DECODE_DOWN_PROGRAMS_PER_SM[fmt] = options, programs
 
 
+@contextmanager
+def int4_rings(params: dict) -> Iterator[dict]:
+    """The call's options without the `int4_*` keys, which set the Gluon INT4 decode kernels'
+    rings ((groups, stages): int4_mma.GATE_UP_RING, DOWN_RING) for the call and are put back
+    after it."""
+    rings = int4_mma.GATE_UP_RING, int4_mma.DOWN_RING
+    if "int4_gate_up" in params:
+        int4_mma.GATE_UP_RING = int4_mma.Ring(*params["int4_gate_up"])
+    if "int4_down" in params:
+        int4_mma.DOWN_RING = int4_mma.Ring(*params["int4_down"])
+    try:
+        yield {k: v for k, v in params.items() if not k.startswith("int4_")}
+    finally:
+        int4_mma.GATE_UP_RING, int4_mma.DOWN_RING = rings
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
@@ -187,7 +225,7 @@ def main() -> None:
             if time.monotonic() > deadline:
                 break
             row = {"variant": args.variant, "fmt": fmt, "tokens": tokens, **params}
-            with down_settings(params, fmt) as options:
+            with int4_rings(params) as params, down_settings(params, fmt) as options:
                 call = partial(VARIANTS[args.variant], *problem.args(), weights[fmt],
                                **with_programs(options, dev))  # fmt: skip
                 try:

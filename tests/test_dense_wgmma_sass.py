@@ -241,3 +241,23 @@ def test_the_moe_int4_decode_kernels_convert_each_word_as_loaded(kernel, mmas):
     assert facts["bf16 FMA"] == "0"
     assert facts["TMA loads"] == "5"
     assert int(facts["registers"]) <= 128 and facts["spilled bytes"] == "0"
+
+
+@pytest.mark.parametrize(("kernel", "mmas", "stages"), [("moe-int4-gate-up", 48, "3"),
+                                                        ("moe-int4-down", 32, "4")])  # fmt: skip
+def test_a_two_group_ring_slot_spends_its_fixed_work_on_two_k_steps(kernel, mmas, stages):
+    # Two K steps a slot (int4_mma.Ring(groups=2)): twice a step's MMAs in the loop, a slot's
+    # wait, CTA barriers and refill once for both, so fewer instructions a step than the
+    # one-step ring's, still without spills in the registers four programs an SM leave; the
+    # deepest ring four programs of gate/up fit in shared memory (Ring.check), one TMA copy a
+    # slot (the first fills, then the refill in the loop).
+    two = run("--kernel", kernel, "--stages", stages, "--groups", "2")
+    one = run("--kernel", kernel, "--stages", "4")
+    assert two.returncode == 0 and one.returncode == 0, two.stderr + one.stderr
+    two, one = facts_of(two), facts_of(one)
+    assert int(two["HMMA"]) == mmas == 2 * int(one["HMMA"])
+    assert int(two["registers"]) <= 128 and two["spilled bytes"] == "0"
+    assert two["TMA loads"] == str(int(stages) + 1)
+    assert two["BAR.SYNC in each innermost MMA loop"] == one["BAR.SYNC in each innermost MMA loop"]
+    per_step = int(two["instructions in each innermost MMA loop"]) / 2
+    assert per_step < 0.9 * int(one["instructions in each innermost MMA loop"])

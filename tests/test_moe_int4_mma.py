@@ -11,8 +11,10 @@ from helpers import expert_problem, relative_error
 from kernels.moe import MoeWeights, moe_flat, moe_reference
 from kernels.moe import flat as flat_module
 from kernels.moe import int4_mma as module
+from kernels.moe.routing import validate_moe_inputs
 
 EXPERTS, HIDDEN, INTER = 8, 512, 256  # H: 4 K steps, I: 2; 8 and 4 columns tiles of 64
+ODD_INTER = 384  # I: 3 K steps, so a ring of two-step slots ends half way through one
 ROUTINGS = {
     "one-token": torch.tensor([[3, 1]]),
     "six-tokens": torch.tensor([[0, 5], [2, 7], [5, 1], [0, 4], [6, 3], [2, 5]]),
@@ -21,9 +23,9 @@ ROUTINGS = {
 }
 
 
-def problem(ids: torch.Tensor, device: torch.device, fmt: str = "int4"):
+def problem(ids: torch.Tensor, device: torch.device, fmt: str = "int4", inter: int = INTER):
     """(x bf16, ids, routing weights, experts in `fmt`) for topk_ids `ids`."""
-    x, route, gate_up, down = expert_problem(ids, EXPERTS, HIDDEN, INTER)
+    x, route, gate_up, down = expert_problem(ids, EXPERTS, HIDDEN, inter)
     weights = MoeWeights.quantize(gate_up.to(device), down.to(device), fmt)
     return x.to(device), ids.to(torch.int32).to(device), route.to(device), weights
 
@@ -80,6 +82,61 @@ def test_the_word_layout_covers_the_tile_once_per_spread_value():
                for i in range(2 ** len(bases))}  # fmt: skip
     assert len(spanned) == 2 ** len(bases)  # every index a distinct element: a bijection
     assert layout.warp_bases == [[16 << w, 0, 0] for w in range(module.NUM_WARPS.bit_length() - 1)]
+
+
+def test_a_two_step_box_holds_each_step_as_a_one_step_box_does():
+    """The two-group descriptor's (plane, step, row, word) view: the words of a weight row's
+    step are where the one-step descriptor has them, so each step of a slot is read as one
+    step's box is; a box is both planes' two steps."""
+    experts, rows, k = 3, 256, 384
+    values = torch.randint(0, 256, (experts, rows, k // 2), dtype=torch.uint8)
+    one = module.weight_descriptor(values, 2)
+    two = module.weight_descriptor(values, 2, groups=2)
+    assert two.block_shape == [2, 2, module.BLOCK_N, module.WORDS]
+    assert list(two.shape) == [experts * 2, k // module.BLOCK_K, rows // 2, module.WORDS]
+    planes = one.base.unflatten(2, (k // module.BLOCK_K, module.WORDS))  # (plane, row, step, w)
+    assert torch.equal(two.base, planes.transpose(1, 2))
+    assert two.base.data_ptr() == one.base.data_ptr()  # a view: no copy of the experts
+    assert two.strides[-1] == 1 and all(stride * 4 % 16 == 0 for stride in two.strides[:-1])
+
+
+@pytest.mark.parametrize(("ring", "boxes", "problem_text"), [
+    (module.Ring(groups=3), 1, "groups=3 must be 1 or 2"),
+    (module.Ring(stages=0), 1, "stages=0 must be an integer >= 1"),
+    (module.Ring(groups=2, stages=4), 2, "more than 4 programs an SM share; use stages <= 3"),
+])  # fmt: skip
+def test_rings_the_kernels_cannot_take_are_refused(ring, boxes, problem_text):
+    with pytest.raises(ValueError, match=problem_text):
+        ring.check(boxes)
+    module.Ring(groups=2, stages=3).check(2)  # gate/up's deepest that four programs fit
+    module.Ring(groups=2, stages=4).check(1)  # down's slots are half the bytes
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("splits", [1, 2])
+@pytest.mark.parametrize(("gate_up_ring", "down_ring"), [
+    (module.Ring(groups=2, stages=3), module.Ring(groups=2, stages=4)),
+    (module.Ring(), module.Ring(groups=2, stages=2)),
+])  # fmt: skip
+def test_two_step_ring_slots_give_the_one_step_results(gate_up_ring, down_ring, splits):
+    """Rings of two-step slots against the default one-step rings, on experts whose I is an odd
+    number of steps (down's last slot half past K), unsplit and split in two (down's second
+    split one step: half a slot)."""
+    from kernels.moe.flat import FlatLayout  # flat imports int4_mma
+
+    x, ids, route, weights = problem(ROUTINGS["six-tokens"], torch.device("cuda"),
+                                     inter=ODD_INTER)  # fmt: skip
+    shape = validate_moe_inputs(x, ids, route, weights)
+    layout = FlatLayout.of(ids, route, shape, module.ROWS)
+    programs = 8  # fewer than the items: programs take several, the ring runs across them
+
+    def call(rings):
+        return module.moe_int4_mma(x, weights, layout, shape, programs, splits, splits,
+                                   rings=rings)  # fmt: skip
+
+    one_step = call((module.Ring(), module.Ring()))
+    assert relative_error(call((gate_up_ring, down_ring)), one_step) < 1e-3
+    assert relative_error(one_step, moe_reference(x, ids, route, weights)) < 1e-2
 
 
 @pytest.mark.gpu

@@ -88,11 +88,16 @@ T=6: about 2 TB/s); loading two or four steps at once; a cp.async ring, where Gl
 shared-memory analysis put a CTA barrier before every copy (0.18 to 0.33 ms); forcing more
 splits; more programs an SM; 128-row tiles on eight warps; rings of six to twelve slots.
 
+A ring slot may also hold two K steps (`Ring`), so that a slot's wait, CTA barriers and
+refill serve both: 18% fewer instructions a gate/up step and 27% fewer a down step, compiled
+for sm_90; an option, not the default, until it is timed on the H200.
+
 Gluon has no interpreter: the CPU tests compile the kernels for sm_90 and read their SASS
-(scripts/dense_wgmma_sass.py --kernel moe-int4-decode); the GPU tests compare the call with
-flat's Triton kernels.
+(scripts/dense_wgmma_sass.py --kernel moe-int4-gate-up|moe-int4-down); the GPU tests compare
+the call with flat's Triton kernels.
 """
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -120,6 +125,7 @@ BLOCK_K = 128  # K values a step: one INT4 group, 64 packed bytes a weight row
 BLOCK_N = 64  # weight rows a tile: one 16-row MMA tile a warp
 NUM_WARPS = 4
 STAGES = 4  # ring slots: 6 took as long at T=1-64 in the probe runs, 8 longer
+SHARED_BYTES_PER_SM = 227 * 1024  # sm_90's shared memory a block may take, all blocks of an SM
 PROGRAMS_PER_SM = 4
 # Registers a thread: the four programs an SM fit in 128. Left to itself, ptxas (Triton 3.6's)
 # gave gate/up 128 and spilled 8 bytes, a pointer reloaded from local memory every K step.
@@ -131,6 +137,7 @@ _WORDS = gl.constexpr(WORDS)
 # A ring slot's boxes seen as one (boxes * BLOCK_N, WORDS) matrix: each 64-byte row swizzled
 # as TMA wrote it, the planes one after the other.
 _PLANE_LAYOUT = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32))
+_HALF = gl.constexpr(8)  # a packed run's low-nibble columns (`formats.pack_int4`: 16 a run)
 K_WIDTH = gl.constexpr(8)  # consecutive bytes (low or high values) a thread holds a chunk
 
 
@@ -216,6 +223,27 @@ def _product(x_lo, x_hi, words, scale, bias, acc, WORD_LAYOUT: gl.constexpr,
 
 
 @gluon.jit
+def _products(x_lo, x_hi, words, up_words, scale, up_scale, acc, up, GATE_UP: gl.constexpr,
+              WORD_LAYOUT: gl.constexpr, w_layout: gl.constexpr, mma: gl.constexpr):  # fmt: skip
+    """(acc, up) + one K step's products: gate's (or down's) rows, and with GATE_UP up's, both
+    from one `_bias`."""
+    bias = _bias(x_lo, x_hi, words.shape[0], w_layout, mma)
+    acc = _product(x_lo, x_hi, words, scale, bias, acc, WORD_LAYOUT, w_layout)
+    if GATE_UP:
+        up = _product(x_lo, x_hi, up_words, up_scale, bias, up, WORD_LAYOUT, w_layout)
+    return acc, up
+
+
+@gluon.jit
+def _operands(a_ptrs, s_ptrs, k):
+    """The K step at `k`: its activations' low-nibble and high-nibble columns (`a_ptrs` at the
+    step's first low-nibble columns) and the bits of its weight rows' scales (`s_ptrs`)."""
+    x_lo = gl.load(a_ptrs + k)
+    x_hi = gl.load(a_ptrs + (k + _HALF))
+    return x_lo, x_hi, _load_bf16_bits(s_ptrs + k // _BLOCK_K)
+
+
+@gluon.jit
 def _item_place(item, splits, col_tiles, tile_info_ptr):
     """(split of K, column tile, its row tile's entry in the table of row tiles) of work item
     `item`: flat's order, splits fastest, then column tiles."""
@@ -237,22 +265,28 @@ def _item_rows(item, splits, col_tiles, tile_info_ptr, BOXES: gl.constexpr,
 
 @gluon.jit
 def _refill(cursor, refills):
-    """Start the TMA copy of the cursor's step (item, its k, the step's number in this
-    program, its expert's first plane and weight row) into its ring slot, which every warp has
-    read (or none yet): one 3-D box, gate/up's gate and up rows together; advance the cursor
-    (the next item's rows are looked up when it starts)."""
+    """Start the TMA copy of the cursor's slot (item, its k, the slot's number in this
+    program, its expert's first plane and weight row) into the ring, whose slot every warp has
+    read (or none yet): one box, gate/up's gate and up rows together, GROUPS K steps deep;
+    advance the cursor (the next item's rows are looked up when it starts)."""
     item, k, seq, plane, row, k_end = cursor
     (w_desc, ring, ready, num_items, splits, col_tiles, tile_info_ptr, k_size,
      k_per_split) = refills  # fmt: skip
     STAGES: gl.constexpr = ready.type.shape[0]
     BOXES: gl.constexpr = w_desc.block_type.shape[0]
-    BOX_ROWS: gl.constexpr = w_desc.block_type.shape[1]
+    GROUPS: gl.constexpr = 1 if len(w_desc.block_type.shape) == 3 else w_desc.block_type.shape[1]
+    BOX_ROWS: gl.constexpr = w_desc.block_type.shape[-2]
     slot = seq % STAGES
     inside = item < num_items
     mbarrier.expect(ready.index(slot), w_desc.block_type.nbytes, pred=inside)
-    tma.async_copy_global_to_shared(w_desc, [plane, row, k // 8], ready.index(slot),
-                                    ring.index(slot), pred=inside)  # fmt: skip
-    k += _BLOCK_K
+    if GROUPS == 1:
+        tma.async_copy_global_to_shared(w_desc, [plane, row, k // 8], ready.index(slot),
+                                        ring.index(slot), pred=inside)  # fmt: skip
+    else:  # `weight_descriptor`'s (plane, group, row, word) view
+        tma.async_copy_global_to_shared(w_desc, [plane, k // _BLOCK_K, row, 0],
+                                        ready.index(slot), ring.index(slot),
+                                        pred=inside)  # fmt: skip
+    k += GROUPS * _BLOCK_K
     if k >= k_end:
         item += gl.num_programs(0)
         plane, row, split = _item_rows(gl.minimum(item, num_items - 1), splits, col_tiles,
@@ -269,10 +303,13 @@ def _int4_mma_kernel(
     splits, stride_xr, stride_os, stride_or,
     GATE_UP: gl.constexpr, TOP_K: gl.constexpr, SPLIT: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_WARPS: gl.constexpr, WORD_LAYOUT: gl.constexpr, STAGES: gl.constexpr,
+    GROUPS: gl.constexpr, ODD_STEPS: gl.constexpr,
 ):  # fmt: skip
     """Gate/up (GATE_UP: both boxes a step; silu(gate) * up into h, or with SPLIT the raw sums
     into part) or down (one box; each row times its routing weight into y[split, slot]) of
-    flat's work items: one ROWS-row tile of an expert, BLOCK_N weight rows, one split of K."""
+    flat's work items: one ROWS-row tile of an expert, BLOCK_N weight rows, one split of K.
+    A ring slot holds GROUPS K steps (1 or 2, as `weight_descriptor` was made); ODD_STEPS:
+    with 2, K is an odd number of steps, and splits of K take whole slots but the last."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(
         version=[2, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, 8]
     )
@@ -280,17 +317,21 @@ def _int4_mma_kernel(
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=K_WIDTH)
     p_layout: gl.constexpr = gl.SliceLayout(2, WORD_LAYOUT)
     boxes: gl.constexpr = w_desc.block_type.shape[0]  # gate/up's 2 (`weight_descriptor`)
-    ring = gl.allocate_shared_memory(gl.int32, [STAGES, boxes, BLOCK_N, _WORDS], w_desc.layout)
+    if GROUPS == 1:
+        ring = gl.allocate_shared_memory(gl.int32, [STAGES, boxes, BLOCK_N, _WORDS],
+                                         w_desc.layout)  # fmt: skip
+    else:
+        ring = gl.allocate_shared_memory(gl.int32, [STAGES, boxes, GROUPS, BLOCK_N, _WORDS],
+                                         w_desc.layout)  # fmt: skip
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for first in gl.static_range(STAGES):
         mbarrier.init(ready.index(first), count=1)
     fence_async_shared()
-    HALF: gl.constexpr = 8
     col_tiles = n_size // BLOCK_N
     num_items = gl.load(tile_offsets_ptr + num_experts) * col_tiles * splits
     # activations (K, ROWS): the low nibbles' k of a step, the first 8 of each run of 16
     j = gl.arange(0, 4 * _WORDS, layout=gl.SliceLayout(1, a_layout))
-    k_of_j = (j // HALF) * (2 * HALF) + j % HALF
+    k_of_j = (j // _HALF) * (2 * _HALF) + j % _HALF
     a_rows = gl.arange(0, _ROWS, layout=gl.SliceLayout(0, a_layout))
     s_rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
     o_rows = gl.arange(0, _ROWS, layout=gl.SliceLayout(0, mma))
@@ -324,35 +365,56 @@ def _int4_mma_kernel(
         acc = gl.zeros((BLOCK_N, _ROWS), gl.float32, mma)
         up = gl.zeros((BLOCK_N, _ROWS), gl.float32, mma)
         last = k_hi - _BLOCK_K
-        x_lo = gl.load(a_ptrs + k_lo)
-        x_hi = gl.load(a_ptrs + (k_lo + HALF))
-        scale = _load_bf16_bits(s_ptrs + k_lo // _BLOCK_K)
+        x_lo, x_hi, scale = _operands(a_ptrs, s_ptrs, k_lo)
+        up_scale = scale  # down's stand-in, which `_products` does not read
         if GATE_UP:  # down has no up rows: its "up" scales would lie past the expert's
             up_scale = _load_bf16_bits(up_s + k_lo // _BLOCK_K)
-        for k0 in range(k_lo, k_hi, _BLOCK_K):
+        for k0 in range(k_lo, k_hi, GROUPS * _BLOCK_K):
             # the next step's activations and scales (from L2) while this step's weights land
             k_next = gl.minimum(k0 + _BLOCK_K, last)
-            n_lo = gl.load(a_ptrs + k_next)
-            n_hi = gl.load(a_ptrs + (k_next + HALF))
-            n_scale = _load_bf16_bits(s_ptrs + k_next // _BLOCK_K)
+            n_lo, n_hi, n_scale = _operands(a_ptrs, s_ptrs, k_next)
             slot = seq % STAGES
             mbarrier.wait(ready.index(slot), (seq // STAGES) & 1)
-            boxes_read = ring.index(slot)._reinterpret(gl.int32, [boxes * BLOCK_N, _WORDS],
-                                                       _PLANE_LAYOUT)  # fmt: skip
+            boxes_read = ring.index(slot)._reinterpret(
+                gl.int32, [boxes * GROUPS * BLOCK_N, _WORDS], _PLANE_LAYOUT
+            )
             words = boxes_read.slice(0, BLOCK_N).load(p_layout)
+            up_words = words  # down's stand-in
             if GATE_UP:
                 n_up_scale = _load_bf16_bits(up_s + k_next // _BLOCK_K)
-                up_words = boxes_read.slice(BLOCK_N, BLOCK_N).load(p_layout)
+                up_words = boxes_read.slice(GROUPS * BLOCK_N, BLOCK_N).load(p_layout)
+            if GROUPS == 2:
+                # the slot's first group, then its second's words, so that the slot is
+                # released once both are read but only one group's words are live at a time
+                acc, up = _products(x_lo, x_hi, words, up_words, scale, up_scale, acc, up,
+                                    GATE_UP, WORD_LAYOUT, w_layout, mma)  # fmt: skip
+                x_lo, x_hi, scale = n_lo, n_hi, n_scale
+                second = k0 + _BLOCK_K
+                k_next = gl.minimum(second + _BLOCK_K, last)
+                n_lo, n_hi, n_scale = _operands(a_ptrs, s_ptrs, k_next)
+                words = boxes_read.slice(BLOCK_N, BLOCK_N).load(p_layout)
+                if GATE_UP:
+                    up_scale = n_up_scale
+                    n_up_scale = _load_bf16_bits(up_s + k_next // _BLOCK_K)
+                    up_words = boxes_read.slice(3 * BLOCK_N, BLOCK_N).load(p_layout)
             # Every warp has read the slot: one thread refills it with the step STAGES on. One
             # program owns the ring, so a CTA barrier does what a barrier of empty slots
             # would, and Gluon puts fewer CTA barriers around it (5 a step before, with one).
             threads_barrier()
             fence_async_shared()  # the slot's reads before the TMA writes it again
             cursor = _refill(cursor, refills)
-            bias = _bias(x_lo, x_hi, BLOCK_N, w_layout, mma)
-            acc = _product(x_lo, x_hi, words, scale, bias, acc, WORD_LAYOUT, w_layout)
+            if ODD_STEPS:
+                # K is an odd number of steps, so the last split ends half way through a slot
+                # (the others take whole slots), and its second group is skipped. A branch;
+                # without ODD_STEPS there is none: around gate/up's products, under Triton 3.6,
+                # it cost 20 bytes of spills.
+                if second < k_hi:
+                    acc, up = _products(x_lo, x_hi, words, up_words, scale, up_scale, acc, up,
+                                        GATE_UP, WORD_LAYOUT, w_layout, mma)  # fmt: skip
+            else:
+                acc, up = _products(x_lo, x_hi, words, up_words, scale, up_scale, acc, up,
+                                    GATE_UP, WORD_LAYOUT, w_layout, mma)  # fmt: skip
             if GATE_UP:
-                up = _product(x_lo, x_hi, up_words, up_scale, bias, up, WORD_LAYOUT, w_layout)
                 up_scale = n_up_scale
             x_lo, x_hi, scale = n_lo, n_hi, n_scale
             seq += 1
@@ -392,14 +454,54 @@ def runs_on(x: Tensor, weights: MoeWeights, shape: MoeShape) -> bool:
     )
 
 
-def weight_descriptor(values: Tensor, boxes: int) -> TensorDescriptor:
+def weight_descriptor(values: Tensor, boxes: int, groups: int = 1) -> TensorDescriptor:
     """The TMA descriptor of packed INT4 experts (E, N, K / 2) as (E * boxes, N / boxes, K / 8)
     int32 words, in boxes of `boxes` planes by BLOCK_N rows by one K step: gate/up (2) takes
-    a column tile's gate rows and up rows in one copy, into two consecutive ring buffers."""
-    box = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=3)
+    a column tile's gate rows and up rows in one copy, into two consecutive ring buffers.
+    With `groups` 2, the words seen as (E * boxes, K / BLOCK_K, N / boxes, WORDS), a box
+    `groups` K steps deep: in shared memory each plane's steps one after the other, each a
+    (BLOCK_N, WORDS) matrix as one step's box is; a box past K reads zeros."""
     experts, rows, packed = values.shape
     words = values.view(torch.int32).reshape(experts * boxes, rows // boxes, packed // 4)
-    return TensorDescriptor.from_tensor(words, [boxes, BLOCK_N, WORDS], box)
+    if groups == 1:
+        box = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=3)
+        return TensorDescriptor.from_tensor(words, [boxes, BLOCK_N, WORDS], box)
+    steps = words.unflatten(2, (packed // 4 // WORDS, WORDS)).transpose(1, 2)
+    box = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=4)
+    return TensorDescriptor.from_tensor(steps, [boxes, groups, BLOCK_N, WORDS], box)
+
+
+@dataclass(frozen=True)
+class Ring:
+    """A projection's ring of weight boxes: `groups` K steps (INT4 groups) a slot, 1 or 2, in
+    `stages` slots. With 2 groups a slot's wait, CTA barrier, fence and refill serve two
+    steps (`_int4_mma_kernel`: compiled for sm_90, 623 instructions a gate/up slot against
+    378 a step, 426 a down slot against 292; scripts/dense_wgmma_sass.py --groups 2), at
+    twice a slot's bytes. An option until an H200 A/B measures it
+    (scripts/tune_moe.py --grid int4-decode-rings)."""
+
+    groups: int = 1
+    stages: int = STAGES
+
+    def check(self, boxes: int) -> None:
+        """Refuse a ring the kernels cannot take, or one whose slots of `boxes` planes would not
+        let PROGRAMS_PER_SM programs share an SM's shared memory."""
+        if self.groups not in (1, 2):
+            raise ValueError(f"groups={self.groups!r} must be 1 or 2 (K steps a ring slot).")
+        if not isinstance(self.stages, int) or self.stages < 1:
+            raise ValueError(f"stages={self.stages!r} must be an integer >= 1 (ring slots).")
+        slot_bytes = boxes * self.groups * BLOCK_N * WORDS * 4
+        if PROGRAMS_PER_SM * self.stages * slot_bytes > SHARED_BYTES_PER_SM:
+            most = SHARED_BYTES_PER_SM // (PROGRAMS_PER_SM * slot_bytes)
+            raise ValueError(
+                f"stages={self.stages} slots of {self.groups} K steps and {boxes} planes take "
+                f"{self.stages * slot_bytes} bytes of shared memory a program, more than "
+                f"{PROGRAMS_PER_SM} programs an SM share; use stages <= {most}."
+            )
+
+
+GATE_UP_RING = Ring()  # gate/up's: two planes (gate's rows and up's) a slot
+DOWN_RING = Ring()
 
 
 def moe_int4_mma(
@@ -411,17 +513,23 @@ def moe_int4_mma(
     gate_up_splits: int,
     down_splits: int,
     table: tuple[Tensor, Tensor] | None = None,
+    rings: tuple[Ring, Ring] | None = None,
 ) -> Tensor:
     """Routed-expert output (T, H) of flat's pipeline with these kernels for gate/up and down,
     on `layout` built with ROWS-row tiles; `programs` persistent programs each; `table` the
     layout's (row_weights, tile_info) where its launch wrote them (`FlatLayout.with_row_table`),
-    else `row_table` writes them."""
+    else `row_table` writes them. `rings`: gate/up's and down's (None: GATE_UP_RING and
+    DOWN_RING, read at the call); splits of K take whole slots of the deeper one."""
     row_weights, tile_info = table if table is not None else row_table(layout, shape, ROWS)
+    gate_up_ring, down_ring = rings if rings is not None else (GATE_UP_RING, DOWN_RING)
+    gate_up_ring.check(2)
+    down_ring.check(1)
     words = word_layout(BLOCK_N, NUM_WARPS)
 
     def run(rows: Tensor, out: Tensor, values: Tensor, scales: Tensor, k_size: int,
             n_size: int, splits: int, k_per_split: int, gate_up: bool) -> None:  # fmt: skip
-        w_desc = weight_descriptor(values, 2 if gate_up else 1)
+        ring = gate_up_ring if gate_up else down_ring
+        w_desc = weight_descriptor(values, 2 if gate_up else 1, ring.groups)
         grid = (min(programs, layout.row_tiles * (n_size // BLOCK_N) * splits),)
         launch(
             _int4_mma_kernel, grid, rows, out, layout.sorted_slots, tile_info,
@@ -429,7 +537,8 @@ def moe_int4_mma(
             scales.stride(1), shape.experts, k_size, n_size, k_per_split,
             splits, rows.stride(0), out.stride(0) if out.dim() == 3 else 0, out.stride(-2),
             GATE_UP=gate_up, TOP_K=shape.top_k, SPLIT=splits > 1, BLOCK_N=BLOCK_N,
-            NUM_WARPS=NUM_WARPS, WORD_LAYOUT=words, STAGES=STAGES, num_warps=NUM_WARPS,
+            NUM_WARPS=NUM_WARPS, WORD_LAYOUT=words, STAGES=ring.stages, GROUPS=ring.groups,
+            ODD_STEPS=ring.groups == 2 and k_size % (2 * BLOCK_K) != 0, num_warps=NUM_WARPS,
             maxnreg=MAX_REGISTERS,
         )  # fmt: skip
 
@@ -441,6 +550,7 @@ def moe_int4_mma(
         run(h, y, weights.down, weights.down_scale, shape.inter, shape.hidden, splits,
             k_per_split, False)  # fmt: skip
 
-    tiles = Tiles(block_m=ROWS, block_n=BLOCK_N, block_k=BLOCK_K, split_k=None,
-                  num_warps=NUM_WARPS, num_stages=STAGES)  # fmt: skip
+    deepest = max(gate_up_ring.groups, down_ring.groups) * BLOCK_K  # the splits' unit of K
+    tiles = Tiles(block_m=ROWS, block_n=BLOCK_N, block_k=deepest, split_k=None,
+                  num_warps=NUM_WARPS, num_stages=gate_up_ring.stages)  # fmt: skip
     return run_pipeline(x, shape, tiles, gate_up_splits, down_splits, gate_up, down)
