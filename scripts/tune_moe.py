@@ -189,14 +189,37 @@ def int4_rings(params: dict) -> Iterator[dict]:
     rings ((groups, stages): int4_mma.GATE_UP_RING, DOWN_RING) for the call and are put back
     after it."""
     rings = int4_mma.GATE_UP_RING, int4_mma.DOWN_RING
-    if "int4_gate_up" in params:
-        int4_mma.GATE_UP_RING = int4_mma.Ring(*params["int4_gate_up"])
-    if "int4_down" in params:
-        int4_mma.DOWN_RING = int4_mma.Ring(*params["int4_down"])
     try:
+        if "int4_gate_up" in params:
+            int4_mma.GATE_UP_RING = int4_mma.Ring(*params["int4_gate_up"])
+        if "int4_down" in params:
+            int4_mma.DOWN_RING = int4_mma.Ring(*params["int4_down"])
         yield {k: v for k, v in params.items() if not k.startswith("int4_")}
     finally:
         int4_mma.GATE_UP_RING, int4_mma.DOWN_RING = rings
+
+
+def chosen_cases(names: list[str] | None, grid: str | None, w8a8: bool) -> list[tuple]:
+    """(format, tokens, grid) of each case to run: with `grid`, each of `names` (FMT:TOKENS)
+    on it; else the variant's cases, those of `names` only where given, each on its own grid.
+    A name that is malformed or, without `grid`, not among the cases is an error."""
+    base = W8A8_CASES if w8a8 else CASES
+    if grid is None:
+        known = {f"{fmt}:{tokens}" for fmt, tokens, _ in base}
+        unknown = sorted(set(names or ()) - known)
+        if unknown:
+            raise ValueError(f"--case {' '.join(unknown)}: not a case of this variant "
+                             f"({' '.join(sorted(known))}); with --grid any size runs")  # fmt: skip
+        return [case for case in base if not names or f"{case[0]}:{case[1]}" in names]
+    if not names:
+        raise ValueError("--grid needs the cases to run it on: --case fp8:6 bf16:6")
+    cases = []
+    for name in names:
+        fmt, _, tokens = name.partition(":")
+        if fmt not in ("bf16", "fp8", "int4") or not tokens.isdigit() or int(tokens) < 1:
+            raise ValueError(f"--case {name}: use FMT:TOKENS, FMT bf16, fp8 or int4, e.g. int4:6")
+        cases.append((fmt, int(tokens), GRIDS[grid]))
+    return cases
 
 
 def main() -> None:
@@ -205,23 +228,24 @@ def main() -> None:
     parser.add_argument("--variant", default="flat")
     parser.add_argument("--budget-s", type=float, default=120.0)
     parser.add_argument("--case", nargs="*", metavar="FMT:TOKENS",
-                        help="only these cases, e.g. fp8:6 int4:33863")  # fmt: skip
+                        help="only these cases, e.g. fp8:6 int4:33863; with --grid, any "
+                        "format and token count")  # fmt: skip
     parser.add_argument("--grid", choices=sorted(GRIDS), help="this grid for every case")
     args = parser.parse_args()
-    if args.grid and not args.case:
-        parser.error("--grid needs the cases to run it on: --case fp8:6 bf16:6")
+    try:
+        cases = chosen_cases(args.case, args.grid, args.variant in W8A8_VARIANTS)
+    except ValueError as err:
+        parser.error(str(err))
     deadline = time.monotonic() + args.budget_s
     dev = torch.device("cuda")
     s = get_preset("dsv4-flash-tp2").rank_shapes()
     masters = expert_masters(s, SEED, dev, torch.bfloat16)
     weights = {fmt: MoeWeights.quantize(*masters, fmt) for fmt in ("bf16", "fp8", "int4")}
     rows = []
-    for fmt, tokens, grid in W8A8_CASES if args.variant in W8A8_VARIANTS else CASES:
-        if args.case and f"{fmt}:{tokens}" not in args.case:
-            continue
+    for fmt, tokens, grid in cases:
         problem = moe_problem(s, tokens, "uniform", SEED, dev, torch.bfloat16)
         expected = reference(problem, weights[fmt])
-        for params in GRIDS[args.grid] if args.grid else grid:
+        for params in grid:
             if time.monotonic() > deadline:
                 break
             row = {"variant": args.variant, "fmt": fmt, "tokens": tokens, **params}

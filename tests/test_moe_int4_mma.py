@@ -14,7 +14,7 @@ from kernels.moe import int4_mma as module
 from kernels.moe.routing import validate_moe_inputs
 
 EXPERTS, HIDDEN, INTER = 8, 512, 256  # H: 4 K steps, I: 2; 8 and 4 columns tiles of 64
-ODD_INTER = 384  # I: 3 K steps, so a ring of two-step slots ends half way through one
+ODD = 384  # 3 K steps, so a ring of two-step slots ends half way through one
 ROUTINGS = {
     "one-token": torch.tensor([[3, 1]]),
     "six-tokens": torch.tensor([[0, 5], [2, 7], [5, 1], [0, 4], [6, 3], [2, 5]]),
@@ -23,9 +23,10 @@ ROUTINGS = {
 }
 
 
-def problem(ids: torch.Tensor, device: torch.device, fmt: str = "int4", inter: int = INTER):
+def problem(ids: torch.Tensor, device: torch.device, fmt: str = "int4", hidden: int = HIDDEN,
+            inter: int = INTER):  # fmt: skip
     """(x bf16, ids, routing weights, experts in `fmt`) for topk_ids `ids`."""
-    x, route, gate_up, down = expert_problem(ids, EXPERTS, HIDDEN, inter)
+    x, route, gate_up, down = expert_problem(ids, EXPERTS, hidden, inter)
     weights = MoeWeights.quantize(gate_up.to(device), down.to(device), fmt)
     return x.to(device), ids.to(torch.int32).to(device), route.to(device), weights
 
@@ -103,7 +104,8 @@ def test_a_two_step_box_holds_each_step_as_a_one_step_box_does():
 @pytest.mark.parametrize(("ring", "boxes", "problem_text"), [
     (module.Ring(groups=3), 1, "groups=3 must be 1 or 2"),
     (module.Ring(stages=0), 1, "stages=0 must be an integer >= 1"),
-    (module.Ring(groups=2, stages=4), 2, "more than 4 programs an SM share; use stages <= 3"),
+    (module.Ring(groups=2, stages=4), 2, "each of 4 programs an SM has; use stages <= 3"),
+    (module.Ring(groups=1, stages=7), 2, "use stages <= 6"),  # the blocks' reserved KB
 ])  # fmt: skip
 def test_rings_the_kernels_cannot_take_are_refused(ring, boxes, problem_text):
     with pytest.raises(ValueError, match=problem_text):
@@ -114,18 +116,19 @@ def test_rings_the_kernels_cannot_take_are_refused(ring, boxes, problem_text):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("splits", [1, 2])
-@pytest.mark.parametrize(("gate_up_ring", "down_ring"), [
-    (module.Ring(groups=2, stages=3), module.Ring(groups=2, stages=4)),
-    (module.Ring(), module.Ring(groups=2, stages=2)),
+@pytest.mark.parametrize(("gate_up_ring", "down_ring", "hidden"), [
+    (module.Ring(groups=2, stages=3), module.Ring(groups=2, stages=4), HIDDEN),
+    (module.Ring(), module.Ring(groups=2, stages=2), HIDDEN),
+    (module.Ring(groups=2, stages=3), module.Ring(), ODD),  # gate/up's K odd too
 ])  # fmt: skip
-def test_two_step_ring_slots_give_the_one_step_results(gate_up_ring, down_ring, splits):
-    """Rings of two-step slots against the default one-step rings, on experts whose I is an odd
-    number of steps (down's last slot half past K), unsplit and split in two (down's second
-    split one step: half a slot)."""
+def test_two_step_ring_slots_give_the_one_step_results(gate_up_ring, down_ring, hidden, splits):
+    """Rings of two-step slots against the default one-step rings, on experts whose I (and H)
+    is an odd number of steps (the last slot half past K), unsplit and split in two (the
+    second split one step: half a slot)."""
     from kernels.moe.flat import FlatLayout  # flat imports int4_mma
 
     x, ids, route, weights = problem(ROUTINGS["six-tokens"], torch.device("cuda"),
-                                     inter=ODD_INTER)  # fmt: skip
+                                     hidden=hidden, inter=ODD)  # fmt: skip
     shape = validate_moe_inputs(x, ids, route, weights)
     layout = FlatLayout.of(ids, route, shape, module.ROWS)
     programs = 8  # fewer than the items: programs take several, the ring runs across them

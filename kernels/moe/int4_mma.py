@@ -125,7 +125,8 @@ BLOCK_K = 128  # K values a step: one INT4 group, 64 packed bytes a weight row
 BLOCK_N = 64  # weight rows a tile: one 16-row MMA tile a warp
 NUM_WARPS = 4
 STAGES = 4  # ring slots: 6 took as long at T=1-64 in the probe runs, 8 longer
-SHARED_BYTES_PER_SM = 227 * 1024  # sm_90's shared memory a block may take, all blocks of an SM
+SHARED_BYTES_PER_SM = 228 * 1024  # sm_90's shared memory an SM holds,
+BLOCK_RESERVED_BYTES = 1024  # of which the system takes this much a resident block
 PROGRAMS_PER_SM = 4
 # Registers a thread: the four programs an SM fit in 128. Left to itself, ptxas (Triton 3.6's)
 # gave gate/up 128 and spilled 8 bytes, a pointer reloaded from local memory every K step.
@@ -490,13 +491,14 @@ class Ring:
             raise ValueError(f"groups={self.groups!r} must be 1 or 2 (K steps a ring slot).")
         if not isinstance(self.stages, int) or self.stages < 1:
             raise ValueError(f"stages={self.stages!r} must be an integer >= 1 (ring slots).")
-        slot_bytes = boxes * self.groups * BLOCK_N * WORDS * 4
-        if PROGRAMS_PER_SM * self.stages * slot_bytes > SHARED_BYTES_PER_SM:
-            most = SHARED_BYTES_PER_SM // (PROGRAMS_PER_SM * slot_bytes)
+        slot_bytes = boxes * self.groups * BLOCK_N * WORDS * 4 + 8  # the slot and its mbarrier
+        program_bytes = SHARED_BYTES_PER_SM // PROGRAMS_PER_SM - BLOCK_RESERVED_BYTES
+        if self.stages * slot_bytes > program_bytes:
             raise ValueError(
                 f"stages={self.stages} slots of {self.groups} K steps and {boxes} planes take "
-                f"{self.stages * slot_bytes} bytes of shared memory a program, more than "
-                f"{PROGRAMS_PER_SM} programs an SM share; use stages <= {most}."
+                f"{self.stages * slot_bytes} bytes of shared memory a program, more than the "
+                f"{program_bytes} each of {PROGRAMS_PER_SM} programs an SM has; use stages <= "
+                f"{program_bytes // slot_bytes}."
             )
 
 
@@ -519,7 +521,7 @@ def moe_int4_mma(
     on `layout` built with ROWS-row tiles; `programs` persistent programs each; `table` the
     layout's (row_weights, tile_info) where its launch wrote them (`FlatLayout.with_row_table`),
     else `row_table` writes them. `rings`: gate/up's and down's (None: GATE_UP_RING and
-    DOWN_RING, read at the call); splits of K take whole slots of the deeper one."""
+    DOWN_RING, read at the call); a projection's splits of K take whole slots of its ring."""
     row_weights, tile_info = table if table is not None else row_table(layout, shape, ROWS)
     gate_up_ring, down_ring = rings if rings is not None else (GATE_UP_RING, DOWN_RING)
     gate_up_ring.check(2)
@@ -550,7 +552,8 @@ def moe_int4_mma(
         run(h, y, weights.down, weights.down_scale, shape.inter, shape.hidden, splits,
             k_per_split, False)  # fmt: skip
 
-    deepest = max(gate_up_ring.groups, down_ring.groups) * BLOCK_K  # the splits' unit of K
-    tiles = Tiles(block_m=ROWS, block_n=BLOCK_N, block_k=deepest, split_k=None,
-                  num_warps=NUM_WARPS, num_stages=gate_up_ring.stages)  # fmt: skip
-    return run_pipeline(x, shape, tiles, gate_up_splits, down_splits, gate_up, down)
+    # each projection's splits of K take whole slots of its ring
+    tiles = Tiles(block_m=ROWS, block_n=BLOCK_N, block_k=gate_up_ring.groups * BLOCK_K,
+                  split_k=None, num_warps=NUM_WARPS, num_stages=gate_up_ring.stages)  # fmt: skip
+    return run_pipeline(x, shape, tiles, gate_up_splits, down_splits, gate_up, down,
+                        down_block_k=down_ring.groups * BLOCK_K)  # fmt: skip

@@ -169,11 +169,13 @@ def run_pipeline(
     down_splits: int,
     gate_up: GateUpLaunch,
     down: DownLaunch,
+    down_block_k: int | None = None,
 ) -> Tensor:
     """gate/up into h (T*K, I), split-K reduce if split, down into y (S, T*K, H), combine.
 
     With one split, gate/up writes h directly (the SiLU epilogue) and `part` is h itself, a
-    pointer the kernel never writes through.
+    pointer the kernel never writes through. Splits take whole K tiles of tiles.block_k, down's
+    of `down_block_k` where given.
     """
     slots = shape.tokens * shape.top_k
     h = torch.empty(slots, shape.inter, dtype=x.dtype, device=x.device)
@@ -198,7 +200,7 @@ def run_pipeline(
             BLOCK_R=SILU_ROWS,
             BLOCK_C=SILU_COLS,
         )
-    splits, k_per_split = split_plan(shape.inter, tiles.block_k, down_splits)
+    splits, k_per_split = split_plan(shape.inter, down_block_k or tiles.block_k, down_splits)
     # Split partials stay fp32; whole rows go in the activations' dtype, as in moe_w8a8 (half
     # the bytes of the rows down writes and combine reads back).
     y_dtype = torch.float32 if splits > 1 else x.dtype
