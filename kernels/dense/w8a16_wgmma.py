@@ -55,6 +55,10 @@ copies): in that run each GEMM alone, where PDL overlaps nothing, took 2.6-3.5% 
 summed over a layer at 48-128 rows in that order. Timed as the default against the kernels
 before it, in turns (raw/ab-dense-20261205T020049), a layer's GEMMs took 0.959x, 0.963x and
 0.984x the time at 48, 64 and 128 rows (docs/design.md).
+
+With `wait_each_step` (an option, not yet timed) each warpgroup waits for its own step's
+wgmma, as the W8A8 kernel's do: the weights need one register set, so tiles may be 256 tokens
+(each weight converted once at 256 rows); compiled for sm_90 it has no note and no spills.
 """
 
 from collections.abc import Sequence
