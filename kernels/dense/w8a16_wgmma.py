@@ -56,9 +56,11 @@ summed over a layer at 48-128 rows in that order. Timed as the default against t
 before it, in turns (raw/ab-dense-20261205T020049), a layer's GEMMs took 0.959x, 0.963x and
 0.984x the time at 48, 64 and 128 rows (docs/design.md).
 
-With `wait_each_step` (an option, not yet timed) each warpgroup waits for its own step's
-wgmma, as the W8A8 kernel's do: the weights need one register set, so tiles may be 256 tokens
-(each weight converted once at 256 rows); compiled for sm_90 it has no note and no spills.
+With `wait_each_step` (an option) each warpgroup waits for its own step's wgmma, as the W8A8
+kernel's do: the weights need one register set, so tiles may be 256 tokens (each weight
+converted once at 256 rows); compiled for sm_90 it has no note and no spills. On an H100 it
+lost (raw/logs/h100-dense-w8a16-wait-each-*.csv): a layer took 0.1066 ms against 0.1018 at
+128 rows and 0.1479 against 0.1384 at 256, and 0.21-0.24 with 256-token tiles.
 """
 
 from collections.abc import Sequence
@@ -595,11 +597,11 @@ def gemm_w8a16_wgmma(
     while the grid before finishes, and let the next grid launch once all of them are resident
     (not on a weight's first call, whose K-ordered copy the grid before makes).
 
-    `wait_each_step` (an option, not yet timed on the H200): each warpgroup waits for a step's
-    wgmma before it converts the next step's weights, so they need one register set, not two,
-    and the other warpgroup's wgmma covers the conversion (as in the W8A8 kernel). That lets a
-    tile be 256 tokens (block_t=256, two ring slots: each weight converted once at 256 rows
-    instead of twice)."""
+    `wait_each_step` (an option; slower on an H100, see the module's docstring): each warpgroup
+    waits for a step's wgmma before it converts the next step's weights, so they need one
+    register set, not two, and the other warpgroup's wgmma covers the conversion (as in the
+    W8A8 kernel). That lets a tile be 256 tokens (block_t=256, two ring slots: each weight
+    converted once at 256 rows instead of twice)."""
     (m, groups, k), n = x.shape, weights.out_features
     if not (split_fill > 0 and isinstance(min_split_steps, int) and min_split_steps >= 1):
         raise ValueError(f"split_fill={split_fill!r} must be above 0 and min_split_steps="
