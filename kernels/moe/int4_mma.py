@@ -504,11 +504,8 @@ class Ring:
             )
 
 
-# Two slots of two K steps each (the bytes in flight of four one-step slots): on an H100 flat
-# INT4 took 2.2-2.5% less time at T=6 than on four one-step slots, 1-2% at T=16 and 64, a tie
-# at T=1 (raw/logs/h100-moe-int4-decode-rings-*.csv); gate/up's slots hold both planes.
-GATE_UP_RING = Ring(groups=2, stages=2)
-DOWN_RING = Ring(groups=2, stages=2)
+GATE_UP_RING = Ring()  # gate/up's: two planes (gate's rows and up's) a slot
+DOWN_RING = Ring()
 
 
 def moe_int4_mma(
