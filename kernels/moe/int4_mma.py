@@ -91,7 +91,7 @@ splits; more programs an SM; 128-row tiles on eight warps; rings of six to twelv
 A ring slot may also hold two K steps (`Ring`), so that a slot's wait, CTA barriers and
 refill serve both: 18% fewer instructions a gate/up step and 27% fewer a down step, compiled
 for sm_90. On an H100 (raw/logs/h100-moe-int4-decode-rings-*.csv) two-step slots two deep
-for both projections took T=6 2.2-2.5% less time than the defaults, T=16 and 64 1-2%, T=1
+for both projections took T=6 2.2-2.6% less time than the defaults, T=16 and 64 1.4-2%, T=1
 a tie; an option, not the default, until an H200 bench run shows it.
 
 Gluon has no interpreter: the CPU tests compile the kernels for sm_90 and read their SASS
@@ -480,7 +480,7 @@ class Ring:
     `stages` slots. With 2 groups a slot's wait, CTA barrier, fence and refill serve two
     steps (`_int4_mma_kernel`: compiled for sm_90, 623 instructions a gate/up slot against
     378 a step, 426 a down slot against 292; scripts/dense_wgmma_sass.py --groups 2), at
-    twice a slot's bytes. An option: on an H100 it took T=6 2.2-2.5% less time at two slots
+    twice a slot's bytes. An option: on an H100 it took T=6 2.2-2.6% less time at two slots
     of two steps (scripts/tune_moe.py --grid int4-decode-rings; the module's docstring)."""
 
     groups: int = 1
