@@ -49,11 +49,6 @@ SETTINGS = {
     # four slots), so warpgroup 0 refills a slot the other released a step or two before
     "gluon-lag2": dict(refill_lag=2),
     "gluon-lag3": dict(refill_lag=3),
-    # each warpgroup waiting for its own step's wgmma (one register set of weights): on the
-    # default tiles (what the wait costs alone) and on 256-token tiles (each weight converted
-    # once at 256 rows)
-    "gluon-wait": dict(wait_each_step=True),
-    "gluon-wait-t256": dict(wait_each_step=True, block_t=256),
 }
 # name: linear_w8a16 options of the CUDA-core kernel: weight rows (b) and warps (w) a program
 GEMV_SETTINGS = {
@@ -64,8 +59,7 @@ GEMV_SETTINGS = {
 GEMV_MOST_BYTES = 32 * 1024  # a program's weights beyond this are left untimed: they spill
 # timed as the layer's six calls in one graph too
 WHOLE_LAYER = ("bf16", "triton", "gluon", "gluon-fill1", "gluon-fill1-min4", "gluon-fill1-min2",
-               "gluon-t64-fill1-min4", "gluon-lag2", "gluon-lag3", "gluon-wait",
-               "gluon-wait-t256")  # fmt: skip
+               "gluon-t64-fill1-min4", "gluon-lag2", "gluon-lag3")  # fmt: skip
 
 
 def variants(settings: list[str] | None = None) -> dict[str, tuple[Callable, Callable]]:

@@ -5,7 +5,7 @@ without a GPU.
     python scripts/dense_wgmma_sass.py [--block-m 128] [--block-n 128] [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel w8a8-wide [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel w8a16 [--block-t 64] [--stages 8] [--split]
-                                       [--max-registers 128] [--pdl] [--wait-each-step]
+                                       [--max-registers 128] [--pdl]
     python scripts/dense_wgmma_sass.py --kernel moe-down [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel moe-w8a8-gate-up|moe-bf16-gate-up|moe-bf16-down
     python scripts/dense_wgmma_sass.py --kernel moe-int4-gate-up|moe-int4-down [--groups 2]
@@ -94,12 +94,10 @@ def compile_wide(stages: int, consumer_regs: int):
 
 
 def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int,
-                  max_registers: int | None = None, pdl: bool = False,
-                  wait_each_step: bool = False):  # fmt: skip
+                  max_registers: int | None = None, pdl: bool = False):  # fmt: skip
     """The W8A16 kernel compiled for sm_90, as compile_kernel compiles the W8A8 one (its scales
     staged for SHAPE's K unsplit); with `max_registers`, as a launch capped at that many
-    registers a thread would compile it; with `pdl`, as a launch with PDL compiles it; with
-    `wait_each_step`, each warpgroup waiting for its own step's wgmma."""
+    registers a thread would compile it; with `pdl`, as a launch with PDL compiles it."""
     m, n, k = SHAPE
     rows, block_k = w8a16_wgmma.ROWS, w8a16_wgmma.BLOCK_K
     descriptors = {
@@ -113,8 +111,7 @@ def compile_w8a16(block_t: int, stages: int, split: bool, consumer_regs: int,
     constants = {"STAGES": stages, "LAG": 2 if stages >= 6 else 1, "SPLIT": split,
                  "CONSUMER_REGS": consumer_regs,
                  "SCALE_STEPS": w8a16_wgmma.scale_steps(k // block_k), "PDL": pdl,
-                 "EARLY": min(w8a16_wgmma.EARLY_SLOTS, stages),
-                 "WAIT_EACH": wait_each_step}  # fmt: skip
+                 "EARLY": min(w8a16_wgmma.EARLY_SLOTS, stages)}  # fmt: skip
     return compile_gluon(w8a16_wgmma._w8a16_wgmma_kernel, descriptors, constants,
                          maxnreg=max_registers)  # fmt: skip
 
@@ -342,11 +339,8 @@ def main(argv: list[str] | None = None) -> None:
                         choices=("w8a8", "w8a8-wide", "w8a16", "moe-down", "moe-w8a8-gate-up",
                                  "moe-bf16-gate-up", "moe-bf16-down", "moe-int4-gate-up",
                                  "moe-int4-down"))  # fmt: skip
-    parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.WAIT_EACH_BLOCK_TS,
-                        default=64,
-                        help="W8A16: token columns a tile (256: --wait-each-step)")  # fmt: skip
-    parser.add_argument("--wait-each-step", action="store_true",
-                        help="W8A16: each warpgroup waits for its own step's wgmma")  # fmt: skip
+    parser.add_argument("--block-t", type=int, choices=w8a16_wgmma.BLOCK_TS, default=64,
+                        help="W8A16: token columns a tile")  # fmt: skip
     parser.add_argument("--split", action="store_true", help="W8A16: with split K")
     parser.add_argument("--groups", type=int, choices=(1, 2), default=1,
                         help="MoE INT4: K steps (INT4 groups) a ring slot")  # fmt: skip
@@ -371,9 +365,8 @@ def main(argv: list[str] | None = None) -> None:
         tile = f"{w8a8_wgmma.ROWS} x {w8a8_wide.WIDTH} tiles"
     elif args.kernel == "w8a16":
         compiled = compile_w8a16(args.block_t, args.stages, args.split, args.consumer_regs,
-                                 args.max_registers, args.pdl, args.wait_each_step)  # fmt: skip
+                                 args.max_registers, args.pdl)  # fmt: skip
         tile = f"{w8a16_wgmma.ROWS} x {args.block_t} tiles{', split K' if args.split else ''}"
-        tile += ", each step's wgmma waited for" if args.wait_each_step else ""
         tile += ", PDL" if args.pdl else ""
     elif args.kernel == "moe-down":
         compiled = compile_moe_down(args.stages, args.consumer_regs)

@@ -518,12 +518,6 @@ def test_the_row_scales_descriptor_reads_them_as_they_lie(device):
         (300, 256, 384, {"block_t": 128, "num_stages": 4}),  # token tiles with a tail
         (40, 384, 192, {"split_k": 2}),  # one step a split; K past the last full TMA box
         (64, 256, 32768, {"split_k": 1}),  # the most K steps a split's staged scales hold (256)
-        # each step's wgmma waited for (one register set of weights): split K, a tail step
-        (128, 5120, 1152, {"wait_each_step": True}),
-        (48, 640, 768, {"split_k": 1, "wait_each_step": True}),
-        # 256-token tiles, which only that takes: a tile with a tail, and split K
-        (300, 256, 384, {"block_t": 256, "wait_each_step": True}),
-        (256, 3072, 1280, {"block_t": 256, "split_k": 2, "wait_each_step": True}),
     ],
 )
 def test_the_wgmma_w8a16_kernel_computes_w8a16(m, n, k, options, device):
@@ -611,8 +605,6 @@ def test_the_wgmma_w8a16_kernel_refuses_what_it_cannot_take(device):
         linear_w8a16_wgmma(*make(64, 128, 32832, torch.bfloat16, block=128, device=device))
     with pytest.raises(ValueError, match="block_t must be one of"):
         linear_w8a16_wgmma(x, weights, block_t=32)
-    with pytest.raises(ValueError, match="256 with wait_each_step=True\\), got 256"):
-        linear_w8a16_wgmma(x, weights, block_t=256)
     with pytest.raises(ValueError, match="KB of shared memory.*use num_stages <= 4"):
         linear_w8a16_wgmma(x, weights, block_t=128, num_stages=9)
     with pytest.raises(ValueError, match="refill_lag must be at least 1"):

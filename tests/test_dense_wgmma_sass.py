@@ -261,19 +261,3 @@ def test_a_two_group_ring_slot_spends_its_fixed_work_on_two_k_steps(kernel, mmas
     assert two["BAR.SYNC in each innermost MMA loop"] == one["BAR.SYNC in each innermost MMA loop"]
     per_step = int(two["instructions in each innermost MMA loop"]) / 2
     assert per_step < 0.9 * int(one["instructions in each innermost MMA loop"])
-
-
-def test_waiting_for_each_steps_wgmma_lets_a_w8a16_tile_hold_256_tokens():
-    # A 256-token tile's 128 accumulator registers a thread leave room for one register set of
-    # converted weights, not two: with a step's wgmma in flight over the next step's
-    # conversion ptxas serialises the wgmmas (C7512); waiting for each (`wait_each_step`)
-    # compiles with no note and no spills, one wait a step (eight wgmmas) where serialised
-    # wgmmas wait one by one.
-    waiting = run("--kernel", "w8a16", "--block-t", "256", "--stages", "2", "--wait-each-step")
-    overlapping = run("--kernel", "w8a16", "--block-t", "256", "--stages", "2")
-    assert waiting.returncode == 0 and overlapping.returncode == 0
-    waiting, overlapping = facts_of(waiting), facts_of(overlapping)
-    assert "C7512" in overlapping["ptxas notes"]
-    assert waiting["ptxas notes"] == "none" and waiting["spilled bytes"] == "0"
-    assert overlapping["WARPGROUP.DEPBAR"] == overlapping["HGMMA"]
-    assert int(waiting["WARPGROUP.DEPBAR"]) < int(waiting["HGMMA"]) // 4

@@ -55,12 +55,6 @@ copies): in that run each GEMM alone, where PDL overlaps nothing, took 2.6-3.5% 
 summed over a layer at 48-128 rows in that order. Timed as the default against the kernels
 before it, in turns (raw/ab-dense-20261205T020049), a layer's GEMMs took 0.959x, 0.963x and
 0.984x the time at 48, 64 and 128 rows (docs/design.md).
-
-With `wait_each_step` (an option) each warpgroup waits for its own step's wgmma, as the W8A8
-kernel's do: the weights need one register set, so tiles may be 256 tokens (each weight
-converted once at 256 rows); compiled for sm_90 it has no note and no spills. On an H100 it
-lost (raw/logs/h100-dense-w8a16-wait-each-*.csv): a layer took 0.1066 ms against 0.1018 at
-128 rows and 0.1479 against 0.1384 at 256, and 0.21-0.24 with 256-token tiles.
 """
 
 from collections.abc import Sequence
@@ -104,9 +98,6 @@ WG_ROWS = 64
 BLOCK = 128  # the weight block this kernel takes
 BLOCK_K = 128  # a K step: one scale block; 128-byte weight rows (the activations in two TMA boxes)
 BLOCK_TS = (64, 128)  # token columns a tile (wgmma's N); at 256, ptxas serialises (C7512)
-# With `wait_each_step` a tile may also be 256 tokens: one register set of weights leaves
-# room for its 128 accumulator registers (compiled for sm_90: no note, no spills).
-WAIT_EACH_BLOCK_TS = (64, 128, 256)
 MAX_STAGES = 8
 SPLIT_FILL = 1.0  # programs an SM the automatic splits of K aim for, by default (`tile_plan`)
 MIN_SPLIT_STEPS = 8  # K steps a split takes at least, by default
@@ -201,7 +192,7 @@ def _tile_range(K, steps_per_split, splits, BLOCK_K: gl.constexpr):
 @gluon.jit
 def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, i, ready, empty, scale_buf, steps,
           k_lo, t_row, w_row, x_col, LAG: gl.constexpr, WARPGROUP: gl.constexpr,
-          FIRST: gl.constexpr, WAIT_EACH: gl.constexpr):  # fmt: skip
+          FIRST: gl.constexpr):  # fmt: skip
     """K step i of a warpgroup: (the accumulator with its wgmma in flight, the weights in
     registers that wgmma reads).
 
@@ -216,11 +207,7 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, i, ready, empty, scale_
     A wgmma in flight reads its register operand until it is waited for, and nothing tells
     the compiler: the step before's weights (`w_before`) go into this step's wait as a
     dependency, so their registers stay theirs until that wgmma is done (the caller unrolls
-    the loop so that no copy moves them).
-
-    WAIT_EACH: wait for this step's own wgmma instead and release its slot at once, so the
-    weights need one register set, not two; the other warpgroup's wgmma is then what covers a
-    step's conversion (`gemm_w8a16_wgmma`'s `wait_each_step`)."""
+    the loop so that no copy moves them)."""
     WG_ROWS: gl.constexpr = w_desc.block_type.shape[0] // 2
     SLOTS: gl.constexpr = x_ring.type.shape[0]
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout,
@@ -232,10 +219,7 @@ def _step(x_desc, w_desc, x_ring, w_ring, acc, w_before, i, ready, empty, scale_
     w = _in_k_order(_e4m3_as_bf16(w8) * (sw * E4M3_BITS_SCALE).to(gl.bfloat16), a_layout)
     acc = warpgroup_mma(w, x_ring.index(slot).permute((1, 0)), acc, use_acc=not FIRST,
                         is_async=True)  # fmt: skip
-    if WAIT_EACH:
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w))[0]
-        mbarrier.arrive(empty.index(slot), count=1)
-    elif FIRST:
+    if FIRST:
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
     else:
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, w_before))[0]
@@ -275,7 +259,7 @@ def _staged_scales(values):
 @gluon.jit
 def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf,
               sums_ptr, locks_ptr, M, N, K, steps_per_split, splits, LAG: gl.constexpr,
-              WAIT_EACH: gl.constexpr, SPLIT: gl.constexpr, WARPGROUP: gl.constexpr):  # fmt: skip
+              SPLIT: gl.constexpr, WARPGROUP: gl.constexpr):  # fmt: skip
     """Weight rows 64 WARPGROUP + [0, 64) of this program's tile, over its split of K (at
     least one step: the host plans no empty split)."""
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
@@ -294,18 +278,18 @@ def _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scal
     acc = gl.zeros((WG_ROWS, BLOCK_T), gl.float32, layout)
     step_args = (ready, empty, scale_buf, steps, k_lo, t_row, w_row, group * K)
     acc, w_b = _step(x_desc, w_desc, x_ring, w_ring, acc, None, 0, *step_args, LAG, WARPGROUP,
-                     True, WAIT_EACH)  # fmt: skip
+                     True)  # fmt: skip
     # Two steps an iteration, so each step's weights keep their registers through the loop:
     # with one, the loop-carried weights were copied at the back edge and the next step's
     # conversion wrote the registers the wgmma in flight was reading.
     for i in range(1, steps - 1, 2):
         acc, w_a = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, i, *step_args, LAG,
-                         WARPGROUP, False, WAIT_EACH)  # fmt: skip
+                         WARPGROUP, False)  # fmt: skip
         acc, w_b = _step(x_desc, w_desc, x_ring, w_ring, acc, w_a, i + 1, *step_args, LAG,
-                         WARPGROUP, False, WAIT_EACH)  # fmt: skip
+                         WARPGROUP, False)  # fmt: skip
     if steps % 2 == 0:  # one step left
         acc, w_a = _step(x_desc, w_desc, x_ring, w_ring, acc, w_b, steps - 1, *step_args, LAG,
-                         WARPGROUP, False, WAIT_EACH)  # fmt: skip
+                         WARPGROUP, False)  # fmt: skip
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w_a))[0]
     else:
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, w_b))[0]
@@ -344,7 +328,7 @@ def _w8a16_wgmma_kernel(
     x_desc, w_desc, y_desc, s_ptr, sums_ptr, locks_ptr, M, N, K, steps_per_split, splits,
     stride_sn, stride_sk, stride_sg, STAGES: gl.constexpr, LAG: gl.constexpr,
     SPLIT: gl.constexpr, CONSUMER_REGS: gl.constexpr, SCALE_STEPS: gl.constexpr,
-    PDL: gl.constexpr, EARLY: gl.constexpr, WAIT_EACH: gl.constexpr,
+    PDL: gl.constexpr, EARLY: gl.constexpr,
 ):  # fmt: skip
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
@@ -403,13 +387,7 @@ def _w8a16_wgmma_kernel(
         splits,
         LAG,
     )
-    if WAIT_EACH and SPLIT:
-        gl.warp_specialize([(_top_rows_split_waiting, args), (_bottom_rows_split_waiting, args)],
-                           [4], [CONSUMER_REGS])  # fmt: skip
-    elif WAIT_EACH:
-        gl.warp_specialize([(_top_rows_waiting, args), (_bottom_rows_waiting, args)], [4],
-                           [CONSUMER_REGS])  # fmt: skip
-    elif SPLIT:
+    if SPLIT:
         gl.warp_specialize([(_top_rows_split, args), (_bottom_rows_split, args)], [4],
                            [CONSUMER_REGS])  # fmt: skip
     else:
@@ -421,7 +399,7 @@ def _top_rows(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scal
               locks_ptr, M, N, K, steps_per_split, splits, LAG: gl.constexpr):  # fmt: skip
     """Warpgroup 0 (the default partition): the tile's first 64 weight rows, and the refills."""
     _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
-              locks_ptr, M, N, K, steps_per_split, splits, LAG, False, False, 0)  # fmt: skip
+              locks_ptr, M, N, K, steps_per_split, splits, LAG, False, 0)  # fmt: skip
 
 
 @gluon.jit
@@ -429,7 +407,7 @@ def _bottom_rows(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, s
                  locks_ptr, M, N, K, steps_per_split, splits, LAG: gl.constexpr):  # fmt: skip
     """Warpgroup 1 (the worker partition): the tile's last 64 weight rows."""
     _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
-              locks_ptr, M, N, K, steps_per_split, splits, LAG, False, False, 1)  # fmt: skip
+              locks_ptr, M, N, K, steps_per_split, splits, LAG, False, 1)  # fmt: skip
 
 
 @gluon.jit
@@ -438,7 +416,7 @@ def _top_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty
                     LAG: gl.constexpr):  # fmt: skip
     """`_top_rows` of a split K (partition arguments lose constexpr-ness, hence four)."""
     _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
-              locks_ptr, M, N, K, steps_per_split, splits, LAG, False, True, 0)  # fmt: skip
+              locks_ptr, M, N, K, steps_per_split, splits, LAG, True, 0)  # fmt: skip
 
 
 @gluon.jit
@@ -447,43 +425,7 @@ def _bottom_rows_split(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, em
                        LAG: gl.constexpr):  # fmt: skip
     """`_bottom_rows` of a split K."""
     _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
-              locks_ptr, M, N, K, steps_per_split, splits, LAG, False, True, 1)  # fmt: skip
-
-
-@gluon.jit
-def _top_rows_waiting(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf,
-                      sums_ptr, locks_ptr, M, N, K, steps_per_split, splits,
-                      LAG: gl.constexpr):  # fmt: skip
-    """`_top_rows`, each step's wgmma waited for (`_step`'s WAIT_EACH)."""
-    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
-              locks_ptr, M, N, K, steps_per_split, splits, LAG, True, False, 0)  # fmt: skip
-
-
-@gluon.jit
-def _bottom_rows_waiting(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty,
-                         scale_buf, sums_ptr, locks_ptr, M, N, K, steps_per_split, splits,
-                         LAG: gl.constexpr):  # fmt: skip
-    """`_bottom_rows`, each step's wgmma waited for."""
-    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
-              locks_ptr, M, N, K, steps_per_split, splits, LAG, True, False, 1)  # fmt: skip
-
-
-@gluon.jit
-def _top_rows_split_waiting(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty,
-                            scale_buf, sums_ptr, locks_ptr, M, N, K, steps_per_split, splits,
-                            LAG: gl.constexpr):  # fmt: skip
-    """`_top_rows_split`, each step's wgmma waited for."""
-    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
-              locks_ptr, M, N, K, steps_per_split, splits, LAG, True, True, 0)  # fmt: skip
-
-
-@gluon.jit
-def _bottom_rows_split_waiting(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty,
-                               scale_buf, sums_ptr, locks_ptr, M, N, K, steps_per_split, splits,
-                               LAG: gl.constexpr):  # fmt: skip
-    """`_bottom_rows_split`, each step's wgmma waited for."""
-    _consumer(x_desc, w_desc, y_desc, x_ring, w_ring, y_bufs, ready, empty, scale_buf, sums_ptr,
-              locks_ptr, M, N, K, steps_per_split, splits, LAG, True, True, 1)  # fmt: skip
+              locks_ptr, M, N, K, steps_per_split, splits, LAG, True, 1)  # fmt: skip
 
 
 def default_stages(block_t: int) -> int:
@@ -582,7 +524,6 @@ def gemm_w8a16_wgmma(
     split_fill: float = SPLIT_FILL,
     min_split_steps: int = MIN_SPLIT_STEPS,
     pdl: bool | None = False,
-    wait_each_step: bool = False,
 ) -> Tensor:
     """cat_g(x[:, g] @ W_g.T) for bf16 x (M, G, K) and G FP8 weights from `weights` on, member g
     `group_strides` (values, scales elements) after the first; (M, G * N) in bf16.
@@ -595,13 +536,7 @@ def gemm_w8a16_wgmma(
     programmatic dependent launch (`kernels.pdl`; None: where the GPU has it): its programs
     then start copying their first EARLY_SLOTS ring slots' weights and load their scales
     while the grid before finishes, and let the next grid launch once all of them are resident
-    (not on a weight's first call, whose K-ordered copy the grid before makes).
-
-    `wait_each_step` (an option; slower on an H100, see the module's docstring): each warpgroup
-    waits for a step's wgmma before it converts the next step's weights, so they need one
-    register set, not two, and the other warpgroup's wgmma covers the conversion (as in the
-    W8A8 kernel). That lets a tile be 256 tokens (block_t=256, two ring slots: each weight
-    converted once at 256 rows instead of twice)."""
+    (not on a weight's first call, whose K-ordered copy the grid before makes)."""
     (m, groups, k), n = x.shape, weights.out_features
     if not (split_fill > 0 and isinstance(min_split_steps, int) and min_split_steps >= 1):
         raise ValueError(f"split_fill={split_fill!r} must be above 0 and min_split_steps="
@@ -611,10 +546,8 @@ def gemm_w8a16_wgmma(
     sms = planned_sms(x.device)
     if block_t is None:
         block_t = tile_plan(m, row_tiles, k_steps, sms, split_fill, min_split_steps)[0]
-    allowed = WAIT_EACH_BLOCK_TS if wait_each_step else BLOCK_TS
-    if block_t not in allowed:
-        raise ValueError(f"block_t must be one of {allowed} (wgmma's N; 256 with "
-                         f"wait_each_step=True), got {block_t}.")  # fmt: skip
+    if block_t not in BLOCK_TS:
+        raise ValueError(f"block_t must be one of {BLOCK_TS} (wgmma's N), got {block_t}.")
     num_stages = default_stages(block_t) if num_stages is None else num_stages
     used = num_stages * _slot_bytes(block_t) + _beside_ring_bytes(block_t)
     if used > SHARED_MEMORY:
@@ -656,7 +589,7 @@ def gemm_w8a16_wgmma(
         sums, locks, m, n, k, per_split, splits, *weights.scales.stride(), group_strides[1],
         STAGES=num_stages, LAG=refill_lag, SPLIT=splits > 1, CONSUMER_REGS=consumer_regs,
         SCALE_STEPS=scale_steps(per_split), PDL=with_pdl, EARLY=min(EARLY_SLOTS, num_stages),
-        WAIT_EACH=wait_each_step, num_warps=4, launch_pdl=with_pdl,
+        num_warps=4, launch_pdl=with_pdl,
     )  # fmt: skip
     return y
 
