@@ -171,7 +171,7 @@ def compile_moe_int4(gate_up: bool, stages: int, groups: int):
         torch.empty(experts, rows, depth // 2, dtype=torch.uint8), 2 if gate_up else 1, groups
     )
     constants = {"GATE_UP": gate_up, "TOP_K": 6, "SPLIT": True, "BLOCK_N": moe_int4_mma.BLOCK_N,
-                 "NUM_WARPS": moe_int4_mma.NUM_WARPS, "STAGES": stages, "GROUPS": groups,
+                 "NUM_WARPS": moe_int4_mma.NUM_WARPS, "STAGES": stages,
                  "ODD_STEPS": groups == 2 and depth % (2 * moe_int4_mma.BLOCK_K) != 0,
                  "WORD_LAYOUT": moe_int4_mma.word_layout(moe_int4_mma.BLOCK_N,
                                                          moe_int4_mma.NUM_WARPS)}  # fmt: skip

@@ -266,6 +266,14 @@ def _item_rows(item, splits, col_tiles, tile_info_ptr, BOXES: gl.constexpr,
     return gl.load(info) * BOXES, col_tile * BLOCK_N, split
 
 
+@gluon.constexpr_function
+def _steps_a_slot(w_desc):
+    """K steps a ring slot holds, read off `weight_descriptor`'s box: 1 from its 3-D box,
+    the box's step count from its 4-D one."""
+    shape = w_desc.block_type.shape
+    return 1 if len(shape) == 3 else shape[1]
+
+
 @gluon.jit
 def _refill(cursor, refills):
     """Start the TMA copy of the cursor's slot (item, its k, the slot's number in this
@@ -277,7 +285,7 @@ def _refill(cursor, refills):
      k_per_split) = refills  # fmt: skip
     STAGES: gl.constexpr = ready.type.shape[0]
     BOXES: gl.constexpr = w_desc.block_type.shape[0]
-    GROUPS: gl.constexpr = 1 if len(w_desc.block_type.shape) == 3 else w_desc.block_type.shape[1]
+    GROUPS: gl.constexpr = _steps_a_slot(w_desc)
     BOX_ROWS: gl.constexpr = w_desc.block_type.shape[-2]
     slot = seq % STAGES
     inside = item < num_items
@@ -306,7 +314,7 @@ def _int4_mma_kernel(
     splits, stride_xr, stride_os, stride_or,
     GATE_UP: gl.constexpr, TOP_K: gl.constexpr, SPLIT: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_WARPS: gl.constexpr, WORD_LAYOUT: gl.constexpr, STAGES: gl.constexpr,
-    GROUPS: gl.constexpr, ODD_STEPS: gl.constexpr,
+    ODD_STEPS: gl.constexpr,
 ):  # fmt: skip
     """Gate/up (GATE_UP: both boxes a step; silu(gate) * up into h, or with SPLIT the raw sums
     into part) or down (one box; each row times its routing weight into y[split, slot]) of
@@ -320,6 +328,7 @@ def _int4_mma_kernel(
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=K_WIDTH)
     p_layout: gl.constexpr = gl.SliceLayout(2, WORD_LAYOUT)
     boxes: gl.constexpr = w_desc.block_type.shape[0]  # gate/up's 2 (`weight_descriptor`)
+    GROUPS: gl.constexpr = _steps_a_slot(w_desc)
     if GROUPS == 1:
         ring = gl.allocate_shared_memory(gl.int32, [STAGES, boxes, BLOCK_N, _WORDS],
                                          w_desc.layout)  # fmt: skip
@@ -479,7 +488,7 @@ class Ring:
     """A projection's ring of weight boxes: `groups` K steps (INT4 groups) a slot, 1 or 2, in
     `stages` slots. With 2 groups a slot's wait, CTA barrier, fence and refill serve two
     steps (`_int4_mma_kernel`: compiled for sm_90, 623 instructions a gate/up slot against
-    378 a step, 426 a down slot against 292; scripts/dense_wgmma_sass.py --groups 2), at
+    378 a step, 429 a down slot against 292; scripts/dense_wgmma_sass.py --groups 2), at
     twice a slot's bytes. An option: on an H100 it took T=6 2.2-2.6% less time at two slots
     of two steps (scripts/tune_moe.py --grid int4-decode-rings; the module's docstring)."""
 
@@ -541,7 +550,7 @@ def moe_int4_mma(
             scales.stride(1), shape.experts, k_size, n_size, k_per_split,
             splits, rows.stride(0), out.stride(0) if out.dim() == 3 else 0, out.stride(-2),
             GATE_UP=gate_up, TOP_K=shape.top_k, SPLIT=splits > 1, BLOCK_N=BLOCK_N,
-            NUM_WARPS=NUM_WARPS, WORD_LAYOUT=words, STAGES=ring.stages, GROUPS=ring.groups,
+            NUM_WARPS=NUM_WARPS, WORD_LAYOUT=words, STAGES=ring.stages,
             ODD_STEPS=ring.groups == 2 and k_size % (2 * BLOCK_K) != 0, num_warps=NUM_WARPS,
             maxnreg=MAX_REGISTERS,
         )  # fmt: skip
