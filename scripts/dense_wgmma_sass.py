@@ -9,6 +9,7 @@ without a GPU.
     python scripts/dense_wgmma_sass.py --kernel moe-down [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel moe-w8a8-gate-up|moe-bf16-gate-up|moe-bf16-down
     python scripts/dense_wgmma_sass.py --kernel moe-int4-gate-up|moe-int4-down [--groups 2]
+                                       [--programs-per-sm 5]
 
 Prints the registers and spilled bytes ptxas reports, any "Potential Performance Loss" note
 it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
@@ -162,17 +163,20 @@ def compile_moe_bf16(swiglu: bool, stages: int):
     return compile_gluon(moe_bf16_wgmma._bf16_wgmma_kernel, descriptors, constants, pointers)
 
 
-def compile_moe_int4(gate_up: bool, stages: int, groups: int):
+def compile_moe_int4(gate_up: bool, ring: moe_int4_mma.Ring):
     """The MoE INT4 decode gate/up or down kernel (split K) compiled for sm_90 at the TP2 rank's
-    shape, as `int4_mma.moe_int4_mma` launches it, `groups` K steps a ring slot."""
+    shape, as `int4_mma.moe_int4_mma` launches it on `ring` (its registers capped at what the
+    ring's programs an SM leave)."""
     experts, hidden, inter = 384, 5120, 1152
     rows, depth = (2 * inter, hidden) if gate_up else (hidden, inter)
     w_desc = moe_int4_mma.weight_descriptor(
-        torch.empty(experts, rows, depth // 2, dtype=torch.uint8), 2 if gate_up else 1, groups
+        torch.empty(experts, rows, depth // 2, dtype=torch.uint8),
+        2 if gate_up else 1,
+        ring.groups,
     )
     constants = {"GATE_UP": gate_up, "TOP_K": 6, "SPLIT": True, "BLOCK_N": moe_int4_mma.BLOCK_N,
-                 "NUM_WARPS": moe_int4_mma.NUM_WARPS, "STAGES": stages,
-                 "ODD_STEPS": groups == 2 and depth % (2 * moe_int4_mma.BLOCK_K) != 0,
+                 "NUM_WARPS": moe_int4_mma.NUM_WARPS, "STAGES": ring.stages,
+                 "ODD_STEPS": ring.groups == 2 and depth % (2 * moe_int4_mma.BLOCK_K) != 0,
                  "WORD_LAYOUT": moe_int4_mma.word_layout(moe_int4_mma.BLOCK_N,
                                                          moe_int4_mma.NUM_WARPS)}  # fmt: skip
     pointers = {"x_ptr": "*bf16", "s_ptr": "*bf16", "sorted_slots_ptr": "*i32",
@@ -182,7 +186,7 @@ def compile_moe_int4(gate_up: bool, stages: int, groups: int):
         {"w_desc": w_desc},
         constants,
         pointers,
-        maxnreg=moe_int4_mma.MAX_REGISTERS,
+        maxnreg=ring.max_registers,
     )
 
 
@@ -344,6 +348,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--split", action="store_true", help="W8A16: with split K")
     parser.add_argument("--groups", type=int, choices=(1, 2), default=1,
                         help="MoE INT4: K steps (INT4 groups) a ring slot")  # fmt: skip
+    parser.add_argument("--programs-per-sm", type=int, default=moe_int4_mma.PROGRAMS_PER_SM,
+                        help="MoE INT4: programs an SM, whose share of the registers caps a "
+                        "thread's")  # fmt: skip
     parser.add_argument(
         "--pdl", action="store_true", help="W8A16: as launched with programmatic dependent launch"
     )
@@ -375,9 +382,11 @@ def main(argv: list[str] | None = None) -> None:
         compiled = compile_moe_w8a8_gate_up(args.stages)
         tile = f"{moe_w8a8_wgmma.ROWS} x 2 x {moe_w8a8_wgmma.BLOCK} items"
     elif args.kernel.startswith("moe-int4"):
-        compiled = compile_moe_int4(args.kernel == "moe-int4-gate-up", args.stages, args.groups)
+        ring = moe_int4_mma.Ring(args.groups, args.stages, args.programs_per_sm)
+        compiled = compile_moe_int4(args.kernel == "moe-int4-gate-up", ring)
         tile = f"{moe_int4_mma.BLOCK_N} x {moe_int4_mma.ROWS} tiles, split K, {args.groups} K "
         tile += "step a ring slot" if args.groups == 1 else "steps a ring slot"
+        tile += f", {args.programs_per_sm} programs an SM"
     else:
         compiled = compile_moe_bf16(args.kernel == "moe-bf16-gate-up", args.stages)
         tile = f"{moe_bf16_wgmma.ROWS} x {2 * moe_bf16_wgmma.BOX} items"

@@ -41,7 +41,6 @@ from workbench.workloads.checks import relative_error
 from workbench.workloads.moe import expert_masters, moe_problem, reference
 
 SEED = 0
-REGISTERS_PER_SM = 65536  # sm_90's register file
 
 PREFILL = [
     {},  # the current defaults (bf16 on sm_90: the Gluon kernels; tile options run Triton)
@@ -135,17 +134,18 @@ INT4_PREFILL = [
     dict(block_m=64, block_n=128, block_k=64, num_warps=8, num_stages=4, swap_ab=True),
 ]
 # --grid int4-decode-rings: the Gluon INT4 decode kernels' rings (int4_mma.GATE_UP_RING and
-# DOWN_RING: K steps a slot, slots), two-step slots against the defaults' one-step ones; the
-# defaults first and last, to show the drift of the run
+# DOWN_RING: K steps a slot, slots, programs an SM), two-step slots against the defaults'
+# one-step ones, and more programs an SM at the registers they leave (96 at five: down spills
+# nothing there, gate/up 40 bytes); the defaults first and last, to show the drift of the run
 INT4_DECODE_RINGS = [
     {},
-    dict(int4_down=(2, 4)),
-    dict(int4_down=(2, 6)),
-    dict(int4_gate_up=(2, 3)),
-    dict(int4_gate_up=(2, 3), int4_down=(2, 4)),
     dict(int4_gate_up=(2, 2), int4_down=(2, 2)),
-    # three programs an SM, 168 registers a thread, four two-step slots each
-    dict(int4_gate_up=(2, 4), int4_down=(2, 4), int4_programs_per_sm=3),
+    dict(int4_down=(1, 4, 5)),
+    dict(int4_down=(2, 2, 5)),
+    dict(int4_gate_up=(2, 2), int4_down=(2, 2, 5)),
+    dict(int4_gate_up=(1, 4, 5), int4_down=(1, 4, 5)),
+    dict(int4_gate_up=(2, 2), int4_down=(2, 2, 6)),
+    dict(int4_gate_up=(2, 4, 3), int4_down=(2, 4, 3)),
     {},
 ]
 GRIDS = {"decode-fine": DECODE_FINE, "down-decode": DOWN_DECODE, "int4-prefill": INT4_PREFILL,
@@ -189,17 +189,10 @@ def down_settings(params: dict, fmt: str) -> Iterator[dict]:
 @contextmanager
 def int4_rings(params: dict) -> Iterator[dict]:
     """The call's options without the `int4_*` keys, which set the Gluon INT4 decode kernels'
-    rings ((groups, stages): int4_mma.GATE_UP_RING, DOWN_RING) and programs an SM (with the
-    registers a thread that leaves them: int4_mma.PROGRAMS_PER_SM, MAX_REGISTERS) for the
-    call and are put back after it."""
+    rings (int4_mma.GATE_UP_RING, DOWN_RING: int4_mma.Ring's fields in order, groups, stages
+    and programs an SM) for the call and are put back after it."""
     rings = int4_mma.GATE_UP_RING, int4_mma.DOWN_RING
-    programs = int4_mma.PROGRAMS_PER_SM, int4_mma.MAX_REGISTERS
     try:
-        if "int4_programs_per_sm" in params:
-            per_sm = params["int4_programs_per_sm"]
-            threads = int4_mma.NUM_WARPS * 32
-            int4_mma.PROGRAMS_PER_SM = per_sm
-            int4_mma.MAX_REGISTERS = min(255, REGISTERS_PER_SM // (per_sm * threads) // 8 * 8)
         if "int4_gate_up" in params:
             int4_mma.GATE_UP_RING = int4_mma.Ring(*params["int4_gate_up"])
         if "int4_down" in params:
@@ -207,7 +200,6 @@ def int4_rings(params: dict) -> Iterator[dict]:
         yield {k: v for k, v in params.items() if not k.startswith("int4_")}
     finally:
         int4_mma.GATE_UP_RING, int4_mma.DOWN_RING = rings
-        int4_mma.PROGRAMS_PER_SM, int4_mma.MAX_REGISTERS = programs
 
 
 def chosen_cases(names: list[str] | None, grid: str | None, w8a8: bool) -> list[tuple]:

@@ -261,3 +261,14 @@ def test_a_two_group_ring_slot_spends_its_fixed_work_on_two_k_steps(kernel, mmas
     assert two["BAR.SYNC in each innermost MMA loop"] == one["BAR.SYNC in each innermost MMA loop"]
     per_step = int(two["instructions in each innermost MMA loop"]) / 2
     assert per_step < 0.9 * int(one["instructions in each innermost MMA loop"])
+
+
+@pytest.mark.parametrize("groups", ["1", "2"])
+def test_down_fits_five_programs_an_sm_without_spills(groups):
+    # Five programs an SM (int4_mma.Ring(programs_per_sm=5)) leave a thread 96 registers: down
+    # compiles in them without spilling, one- and two-step slots (gate/up spills 40 bytes).
+    result = run("--kernel", "moe-int4-down", "--stages", "2", "--groups", groups,
+                 "--programs-per-sm", "5")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    facts = facts_of(result)
+    assert int(facts["registers"]) <= 96 and facts["spilled bytes"] == "0"

@@ -40,9 +40,9 @@ def test_moe_flat_takes_the_gluon_int4_kernels_at_decode_sizes_only(device, monk
     decode = problem(ROUTINGS["six-tokens"], device)
     moe_flat(*decode)
     assert len(ran) == 1
-    programs, gate_up_splits, down_splits, (row_weights, tile_info) = ran[0]
-    sms = flat_module.sm_count(device) or flat_module.CPU_PROGRAMS  # the CPU stands in for 4
-    assert programs == sms * module.PROGRAMS_PER_SM
+    sms, gate_up_splits, down_splits, (row_weights, tile_info), rings = ran[0]
+    assert sms == (flat_module.sm_count(device) or flat_module.CPU_PROGRAMS)  # the CPU's 4
+    assert rings == (module.GATE_UP_RING, module.DOWN_RING)
     assert gate_up_splits >= 1 and down_splits >= 1
     # at decode sizes the row table comes with the layout's one launch
     assert row_weights.shape == (ROUTINGS["six-tokens"].numel(),) and tile_info.shape[1] == 4
@@ -106,6 +106,8 @@ def test_a_two_step_box_holds_each_step_as_a_one_step_box_does():
     (module.Ring(stages=0), 1, "stages=0 must be an integer >= 1"),
     (module.Ring(groups=2, stages=4), 2, "each of 4 programs an SM has; use stages <= 3"),
     (module.Ring(groups=1, stages=7), 2, "use stages <= 6"),  # the blocks' reserved KB
+    (module.Ring(groups=2, stages=3, programs_per_sm=5), 2, "each of 5 programs .* <= 2"),
+    (module.Ring(programs_per_sm=9), 1, "programs_per_sm=9 must be 1 to 8"),
 ])  # fmt: skip
 def test_rings_the_kernels_cannot_take_are_refused(ring, boxes, problem_text):
     with pytest.raises(ValueError, match=problem_text):
@@ -114,27 +116,35 @@ def test_rings_the_kernels_cannot_take_are_refused(ring, boxes, problem_text):
     module.Ring(groups=2, stages=4).check(1)  # down's slots are half the bytes
 
 
+@pytest.mark.parametrize(("programs", "registers"), [(1, 255), (3, 168), (4, 128), (5, 96),
+                                                     (8, 64)])  # fmt: skip
+def test_a_ring_caps_registers_at_what_its_programs_leave(programs, registers):
+    """65,536 registers an SM over the programs' 128 threads, rounded down to 8, 255 at most."""
+    assert module.Ring(programs_per_sm=programs).max_registers == registers
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("splits", [1, 2])
 @pytest.mark.parametrize(("gate_up_ring", "down_ring", "hidden"), [
     (module.Ring(groups=2, stages=3), module.Ring(groups=2, stages=4), HIDDEN),
     (module.Ring(), module.Ring(groups=2, stages=2), HIDDEN),
     (module.Ring(groups=2, stages=3), module.Ring(), ODD),  # gate/up's K odd too
+    (module.Ring(programs_per_sm=5), module.Ring(groups=2, stages=2, programs_per_sm=5), HIDDEN),
 ])  # fmt: skip
 def test_two_step_ring_slots_give_the_one_step_results(gate_up_ring, down_ring, hidden, splits):
-    """Rings of two-step slots against the default one-step rings, on experts whose I (and H)
-    is an odd number of steps (the last slot half past K), unsplit and split in two (the
-    second split one step: half a slot)."""
+    """Rings of two-step slots, or of five programs an SM (96 registers a thread), against the
+    default one-step rings, on experts whose I (and H) is an odd number of steps (the last
+    slot half past K), unsplit and split in two (the second split one step: half a slot)."""
     from kernels.moe.flat import FlatLayout  # flat imports int4_mma
 
     x, ids, route, weights = problem(ROUTINGS["six-tokens"], torch.device("cuda"),
                                      hidden=hidden, inter=ODD)  # fmt: skip
     shape = validate_moe_inputs(x, ids, route, weights)
     layout = FlatLayout.of(ids, route, shape, module.ROWS)
-    programs = 8  # fewer than the items: programs take several, the ring runs across them
+    sms = 2  # programs fewer than the items: they take several, the ring runs across them
 
     def call(rings):
-        return module.moe_int4_mma(x, weights, layout, shape, programs, splits, splits,
+        return module.moe_int4_mma(x, weights, layout, shape, sms, splits, splits,
                                    rings=rings)  # fmt: skip
 
     one_step = call((module.Ring(), module.Ring()))

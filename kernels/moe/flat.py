@@ -451,12 +451,12 @@ def _run_int4_gluon(x: Tensor, topk_ids: Tensor, topk_weights: Tensor, weights: 
         layout, table = FlatLayout.with_row_table(topk_ids, topk_weights, shape, int4_mma.ROWS)
     else:
         layout = FlatLayout.of(topk_ids, topk_weights, shape, int4_mma.ROWS)
-    programs = sms * int4_mma.PROGRAMS_PER_SM
+    rings = int4_mma.GATE_UP_RING, int4_mma.DOWN_RING
     splits = [
-        auto_split_k(layout.row_tiles, triton.cdiv(n, int4_mma.BLOCK_N), programs)
-        for n in (shape.inter, shape.hidden)
+        auto_split_k(layout.row_tiles, triton.cdiv(n, int4_mma.BLOCK_N), sms * ring.programs_per_sm)
+        for n, ring in zip((shape.inter, shape.hidden), rings, strict=True)
     ]
-    return int4_mma.moe_int4_mma(x, weights, layout, shape, programs, *splits, table)
+    return int4_mma.moe_int4_mma(x, weights, layout, shape, sms, *splits, table, rings)
 
 
 def _gluon_bf16(wgmma: bool | None, x: Tensor, weights: MoeWeights, shape: MoeShape,

@@ -43,8 +43,8 @@ of warps resident (four programs of four warps an SM), waiting most on loads (lo
 scoreboard, 22% of samples): the dequantisation still cost about two instructions a value,
 and too few bytes were in flight to hide the rest.
 That capture's gate/up spilled 8 bytes (ptxas under Triton 3.6 took 128 registers and reloaded
-a pointer from local memory every K step); launched with at most 128 (MAX_REGISTERS) it takes
-123 and spills nothing, and the call took 0.132 ms at T=6 against 0.136, T=1 and 16 within 1%
+a pointer from local memory every K step); launched with at most 128 (Ring.max_registers) it
+takes 123 and spills nothing, and the call took 0.132 ms at T=6 against 0.136, T=1 and 16 within 1%
 (raw/logs/h200-moe-int4-mma-registers-ab-*.csv; 168 registers and three programs an SM lost).
 Then (raw/logs/h200-moe-int4-decode-bias-mma-ab-*.csv, one A/B run of three alternated
 rounds) the scales as 32-bit loads and the refills after a CTA barrier took T=6 from 0.132 to
@@ -130,9 +130,7 @@ STAGES = 4  # ring slots: 6 took as long at T=1-64 in the probe runs, 8 longer
 SHARED_BYTES_PER_SM = 228 * 1024  # sm_90's shared memory an SM holds,
 BLOCK_RESERVED_BYTES = 1024  # of which the system takes this much a resident block
 PROGRAMS_PER_SM = 4
-# Registers a thread: the four programs an SM fit in 128. Left to itself, ptxas (Triton 3.6's)
-# gave gate/up 128 and spilled 8 bytes, a pointer reloaded from local memory every K step.
-MAX_REGISTERS = 128
+REGISTERS_PER_SM = 64 * 1024  # sm_90's register file
 _ROWS = gl.constexpr(ROWS)
 _BLOCK_K = gl.constexpr(BLOCK_K)
 WORDS = BLOCK_K // 8  # packed 32-bit words a weight row a step
@@ -485,31 +483,51 @@ def weight_descriptor(values: Tensor, boxes: int, groups: int = 1) -> TensorDesc
 
 @dataclass(frozen=True)
 class Ring:
-    """A projection's ring of weight boxes: `groups` K steps (INT4 groups) a slot, 1 or 2, in
-    `stages` slots. With 2 groups a slot's wait, CTA barrier, fence and refill serve two
-    steps (`_int4_mma_kernel`: compiled for sm_90, 623 instructions a gate/up slot against
-    378 a step, 429 a down slot against 292; scripts/dense_wgmma_sass.py --groups 2), at
-    twice a slot's bytes. An option: on an H100 it took T=6 2.2-2.6% less time at two slots
-    of two steps (scripts/tune_moe.py --grid int4-decode-rings; the module's docstring)."""
+    """A projection's ring of weight boxes and the programs an SM that share the SM's shared
+    memory and registers: `groups` K steps (INT4 groups) a slot, 1 or 2, in `stages` slots,
+    `programs_per_sm` persistent programs an SM.
+
+    With 2 groups a slot's wait, CTA barrier, fence and refill serve two steps
+    (`_int4_mma_kernel`: compiled for sm_90, 623 instructions a gate/up slot against 378 a
+    step, 429 a down slot against 292; scripts/dense_wgmma_sass.py --groups 2), at twice a
+    slot's bytes. An option: on an H100 it took T=6 2.2-2.6% less time at two slots of two
+    steps (scripts/tune_moe.py --grid int4-decode-rings; the module's docstring).
+
+    The launch caps a thread's registers at what `programs_per_sm` programs leave
+    (`max_registers`): four programs take 128, under which gate/up spills nothing, where
+    ptxas (Triton 3.6's) left to itself took 128 and reloaded a pointer from local memory
+    every K step. Compiled for sm_90, down spills nothing at 96 (five programs) either;
+    gate/up spills 40 bytes there."""
 
     groups: int = 1
     stages: int = STAGES
+    programs_per_sm: int = PROGRAMS_PER_SM
+
+    @property
+    def max_registers(self) -> int:
+        """Registers a thread that let `programs_per_sm` programs of NUM_WARPS warps share an
+        SM's register file (allocated 8 a thread at a time; 255 at most)."""
+        threads = self.programs_per_sm * NUM_WARPS * 32
+        return min(255, REGISTERS_PER_SM // threads // 8 * 8)
 
     def check(self, boxes: int) -> None:
         """Refuse a ring the kernels cannot take, or one whose slots of `boxes` planes would not
-        let PROGRAMS_PER_SM programs share an SM's shared memory."""
+        let `programs_per_sm` programs share an SM's shared memory."""
         if self.groups not in (1, 2):
             raise ValueError(f"groups={self.groups!r} must be 1 or 2 (K steps a ring slot).")
         if not isinstance(self.stages, int) or self.stages < 1:
             raise ValueError(f"stages={self.stages!r} must be an integer >= 1 (ring slots).")
+        if self.programs_per_sm not in range(1, 9):
+            raise ValueError(f"programs_per_sm={self.programs_per_sm!r} must be 1 to 8 (8 "
+                             "leaves 64 registers a thread).")  # fmt: skip
         slot_bytes = boxes * self.groups * BLOCK_N * WORDS * 4 + 8  # the slot and its mbarrier
-        program_bytes = SHARED_BYTES_PER_SM // PROGRAMS_PER_SM - BLOCK_RESERVED_BYTES
+        program_bytes = SHARED_BYTES_PER_SM // self.programs_per_sm - BLOCK_RESERVED_BYTES
         if self.stages * slot_bytes > program_bytes:
             raise ValueError(
                 f"stages={self.stages} slots of {self.groups} K steps and {boxes} planes take "
                 f"{self.stages * slot_bytes} bytes of shared memory a program, more than the "
-                f"{program_bytes} each of {PROGRAMS_PER_SM} programs an SM has; use stages <= "
-                f"{program_bytes // slot_bytes}."
+                f"{program_bytes} each of {self.programs_per_sm} programs an SM has; use "
+                f"stages <= {program_bytes // slot_bytes}."
             )
 
 
@@ -522,17 +540,18 @@ def moe_int4_mma(
     weights: MoeWeights,
     layout: "FlatLayout",
     shape: MoeShape,
-    programs: int,
+    sms: int,
     gate_up_splits: int,
     down_splits: int,
     table: tuple[Tensor, Tensor] | None = None,
     rings: tuple[Ring, Ring] | None = None,
 ) -> Tensor:
     """Routed-expert output (T, H) of flat's pipeline with these kernels for gate/up and down,
-    on `layout` built with ROWS-row tiles; `programs` persistent programs each; `table` the
-    layout's (row_weights, tile_info) where its launch wrote them (`FlatLayout.with_row_table`),
-    else `row_table` writes them. `rings`: gate/up's and down's (None: GATE_UP_RING and
-    DOWN_RING, read at the call); a projection's splits of K take whole slots of its ring."""
+    on `layout` built with ROWS-row tiles; `table` the layout's (row_weights, tile_info) where
+    its launch wrote them (`FlatLayout.with_row_table`), else `row_table` writes them. `rings`:
+    gate/up's and down's (None: GATE_UP_RING and DOWN_RING, read at the call); a projection
+    runs `sms` times its ring's programs_per_sm persistent programs, and its splits of K take
+    whole slots of its ring."""
     row_weights, tile_info = table if table is not None else row_table(layout, shape, ROWS)
     gate_up_ring, down_ring = rings if rings is not None else (GATE_UP_RING, DOWN_RING)
     gate_up_ring.check(2)
@@ -543,7 +562,8 @@ def moe_int4_mma(
             n_size: int, splits: int, k_per_split: int, gate_up: bool) -> None:  # fmt: skip
         ring = gate_up_ring if gate_up else down_ring
         w_desc = weight_descriptor(values, 2 if gate_up else 1, ring.groups)
-        grid = (min(programs, layout.row_tiles * (n_size // BLOCK_N) * splits),)
+        items = layout.row_tiles * (n_size // BLOCK_N) * splits
+        grid = (min(sms * ring.programs_per_sm, items),)
         launch(
             _int4_mma_kernel, grid, rows, out, layout.sorted_slots, tile_info,
             layout.tile_offsets, row_weights, w_desc, scales, scales.stride(0),
@@ -552,7 +572,7 @@ def moe_int4_mma(
             GATE_UP=gate_up, TOP_K=shape.top_k, SPLIT=splits > 1, BLOCK_N=BLOCK_N,
             NUM_WARPS=NUM_WARPS, WORD_LAYOUT=words, STAGES=ring.stages,
             ODD_STEPS=ring.groups == 2 and k_size % (2 * BLOCK_K) != 0, num_warps=NUM_WARPS,
-            maxnreg=MAX_REGISTERS,
+            maxnreg=ring.max_registers,
         )  # fmt: skip
 
     def gate_up(h: Tensor, part: Tensor, splits: int, k_per_split: int) -> None:
