@@ -9,7 +9,7 @@ without a GPU.
     python scripts/dense_wgmma_sass.py --kernel moe-down [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel moe-w8a8-gate-up|moe-bf16-gate-up|moe-bf16-down
     python scripts/dense_wgmma_sass.py --kernel moe-int4-gate-up|moe-int4-down [--groups 2]
-                                       [--programs-per-sm 5]
+                                       [--programs-per-sm 5] [--pdl (down)]
 
 Prints the registers and spilled bytes ptxas reports, any "Potential Performance Loss" note
 it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
@@ -163,10 +163,10 @@ def compile_moe_bf16(swiglu: bool, stages: int):
     return compile_gluon(moe_bf16_wgmma._bf16_wgmma_kernel, descriptors, constants, pointers)
 
 
-def compile_moe_int4(gate_up: bool, ring: moe_int4_mma.Ring):
+def compile_moe_int4(gate_up: bool, ring: moe_int4_mma.Ring, pdl: bool = False):
     """The MoE INT4 decode gate/up or down kernel (split K) compiled for sm_90 at the TP2 rank's
     shape, as `int4_mma.moe_int4_mma` launches it on `ring` (its registers capped at what the
-    ring's programs an SM leave)."""
+    ring's programs an SM leave), down with `pdl` as launched with PDL."""
     experts, hidden, inter = 384, 5120, 1152
     rows, depth = (2 * inter, hidden) if gate_up else (hidden, inter)
     w_desc = moe_int4_mma.weight_descriptor(
@@ -177,6 +177,7 @@ def compile_moe_int4(gate_up: bool, ring: moe_int4_mma.Ring):
     constants = {"GATE_UP": gate_up, "TOP_K": 6, "SPLIT": True, "BLOCK_N": moe_int4_mma.BLOCK_N,
                  "NUM_WARPS": moe_int4_mma.NUM_WARPS, "STAGES": ring.stages,
                  "ODD_STEPS": ring.groups == 2 and depth % (2 * moe_int4_mma.BLOCK_K) != 0,
+                 "PDL": pdl,
                  "WORD_LAYOUT": moe_int4_mma.word_layout(moe_int4_mma.BLOCK_N,
                                                          moe_int4_mma.NUM_WARPS)}  # fmt: skip
     pointers = {"x_ptr": "*bf16", "s_ptr": "*bf16", "sorted_slots_ptr": "*i32",
@@ -352,7 +353,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="MoE INT4: programs an SM, whose share of the registers caps a "
                         "thread's")  # fmt: skip
     parser.add_argument(
-        "--pdl", action="store_true", help="W8A16: as launched with programmatic dependent launch"
+        "--pdl",
+        action="store_true",
+        help="W8A16, MoE INT4 down: as launched with programmatic dependent launch",
     )
     parser.add_argument("--max-registers", type=int,
                         help="W8A16: registers a thread at most, as a launch's maxnreg caps "
@@ -382,11 +385,13 @@ def main(argv: list[str] | None = None) -> None:
         compiled = compile_moe_w8a8_gate_up(args.stages)
         tile = f"{moe_w8a8_wgmma.ROWS} x 2 x {moe_w8a8_wgmma.BLOCK} items"
     elif args.kernel.startswith("moe-int4"):
+        if args.pdl and args.kernel == "moe-int4-gate-up":
+            parser.error("--pdl: gate/up does not launch with PDL (int4_mma.DOWN_PDL)")
         ring = moe_int4_mma.Ring(args.groups, args.stages, args.programs_per_sm)
-        compiled = compile_moe_int4(args.kernel == "moe-int4-gate-up", ring)
+        compiled = compile_moe_int4(args.kernel == "moe-int4-gate-up", ring, args.pdl)
         tile = f"{moe_int4_mma.BLOCK_N} x {moe_int4_mma.ROWS} tiles, split K, {args.groups} K "
         tile += "step a ring slot" if args.groups == 1 else "steps a ring slot"
-        tile += f", {args.programs_per_sm} programs an SM"
+        tile += f", {args.programs_per_sm} programs an SM" + (", PDL" if args.pdl else "")
     else:
         compiled = compile_moe_bf16(args.kernel == "moe-bf16-gate-up", args.stages)
         tile = f"{moe_bf16_wgmma.ROWS} x {2 * moe_bf16_wgmma.BOX} items"

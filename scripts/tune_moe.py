@@ -135,11 +135,14 @@ INT4_PREFILL = [
 ]
 # --grid int4-decode-rings: the Gluon INT4 decode kernels' rings (int4_mma.GATE_UP_RING and
 # DOWN_RING: K steps a slot, slots, programs an SM), two-step slots against the defaults'
-# one-step ones, and more programs an SM at the registers they leave (96 at five: down spills
-# nothing there, gate/up 40 bytes); the defaults first and last, to show the drift of the run
+# one-step ones, more programs an SM at the registers they leave (96 at five: down spills
+# nothing there, gate/up 40 bytes), and down launched with PDL (int4_mma.DOWN_PDL); the
+# defaults first and last, to show the drift of the run
 INT4_DECODE_RINGS = [
     {},
     dict(int4_gate_up=(2, 2), int4_down=(2, 2)),
+    dict(int4_down_pdl=True),
+    dict(int4_gate_up=(2, 2), int4_down=(2, 2), int4_down_pdl=True),
     dict(int4_down=(1, 4, 5)),
     dict(int4_down=(2, 2, 5)),
     dict(int4_gate_up=(2, 2), int4_down=(2, 2, 5)),
@@ -190,16 +193,18 @@ def down_settings(params: dict, fmt: str) -> Iterator[dict]:
 def int4_rings(params: dict) -> Iterator[dict]:
     """The call's options without the `int4_*` keys, which set the Gluon INT4 decode kernels'
     rings (int4_mma.GATE_UP_RING, DOWN_RING: int4_mma.Ring's fields in order, groups, stages
-    and programs an SM) for the call and are put back after it."""
-    rings = int4_mma.GATE_UP_RING, int4_mma.DOWN_RING
+    and programs an SM) and whether down launches with PDL (int4_mma.DOWN_PDL) for the call
+    and are put back after it."""
+    rings = int4_mma.GATE_UP_RING, int4_mma.DOWN_RING, int4_mma.DOWN_PDL
     try:
+        int4_mma.DOWN_PDL = params.get("int4_down_pdl", int4_mma.DOWN_PDL)
         if "int4_gate_up" in params:
             int4_mma.GATE_UP_RING = int4_mma.Ring(*params["int4_gate_up"])
         if "int4_down" in params:
             int4_mma.DOWN_RING = int4_mma.Ring(*params["int4_down"])
         yield {k: v for k, v in params.items() if not k.startswith("int4_")}
     finally:
-        int4_mma.GATE_UP_RING, int4_mma.DOWN_RING = rings
+        int4_mma.GATE_UP_RING, int4_mma.DOWN_RING, int4_mma.DOWN_PDL = rings
 
 
 def chosen_cases(names: list[str] | None, grid: str | None, w8a8: bool) -> list[tuple]:

@@ -272,3 +272,21 @@ def test_down_fits_five_programs_an_sm_without_spills(groups):
     assert result.returncode == 0, result.stderr
     facts = facts_of(result)
     assert int(facts["registers"]) <= 96 and facts["spilled bytes"] == "0"
+
+
+def test_down_with_pdl_fills_its_ring_before_it_waits_for_the_grid_before():
+    # int4_mma.DOWN_PDL: the ring's four slots of weights are asked for, then one wait for the
+    # grid before (griddepcontrol.wait: ACQBULK), and the K loop is the kernel's without PDL.
+    pdl = run("--kernel", "moe-int4-down", "--stages", "4", "--pdl")
+    plain = run("--kernel", "moe-int4-down", "--stages", "4")
+    assert pdl.returncode == 0 and plain.returncode == 0, pdl.stderr + plain.stderr
+    pdl, plain = facts_of(pdl), facts_of(plain)
+    assert pdl["grid waits (ACQBULK)"] == "1" and plain["grid waits (ACQBULK)"] == "0"
+    assert pdl["TMA loads before the wait"] == "4"
+    loop = "instructions in each innermost MMA loop"
+    assert pdl[loop] == plain[loop] and pdl["spilled bytes"] == "0"
+
+
+def test_gate_up_with_pdl_is_refused():
+    result = run("--kernel", "moe-int4-gate-up", "--pdl")
+    assert result.returncode == 2 and "gate/up does not launch with PDL" in result.stderr

@@ -44,18 +44,22 @@ def test_cases_it_cannot_run_are_refused_by_name(tune_moe, names, grid, problem)
 
 
 def rings() -> tuple:
-    """The INT4 decode kernels' settings as a call reads them: gate/up's and down's rings."""
-    return int4_mma.GATE_UP_RING, int4_mma.DOWN_RING
+    """The INT4 decode kernels' settings as a call reads them: gate/up's and down's rings,
+    whether down launches with PDL."""
+    return int4_mma.GATE_UP_RING, int4_mma.DOWN_RING, int4_mma.DOWN_PDL
 
 
 def test_ring_settings_hold_for_the_call_and_are_put_back(tune_moe):
     before = rings()
     with tune_moe.int4_rings({"int4_down": (2, 4), "block_n": 64}) as options:
         assert options == {"block_n": 64}
-        assert rings() == (before[0], int4_mma.Ring(groups=2, stages=4))
+        assert rings() == (before[0], int4_mma.Ring(groups=2, stages=4), before[2])
     assert rings() == before
     with tune_moe.int4_rings({"int4_gate_up": (1, 4, 3)}):
         assert rings()[0].programs_per_sm == 3
+    assert rings() == before
+    with tune_moe.int4_rings({"int4_down_pdl": True}):
+        assert rings()[2] is True
     assert rings() == before
     with pytest.raises(TypeError), tune_moe.int4_rings({"int4_gate_up": (2, 3), "int4_down": 7}):
         pass  # a malformed ring: the one set before it is put back too

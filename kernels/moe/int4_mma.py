@@ -117,6 +117,8 @@ from kernels.moe.formats import MoeWeights
 from kernels.moe.launch import Tiles, run_pipeline
 from kernels.moe.routing import MoeShape
 from kernels.moe.w8a8_wgmma import row_table
+from kernels.pdl import enabled as pdl_enabled
+from kernels.pdl import wait_for_grid_before
 
 if TYPE_CHECKING:  # flat imports this module
     from kernels.moe.flat import FlatLayout
@@ -312,13 +314,14 @@ def _int4_mma_kernel(
     splits, stride_xr, stride_os, stride_or,
     GATE_UP: gl.constexpr, TOP_K: gl.constexpr, SPLIT: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_WARPS: gl.constexpr, WORD_LAYOUT: gl.constexpr, STAGES: gl.constexpr,
-    ODD_STEPS: gl.constexpr,
+    ODD_STEPS: gl.constexpr, PDL: gl.constexpr,
 ):  # fmt: skip
     """Gate/up (GATE_UP: both boxes a step; silu(gate) * up into h, or with SPLIT the raw sums
     into part) or down (one box; each row times its routing weight into y[split, slot]) of
     flat's work items: one ROWS-row tile of an expert, BLOCK_N weight rows, one split of K.
     A ring slot holds GROUPS K steps (1 or 2, as `weight_descriptor` was made); ODD_STEPS:
-    with 2, K is an odd number of steps, and splits of K take whole slots but the last."""
+    with 2, K is an odd number of steps, and splits of K take whole slots but the last. PDL
+    (down only): launched with PDL, it fills its ring, then waits for the grid before."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(
         version=[2, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, 8]
     )
@@ -355,6 +358,10 @@ def _int4_mma_kernel(
                k_per_split)  # fmt: skip
     for _ in gl.static_range(STAGES):
         cursor = _refill(cursor, refills)
+    if PDL:
+        # the weights and row tiles read so far no grid just before wrote; the activations
+        # and the rows' slots and weights are read after this
+        wait_for_grid_before()
     seq = 0
     for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
         split, col_tile, info = _item_place(item, splits, col_tiles, tile_info_ptr)
@@ -533,6 +540,10 @@ class Ring:
 
 GATE_UP_RING = Ring()  # gate/up's: two planes (gate's rows and up's) a slot
 DOWN_RING = Ring()
+# Down launched with programmatic dependent launch (`kernels.pdl`): its programs fill their
+# rings (weights, which no grid before writes) while the split-K reduce runs, then wait for h.
+# Gate/up cannot: its first items' experts come from the grid just before it. An option.
+DOWN_PDL = False
 
 
 def moe_int4_mma(
@@ -545,15 +556,18 @@ def moe_int4_mma(
     down_splits: int,
     table: tuple[Tensor, Tensor] | None = None,
     rings: tuple[Ring, Ring] | None = None,
+    down_pdl: bool | None = None,
 ) -> Tensor:
     """Routed-expert output (T, H) of flat's pipeline with these kernels for gate/up and down,
     on `layout` built with ROWS-row tiles; `table` the layout's (row_weights, tile_info) where
     its launch wrote them (`FlatLayout.with_row_table`), else `row_table` writes them. `rings`:
     gate/up's and down's (None: GATE_UP_RING and DOWN_RING, read at the call); a projection
     runs `sms` times its ring's programs_per_sm persistent programs, and its splits of K take
-    whole slots of its ring."""
+    whole slots of its ring. `down_pdl`: down launches with PDL where the GPU has it (None:
+    DOWN_PDL)."""
     row_weights, tile_info = table if table is not None else row_table(layout, shape, ROWS)
     gate_up_ring, down_ring = rings if rings is not None else (GATE_UP_RING, DOWN_RING)
+    down_pdl = (DOWN_PDL if down_pdl is None else down_pdl) and pdl_enabled(x.device)
     gate_up_ring.check(2)
     down_ring.check(1)
     words = word_layout(BLOCK_N, NUM_WARPS)
@@ -561,6 +575,7 @@ def moe_int4_mma(
     def run(rows: Tensor, out: Tensor, values: Tensor, scales: Tensor, k_size: int,
             n_size: int, splits: int, k_per_split: int, gate_up: bool) -> None:  # fmt: skip
         ring = gate_up_ring if gate_up else down_ring
+        with_pdl = down_pdl and not gate_up
         w_desc = weight_descriptor(values, 2 if gate_up else 1, ring.groups)
         items = layout.row_tiles * (n_size // BLOCK_N) * splits
         grid = (min(sms * ring.programs_per_sm, items),)
@@ -571,8 +586,8 @@ def moe_int4_mma(
             splits, rows.stride(0), out.stride(0) if out.dim() == 3 else 0, out.stride(-2),
             GATE_UP=gate_up, TOP_K=shape.top_k, SPLIT=splits > 1, BLOCK_N=BLOCK_N,
             NUM_WARPS=NUM_WARPS, WORD_LAYOUT=words, STAGES=ring.stages,
-            ODD_STEPS=ring.groups == 2 and k_size % (2 * BLOCK_K) != 0, num_warps=NUM_WARPS,
-            maxnreg=ring.max_registers,
+            ODD_STEPS=ring.groups == 2 and k_size % (2 * BLOCK_K) != 0, PDL=with_pdl,
+            num_warps=NUM_WARPS, maxnreg=ring.max_registers, launch_pdl=with_pdl,
         )  # fmt: skip
 
     def gate_up(h: Tensor, part: Tensor, splits: int, k_per_split: int) -> None:
@@ -587,4 +602,4 @@ def moe_int4_mma(
     tiles = Tiles(block_m=ROWS, block_n=BLOCK_N, block_k=gate_up_ring.groups * BLOCK_K,
                   split_k=None, num_warps=NUM_WARPS, num_stages=gate_up_ring.stages)  # fmt: skip
     return run_pipeline(x, shape, tiles, gate_up_splits, down_splits, gate_up, down,
-                        down_block_k=down_ring.groups * BLOCK_K)  # fmt: skip
+                        down_block_k=down_ring.groups * BLOCK_K, down_pdl=down_pdl)  # fmt: skip

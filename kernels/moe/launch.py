@@ -170,12 +170,14 @@ def run_pipeline(
     gate_up: GateUpLaunch,
     down: DownLaunch,
     down_block_k: int | None = None,
+    down_pdl: bool = False,
 ) -> Tensor:
     """gate/up into h (T*K, I), split-K reduce if split, down into y (S, T*K, H), combine.
 
     With one split, gate/up writes h directly (the SiLU epilogue) and `part` is h itself, a
     pointer the kernel never writes through. Splits take whole K tiles of tiles.block_k, down's
-    of `down_block_k` where given.
+    of `down_block_k` where given. `down_pdl`: down launches with PDL, so the reduce lets it
+    launch as soon as the reduce's programs have all started.
     """
     slots = shape.tokens * shape.top_k
     h = torch.empty(slots, shape.inter, dtype=x.dtype, device=x.device)
@@ -199,6 +201,7 @@ def run_pipeline(
             h.stride(0),
             BLOCK_R=SILU_ROWS,
             BLOCK_C=SILU_COLS,
+            LAUNCH_DEPENDENTS=down_pdl,
         )
     splits, k_per_split = split_plan(shape.inter, down_block_k or tiles.block_k, down_splits)
     # Split partials stay fp32; whole rows go in the activations' dtype, as in moe_w8a8 (half

@@ -21,6 +21,7 @@ reads h[s] and writes y[split, s]. Split-K programs write fp32 partial sums inst
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents
 
 from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_bf16, int4_nibbles_as_bf16
 
@@ -513,8 +514,14 @@ def silu_reduce_kernel(
     stride_hr,
     BLOCK_R: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    LAUNCH_DEPENDENTS: tl.constexpr = False,
 ):
-    """h = silu(sum of gate partials) * (sum of up partials) for split-K gate/up."""
+    """h = silu(sum of gate partials) * (sum of up partials) for split-K gate/up. With
+    LAUNCH_DEPENDENTS (sm_90 on) the next grid, where it launches with PDL, may launch as soon
+    as every program of this one has started (`kernels.pdl`): down then fills its weight ring
+    while this runs, and waits for h."""
+    if LAUNCH_DEPENDENTS:
+        gdc_launch_dependents()
     rows = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (rows < num_rows)[:, None] & (cols < inter)[None, :]
