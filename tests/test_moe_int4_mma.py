@@ -11,7 +11,8 @@ from helpers import expert_problem, relative_error
 from kernels.moe import MoeWeights, moe_flat, moe_reference
 from kernels.moe import flat as flat_module
 from kernels.moe import int4_mma as module
-from kernels.moe.routing import validate_moe_inputs
+from kernels.moe.launch import Tiles
+from kernels.moe.routing import MoeShape, validate_moe_inputs
 
 EXPERTS, HIDDEN, INTER = 8, 512, 256  # H: 4 K steps, I: 2; 8 and 4 columns tiles of 64
 ODD = 384  # 3 K steps, so a ring of two-step slots ends half way through one
@@ -189,3 +190,19 @@ def test_the_gluon_int4_kernels_match_flats_triton_ones(case):
     triton_kernels = moe_flat(x, ids, route, weights, int4_gluon=False)
     assert relative_error(gluon, triton_kernels) < 5e-3
     assert relative_error(gluon, moe_reference(x, ids, route, weights)) < 1e-2
+
+
+@pytest.mark.parametrize("down_pdl", [False, True])
+def test_the_split_k_reduce_lets_down_launch_early_only_where_down_uses_pdl(monkeypatch, down_pdl):
+    """run_pipeline passes `down_pdl` to the reduce between gate/up's splits and down
+    (LAUNCH_DEPENDENTS), which sm_90 needs; elsewhere down_pdl is never on."""
+    import kernels.moe.launch as launch_module
+
+    reduces = []
+    monkeypatch.setattr(launch_module, "launch", lambda kernel, grid, *a, **k: reduces.append(k))
+    monkeypatch.setattr(launch_module, "combine", lambda y, *a: y)
+    shape = MoeShape(tokens=2, hidden=256, experts=4, inter=128, top_k=2)
+    tiles = Tiles(block_m=8, block_n=64, block_k=128, split_k=None, num_warps=4, num_stages=4)
+    launch_module.run_pipeline(torch.zeros(2, 256, dtype=torch.bfloat16), shape, tiles, 2, 1,
+                               lambda *a: None, lambda *a: None, down_pdl=down_pdl)  # fmt: skip
+    assert [k["LAUNCH_DEPENDENTS"] for k in reduces] == [down_pdl]
