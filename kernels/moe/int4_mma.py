@@ -538,10 +538,10 @@ class Ring:
             )
 
 
-# Two slots of two K steps each, the bytes in flight of four one-step slots: on an H100
-# (raw/logs/h100-moe-int4-decode-rings-*.csv) T=6 2.2-2.6% faster than four one-step slots.
-GATE_UP_RING = Ring(groups=2, stages=2)  # gate/up's: two planes (gate's and up's rows) a slot
-DOWN_RING = Ring(groups=2, stages=2)
+# One-step slots until an H200 bench shows two slots of two steps each (the same bytes in
+# flight) faster: on an H100 they took T=6 2.2-2.6% less time (Ring's docstring).
+GATE_UP_RING = Ring()  # gate/up's: two planes (gate's and up's rows) a slot
+DOWN_RING = Ring()
 # Down launched with programmatic dependent launch (`kernels.pdl`): its programs fill their
 # rings (weights, which no grid before writes) while the split-K reduce runs, then wait for h.
 # Gate/up cannot: its first items' experts come from the grid just before it. An option.
