@@ -453,7 +453,7 @@ def _run_int4_gluon(x: Tensor, topk_ids: Tensor, topk_weights: Tensor, weights: 
         layout = FlatLayout.of(topk_ids, topk_weights, shape, int4_mma.ROWS)
     rings = int4_mma.GATE_UP_RING, int4_mma.DOWN_RING
     splits = [
-        auto_split_k(layout.row_tiles, triton.cdiv(n, int4_mma.BLOCK_N), sms * ring.programs_per_sm)
+        auto_split_k(layout.row_tiles, triton.cdiv(n, int4_mma.BLOCK_N), ring.programs(sms))
         for n, ring in zip((shape.inter, shape.hidden), rings, strict=True)
     ]
     return int4_mma.moe_int4_mma(x, weights, layout, shape, sms, *splits, table, rings)

@@ -510,6 +510,10 @@ class Ring:
     stages: int = STAGES
     programs_per_sm: int = PROGRAMS_PER_SM
 
+    def programs(self, sms: int) -> int:
+        """Persistent programs of the projection's launch on `sms` SMs."""
+        return sms * self.programs_per_sm
+
     @property
     def max_registers(self) -> int:
         """Registers a thread that let `programs_per_sm` programs of NUM_WARPS warps share an
@@ -580,7 +584,7 @@ def moe_int4_mma(
         with_pdl = down_pdl and not gate_up
         w_desc = weight_descriptor(values, 2 if gate_up else 1, ring.groups)
         items = layout.row_tiles * (n_size // BLOCK_N) * splits
-        grid = (min(sms * ring.programs_per_sm, items),)
+        grid = (min(ring.programs(sms), items),)
         launch(
             _int4_mma_kernel, grid, rows, out, layout.sorted_slots, tile_info,
             layout.tile_offsets, row_weights, w_desc, scales, scales.stride(0),
