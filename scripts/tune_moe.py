@@ -134,20 +134,20 @@ INT4_PREFILL = [
     dict(block_m=64, block_n=128, block_k=64, num_warps=8, num_stages=4, swap_ab=True),
 ]
 # --grid int4-decode-rings: the Gluon INT4 decode kernels' rings (int4_mma.GATE_UP_RING and
-# DOWN_RING: K steps a slot, slots, programs an SM) against the defaults' four one-step
-# slots: two slots of two steps, more programs an SM at the registers they leave (96 at five:
-# down spills nothing there, gate/up 40 bytes), and down launched with PDL
-# (int4_mma.DOWN_PDL); the defaults first and last, to show the drift of the run
+# DOWN_RING: K steps a slot, slots, programs an SM) against the defaults' two slots of two
+# steps: one-step slots, more programs an SM at the registers they leave (96 at five: down
+# spills nothing there, gate/up 40 bytes), and down launched with PDL (int4_mma.DOWN_PDL);
+# the defaults first and last, to show the drift of the run
 INT4_DECODE_RINGS = [
     {},
-    dict(int4_gate_up=(2, 2), int4_down=(2, 2)),
+    dict(int4_gate_up=(1, 4), int4_down=(1, 4)),  # one-step slots, the defaults before
     dict(int4_down_pdl=True),
-    dict(int4_gate_up=(2, 2), int4_down=(2, 2), int4_down_pdl=True),
-    dict(int4_gate_up=(2, 2), int4_down=(2, 2, 5)),
-    dict(int4_gate_up=(2, 2), int4_down=(2, 2, 5), int4_down_pdl=True),
+    dict(int4_down=(2, 2, 5)),
+    dict(int4_down=(2, 2, 5), int4_down_pdl=True),
     dict(int4_down=(1, 4, 5)),
     dict(int4_gate_up=(1, 4, 5), int4_down=(1, 4, 5)),
-    dict(int4_gate_up=(2, 2), int4_down=(2, 2, 6)),
+    dict(int4_down=(2, 2, 6)),
+    dict(int4_gate_up=(2, 4, 3), int4_down=(2, 4, 3)),
     {},
 ]
 GRIDS = {"decode-fine": DECODE_FINE, "down-decode": DOWN_DECODE, "int4-prefill": INT4_PREFILL,

@@ -91,8 +91,8 @@ splits; more programs an SM; 128-row tiles on eight warps; rings of six to twelv
 A ring slot may also hold two K steps (`Ring`), so that a slot's wait, CTA barriers and
 refill serve both: 18% fewer instructions a gate/up step and 27% fewer a down step, compiled
 for sm_90. On an H100 (raw/logs/h100-moe-int4-decode-rings-*.csv) two-step slots two deep
-for both projections took T=6 2.2-2.6% less time than the defaults, T=16 and 64 1.4-2%, T=1
-a tie; an option, not the default, until an H200 bench run shows it.
+for both projections took T=6 2.2-3.1% less time than four one-step slots, T=16 and 64
+1.4-3%, T=1 a tie: the default (GATE_UP_RING, DOWN_RING).
 
 Gluon has no interpreter: the CPU tests compile the kernels for sm_90 and read their SASS
 (scripts/dense_wgmma_sass.py --kernel moe-int4-gate-up|moe-int4-down); the GPU tests compare
@@ -542,10 +542,11 @@ class Ring:
             )
 
 
-# One-step slots until an H200 bench shows two slots of two steps each (the same bytes in
-# flight) faster: on an H100 they took T=6 2.2-2.6% less time (Ring's docstring).
-GATE_UP_RING = Ring()  # gate/up's: two planes (gate's and up's rows) a slot
-DOWN_RING = Ring()
+# Two slots of two K steps each, the bytes in flight of four one-step slots: on an H100
+# (raw/logs/h100-moe-int4-decode-rings-*.csv) 2-3% less time at T=6 and 16 than four
+# one-step slots; down with PDL or at five programs an SM changed it by under 0.5% more.
+GATE_UP_RING = Ring(groups=2, stages=2)  # gate/up's: two planes (gate's and up's rows) a slot
+DOWN_RING = Ring(groups=2, stages=2)
 # Down launched with programmatic dependent launch (`kernels.pdl`): its programs fill their
 # rings (weights, which no grid before writes) while the split-K reduce runs, then wait for h.
 # Gate/up cannot: its first items' experts come from the grid just before it. An option.
