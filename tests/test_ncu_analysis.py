@@ -495,7 +495,12 @@ def test_real_hotspots_point_at_real_kernel_lines(path, tmp_path):
     actions = direct_actions(path, tmp_path)
     hot = report.hotspots(n=20)
     source = hot[hot["level"] == "source"]
-    assert len(source), "no sample maps to a source line: was --import-source yes used?"
+    if not any(dict(action.source_files().items()) for action in actions):
+        # a library kernel shipped without its source (cuBLAS's nvjet): its hot spots are
+        # SASS instructions, none of them passed off as a line of code
+        assert len(source) == 0 and len(hot) and hot["text"].str.len().gt(0).all()
+    else:
+        assert len(source), "no sample maps to a source line: was --import-source yes used?"
     for row in source.itertuples():
         assert not row.file.startswith(("/", "…")), f"{row.file}: the capture machine's path"
         if row.file.startswith(("kernels/", "workbench/")):  # this repository's, relative

@@ -51,7 +51,7 @@ rounds) the scales as 32-bit loads and the refills after a CTA barrier took T=6 
 0.128 ms, the bias MMA to 0.126 and the row table from the layout's launch to 0.124 (T=1
 0.048 to 0.045; T=16 0.299 to 0.282); the bench after has flat INT4 at 0.126 ms, 1.73 times
 its floor (raw/bench-moe-dsv4-flash-tp2-20261203T060945). Nsight Compute
-(ncu/moe-flat-T6-fmtint4) now has gate/up at 75 us, 56% of DRAM bandwidth, and down at 47
+(ncu/moe-flat-T6-fmtint4 at ff1e34b) had gate/up at 75 us, 56% of DRAM bandwidth, and down at 47
 us, 46%, each with 47-49% of issue slots busy, waiting most on the conversion's fixed
 latencies ("wait", a third of gate/up's samples) and, in down, on each item's first loads
 (its items are 9 K steps). Loading the activations unmasked (a row the tile does not own
@@ -92,7 +92,10 @@ A ring slot may also hold two K steps (`Ring`), so that a slot's wait, CTA barri
 refill serve both: 18% fewer instructions a gate/up step and 27% fewer a down step, compiled
 for sm_90. On an H100 (raw/logs/h100-moe-int4-decode-rings-*.csv) two-step slots two deep
 for both projections took T=6 2.2-3.1% less time than four one-step slots, T=16 and 64
-1.4-3%, T=1 a tie: the default (GATE_UP_RING, DOWN_RING).
+1.4-3%, T=1 a tie: the default (GATE_UP_RING, DOWN_RING). The bench after
+(raw/bench-moe-dsv4-flash-tp2-20261206T030650) has flat INT4 at 0.116 ms at T=6, 1.65 times
+its floor; in Nsight Compute (ncu/moe-flat-T6-fmtint4, recaptured) gate/up takes 71 us and
+down 42, and gate/up's conversion, 41% of its samples, waits on the integer pipe's throttle.
 
 Gluon has no interpreter: the CPU tests compile the kernels for sm_90 and read their SASS
 (scripts/dense_wgmma_sass.py --kernel moe-int4-gate-up|moe-int4-down); the GPU tests compare
