@@ -95,6 +95,23 @@ INT4_TO_BF16_PTX = tl.constexpr(
     + "}\n"
 )
 
+# fp16's 10-bit mantissa holds a byte's two nibbles in place: or'ed into 0x6400 (1024), bits
+# 0-3 of a half are 1024 + q and bits 4-7 are 1024 + 16 q, so masks take bytes 0 and 2 (then,
+# after one shift, bytes 1 and 3) four values an instruction: five instructions a word where
+# bf16 takes eight. $0: the low nibbles of bytes 0 and 2, $1: of bytes 1 and 3; $2, $3: the
+# high nibbles likewise. K comes out in the order of bytes 0, 2, 1, 3, which the activations
+# must follow (`kernels.moe.int4_mma.fp16_rows`).
+INT4_TO_BIASED_FP16_PTX = tl.constexpr("""
+{
+.reg .b32 t;
+lop3.b32 $0, $4, 0x000f000f, 0x64006400, 0xea;
+lop3.b32 $2, $4, 0x00f000f0, 0x64006400, 0xea;
+shr.b32 t, $4, 8;
+lop3.b32 $1, t, 0x000f000f, 0x64006400, 0xea;
+lop3.b32 $3, t, 0x00f000f0, 0x64006400, 0xea;
+}
+""")
+
 
 @triton.jit
 def e4m3_as_bf16(w8):

@@ -9,7 +9,7 @@ without a GPU.
     python scripts/dense_wgmma_sass.py --kernel moe-down [--stages 4]
     python scripts/dense_wgmma_sass.py --kernel moe-w8a8-gate-up|moe-bf16-gate-up|moe-bf16-down
     python scripts/dense_wgmma_sass.py --kernel moe-int4-gate-up|moe-int4-down [--groups 2]
-                                       [--programs-per-sm 5] [--pdl (down)]
+                                       [--programs-per-sm 5] [--pdl (down)] [--fp16 (gate/up)]
 
 Prints the registers and spilled bytes ptxas reports, any "Potential Performance Loss" note
 it gives (C7514: wgmma serialised because an accumulator is read while one is in flight;
@@ -163,10 +163,12 @@ def compile_moe_bf16(swiglu: bool, stages: int):
     return compile_gluon(moe_bf16_wgmma._bf16_wgmma_kernel, descriptors, constants, pointers)
 
 
-def compile_moe_int4(gate_up: bool, ring: moe_int4_mma.Ring, pdl: bool = False):
+def compile_moe_int4(gate_up: bool, ring: moe_int4_mma.Ring, pdl: bool = False,
+                     fp16: bool = False):  # fmt: skip
     """The MoE INT4 decode gate/up or down kernel (split K) compiled for sm_90 at the TP2 rank's
     shape, as `int4_mma.moe_int4_mma` launches it on `ring` (its registers capped at what the
-    ring's programs an SM leave), down with `pdl` as launched with PDL."""
+    ring's programs an SM leave), down with `pdl` as launched with PDL, gate/up with `fp16`
+    on fp16 operands."""
     experts, hidden, inter = 384, 5120, 1152
     rows, depth = (2 * inter, hidden) if gate_up else (hidden, inter)
     w_desc = moe_int4_mma.weight_descriptor(
@@ -177,10 +179,10 @@ def compile_moe_int4(gate_up: bool, ring: moe_int4_mma.Ring, pdl: bool = False):
     constants = {"GATE_UP": gate_up, "TOP_K": 6, "SPLIT": True, "BLOCK_N": moe_int4_mma.BLOCK_N,
                  "NUM_WARPS": moe_int4_mma.NUM_WARPS, "STAGES": ring.stages,
                  "ODD_STEPS": ring.groups == 2 and depth % (2 * moe_int4_mma.BLOCK_K) != 0,
-                 "PDL": pdl,
+                 "PDL": pdl, "FP16": fp16,
                  "WORD_LAYOUT": moe_int4_mma.word_layout(moe_int4_mma.BLOCK_N,
                                                          moe_int4_mma.NUM_WARPS)}  # fmt: skip
-    pointers = {"x_ptr": "*bf16", "s_ptr": "*bf16", "sorted_slots_ptr": "*i32",
+    pointers = {"x_ptr": "*fp16" if fp16 else "*bf16", "s_ptr": "*bf16", "sorted_slots_ptr": "*i32",
                 "tile_info_ptr": "*i32", "tile_offsets_ptr": "*i32"}  # fmt: skip
     return compile_gluon(
         moe_int4_mma._int4_mma_kernel,
@@ -357,6 +359,11 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="W8A16, MoE INT4 down: as launched with programmatic dependent launch",
     )
+    parser.add_argument(
+        "--fp16",
+        action="store_true",
+        help="MoE INT4 gate/up: on fp16 operands (int4_mma.GATE_UP_FP16)",
+    )
     parser.add_argument("--max-registers", type=int,
                         help="W8A16: registers a thread at most, as a launch's maxnreg caps "
                         "them (128: two blocks an SM)")  # fmt: skip
@@ -387,11 +394,15 @@ def main(argv: list[str] | None = None) -> None:
     elif args.kernel.startswith("moe-int4"):
         if args.pdl and args.kernel == "moe-int4-gate-up":
             parser.error("--pdl: gate/up does not launch with PDL (int4_mma.DOWN_PDL)")
+        if args.fp16 and args.kernel == "moe-int4-down":
+            parser.error("--fp16: down's operands stay bf16 (int4_mma.GATE_UP_FP16)")
         ring = moe_int4_mma.Ring(args.groups, args.stages, args.programs_per_sm)
-        compiled = compile_moe_int4(args.kernel == "moe-int4-gate-up", ring, args.pdl)
+        compiled = compile_moe_int4(args.kernel == "moe-int4-gate-up", ring, args.pdl,
+                                    args.fp16)  # fmt: skip
         tile = f"{moe_int4_mma.BLOCK_N} x {moe_int4_mma.ROWS} tiles, split K, {args.groups} K "
         tile += "step a ring slot" if args.groups == 1 else "steps a ring slot"
         tile += f", {args.programs_per_sm} programs an SM" + (", PDL" if args.pdl else "")
+        tile += ", fp16 operands" if args.fp16 else ""
     else:
         compiled = compile_moe_bf16(args.kernel == "moe-bf16-gate-up", args.stages)
         tile = f"{moe_bf16_wgmma.ROWS} x {2 * moe_bf16_wgmma.BOX} items"

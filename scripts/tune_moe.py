@@ -150,8 +150,12 @@ INT4_DECODE_RINGS = [
     dict(int4_gate_up=(2, 4, 3), int4_down=(2, 4, 3)),
     {},
 ]
+# --grid int4-decode-fp16: gate/up on fp16 operands (int4_mma.GATE_UP_FP16: five integer
+# instructions a packed word against eight) against bf16, alternated so that the run's drift
+# falls on both alike
+INT4_DECODE_FP16 = [{}, dict(int4_gate_up_fp16=True)] * 3 + [{}]
 GRIDS = {"decode-fine": DECODE_FINE, "down-decode": DOWN_DECODE, "int4-prefill": INT4_PREFILL,
-         "int4-decode-rings": INT4_DECODE_RINGS}  # fmt: skip
+         "int4-decode-rings": INT4_DECODE_RINGS, "int4-decode-fp16": INT4_DECODE_FP16}  # fmt: skip
 CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),
          ("bf16", 6, DECODE[:4] + PROGRAMS), ("int4", 6, DECODE),
          ("int4", 33863, PREFILL)]  # fmt: skip
@@ -192,18 +196,21 @@ def down_settings(params: dict, fmt: str) -> Iterator[dict]:
 def int4_rings(params: dict) -> Iterator[dict]:
     """The call's options without the `int4_*` keys, which set the Gluon INT4 decode kernels'
     rings (int4_mma.GATE_UP_RING, DOWN_RING: int4_mma.Ring's fields in order, groups, stages
-    and programs an SM) and whether down launches with PDL (int4_mma.DOWN_PDL) for the call
-    and are put back after it."""
-    rings = int4_mma.GATE_UP_RING, int4_mma.DOWN_RING, int4_mma.DOWN_PDL
+    and programs an SM), whether down launches with PDL (int4_mma.DOWN_PDL) and whether
+    gate/up takes fp16 operands (int4_mma.GATE_UP_FP16) for the call and are put back after
+    it."""
+    rings = int4_mma.GATE_UP_RING, int4_mma.DOWN_RING, int4_mma.DOWN_PDL, int4_mma.GATE_UP_FP16
     try:
         int4_mma.DOWN_PDL = params.get("int4_down_pdl", int4_mma.DOWN_PDL)
+        int4_mma.GATE_UP_FP16 = params.get("int4_gate_up_fp16", int4_mma.GATE_UP_FP16)
         if "int4_gate_up" in params:
             int4_mma.GATE_UP_RING = int4_mma.Ring(*params["int4_gate_up"])
         if "int4_down" in params:
             int4_mma.DOWN_RING = int4_mma.Ring(*params["int4_down"])
         yield {k: v for k, v in params.items() if not k.startswith("int4_")}
     finally:
-        int4_mma.GATE_UP_RING, int4_mma.DOWN_RING, int4_mma.DOWN_PDL = rings
+        (int4_mma.GATE_UP_RING, int4_mma.DOWN_RING, int4_mma.DOWN_PDL,
+         int4_mma.GATE_UP_FP16) = rings  # fmt: skip
 
 
 def chosen_cases(names: list[str] | None, grid: str | None, w8a8: bool) -> list[tuple]:

@@ -290,3 +290,23 @@ def test_down_with_pdl_fills_its_ring_before_it_waits_for_the_grid_before():
 def test_gate_up_with_pdl_is_refused():
     result = run("--kernel", "moe-int4-gate-up", "--pdl")
     assert result.returncode == 2 and "gate/up does not launch with PDL" in result.stderr
+
+
+def test_gate_up_on_fp16_operands_converts_a_word_in_five_instructions():
+    # int4_mma.GATE_UP_FP16: fp16's mantissa takes two nibbles a half, so a packed word turns
+    # into fp16 operands in five integer instructions against bf16's eight: three fewer for
+    # each of a thread's 16 words a step (gate's and up's 8 each), 96 in a two-step loop
+    # (some of the saving may go to ptxas's scheduling); the same MMAs, no spills in the
+    # registers four programs an SM leave.
+    fp16, bf16 = with_and_without(
+        ["--kernel", "moe-int4-gate-up", "--stages", "2", "--groups", "2"], "--fp16"
+    )
+    assert fp16["HMMA"] == bf16["HMMA"] == "48"
+    assert int(fp16["registers"]) <= 128 and fp16["spilled bytes"] == "0"
+    loop = "instructions in each innermost MMA loop"
+    assert int(bf16[loop]) - int(fp16[loop]) >= 80
+
+
+def test_down_on_fp16_operands_is_refused():
+    result = run("--kernel", "moe-int4-down", "--fp16")
+    assert result.returncode == 2 and "down's operands stay bf16" in result.stderr

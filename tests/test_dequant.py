@@ -8,7 +8,13 @@ import triton
 import triton.language as tl
 from conftest import GPU_TESTS
 
-from kernels.dequant import E4M3_BITS_SCALE, e4m3_as_bf16, e4m3_as_f32, int4_nibbles_as_bf16
+from kernels.dequant import (
+    E4M3_BITS_SCALE,
+    INT4_TO_BIASED_FP16_PTX,
+    e4m3_as_bf16,
+    e4m3_as_f32,
+    int4_nibbles_as_bf16,
+)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -70,3 +76,31 @@ def test_every_byte_splits_into_its_two_nibbles_minus_eight():
     as_int = packed.int()
     assert torch.equal(low.float(), ((as_int & 15) - 8).float())
     assert torch.equal(high.float(), ((as_int >> 4) - 8).float())
+
+
+@triton.jit
+def _int4_fp16_kernel(words_ptr, low_ptr, high_ptr, N: tl.constexpr):
+    """Each word handed to the conversion four times, as `int4_mma._as_operands` does."""
+    words = tl.load(words_ptr + tl.arange(0, N))
+    spread = tl.reshape(tl.broadcast_to(words[:, None], (N, 4)), (4 * N,))
+    low, high = tl.inline_asm_elementwise(
+        INT4_TO_BIASED_FP16_PTX, "=r,=r,=r,=r,r,r,r,r", [spread],
+        dtype=(tl.float16, tl.float16), is_pure=True, pack=4,
+    )  # fmt: skip
+    offsets = tl.arange(0, 4 * N)
+    tl.store(low_ptr + offsets, low)
+    tl.store(high_ptr + offsets, high)
+
+
+def test_every_byte_in_every_place_of_a_word_becomes_fp16_nibbles_in_k_order_0_2_1_3():
+    # 256 words, byte b of word i the byte (i + 67 b) % 256: every byte in every place
+    places = torch.arange(4)
+    codes = (torch.arange(256)[:, None] + 67 * places[None, :]) % 256
+    words = (codes << (8 * places)).sum(dim=1).to(torch.int64)
+    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).cuda()
+    low = torch.empty(4 * 256, dtype=torch.float16, device="cuda")
+    high = torch.empty_like(low)
+    _int4_fp16_kernel[(1,)](words, low, high, N=256)
+    in_order = codes[:, [0, 2, 1, 3]].flatten()  # the bytes in the order K comes out
+    assert torch.equal(low.float().cpu(), 1024.0 + (in_order & 15).float())
+    assert torch.equal(high.float().cpu(), 1024.0 + 16.0 * (in_order >> 4).float())

@@ -181,6 +181,32 @@ def test_down_launched_with_pdl_gives_the_same_output(splits):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("splits", [1, 2])
+@pytest.mark.parametrize("magnitude", [1.0, 1e6, 1e-6])
+def test_gate_up_on_fp16_operands_gives_the_bf16_results(splits, magnitude):
+    """Gate/up on fp16 operands (`fp16_rows`: each token row scaled by a power of two) against
+    bf16 operands, with activations far beyond fp16's range and far below it, unsplit (the
+    SiLU in the kernel) and split, on two-step and one-step rings, K an odd number of steps."""
+    from kernels.moe.flat import FlatLayout  # flat imports int4_mma
+
+    x, ids, route, weights = problem(ROUTINGS["six-tokens"], torch.device("cuda"),
+                                     hidden=ODD, inter=INTER)  # fmt: skip
+    x = (x.float() * magnitude).to(torch.bfloat16)
+    shape = validate_moe_inputs(x, ids, route, weights)
+    layout = FlatLayout.of(ids, route, shape, module.ROWS)
+    for rings in ((module.Ring(groups=2, stages=2),) * 2, (module.Ring(),) * 2):
+
+        def call(fp16, rings=rings):
+            return module.moe_int4_mma(x, weights, layout, shape, 2, splits, splits,
+                                       rings=rings, gate_up_fp16=fp16)  # fmt: skip
+
+        on_fp16, on_bf16 = call(True), call(False)
+        assert torch.isfinite(on_fp16).all()
+        assert relative_error(on_fp16, on_bf16) < 2e-3
+        assert relative_error(on_fp16, moe_reference(x, ids, route, weights)) < 1e-2
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("case", list(ROUTINGS))
 def test_the_gluon_int4_kernels_match_flats_triton_ones(case):
     """Against flat's Triton kernels on the same INT4 experts (the same products, other

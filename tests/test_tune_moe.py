@@ -45,15 +45,15 @@ def test_cases_it_cannot_run_are_refused_by_name(tune_moe, names, grid, problem)
 
 def rings() -> tuple:
     """The INT4 decode kernels' settings as a call reads them: gate/up's and down's rings,
-    whether down launches with PDL."""
-    return int4_mma.GATE_UP_RING, int4_mma.DOWN_RING, int4_mma.DOWN_PDL
+    whether down launches with PDL, whether gate/up takes fp16 operands."""
+    return int4_mma.GATE_UP_RING, int4_mma.DOWN_RING, int4_mma.DOWN_PDL, int4_mma.GATE_UP_FP16
 
 
 def test_ring_settings_hold_for_the_call_and_are_put_back(tune_moe):
     before = rings()
     with tune_moe.int4_rings({"int4_down": (2, 4), "block_n": 64}) as options:
         assert options == {"block_n": 64}
-        assert rings() == (before[0], int4_mma.Ring(groups=2, stages=4), before[2])
+        assert rings() == (before[0], int4_mma.Ring(groups=2, stages=4), *before[2:])
     assert rings() == before
     with tune_moe.int4_rings({"int4_gate_up": (1, 4, 3)}):
         assert rings()[0].programs_per_sm == 3
@@ -61,6 +61,15 @@ def test_ring_settings_hold_for_the_call_and_are_put_back(tune_moe):
     with tune_moe.int4_rings({"int4_down_pdl": True}):
         assert rings()[2] is True
     assert rings() == before
+    with tune_moe.int4_rings({"int4_gate_up_fp16": True}) as options:
+        assert options == {} and rings()[3] is True
+    assert rings() == before
     with pytest.raises(TypeError), tune_moe.int4_rings({"int4_gate_up": (2, 3), "int4_down": 7}):
         pass  # a malformed ring: the one set before it is put back too
     assert rings() == before
+
+
+def test_the_fp16_grid_alternates_bf16_and_fp16_gate_up(tune_moe):
+    """Alternated, bf16 first and last, so the run's drift falls on both settings alike."""
+    grid = tune_moe.GRIDS["int4-decode-fp16"]
+    assert grid[::2] == [{}] * 4 and grid[1::2] == [{"int4_gate_up_fp16": True}] * 3

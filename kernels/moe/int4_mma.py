@@ -115,8 +115,9 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from kernels.compiled import launch
 from kernels.dense.w8a8_wgmma import supported, threads_barrier
-from kernels.dequant import INT4_TO_BIASED_BF16_PTX
+from kernels.dequant import INT4_TO_BIASED_BF16_PTX, INT4_TO_BIASED_FP16_PTX
 from kernels.moe.formats import MoeWeights
+from kernels.moe.fp16_rows import fp16_rows
 from kernels.moe.launch import Tiles, run_pipeline
 from kernels.moe.routing import MoeShape
 from kernels.moe.w8a8_wgmma import row_table
@@ -166,18 +167,25 @@ def word_layout(block_n: int, num_warps: int) -> gl.DistributedLinearLayout:
 
 
 @gluon.jit
-def _as_bf16(words, layout: gl.constexpr, operand: gl.constexpr):
+def _as_operands(words, layout: gl.constexpr, operand: gl.constexpr, FP16: gl.constexpr):
     """(low nibbles, high nibbles) of int32 `words` (BLOCK_N, WORDS) as bf16 128 + q (the
     136 is taken off by `_bias`), each (BLOCK_N, 4 * WORDS) bytes' values in `operand`'s
-    layout. Each word is spread over its four bytes' places (an add of zeros, which LLVM
-    folds away), so the conversion, four elements a call, is handed the word four times and
-    reads it once ($4)."""
+    layout; with FP16, as fp16 1024 + q and 1024 + 16 q, K in the order of bytes 0, 2, 1, 3
+    (`fp16_rows`). Each word is spread over its four bytes' places (an add of zeros, which
+    LLVM folds away), so the conversion, four elements a call, is handed the word four times
+    and reads it once ($4)."""
     spread = gl.expand_dims(words, 2) + gl.zeros([words.shape[0], _WORDS, 4], gl.int32, layout)
     spread = gl.reshape(spread, [words.shape[0], 4 * _WORDS])
-    lo, hi = gl.inline_asm_elementwise(
-        INT4_TO_BIASED_BF16_PTX, "=r,=r,=r,=r,r,r,r,r", [spread],
-        dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4,
-    )  # fmt: skip
+    if FP16:
+        lo, hi = gl.inline_asm_elementwise(
+            INT4_TO_BIASED_FP16_PTX, "=r,=r,=r,=r,r,r,r,r", [spread],
+            dtype=(gl.float16, gl.float16), is_pure=True, pack=4,
+        )  # fmt: skip
+    else:
+        lo, hi = gl.inline_asm_elementwise(
+            INT4_TO_BIASED_BF16_PTX, "=r,=r,=r,=r,r,r,r,r", [spread],
+            dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4,
+        )  # fmt: skip
     lo = gl.convert_layout(lo, operand, assert_trivial=True)
     hi = gl.convert_layout(hi, operand, assert_trivial=True)
     return lo, hi
@@ -204,25 +212,33 @@ def _widen(bits):
 
 
 @gluon.jit
-def _bias(x_lo, x_hi, BLOCK_N: gl.constexpr, w_layout: gl.constexpr, mma: gl.constexpr):
+def _bias(x_lo, x_hi, BLOCK_N: gl.constexpr, w_layout: gl.constexpr, mma: gl.constexpr,
+          FP16: gl.constexpr):  # fmt: skip
     """-136 times the sum of each token row's activations over the step, in the layout of a
     step's product, every weight row alike: the MMA of a constant -136 operand.
 
     The weights convert to 128 + q (four instructions a word less than q - 8, a third of the
     conversion), and a step's product starts from this, so it is the sum of x (q - 8). It
-    costs one MMA a 16-wide K chunk, once a step for gate and up together."""
-    bias = gl.full([BLOCK_N, x_lo.shape[0]], -136.0, gl.bfloat16, w_layout)
-    product = mma_v2(bias, x_lo, gl.zeros([BLOCK_N, x_lo.shape[1]], gl.float32, mma))
-    return mma_v2(bias, x_hi, product)
+    costs one MMA a 16-wide K chunk, once a step for gate and up together. With FP16 the low
+    nibbles are 1024 + q (-1032 takes the offset off) and the high ones 1024 + 16 q against
+    activations a sixteenth as large (`fp16_rows`): (64 + q) x, so -72 * 16 = -1152."""
+    if FP16:
+        low = gl.full([BLOCK_N, x_lo.shape[0]], -1032.0, gl.float16, w_layout)
+        high = gl.full([BLOCK_N, x_lo.shape[0]], -1152.0, gl.float16, w_layout)
+    else:
+        low = gl.full([BLOCK_N, x_lo.shape[0]], -136.0, gl.bfloat16, w_layout)
+        high = low
+    product = mma_v2(low, x_lo, gl.zeros([BLOCK_N, x_lo.shape[1]], gl.float32, mma))
+    return mma_v2(high, x_hi, product)
 
 
 @gluon.jit
 def _product(x_lo, x_hi, words, scale, bias, acc, WORD_LAYOUT: gl.constexpr,
-             w_layout: gl.constexpr):  # fmt: skip
+             w_layout: gl.constexpr, FP16: gl.constexpr):  # fmt: skip
     """acc + one K step's product of these weight rows and token rows, scaled per weight row
     (one INT4 group a step; `scale` the bits of its bf16): low nibbles against x_lo, high
     nibbles against x_hi, from `bias` (`_bias`) up."""
-    w_lo, w_hi = _as_bf16(words, WORD_LAYOUT, w_layout)
+    w_lo, w_hi = _as_operands(words, WORD_LAYOUT, w_layout, FP16)
     product = mma_v2(w_lo, x_lo, bias)
     product = mma_v2(w_hi, x_hi, product)
     return acc + product * _widen(scale)[:, None]
@@ -230,13 +246,14 @@ def _product(x_lo, x_hi, words, scale, bias, acc, WORD_LAYOUT: gl.constexpr,
 
 @gluon.jit
 def _products(x_lo, x_hi, words, up_words, scale, up_scale, acc, up, GATE_UP: gl.constexpr,
-              WORD_LAYOUT: gl.constexpr, w_layout: gl.constexpr, mma: gl.constexpr):  # fmt: skip
+              WORD_LAYOUT: gl.constexpr, w_layout: gl.constexpr, mma: gl.constexpr,
+              FP16: gl.constexpr):  # fmt: skip
     """(acc, up) + one K step's products: gate's (or down's) rows, and with GATE_UP up's, both
     from one `_bias`."""
-    bias = _bias(x_lo, x_hi, words.shape[0], w_layout, mma)
-    acc = _product(x_lo, x_hi, words, scale, bias, acc, WORD_LAYOUT, w_layout)
+    bias = _bias(x_lo, x_hi, words.shape[0], w_layout, mma, FP16)
+    acc = _product(x_lo, x_hi, words, scale, bias, acc, WORD_LAYOUT, w_layout, FP16)
     if GATE_UP:
-        up = _product(x_lo, x_hi, up_words, up_scale, bias, up, WORD_LAYOUT, w_layout)
+        up = _product(x_lo, x_hi, up_words, up_scale, bias, up, WORD_LAYOUT, w_layout, FP16)
     return acc, up
 
 
@@ -313,18 +330,20 @@ def _refill(cursor, refills):
 @gluon.jit
 def _int4_mma_kernel(
     x_ptr, out_ptr, sorted_slots_ptr, tile_info_ptr, tile_offsets_ptr, row_weights_ptr, w_desc,
-    s_ptr, stride_se, stride_sn, num_experts, k_size, n_size, k_per_split,
+    s_ptr, inverse_ptr, stride_se, stride_sn, num_experts, k_size, n_size, k_per_split,
     splits, stride_xr, stride_os, stride_or,
     GATE_UP: gl.constexpr, TOP_K: gl.constexpr, SPLIT: gl.constexpr, BLOCK_N: gl.constexpr,
     NUM_WARPS: gl.constexpr, WORD_LAYOUT: gl.constexpr, STAGES: gl.constexpr,
-    ODD_STEPS: gl.constexpr, PDL: gl.constexpr,
+    ODD_STEPS: gl.constexpr, PDL: gl.constexpr, FP16: gl.constexpr,
 ):  # fmt: skip
     """Gate/up (GATE_UP: both boxes a step; silu(gate) * up into h, or with SPLIT the raw sums
     into part) or down (one box; each row times its routing weight into y[split, slot]) of
     flat's work items: one ROWS-row tile of an expert, BLOCK_N weight rows, one split of K.
     A ring slot holds GROUPS K steps (1 or 2, as `weight_descriptor` was made); ODD_STEPS:
     with 2, K is an odd number of steps, and splits of K take whole slots but the last. PDL
-    (down only): launched with PDL, it fills its ring, then waits for the grid before."""
+    (down only): launched with PDL, it fills its ring, then waits for the grid before. FP16
+    (gate/up only): x is `fp16_rows`'s, the weights convert to fp16, and the sums are
+    multiplied by each token row's inverse scale (`inverse_ptr`) before they leave."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(
         version=[2, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, 8]
     )
@@ -407,7 +426,7 @@ def _int4_mma_kernel(
                 # the slot's first group, then its second's words, so that the slot is
                 # released once both are read but only one group's words are live at a time
                 acc, up = _products(x_lo, x_hi, words, up_words, scale, up_scale, acc, up,
-                                    GATE_UP, WORD_LAYOUT, w_layout, mma)  # fmt: skip
+                                    GATE_UP, WORD_LAYOUT, w_layout, mma, FP16)  # fmt: skip
                 x_lo, x_hi, scale = n_lo, n_hi, n_scale
                 second = k0 + _BLOCK_K
                 k_next = gl.minimum(second + _BLOCK_K, last)
@@ -430,10 +449,11 @@ def _int4_mma_kernel(
                 # it cost 20 bytes of spills.
                 if second < k_hi:
                     acc, up = _products(x_lo, x_hi, words, up_words, scale, up_scale, acc, up,
-                                        GATE_UP, WORD_LAYOUT, w_layout, mma)  # fmt: skip
+                                        GATE_UP, WORD_LAYOUT, w_layout, mma,
+                                        FP16)  # fmt: skip
             else:
                 acc, up = _products(x_lo, x_hi, words, up_words, scale, up_scale, acc, up,
-                                    GATE_UP, WORD_LAYOUT, w_layout, mma)  # fmt: skip
+                                    GATE_UP, WORD_LAYOUT, w_layout, mma, FP16)  # fmt: skip
             if GATE_UP:
                 up_scale = n_up_scale
             x_lo, x_hi, scale = n_lo, n_hi, n_scale
@@ -444,6 +464,10 @@ def _int4_mma_kernel(
         mask = o_ok[None, :]
         out = out_ptr + split.to(gl.int64) * stride_os + slots.to(gl.int64)[None, :] * stride_or
         out += cols[:, None]
+        if FP16:
+            inverse = gl.load(inverse_ptr + slots // TOP_K, mask=o_ok, other=1.0)[None, :]
+            acc = acc * inverse
+            up = up * inverse
         if GATE_UP:
             if SPLIT:
                 gl.store(out, acc, mask=mask)
@@ -554,6 +578,9 @@ DOWN_RING = Ring(groups=2, stages=2)
 # rings (weights, which no grid before writes) while the split-K reduce runs, then wait for h.
 # Gate/up cannot: its first items' experts come from the grid just before it. An option.
 DOWN_PDL = False
+# Gate/up on fp16 operands (`fp16_rows`): five integer instructions a packed word where bf16
+# takes eight, for one more launch (the rows' conversion). An option until timed.
+GATE_UP_FP16 = False
 
 
 def moe_int4_mma(
@@ -567,6 +594,7 @@ def moe_int4_mma(
     table: tuple[Tensor, Tensor] | None = None,
     rings: tuple[Ring, Ring] | None = None,
     down_pdl: bool | None = None,
+    gate_up_fp16: bool | None = None,
 ) -> Tensor:
     """Routed-expert output (T, H) of flat's pipeline with these kernels for gate/up and down,
     on `layout` built with ROWS-row tiles; `table` the layout's (row_weights, tile_info) where
@@ -574,10 +602,14 @@ def moe_int4_mma(
     gate/up's and down's (None: GATE_UP_RING and DOWN_RING, read at the call); a projection
     runs `sms` times its ring's programs_per_sm persistent programs, and its splits of K take
     whole slots of its ring. `down_pdl`: down launches with PDL where the GPU has it (None:
-    DOWN_PDL)."""
+    DOWN_PDL). `gate_up_fp16`: gate/up multiplies fp16 operands, x converted by `fp16_rows`
+    (None: GATE_UP_FP16)."""
     row_weights, tile_info = table if table is not None else row_table(layout, shape, ROWS)
     gate_up_ring, down_ring = rings if rings is not None else (GATE_UP_RING, DOWN_RING)
     down_pdl = (DOWN_PDL if down_pdl is None else down_pdl) and pdl_enabled(x.device)
+    gate_up_fp16 = GATE_UP_FP16 if gate_up_fp16 is None else gate_up_fp16
+    # gate/up's rows and each token row's inverse scale (down's stand-in: never read)
+    x_rows, inverses = fp16_rows(x) if gate_up_fp16 else (x, weights.gate_up_scale)
     gate_up_ring.check(2)
     down_ring.check(1)
     words = word_layout(BLOCK_N, NUM_WARPS)
@@ -586,23 +618,24 @@ def moe_int4_mma(
             n_size: int, splits: int, k_per_split: int, gate_up: bool) -> None:  # fmt: skip
         ring = gate_up_ring if gate_up else down_ring
         with_pdl = down_pdl and not gate_up
+        fp16 = gate_up_fp16 and gate_up
         w_desc = weight_descriptor(values, 2 if gate_up else 1, ring.groups)
         items = layout.row_tiles * (n_size // BLOCK_N) * splits
         grid = (min(ring.programs(sms), items),)
         launch(
             _int4_mma_kernel, grid, rows, out, layout.sorted_slots, tile_info,
-            layout.tile_offsets, row_weights, w_desc, scales, scales.stride(0),
+            layout.tile_offsets, row_weights, w_desc, scales, inverses, scales.stride(0),
             scales.stride(1), shape.experts, k_size, n_size, k_per_split,
             splits, rows.stride(0), out.stride(0) if out.dim() == 3 else 0, out.stride(-2),
             GATE_UP=gate_up, TOP_K=shape.top_k, SPLIT=splits > 1, BLOCK_N=BLOCK_N,
             NUM_WARPS=NUM_WARPS, WORD_LAYOUT=words, STAGES=ring.stages,
-            ODD_STEPS=ring.groups == 2 and k_size % (2 * BLOCK_K) != 0, PDL=with_pdl,
+            ODD_STEPS=ring.groups == 2 and k_size % (2 * BLOCK_K) != 0, PDL=with_pdl, FP16=fp16,
             num_warps=NUM_WARPS, maxnreg=ring.max_registers, launch_pdl=with_pdl,
         )  # fmt: skip
 
     def gate_up(h: Tensor, part: Tensor, splits: int, k_per_split: int) -> None:
-        run(x, part if splits > 1 else h, weights.gate_up, weights.gate_up_scale, shape.hidden,
-            shape.inter, splits, k_per_split, True)  # fmt: skip
+        run(x_rows, part if splits > 1 else h, weights.gate_up, weights.gate_up_scale,
+            shape.hidden, shape.inter, splits, k_per_split, True)  # fmt: skip
 
     def down(h: Tensor, y: Tensor, splits: int, k_per_split: int) -> None:
         run(h, y, weights.down, weights.down_scale, shape.inter, shape.hidden, splits,
