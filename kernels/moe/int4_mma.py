@@ -96,6 +96,11 @@ for both projections took T=6 2.2-3.1% less time than four one-step slots, T=16 
 (raw/bench-moe-dsv4-flash-tp2-20261206T030650) has flat INT4 at 0.116 ms at T=6, 1.65 times
 its floor; in Nsight Compute (ncu/moe-flat-T6-fmtint4, recaptured) gate/up takes 71 us and
 down 42, and gate/up's conversion, 41% of its samples, waits on the integer pipe's throttle.
+So gate/up may multiply fp16 operands instead (GATE_UP_FP16, an option until timed): fp16's
+10-bit mantissa holds both nibbles of a byte, a packed word converts in five integer
+instructions against eight (INT4_TO_BIASED_FP16_PTX), and the token rows come as fp16 from
+`fp16_rows` (a power of two a row, so no value leaves fp16's range), each row's inverse scale
+applied to the sums before they leave.
 
 Gluon has no interpreter: the CPU tests compile the kernels for sm_90 and read their SASS
 (scripts/dense_wgmma_sass.py --kernel moe-int4-gate-up|moe-int4-down); the GPU tests compare
@@ -524,8 +529,9 @@ class Ring:
     With 2 groups a slot's wait, CTA barrier, fence and refill serve two steps
     (`_int4_mma_kernel`: compiled for sm_90, 623 instructions a gate/up slot against 378 a
     step, 429 a down slot against 292; scripts/dense_wgmma_sass.py --groups 2), at twice a
-    slot's bytes. An option: on an H100 it took T=6 2.2-2.6% less time at two slots of two
-    steps (scripts/tune_moe.py --grid int4-decode-rings; the module's docstring).
+    slot's bytes. Two slots of two steps are the default (GATE_UP_RING, DOWN_RING): on an
+    H100 they took T=6 2-3% less time than four one-step slots (scripts/tune_moe.py --grid
+    int4-decode-rings; the module's docstring).
 
     The launch caps a thread's registers at what `programs_per_sm` programs leave
     (`max_registers`): four programs take 128, under which gate/up spills nothing, where
