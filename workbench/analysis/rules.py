@@ -93,10 +93,11 @@ KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
     # The workbench's own Triton kernels (kernels/, `@triton.jit` functions that are launched).
     ("workbench MoE GEMM",
      r"^_(stock|flat|padded|w8a8)_(gate_up|down)(_wgmma)?_kernel$|^_bf16_wgmma_kernel$"
-     r"|^_int4_mma_kernel$|^silu_reduce_kernel$|^_widen_kernel$", MOE,
+     r"|^_int4_mma_kernel$|^silu_reduce_kernel$|^_widen_kernel$|^_fp16_rows_kernel$", MOE,
      "kernels/moe: stock, flat, padded and W8A8 expert GEMMs (Triton, and on sm_90 the Gluon "
      "W8A8 and bf16 ones, FP8 and INT4 experts widened to bf16 for the latter at prefill, and "
-     "INT4 experts at decode on mma.sync) and the split-K gate/up reduce"),
+     "INT4 experts at decode on mma.sync, whose gate/up may take token rows made fp16) and the "
+     "split-K gate/up reduce"),
     ("workbench MoE routing",
      r"^_(counts|offsets_serial|offsets_parallel|permute|small_layout|block_experts|combine|"
      r"row_table|router_topk)_kernel$", MOE, "kernels/moe routing: expert counts, offsets, "
