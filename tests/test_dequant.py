@@ -7,6 +7,8 @@ import torch
 import triton
 import triton.language as tl
 from conftest import GPU_TESTS
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 
 from kernels.dequant import (
     E4M3_BITS_SCALE,
@@ -78,18 +80,24 @@ def test_every_byte_splits_into_its_two_nibbles_minus_eight():
     assert torch.equal(high.float(), ((as_int >> 4) - 8).float())
 
 
-@triton.jit
-def _int4_fp16_kernel(words_ptr, low_ptr, high_ptr, N: tl.constexpr):
-    """Each word handed to the conversion four times, as `int4_mma._as_operands` does."""
-    words = tl.load(words_ptr + tl.arange(0, N))
-    spread = tl.reshape(tl.broadcast_to(words[:, None], (N, 4)), (4 * N,))
-    low, high = tl.inline_asm_elementwise(
+# each thread holds one word in four registers, as `int4_mma.word_layout` spreads a word
+_SPREAD = gl.constexpr(gl.BlockedLayout([1, 4], [32, 1], [4, 1], [1, 0]))
+
+
+@gluon.jit
+def _int4_fp16_kernel(words_ptr, low_ptr, high_ptr):
+    """Each word handed to the conversion four times, in one thread's four consecutive
+    registers, as `int4_mma._as_operands` hands it (Gluon: the layout says so)."""
+    rows = gl.arange(0, 128, layout=gl.SliceLayout(1, _SPREAD))
+    places = gl.arange(0, 4, layout=gl.SliceLayout(0, _SPREAD))
+    index = (gl.program_id(0) * 128 + rows)[:, None] * 4 + places[None, :]
+    spread = gl.load(words_ptr + index // 4)
+    low, high = gl.inline_asm_elementwise(
         INT4_TO_BIASED_FP16_PTX, "=r,=r,=r,=r,r,r,r,r", [spread],
-        dtype=(tl.float16, tl.float16), is_pure=True, pack=4,
+        dtype=(gl.float16, gl.float16), is_pure=True, pack=4,
     )  # fmt: skip
-    offsets = tl.arange(0, 4 * N)
-    tl.store(low_ptr + offsets, low)
-    tl.store(high_ptr + offsets, high)
+    gl.store(low_ptr + index, low)
+    gl.store(high_ptr + index, high)
 
 
 def test_every_byte_in_every_place_of_a_word_becomes_fp16_nibbles_in_k_order_0_2_1_3():
@@ -100,7 +108,7 @@ def test_every_byte_in_every_place_of_a_word_becomes_fp16_nibbles_in_k_order_0_2
     words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).cuda()
     low = torch.empty(4 * 256, dtype=torch.float16, device="cuda")
     high = torch.empty_like(low)
-    _int4_fp16_kernel[(1,)](words, low, high, N=256)
+    _int4_fp16_kernel[(256 // 128,)](words, low, high, num_warps=4)
     in_order = codes[:, [0, 2, 1, 3]].flatten()  # the bytes in the order K comes out
     assert torch.equal(low.float().cpu(), 1024.0 + (in_order & 15).float())
     assert torch.equal(high.float().cpu(), 1024.0 + 16.0 * (in_order >> 4).float())
