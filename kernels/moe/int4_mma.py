@@ -171,6 +171,24 @@ def word_layout(block_n: int, num_warps: int) -> gl.DistributedLinearLayout:
     return gl.DistributedLinearLayout(reg, lanes, warps, [], [block_n, WORDS, 4])
 
 
+@gluon.constexpr_function
+def _operand_dtype(fp16):
+    """The MMA operands' type: fp16 with FP16, else bf16."""
+    return gl.float16 if fp16 else gl.bfloat16
+
+
+@gluon.constexpr_function
+def _operand_dtypes(fp16):
+    """`_operand_dtype(fp16)` twice: the low nibbles' and the high nibbles' operands."""
+    return (_operand_dtype(fp16),) * 2
+
+
+@gluon.constexpr_function
+def _conversion(fp16):
+    """The PTX that turns a packed word into operands of `_operand_dtype(fp16)`."""
+    return (INT4_TO_BIASED_FP16_PTX if fp16 else INT4_TO_BIASED_BF16_PTX).value
+
+
 @gluon.jit
 def _as_operands(words, layout: gl.constexpr, operand: gl.constexpr, FP16: gl.constexpr):
     """(low nibbles, high nibbles) of int32 `words` (BLOCK_N, WORDS) as bf16 128 + q (the
@@ -181,16 +199,10 @@ def _as_operands(words, layout: gl.constexpr, operand: gl.constexpr, FP16: gl.co
     and reads it once ($4)."""
     spread = gl.expand_dims(words, 2) + gl.zeros([words.shape[0], _WORDS, 4], gl.int32, layout)
     spread = gl.reshape(spread, [words.shape[0], 4 * _WORDS])
-    if FP16:
-        lo, hi = gl.inline_asm_elementwise(
-            INT4_TO_BIASED_FP16_PTX, "=r,=r,=r,=r,r,r,r,r", [spread],
-            dtype=(gl.float16, gl.float16), is_pure=True, pack=4,
-        )  # fmt: skip
-    else:
-        lo, hi = gl.inline_asm_elementwise(
-            INT4_TO_BIASED_BF16_PTX, "=r,=r,=r,=r,r,r,r,r", [spread],
-            dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4,
-        )  # fmt: skip
+    lo, hi = gl.inline_asm_elementwise(
+        _conversion(FP16), "=r,=r,=r,=r,r,r,r,r", [spread], dtype=_operand_dtypes(FP16),
+        is_pure=True, pack=4,
+    )  # fmt: skip
     lo = gl.convert_layout(lo, operand, assert_trivial=True)
     hi = gl.convert_layout(hi, operand, assert_trivial=True)
     return lo, hi
@@ -227,12 +239,9 @@ def _bias(x_lo, x_hi, BLOCK_N: gl.constexpr, w_layout: gl.constexpr, mma: gl.con
     costs one MMA a 16-wide K chunk, once a step for gate and up together. With FP16 the low
     nibbles are 1024 + q (-1032 takes the offset off) and the high ones 1024 + 16 q against
     activations a sixteenth as large (`fp16_rows`): (64 + q) x, so -72 * 16 = -1152."""
-    if FP16:
-        low = gl.full([BLOCK_N, x_lo.shape[0]], -1032.0, gl.float16, w_layout)
-        high = gl.full([BLOCK_N, x_lo.shape[0]], -1152.0, gl.float16, w_layout)
-    else:
-        low = gl.full([BLOCK_N, x_lo.shape[0]], -136.0, gl.bfloat16, w_layout)
-        high = low
+    dtype: gl.constexpr = _operand_dtype(FP16)
+    low = gl.full([BLOCK_N, x_lo.shape[0]], -1032.0 if FP16 else -136.0, dtype, w_layout)
+    high = gl.full([BLOCK_N, x_lo.shape[0]], -1152.0 if FP16 else -136.0, dtype, w_layout)
     product = mma_v2(low, x_lo, gl.zeros([BLOCK_N, x_lo.shape[1]], gl.float32, mma))
     return mma_v2(high, x_hi, product)
 
