@@ -153,7 +153,9 @@ INT4_DECODE_RINGS = [
 # --grid int4-decode-fp16: gate/up on fp16 operands (int4_mma.GATE_UP_FP16: five integer
 # instructions a packed word against eight) against bf16, alternated so that the run's drift
 # falls on both alike
-INT4_DECODE_FP16 = [{}, dict(int4_gate_up_fp16=True)] * 3 + [{}]
+INT4_DECODE_FP16 = [dict(int4_gate_up_fp16=False), dict(int4_gate_up_fp16=True)] * 3 + [
+    dict(int4_gate_up_fp16=False)
+]
 GRIDS = {"decode-fine": DECODE_FINE, "down-decode": DOWN_DECODE, "int4-prefill": INT4_PREFILL,
          "int4-decode-rings": INT4_DECODE_RINGS, "int4-decode-fp16": INT4_DECODE_FP16}  # fmt: skip
 CASES = [("fp8", 6, DECODE), ("bf16", 33863, PREFILL), ("fp8", 33863, PREFILL),

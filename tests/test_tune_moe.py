@@ -72,4 +72,5 @@ def test_ring_settings_hold_for_the_call_and_are_put_back(tune_moe):
 def test_the_fp16_grid_alternates_bf16_and_fp16_gate_up(tune_moe):
     """Alternated, bf16 first and last, so the run's drift falls on both settings alike."""
     grid = tune_moe.GRIDS["int4-decode-fp16"]
-    assert grid[::2] == [{}] * 4 and grid[1::2] == [{"int4_gate_up_fp16": True}] * 3
+    assert grid[::2] == [{"int4_gate_up_fp16": False}] * 4
+    assert grid[1::2] == [{"int4_gate_up_fp16": True}] * 3

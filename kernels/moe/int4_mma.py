@@ -96,7 +96,7 @@ for both projections took T=6 2.2-3.1% less time than four one-step slots, T=16 
 (raw/bench-moe-dsv4-flash-tp2-20261206T030650) has flat INT4 at 0.116 ms at T=6, 1.65 times
 its floor; in Nsight Compute (ncu/moe-flat-T6-fmtint4, recaptured) gate/up takes 71 us and
 down 42, and gate/up's conversion, 41% of its samples, waits on the integer pipe's throttle.
-So gate/up may multiply fp16 operands instead (GATE_UP_FP16, an option until timed): fp16's
+So gate/up multiplies fp16 operands instead (GATE_UP_FP16, the default since timed): fp16's
 10-bit mantissa holds both nibbles of a byte, a packed word converts in five integer
 instructions against eight (INT4_TO_BIASED_FP16_PTX), and the token rows come as fp16 from
 `fp16_rows` (a power of two a row, so no value leaves fp16's range), each row's inverse scale
@@ -594,8 +594,10 @@ DOWN_RING = Ring(groups=2, stages=2)
 # Gate/up cannot: its first items' experts come from the grid just before it. An option.
 DOWN_PDL = False
 # Gate/up on fp16 operands (`fp16_rows`): five integer instructions a packed word where bf16
-# takes eight, for one more launch (the rows' conversion). An option until timed.
-GATE_UP_FP16 = False
+# takes eight, for one more launch (the rows' conversion). Alternated with bf16 on the H200
+# (raw/logs/h200-moe-int4-decode-fp16-*.csv) flat INT4 took 1% less time at T=6 and 6% less
+# at T=16 (on an H100, raw/logs/h100-moe-int4-decode-fp16-*.csv: 0.7% more and 0.5% less).
+GATE_UP_FP16 = True
 
 
 def moe_int4_mma(
