@@ -96,11 +96,13 @@ for both projections took T=6 2.2-3.1% less time than four one-step slots, T=16 
 (raw/bench-moe-dsv4-flash-tp2-20261206T030650) has flat INT4 at 0.116 ms at T=6, 1.65 times
 its floor; in Nsight Compute (ncu/moe-flat-T6-fmtint4, recaptured) gate/up takes 71 us and
 down 42, and gate/up's conversion, 41% of its samples, waits on the integer pipe's throttle.
-So gate/up multiplies fp16 operands instead (GATE_UP_FP16, the default since timed): fp16's
-10-bit mantissa holds both nibbles of a byte, a packed word converts in five integer
-instructions against eight (INT4_TO_BIASED_FP16_PTX), and the token rows come as fp16 from
-`fp16_rows` (a power of two a row, so no value leaves fp16's range), each row's inverse scale
-applied to the sums before they leave.
+So gate/up multiplies fp16 operands instead (GATE_UP_FP16): fp16's 10-bit mantissa holds
+both nibbles of a byte, a packed word converts in five integer instructions against eight
+(INT4_TO_BIASED_FP16_PTX), and the token rows come as fp16 from `fp16_rows` (a power of two a
+row, so no value leaves fp16's range), each row's inverse scale applied to the sums before
+they leave. Alternated with bf16 on the H200 it took T=16 6% less time and T=6 1% less (the
+rows' launch costs about what T=6 saves); the bench after
+(raw/bench-moe-dsv4-flash-tp2-20261206T051930) has T=6 at 0.118 ms, 1.68 times its floor.
 
 Gluon has no interpreter: the CPU tests compile the kernels for sm_90 and read their SASS
 (scripts/dense_wgmma_sass.py --kernel moe-int4-gate-up|moe-int4-down); the GPU tests compare
