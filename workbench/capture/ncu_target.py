@@ -32,7 +32,7 @@ import torch
 from workbench.capture.code_versions import check_kernels_from
 from workbench.capture.ncu_args import DONE, PREFIX, Mark, TargetArgs, parse_args
 from workbench.capture.ncu_builders import BUILDERS
-from workbench.capture.ncu_workload_parts import device_for, synchronize
+from workbench.capture.ncu_workload_parts import device_for, release_cached_memory, synchronize
 from workbench.errors import WorkbenchError
 
 
@@ -50,6 +50,7 @@ def run_target(
     for w in workloads:
         w.check()
         log(f"{PREFIX} {w.name} matches its reference")
+    release_cached_memory(device)
     for w in workloads:
         w.warmup()
     synchronize(device)
