@@ -15,6 +15,7 @@ from helpers import real_reports, report_as_written
 
 import kernels.moe
 from workbench.capture import ncu as ncu_capture
+from workbench.capture import ncu_target
 from workbench.capture.ncu import (
     capture,
     capture_decode_step,
@@ -25,6 +26,7 @@ from workbench.capture.ncu import (
 from workbench.capture.ncu_args import DONE, TargetArgs, nvtx_filter, parse_args, range_name
 from workbench.capture.ncu_builders import BUILDERS
 from workbench.capture.ncu_target import main, run_target
+from workbench.capture.ncu_workload_parts import release_cached_memory
 from workbench.errors import WorkbenchError
 
 NCU = "/usr/local/cuda/bin/ncu"
@@ -158,6 +160,8 @@ def test_target_marks_exactly_one_launch_per_token_count(monkeypatch):
         return stock(x, *args, **kwargs)
 
     monkeypatch.setitem(kernels.moe.VARIANTS, "spy", spy)
+    # the checks' cached memory goes back before anything ncu replays runs
+    monkeypatch.setattr(ncu_target, "release_cached_memory", lambda device: calls.append("release"))
     names = run_target(cpu_args(variant="spy", block_n=32), marks, log=lambda line: None)
     assert names == marks.names == ["wb:moe:spy:T=3", "wb:moe:spy:T=5"]
     # every check, then every warm-up, outside any range; then one call inside each range
@@ -165,11 +169,21 @@ def test_target_marks_exactly_one_launch_per_token_count(monkeypatch):
     assert calls == [
         (3, (), tiles),
         (5, (), tiles),
+        "release",
         (3, (), tiles),
         (5, (), tiles),
         (3, ("wb:moe:spy:T=3",), tiles),
         (5, ("wb:moe:spy:T=5",), tiles),
     ]
+
+
+def test_cached_memory_is_released_on_cuda_devices_only(monkeypatch):
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    release_cached_memory(torch.device("cpu"))
+    assert emptied == []
+    release_cached_memory(torch.device("cuda", 0))
+    assert emptied == [True]
 
 
 def test_target_refuses_a_wrong_kernel(monkeypatch, capsys):
