@@ -39,10 +39,11 @@ def release_cached_memory(device: torch.device) -> None:
     """Give the allocator's cached blocks back to the driver once the checks are done.
 
     The checks' references (weights dequantised to fp32) and the quantisation's temporaries
-    leave tens of GB cached; a kernel may write any allocation, so ncu's kernel replay saves
-    and restores them all on every pass, and with the card's memory full it does so through
-    the host (an INT4 MoE capture on an 80 GB H100 ran past 280 s with the target process at
-    full CPU)."""
+    leave tens of GB cached. ncu's kernel replay saves and restores the memory a profiled
+    kernel may write on every pass, and with the card's memory full (our reading) it keeps
+    those copies on the host: an INT4 MoE capture on an 80 GB H100 ran past 280 s with the
+    target process at full CPU, and took 42 s once the cache was given back
+    (raw/logs/h100-ncu-moe-int4-T6-*)."""
     if device.type == "cuda":
         torch.cuda.empty_cache()
 
