@@ -100,7 +100,7 @@ INT4_TO_BF16_PTX = tl.constexpr(
 # after one shift, bytes 1 and 3) four values an instruction: five instructions a word where
 # bf16 takes eight. $0: the low nibbles of bytes 0 and 2, $1: of bytes 1 and 3; $2, $3: the
 # high nibbles likewise. K comes out in the order of bytes 0, 2, 1, 3, which the activations
-# must follow (`kernels.moe.int4_mma.fp16_rows`).
+# must follow (`kernels.moe.fp16_rows`).
 INT4_TO_BIASED_FP16_PTX = tl.constexpr("""
 {
 .reg .b32 t;

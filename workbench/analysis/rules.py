@@ -96,7 +96,7 @@ KERNEL_NAME_RULES: tuple[tuple[str, str, str, str], ...] = (
      r"|^_int4_mma_kernel$|^silu_reduce_kernel$|^_widen_kernel$|^_fp16_rows_kernel$", MOE,
      "kernels/moe: stock, flat, padded and W8A8 expert GEMMs (Triton, and on sm_90 the Gluon "
      "W8A8 and bf16 ones, FP8 and INT4 experts widened to bf16 for the latter at prefill, and "
-     "INT4 experts at decode on mma.sync, whose gate/up may take token rows made fp16) and the "
+     "INT4 experts at decode on mma.sync, whose gate/up takes token rows made fp16) and the "
      "split-K gate/up reduce"),
     ("workbench MoE routing",
      r"^_(counts|offsets_serial|offsets_parallel|permute|small_layout|block_experts|combine|"
